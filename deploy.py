@@ -1,0 +1,18 @@
+"""Turn a server into an SGLang serving host, and keep it that way.
+
+    pyinfra inventory.py deploy.py
+
+The order follows the runbook's first-time setup. Nothing runs on any host
+until every host's data has been checked.
+"""
+
+from pyinfra import host, inventory, local
+
+from sglang_infra.validate import preflight
+
+preflight(host, inventory)
+
+local.include("tasks/account.py")        # 1. the sglang system account
+local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
+local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
+local.include("tasks/stack.py")          # 4. docker/.env and docker/compose.yaml

@@ -1,0 +1,95 @@
+# Every default of the deploy, for every host. Group files (production.py,
+# quality.py) and per-host data in inventory.py override only what differs.
+#
+# Convention: the comment block directly above a key is its reason. The same
+# text is rendered above the matching flag in compose.yaml and is mirrored by
+# the README's variables table (a test keeps the three in step).
+
+# ---------------------------------------------------------------- Account and layout
+
+# The service account's home; everything the deploy manages lives below it.
+sglang_home = "/opt/sglang"
+
+# Fixed uid for the sglang account so file ownership matches across a fleet; None lets useradd pick a system uid.
+sglang_uid = None
+
+# Fixed gid for the sglang group, for the same reason as sglang_uid; None lets groupadd pick.
+sglang_gid = None
+
+# Existing users added to the sglang group, so they can pull models into hf-cache without sudo.
+sglang_admins = []
+
+# ---------------------------------------------------------------- Docker engine
+
+# Where the engine comes from: 'distribution' (the OS archive) or 'docker' (Docker's apt repository, needed on Debian 12, whose archive has no compose v2).
+sglang_docker_source = "distribution"
+
+# Base URL of Docker's apt repository, used only when sglang_docker_source is 'docker'.
+sglang_docker_apt_url = "https://download.docker.com/linux"
+
+# Seconds an apt index stays fresh; a re-run inside this window never runs apt-get update.
+sglang_apt_cache_time = 86400
+
+# ---------------------------------------------------------------- Stack
+
+# Pinned SGLang release; an upgrade must be a deliberate, tested change, never drift on a restart.
+sglang_image = "lmsysorg/sglang:v0.5.16"
+
+# Template that becomes docker/compose.yaml; a site may point at its own copy.
+sglang_compose_template = "templates/compose.yaml.j2"
+
+# Model served on this host (Hugging Face repo id); the production group's model is the default.
+sglang_model = "QuantTrio/Qwen3.6-35B-A3B-AWQ"
+
+# Name clients send in requests; None serves under the repo id.
+sglang_served_model_name = None
+
+# Port of the OpenAI-compatible API, inside the container and on the host.
+sglang_port = 30000
+
+# Host address the API is published on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers.
+sglang_bind_address = "0.0.0.0"
+
+# GPUs reserved for the container: 'all' or a count.
+sglang_gpus = "all"
+
+# Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
+sglang_healthcheck_start_period = 900
+
+# Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented out.
+sglang_debug_logging = False
+
+# ---------------------------------------------------------------- Launch flags
+
+# The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90).
+sglang_dtype = "float16"
+
+# The Mamba/GDN conv-state cache stays BF16 unless told, and crashes against the FP16 compute path; it must match sglang_dtype.
+sglang_mamba_conv_dtype = "float16"
+
+# Without an explicit ratio the Mamba/KV split can leave zero request slots (max_num_reqs=0), as seen with the FP8 release.
+sglang_mamba_full_memory_ratio = 0.9
+
+# Caps SGLang's static pools (weights + Mamba/KV) at 85% of GPU memory, leaving explicit headroom instead of auto-sizing.
+sglang_mem_fraction_static = 0.85
+
+# Oversized input is cut instead of rejected; note that SGLang gives no signal that truncation happened.
+sglang_allow_auto_truncate = True
+
+# Custom all-reduce fails without NVLink (GeForce cards have no peer-to-peer); this accepts the slower fallback.
+sglang_disable_custom_all_reduce = True
+
+# Avoids a CUB version mismatch (BlockAdjacentDifference) that breaks prefill CUDA-graph capture; decode graphs stay on.
+sglang_cuda_graph_backend_prefill = "disabled"
+
+# Without an explicit parser, reasoning text is not split from the answer.
+sglang_reasoning_parser = "qwen3"
+
+# Without an explicit parser, tool calls fall through as plain text instead of structured tool_calls.
+sglang_tool_call_parser = "qwen3_coder"
+
+# The model's native context; cheap here because only 10 of 40 layers keep a context-sized KV cache.
+sglang_context_length = 262144
+
+# Splits the model across the GPUs; the runbook's servers have two.
+sglang_tp_size = 2

@@ -1,0 +1,184 @@
+"""Custom operations. Each reads a fact, compares it with the wanted state,
+and yields commands only for the difference; otherwise it calls host.noop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from io import BytesIO
+from typing import Iterable
+
+import jinja2
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+
+from .facts import DRIFT_FIXES, FileState, HostState, TreeDrift
+from .platforms import NOLOGIN_SHELL
+
+q = shlex.quote
+
+
+@operation()
+def service_account(
+    user: str,
+    home: str,
+    uid: int | None = None,
+    gid: int | None = None,
+    groups: Iterable[str] = ("docker",),
+    admins: Iterable[str] = (),
+):
+    """
+    Ensure a locked, nologin system account whose primary group has its name,
+    that belongs to ``groups`` (other secondary groups are kept), and whose
+    group the ``admins`` belong to.
+
+    + user: account and primary group name
+    + home: home directory; never created or moved by this operation
+    + uid/gid: fixed ids for a new account (an existing account with other ids
+      is refused earlier, by validation, never re-owned here)
+    + groups: secondary groups the account must be in (created as system groups if missing)
+    + admins: existing users to add to the account's group
+    """
+    groups, admins = list(groups), list(admins)
+    state = host.get_fact(HostState, user=user, admins=tuple(admins), groups=tuple(groups))
+
+    if state["group"] is None:
+        yield StringCommand("groupadd", "--system", *(["--gid", str(gid)] if gid is not None else []), q(user))
+
+    for extra in groups:
+        if extra not in state["extra_groups"]:
+            # Created ahead of the package that normally brings it (docker.io
+            # adopts an existing docker group).
+            yield f"groupadd --system {q(extra)}"
+
+    account = state["user"]
+    if account is None:
+        yield StringCommand(
+            "useradd", "--system", "--gid", q(user), "--shell", NOLOGIN_SHELL,
+            "--home-dir", q(home), "--no-create-home",
+            *(["--uid", str(uid)] if uid is not None else []),
+            *(["--groups", ",".join(map(q, groups))] if groups else []),
+            q(user),
+        )
+        # useradd leaves the password field locked; lock it explicitly so the
+        # state does not depend on the distribution's defaults.
+        yield f"usermod --lock {q(user)}"
+    else:
+        changes = []
+        if account["shell"] != NOLOGIN_SHELL:
+            changes += ["--shell", NOLOGIN_SHELL]
+        if account["home"] != home:
+            changes += ["--home", q(home)]  # no --move-home: the data is already in place
+        group = state["group"]
+        if group is not None and account["gid"] != group["gid"]:
+            changes += ["--gid", q(user)]
+        missing = [g for g in groups if g not in state["supplementary"]]
+        if missing:
+            changes += ["--append", "--groups", ",".join(map(q, missing))]
+        if not state["password_locked"]:
+            changes += ["--lock"]
+        if changes:
+            yield StringCommand("usermod", *changes, q(user))
+        else:
+            host.noop(f"account {user} is already a locked nologin system account in {', '.join(groups)}")
+
+    members = (state["group"] or {}).get("members", [])
+    for admin in admins:
+        if admin in members:
+            continue
+        yield f"usermod --append --groups {q(user)} {q(admin)}"
+
+
+@operation()
+def repair_tree(home: str, user: str = "sglang", group: str = "sglang"):
+    """
+    Ensure everything under ``home`` conforms: hf-cache entries keep the
+    shared group, group read/write and (directories) setgid; everything else
+    is owned by the account; nothing is world-writable; docker/ content is
+    not group-writable. Only the entries found wrong are touched.
+    """
+    drift = host.get_fact(TreeDrift, home=home, user=user, group=group)
+    if not drift:
+        host.noop(f"nothing under {home} has drifted")
+        return
+    for category, template in DRIFT_FIXES.items():
+        paths = drift.get(category, [])
+        fix = template.format(user=q(user), group=q(group))
+        # Chunked so a large repair never exceeds the remote's argument limit.
+        for start in range(0, len(paths), 200):
+            chunk = " ".join(q(p) for p in paths[start:start + 200])
+            yield f"{fix} -- {chunk}"
+
+
+def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):
+    """
+    Upload ``content`` next to ``dest``, run ``check`` on it (with {candidate}
+    substituted), and only then move it into place, keeping the previous
+    version as ``dest``.previous. A candidate that fails the check is deleted
+    and the old file stays in place.
+    """
+    current = host.get_fact(FileState, path=dest)
+    if current is False:
+        raise OperationError(f"{dest} exists but is not a regular file; move it away by hand")
+    digest = hashlib.sha256(content).hexdigest()
+    if current and current["sha256"] == digest:
+        fixes = []
+        if (current["owner"], current["group"]) != (user, group):
+            fixes.append(f"chown {q(user)}:{q(group)} {q(dest)}")
+        if current["mode"] != mode:
+            fixes.append(f"chmod {mode} {q(dest)}")
+        if fixes:
+            yield " && ".join(fixes)
+        else:
+            host.noop(f"{dest} is already up to date")
+        return
+
+    candidate = f"{dest}.candidate"
+    yield FileUploadCommand(BytesIO(content), candidate,
+                            remote_temp_filename=host.get_temp_filename(candidate))
+    steps = [f"chown {q(user)}:{q(group)} {q(candidate)}", f"chmod {mode} {q(candidate)}"]
+    if check:
+        checked = check.format(candidate=q(candidate))
+        steps.append(
+            f"{{ out=$({checked} 2>&1) || {{ rm -f {q(candidate)}; "
+            f"echo \"refused: the new {dest} failed its check, the current file is unchanged: $out\" >&2; "
+            f"exit 1; }}; }}"
+        )
+    if current:
+        steps.append(f"cp -p {q(dest)} {q(dest + '.previous')}")
+    steps.append(f"mv -f {q(candidate)} {q(dest)}")
+    yield " && ".join(steps)
+
+
+@operation()
+def checked_file(dest: str, content: str, user: str, group: str, mode: str = "644", check: str | None = None):
+    """
+    Ensure ``dest`` holds ``content`` with the given owner and mode. A new
+    version replaces the old one only after ``check`` accepts it.
+
+    + check: shell command run on the uploaded candidate, ``{candidate}`` is
+      replaced by its quoted path; non-zero refuses the new file
+    """
+    yield from _swap_in(dest, content.encode(), user, group, mode, check)
+
+
+@operation()
+def account_env_file(dest: str, user: str, template: str, mode: str = "640"):
+    """
+    Ensure ``dest`` is ``template`` (Jinja source) rendered with the account's
+    real ``uid`` and ``gid``, read when the operation runs: the account may be
+    created by an earlier operation of the same deploy.
+    """
+    state = host.get_fact(HostState, user=user)
+    account = state["user"]
+    if account is None:
+        if host.state.is_executing:
+            raise OperationError(f"the account {user} does not exist, so {dest} cannot carry its ids")
+        # Planning a fresh host: the account is created by an earlier operation.
+        yield f"# write {dest} with the ids of {user} once it exists"
+        return
+    content = jinja2.Template(template, undefined=jinja2.StrictUndefined, keep_trailing_newline=True).render(
+        uid=account["uid"], gid=account["gid"])
+    yield from _swap_in(dest, content.encode(), user, user, mode, None)

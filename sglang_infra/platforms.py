@@ -1,0 +1,66 @@
+"""Everything that differs between operating systems, in one place.
+
+Supported: the usual GPU-server systems. The Docker packages differ per
+release, and so does whether the distribution ships compose v2 at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    codename: str
+    # Packages that give the engine plus `docker compose` (v2) from the OS's
+    # own archive, or None when the archive has no compose v2.
+    distribution_packages: tuple[str, ...] | None
+    # Docker's apt repository path segment: <url>/<family>
+    docker_repo_family: str
+
+
+PLATFORMS: dict[tuple[str, str], Platform] = {
+    # bookworm ships only the Python compose v1 (1.29), so compose v2 needs Docker's repository.
+    ("debian", "12"): Platform("Debian 12", "bookworm", None, "debian"),
+    ("debian", "13"): Platform("Debian 13", "trixie", ("docker.io", "docker-compose"), "debian"),
+    ("ubuntu", "22.04"): Platform("Ubuntu 22.04", "jammy", ("docker.io", "docker-compose-v2"), "ubuntu"),
+    ("ubuntu", "24.04"): Platform("Ubuntu 24.04", "noble", ("docker.io", "docker-compose-v2"), "ubuntu"),
+}
+
+# The packages Docker's own repository provides.
+DOCKER_REPO_PACKAGES = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-compose-plugin")
+
+NOLOGIN_SHELL = "/usr/sbin/nologin"
+
+
+def lookup(os_id: str | None, os_version: str | None) -> Platform | None:
+    if not os_id or not os_version:
+        return None
+    version = os_version if os_id == "ubuntu" else os_version.split(".")[0]
+    return PLATFORMS.get((os_id, version))
+
+
+def supported_names() -> str:
+    return ", ".join(p.name for p in PLATFORMS.values())
+
+
+def support_problem(os_id, os_version, docker_source: str, docker_server: str | None):
+    """(problem, fix) when this host cannot be converged as asked, else None."""
+    platform = lookup(os_id, os_version)
+    if platform is None:
+        return (f"unsupported operating system {os_id or 'unknown'} {os_version or ''}".rstrip(),
+                f"use one of: {supported_names()}")
+    if docker_server:
+        return None  # a working engine is left alone, wherever it came from
+    if docker_source == "distribution" and platform.distribution_packages is None:
+        return (f"{platform.name} ships no Docker Compose v2 in its own archive",
+                "set sglang_docker_source = 'docker' for this host or group to use Docker's apt repository")
+    return None
+
+
+def docker_packages(platform: Platform, docker_source: str) -> tuple[str, ...]:
+    if docker_source == "docker":
+        return DOCKER_REPO_PACKAGES
+    assert platform.distribution_packages is not None
+    return platform.distribution_packages

@@ -1,0 +1,160 @@
+"""The shape of every `sglang_*` data key: its type, what values make sense,
+and how to fix a wrong one. Defaults and their reasons live only in
+group_data/all.py; this module only judges values.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# An image reference: [registry[:port]/]path[:tag][@sha256:<64 hex>]
+_IMAGE_RE = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FLAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
+
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+
+@dataclass(frozen=True)
+class Key:
+    kind: str                      # what the value must be, in words
+    check: Callable[[Any], bool]   # True when the value is acceptable
+    fix: str                       # how to write a good value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float))) and not isinstance(value, bool)
+
+
+def _int_range(low: int, high: int) -> Callable[[Any], bool]:
+    return lambda v: _is_int(v) and low <= v <= high
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _one_of(*choices: Any) -> Callable[[Any], bool]:
+    return lambda v: v in choices
+
+
+def _flag_word(value: Any) -> bool:
+    return isinstance(value, str) and bool(_FLAG_VALUE_RE.match(value))
+
+
+def _abs_path(value: Any) -> bool:
+    return (
+        isinstance(value, str) and value.startswith("/") and value != "/"
+        and "//" not in value and not value.endswith("/")
+        and all(part not in (".", "..") for part in value.split("/"))
+        and re.match(r"^[A-Za-z0-9_./-]+$", value) is not None
+    )
+
+
+def _ip(value: Any) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def image_problem(value: Any) -> str | None:
+    """Why an image reference is not a pinned one, or None when it is."""
+    if not isinstance(value, str) or not value:
+        return "it must be a string such as 'lmsysorg/sglang:v0.5.16'"
+    match = _IMAGE_RE.match(value)
+    if not match:
+        return f"{value!r} is not a valid image reference"
+    if match["digest"]:
+        return None
+    if not match["tag"]:
+        return f"{value!r} has no tag, so it floats to whatever 'latest' is on the day of the pull"
+    if match["tag"] == "latest":
+        return f"{value!r} uses the floating 'latest' tag"
+    return None
+
+
+def _usernames(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and all(isinstance(v, str) and _USER_RE.match(v) and v not in ("root", "sglang") for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _gpus(value: Any) -> bool:
+    return value == "all" or (_is_int(value) and 1 <= value <= 64)
+
+
+def _https_url(value: Any) -> bool:
+    return isinstance(value, str) and re.match(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
+
+
+SCHEMA: dict[str, Key] = {
+    # account and layout
+    "sglang_home": Key("an absolute path", _abs_path, "use an absolute path such as '/opt/sglang'"),
+    "sglang_uid": Key("None or an integer 1-65533", _optional(_int_range(1, 65533)),
+                      "set a fixed numeric uid, e.g. sglang_uid = 990, or None to let useradd choose"),
+    "sglang_gid": Key("None or an integer 1-65533", _optional(_int_range(1, 65533)),
+                      "set a fixed numeric gid, e.g. sglang_gid = 990, or None to let groupadd choose"),
+    "sglang_admins": Key("a list of distinct user names (not root or sglang)", _usernames,
+                         "list existing login names, e.g. sglang_admins = ['alice']"),
+    # docker engine
+    "sglang_docker_source": Key("'distribution' or 'docker'", _one_of("distribution", "docker"),
+                                "use 'distribution' (the OS packages) or 'docker' (Docker's apt repository)"),
+    "sglang_docker_apt_url": Key("an https URL", _https_url,
+                                 "use Docker's repository base URL, e.g. 'https://download.docker.com/linux'"),
+    "sglang_apt_cache_time": Key("an integer number of seconds >= 0", _int_range(0, 10**7),
+                                 "use seconds, e.g. 86400"),
+    # stack
+    "sglang_image": Key("a pinned image reference", lambda v: image_problem(v) is None,
+                        "pin a release tag such as 'lmsysorg/sglang:v0.5.16' or a digest '@sha256:...'"),
+    "sglang_compose_template": Key("a template path relative to the project", lambda v: isinstance(v, str) and v != "",
+                                   "name a file under templates/, e.g. 'templates/compose.yaml.j2'"),
+    "sglang_model": Key("a Hugging Face repo id 'org/name'",
+                        lambda v: isinstance(v, str) and bool(_REPO_ID_RE.match(v)),
+                        "use the repo id, e.g. 'QuantTrio/Qwen3.6-35B-A3B-AWQ'"),
+    "sglang_served_model_name": Key("None or a name without spaces", _optional(_flag_word),
+                                    "use a short name such as 'qwen3.6-35b-a3b', or None for the repo id"),
+    "sglang_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30000"),
+    "sglang_bind_address": Key("an IP address", _ip, "use '0.0.0.0' for every interface or '127.0.0.1'"),
+    "sglang_gpus": Key("'all' or a GPU count 1-64", _gpus, "use 'all' or the number of GPUs to reserve"),
+    "sglang_healthcheck_start_period": Key("an integer number of seconds 60-7200", _int_range(60, 7200),
+                                           "allow a model load, e.g. 900"),
+    "sglang_debug_logging": Key("True or False", lambda v: isinstance(v, bool),
+                                "use True to enable the three debug flags, False to keep them commented"),
+    # launch flags
+    "sglang_dtype": Key(f"None or one of {', '.join(DTYPES)}", _optional(_one_of(*DTYPES)),
+                        "use 'float16' for AWQ/Marlin before SM90, or None for the model's own dtype"),
+    "sglang_mamba_conv_dtype": Key("None, 'float16', 'bfloat16' or 'float32'",
+                                   _optional(_one_of("float16", "bfloat16", "float32")),
+                                   "use 'float16' together with sglang_dtype = 'float16'"),
+    "sglang_mamba_full_memory_ratio": Key("None or a number in (0, 1]",
+                                          _optional(lambda v: _is_number(v) and 0 < v <= 1),
+                                          "use a fraction such as 0.9"),
+    "sglang_mem_fraction_static": Key("None or a number in (0, 1)",
+                                      _optional(lambda v: _is_number(v) and 0 < v < 1),
+                                      "use a fraction such as 0.85"),
+    "sglang_allow_auto_truncate": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_disable_custom_all_reduce": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_cuda_graph_backend_prefill": Key("None or a backend name", _optional(_flag_word),
+                                             "use 'disabled', or None to keep SGLang's default"),
+    "sglang_reasoning_parser": Key("None or a parser name", _optional(_flag_word), "use e.g. 'qwen3'"),
+    "sglang_tool_call_parser": Key("None or a parser name", _optional(_flag_word), "use e.g. 'qwen3_coder'"),
+    "sglang_context_length": Key("None or an integer 1-10000000", _optional(_int_range(1, 10_000_000)),
+                                 "use the model's context length, e.g. 262144"),
+    "sglang_tp_size": Key("an integer 1-64", _int_range(1, 64), "use the number of GPUs to split the model across"),
+}

@@ -1,0 +1,43 @@
+"""Docker engine with compose v2, running and enabled. A host whose engine
+already works (whatever installed it) is left alone."""
+
+from pyinfra import host
+from pyinfra.operations import apt, files, systemd
+
+from sglang_infra import platforms
+from sglang_infra.facts import HostState, engine_works
+
+state = host.get_fact(HostState)
+source = host.data.sglang_docker_source
+
+if engine_works(state):
+    host.noop(f"Docker {state['docker_server']} with compose {state['docker_compose']} already works; left alone")
+else:
+    platform = platforms.lookup(state["os_id"], state["os_version"])
+    if source == "docker":
+        keyring = "/etc/apt/keyrings/docker.asc"
+        repo_url = f"{host.data.sglang_docker_apt_url}/{platform.docker_repo_family}"
+        files.download(
+            name="Ensure Docker's apt signing key is present",
+            src=f"{repo_url}/gpg",
+            dest=keyring,
+            mode="644",
+        )
+        apt.repo(
+            name="Ensure Docker's apt repository is configured",
+            src=f"deb [signed-by={keyring}] {repo_url} {platform.codename} stable",
+            filename="docker",
+        )
+    apt.packages(
+        name=f"Ensure the Docker engine and compose v2 are installed ({source} packages)",
+        packages=list(platforms.docker_packages(platform, source)),
+        update=True,
+        cache_time=host.data.sglang_apt_cache_time,
+    )
+
+systemd.service(
+    name="Ensure the Docker engine is running and enabled",
+    service="docker",
+    running=True,
+    enabled=True,
+)

@@ -1,0 +1,27 @@
+"""docker/compose.yaml from the template, and docker/.env with the account's
+real ids. A new compose.yaml replaces the old one only after the host's own
+`docker compose config -q` accepts it."""
+
+from pyinfra import host
+
+from sglang_infra import ACCOUNT, render
+from sglang_infra.operations import account_env_file, checked_file
+
+docker_dir = f"{host.data.sglang_home}/docker"
+
+account_env_file(
+    name=f"Ensure {docker_dir}/.env carries the {ACCOUNT} account's real uid and gid",
+    dest=f"{docker_dir}/.env",
+    user=ACCOUNT,
+    template=render.env_template_source(),
+)
+
+checked_file(
+    name=f"Ensure {docker_dir}/compose.yaml is rendered from {host.data.sglang_compose_template} and accepted by compose",
+    dest=f"{docker_dir}/compose.yaml",
+    content=render.compose_yaml(host.data.dict()),
+    user=ACCOUNT,
+    group=ACCOUNT,
+    mode="644",
+    check=f"docker compose --project-directory {docker_dir} -f {{candidate}} config -q",
+)
