@@ -45,7 +45,6 @@ def launch_flags(data: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(PROJECT_DIR)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -57,8 +56,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def template_path(template: str) -> Path:
+    """A template named relative to the project, or by absolute path for a site's own copy."""
+    return PROJECT_DIR / template
+
+
 def render(template: str, **context: Any) -> str:
-    return _environment().get_template(template).render(**context)
+    source = template_path(template).read_text(encoding="utf-8")
+    return _environment().from_string(source).render(**context)
 
 
 def compose_yaml(data: Mapping[str, Any]) -> str:

@@ -14,16 +14,13 @@ Every message names the host, the key and the fix.
 from __future__ import annotations
 
 import difflib
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
 
 from . import platforms
+from .render import template_path
 from .schema import SCHEMA, image_problem
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-
 
 class DeployDataError(PyinfraError):
     """Raised while preparing the deploy; pyinfra prints it and exits non-zero."""
@@ -83,7 +80,7 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     if gpus != "all" and tp > gpus:
         err("sglang_tp_size", f"{tp} is larger than sglang_gpus={gpus}, so the model cannot be split",
             f"set sglang_tp_size <= {gpus} or reserve more GPUs")
-    template = PROJECT_DIR / data["sglang_compose_template"]
+    template = template_path(data["sglang_compose_template"])
     if not template.is_file():
         err("sglang_compose_template", f"{template} does not exist",
             "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")

@@ -137,12 +137,12 @@ def start_host(name: str, state_dir: Path, image: str | None = None) -> TestHost
     ])
     host = TestHost(name, "", key, state_dir / f"known_hosts.{name}")
     pubkey = Path(f"{key}.pub").read_text()
-    _wait_for(lambda: host.exec("test -d /run/systemd/system", check=False).returncode == 0,
-              f"systemd in {name}")
+    _wait_for(lambda: host.exec("systemctl is-system-running", check=False).stdout.strip()
+              in ("running", "degraded"), f"systemd to finish booting in {name}")
     host.exec(
         "systemd-machine-id-setup >/dev/null 2>&1; ssh-keygen -A >/dev/null; "
         f"install -d -m 700 /root/.ssh && printf '%s' '{pubkey.strip()}' > /root/.ssh/authorized_keys && "
-        "chmod 600 /root/.ssh/authorized_keys && systemctl restart ssh"
+        "chmod 600 /root/.ssh/authorized_keys && systemctl reset-failed ssh.service; systemctl restart ssh"
     )
     inspect = json.loads(_run(["docker", "inspect", name]).stdout)[0]
     host.address = inspect["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]

@@ -1,0 +1,120 @@
+"""The state deploy.py promises, checked read-only on each host."""
+
+from __future__ import annotations
+
+import hashlib
+
+from sglang_infra import ACCOUNT, render
+from sglang_infra.platforms import NOLOGIN_SHELL
+
+
+def _passwd(target):
+    line = target.run(f"getent passwd {ACCOUNT}").stdout.strip()
+    assert line, f"{target.name}: no account {ACCOUNT}"
+    return line.split(":")
+
+
+def test_account_is_a_nologin_system_account(target):
+    name, _, uid, _, _, home, shell = _passwd(target)
+    assert shell == NOLOGIN_SHELL
+    assert home == target.data["sglang_home"]
+    assert int(uid) < 1000, "not a system uid"
+    if target.data["sglang_uid"] is not None:
+        assert int(uid) == target.data["sglang_uid"]
+
+
+def test_account_primary_group_is_its_own(target):
+    gid = int(_passwd(target)[3])
+    group = target.run(f"getent group {ACCOUNT}").stdout.strip().split(":")
+    assert int(group[2]) == gid
+    if target.data["sglang_gid"] is not None:
+        assert gid == target.data["sglang_gid"]
+
+
+def test_account_password_is_locked(target):
+    field = target.run(f"getent shadow {ACCOUNT}").stdout.split(":")[1]
+    assert field[:1] in ("!", "*")
+
+
+def test_account_is_in_docker_group(target):
+    assert "docker" in target.run(f"id -nG {ACCOUNT}").stdout.split()
+
+
+def test_admins_are_in_the_account_group(target):
+    for admin in target.data["sglang_admins"]:
+        assert ACCOUNT in target.run(f"id -nG {admin}").stdout.split(), admin
+
+
+def _stat(target, path):
+    return target.run(f"stat -c '%U %G %a' {path}").stdout.split()
+
+
+def test_home_is_owned_and_private(target):
+    assert _stat(target, target.data["sglang_home"]) == [ACCOUNT, ACCOUNT, "750"]
+
+
+def test_docker_dir_is_not_group_writable(target):
+    assert _stat(target, f"{target.data['sglang_home']}/docker") == [ACCOUNT, ACCOUNT, "755"]
+
+
+def test_hf_cache_dirs_are_setgid_and_group_writable(target):
+    home = target.data["sglang_home"]
+    for path in (f"{home}/hf-cache", f"{home}/hf-cache/hub"):
+        assert _stat(target, path) == [ACCOUNT, ACCOUNT, "2775"], path
+
+
+def test_hf_cache_has_no_drifted_entries(target):
+    cache = f"{target.data['sglang_home']}/hf-cache"
+    found = target.run(
+        f"find {cache} -mindepth 1 \\( ! -group {ACCOUNT} -o \\( ! -type l ! -type d ! -perm -060 \\) "
+        f"-o \\( -type d ! -perm -2070 \\) \\) -print").stdout
+    assert found == ""
+
+
+def test_nothing_is_world_writable(target):
+    assert target.run(f"find {target.data['sglang_home']} ! -type l -perm -002 -print").stdout == ""
+
+
+def test_everything_outside_hf_cache_is_owned_by_the_account(target):
+    home = target.data["sglang_home"]
+    found = target.run(f"find {home} -path {home}/hf-cache -prune -o \\( ! -user {ACCOUNT} -o ! -group {ACCOUNT} \\) "
+                       "-print").stdout
+    assert found == ""
+
+
+def test_docker_engine_is_running_and_enabled(target):
+    assert target.run("systemctl is-active docker").stdout.strip() == "active"
+    assert target.run("systemctl is-enabled docker").stdout.strip() == "enabled"
+
+
+def test_docker_compose_is_v2(target):
+    version = target.run("docker compose version --short").stdout.strip().lstrip("v")
+    assert int(version.split(".")[0]) >= 2, version
+
+
+def test_compose_yaml_is_the_rendering_of_the_data(target):
+    path = f"{target.data['sglang_home']}/docker/compose.yaml"
+    remote = target.run(f"sha256sum {path}").stdout.split()[0]
+    assert remote == hashlib.sha256(render.compose_yaml(target.data).encode()).hexdigest()
+    assert _stat(target, path) == [ACCOUNT, ACCOUNT, "644"]
+
+
+def test_compose_yaml_is_accepted_by_compose(target):
+    docker_dir = f"{target.data['sglang_home']}/docker"
+    result = target.run(f"docker compose --project-directory {docker_dir} config -q")
+    assert result.rc == 0, result.stderr
+
+
+def test_compose_pins_the_image(target):
+    docker_dir = f"{target.data['sglang_home']}/docker"
+    images = target.run(f"docker compose --project-directory {docker_dir} config --images").stdout.split()
+    assert images == [target.data["sglang_image"]]
+
+
+def test_env_file_carries_the_account_ids(target):
+    _, _, uid, gid, *_ = _passwd(target)
+    path = f"{target.data['sglang_home']}/docker/.env"
+    values = dict(line.split("=", 1) for line in target.run(f"cat {path}").stdout.splitlines()
+                  if line and not line.startswith("#"))
+    assert values == {"SGLANG_UID": uid, "SGLANG_GID": gid}
+    assert _stat(target, path) == [ACCOUNT, ACCOUNT, "640"]
