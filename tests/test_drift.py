@@ -1,0 +1,130 @@
+"""Drift on a converged host is shown by --dry without being touched, caught
+by the host checks, and repaired by one re-run that reports exactly what it
+fixed; a third run changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import PROJECT_DIR, run_deploy, run_dry, run_host_checks, write_inventory
+
+HOST = "sg-drift"
+HUB = "/opt/sglang/hf-cache/hub"
+COMPOSE = "/opt/sglang/docker/compose.yaml"
+
+ACCOUNT_OP = "tasks/account.py | Ensure sglang is a locked nologin system account in the docker group, with admins in its group"
+HUB_OP = "tasks/layout.py | Ensure hf-cache/hub, setgid and group-writable (/opt/sglang/hf-cache/hub) is sglang:sglang 2775"
+TREE_OP = "tasks/layout.py | Ensure nothing under /opt/sglang has drifted (hf-cache group/setgid, ownership, world/group write)"
+ENV_OP = "tasks/stack.py | Ensure /opt/sglang/docker/.env carries the sglang account's real uid and gid"
+COMPOSE_OP = ("tasks/stack.py | Ensure /opt/sglang/docker/compose.yaml is rendered from templates/compose.yaml.j2 "
+              "and accepted by compose")
+
+# Each drift an operator or a process could cause, planted by hand.
+DRIFTS = {
+    "hub lost setgid": f"chmod g-s {HUB}",
+    "cache file lost group write and group": (
+        f"mkdir -p {HUB}/models--org--m/blobs && echo x > {HUB}/models--org--m/blobs/abc && "
+        f"chown -R root:root {HUB}/models--org--m && chmod 644 {HUB}/models--org--m/blobs/abc && "
+        f"chmod 755 {HUB}/models--org--m {HUB}/models--org--m/blobs"
+    ),
+    "compose.yaml owned by root": f"chown root:root {COMPOSE}",
+    "shell changed": "usermod -s /bin/bash sglang",
+    "dropped from docker": "gpasswd -d sglang docker",
+    "password unlocked": "usermod -p '$6$x$y' sglang",
+    "compose.yaml hand-edited": f"sed -i 's/--mem-fraction-static=0.85/--mem-fraction-static=0.95/' {COMPOSE}",
+    ".env deleted": "rm /opt/sglang/docker/.env",
+    "world-writable file": "touch /opt/sglang/notes.txt && chown sglang:sglang /opt/sglang/notes.txt && "
+                           "chmod 666 /opt/sglang/notes.txt",
+}
+EXPECTED_REPAIRS = {ACCOUNT_OP, HUB_OP, TREE_OP, ENV_OP, COMPOSE_OP}
+
+
+@pytest.fixture(scope="module")
+def drifted(testbed, workdir):
+    host = testbed.host(HOST)
+    inventory = write_inventory(workdir / "drift.py", {"production": [(host, {})]})
+    converge = run_deploy(inventory)
+    assert converge.returncode == 0, converge.output[-3000:]
+    for command in DRIFTS.values():
+        host.exec(command)
+    edited = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
+    dry = run_dry(inventory)
+    after_dry = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
+    shell_after_dry = host.exec("getent passwd sglang").stdout.strip().split(":")[-1]
+    checks_before = run_host_checks(inventory, workdir)
+    repair = run_deploy(inventory)
+    checks_after = run_host_checks(inventory, workdir)
+    third = run_deploy(inventory)
+    return dict(host=host, inventory=inventory, edited=edited, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
+                checks_before=checks_before, repair=repair, checks_after=checks_after, third=third)
+
+
+def test_dry_run_shows_each_drifted_concern(drifted):
+    returncode, plan, output = drifted["dry"]
+    assert returncode == 0, output[-3000:]
+    assert {op for op, hosts in plan.items() if HOST in hosts} == EXPECTED_REPAIRS
+
+
+def test_dry_run_changes_nothing(drifted):
+    assert drifted["after_dry"] == drifted["edited"]
+    assert drifted["shell_after_dry"] == "/bin/bash"
+
+
+@pytest.mark.parametrize("check", [
+    "test_account_is_a_nologin_system_account",
+    "test_account_password_is_locked",
+    "test_account_is_in_docker_group",
+    "test_hf_cache_dirs_are_setgid_and_group_writable",
+    "test_hf_cache_has_no_drifted_entries",
+    "test_nothing_is_world_writable",
+    "test_everything_outside_hf_cache_is_owned_by_the_account",
+    "test_compose_yaml_is_the_rendering_of_the_data",
+    "test_env_file_carries_the_account_ids",
+])
+def test_host_checks_catch_the_drift(drifted, check):
+    assert check in drifted["checks_before"].failed(HOST)
+
+
+def test_repair_run_reports_exactly_what_it_fixed(drifted):
+    repair = drifted["repair"]
+    assert repair.returncode == 0, repair.output[-3000:]
+    assert set(repair.changed(HOST)) == EXPECTED_REPAIRS
+
+
+def test_host_checks_pass_after_repair(drifted):
+    report = drifted["checks_after"]
+    assert report.failed(HOST) == set(), report.output[-3000:]
+    assert len(report.passed(HOST)) >= 17
+
+
+def test_run_after_repair_changes_nothing(drifted):
+    third = drifted["third"]
+    assert third.returncode == 0, third.output[-3000:]
+    assert third.changed(HOST) == []
+
+
+def test_hand_edited_compose_is_kept_as_previous(drifted):
+    previous = drifted["host"].exec(f"cat {COMPOSE}.previous").stdout
+    assert "--mem-fraction-static=0.95" in previous
+
+
+def test_repair_keeps_admin_files_in_place(drifted):
+    host = drifted["host"]
+    assert host.exec(f"cat {HUB}/models--org--m/blobs/abc").stdout == "x\n"
+    assert host.exec(f"stat -c '%G %a' {HUB}/models--org--m {HUB}/models--org--m/blobs/abc").stdout.split() == \
+        ["sglang", "2775", "sglang", "664"]
+
+
+def test_rejected_compose_file_never_replaces_a_good_one(drifted, workdir):
+    """A template that compose refuses leaves the running config untouched."""
+    host = drifted["host"]
+    before = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
+    broken = workdir / "broken-compose.yaml.j2"
+    broken.write_text("services:\n  sglang:\n    image: {{ sglang_image | q }}\n    ports: 30000\n"
+                      "    restart: sometimes\n")
+    result = run_deploy(drifted["inventory"], "--data", f"sglang_compose_template={broken}")
+    assert result.returncode != 0
+    assert "failed its check, the current file is unchanged" in result.output
+    assert host.exec(f"sha256sum {COMPOSE}").stdout.split()[0] == before
+    assert host.exec(f"ls {COMPOSE}.candidate", check=False).returncode != 0
+    assert PROJECT_DIR.exists()
