@@ -1,0 +1,83 @@
+"""Bad input is refused before anything changes on any host: the message
+names the host, the key and the fix, and the exit code is non-zero."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import run_deploy, write_inventory
+
+GOOD, BAD, ALIEN = "sg-refuse-good", "sg-refuse-bad", "sg-refuse-alien"
+
+# What a host looks like, for "untouched": account, layout, engine, packages.
+FINGERPRINT = (
+    "getent passwd sglang; getent group sglang; getent group docker; id -nG sglang 2>&1; "
+    "ls -la --time-style=+%s /opt /opt/sglang 2>&1; find /opt/sglang -printf '%p %u %g %m %s\\n' 2>&1; "
+    "dpkg-query -W -f='${Package} ${Status}\\n' docker.io docker-compose 2>&1; "
+    "stat -c %Y /var/lib/apt/lists 2>&1; true"
+)
+
+
+@pytest.fixture(scope="module")
+def hosts(testbed):
+    made = {name: testbed.host(name) for name in (GOOD, BAD, ALIEN)}
+    # The bad host already has an sglang account, made by hand with other ids.
+    made[BAD].exec("groupadd --system --gid 1234 sglang && useradd --system --uid 1234 --gid 1234 "
+                   "--home-dir /opt/sglang --no-create-home --shell /usr/sbin/nologin sglang")
+    # The alien host claims to be an operating system the deploy does not support.
+    made[ALIEN].exec("sed -i -e 's/^ID=.*/ID=rocky/' -e 's/^VERSION_ID=.*/VERSION_ID=\"9.4\"/' /etc/os-release")
+    return made
+
+
+def fingerprints(hosts):
+    return {name: host.exec(FINGERPRINT).stdout for name, host in hosts.items()}
+
+
+CASES = {
+    "typo": ({"sglang_imgae": "lmsysorg/sglang:v0.5.16"}, BAD, "sglang_imgae", "did you mean sglang_image"),
+    "wrong type": ({"sglang_port": "thirty"}, BAD, "sglang_port", "use a port number"),
+    "latest tag": ({"sglang_image": "lmsysorg/sglang:latest"}, BAD, "sglang_image", "floating 'latest' tag"),
+    "missing tag": ({"sglang_image": "lmsysorg/sglang"}, BAD, "sglang_image", "has no tag"),
+    "tp above gpus": ({"sglang_tp_size": 4, "sglang_gpus": 2}, BAD, "sglang_tp_size", "sglang_tp_size <= 2"),
+    "dtype without conv dtype": ({"sglang_mamba_conv_dtype": None}, BAD, "sglang_mamba_conv_dtype",
+                                 "set both to 'float16', or neither"),
+    "negative fraction": ({"sglang_mem_fraction_static": -0.5}, BAD, "sglang_mem_fraction_static", "a fraction"),
+    "admin missing": ({"sglang_admins": ["mallory"]}, BAD, "sglang_admins", "create 'mallory' first"),
+    "uid differs": ({"sglang_uid": 950}, BAD, "sglang_uid", "set sglang_uid = 1234"),
+    "gid differs": ({"sglang_gid": 950}, BAD, "sglang_gid", "set sglang_gid = 1234"),
+    "unsupported os": ({}, ALIEN, "os", "use one of: Debian 12, Debian 13"),
+}
+
+
+@pytest.fixture(scope="module")
+def baseline(hosts):
+    return fingerprints(hosts)
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_bad_input_is_refused_and_no_host_changes(hosts, baseline, workdir, case):
+    data, target, key, fix = CASES[case]
+    groups = {"production": [(hosts[GOOD], {})],
+              "quality": [(hosts[name], data if name == target else {}) for name in (BAD, ALIEN)
+                          if name == target]}
+    inventory = write_inventory(workdir / f"refuse_{case.replace(' ', '_')}.py", groups)
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    assert f"host {target}: {key}:" in result.output, result.output[-3000:]
+    assert fix in result.output
+    assert "Fix:" in result.output
+    assert "refused before any change on any host" in result.output
+    assert result.statuses == {}, "an operation started"
+    assert fingerprints(hosts) == baseline
+
+
+def test_every_problem_of_every_host_is_reported_at_once(hosts, baseline, workdir):
+    inventory = write_inventory(workdir / "refuse_many.py", {
+        "production": [(hosts[GOOD], {"sglang_image": "lmsysorg/sglang:latest"})],
+        "quality": [(hosts[BAD], {"sglang_port": 0, "sglang_tp_size": "2"})],
+    })
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    for expected in (f"host {GOOD}: sglang_image:", f"host {BAD}: sglang_port:", f"host {BAD}: sglang_tp_size:"):
+        assert expected in result.output
+    assert fingerprints(hosts) == baseline
