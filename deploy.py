@@ -6,11 +6,14 @@ The order follows the runbook's first-time setup. Nothing runs on any host
 until every host's data has been checked.
 """
 
-from pyinfra import host, inventory, local
+from pyinfra import host, inventory, local, state
 
+from sglang_infra import compat, report
 from sglang_infra.validate import preflight
 
-preflight(host, inventory)
+compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
+report.install(state)         # the run ends by naming every failed host
+preflight(host, inventory)    # refuse bad data on any host before anything runs
 
 local.include("tasks/account.py")        # 1. the sglang system account
 local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
