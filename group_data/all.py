@@ -93,3 +93,8 @@ sglang_context_length = 262144
 
 # Splits the model across the GPUs; the runbook's servers have two.
 sglang_tp_size = 2
+
+# ---------------------------------------------------------------- Connection (pyinfra's own key)
+
+# Refuse hosts whose SSH key is not already in known_hosts, as OpenSSH does with StrictHostKeyChecking=yes; pyinfra's default would trust a new host on first contact.
+ssh_strict_host_key_checking = "yes"

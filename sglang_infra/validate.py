@@ -33,6 +33,15 @@ def _looks_like_ours(key: str) -> bool:
     return bool(difflib.get_close_matches(lowered, SCHEMA, n=1, cutoff=0.85))
 
 
+def _suggest(key: str) -> str | None:
+    normal = key.lower().replace("-", "_")
+    prefixed = sorted(k for k in SCHEMA if k.startswith(normal))
+    if prefixed:
+        return prefixed[0]
+    close = difflib.get_close_matches(normal, SCHEMA, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     """All problems with one host's merged data, as complete sentences."""
     errors: list[str] = []
@@ -43,8 +52,8 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     for key in sorted(data):
         if key in SCHEMA or not _looks_like_ours(key):
             continue
-        guess = difflib.get_close_matches(key, SCHEMA, n=1, cutoff=0.6)
-        hint = f"did you mean {guess[0]}? " if guess else ""
+        guess = _suggest(key)
+        hint = f"did you mean {guess}? " if guess else ""
         err(key, "unknown key (a typo would silently fall back to the default)",
             f"{hint}the known keys are listed in README.md and group_data/all.py")
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian machine (as root) to run the sandbox and the tests:
+# Docker engine, debootstrap, a Python venv with the pinned dependencies.
+# Safe to run again: each step checks before it acts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then
+    systemctl start docker
+  else
+    echo "setup: starting dockerd (no systemd here)" >&2
+    nohup dockerd >/var/log/sglang-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not answer within 60 s; see /var/log/sglang-dockerd.log" >&2; exit 1; }
+fi
+
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the pinned Python dependencies into .venv" >&2
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" >"$stamp"
+fi

@@ -1,0 +1,60 @@
+"""The local sandbox host behind scripts/sandbox.sh and inventory.py's default.
+
+    python -m testbed.sandbox up        start it unless it is already running
+    python -m testbed.sandbox --fresh   replace it with a new, bare host
+    python -m testbed.sandbox --down    remove it
+
+Its address and keys go to .sandbox/hosts.json, which inventory.py reads when
+no hosts are configured.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed import hosts
+
+NAME = "sglang-sandbox"
+STATE_DIR = Path(__file__).resolve().parents[2] / ".sandbox"
+STATE_FILE = STATE_DIR / "hosts.json"
+
+
+def _running() -> bool:
+    proc = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", NAME], capture_output=True, text=True)
+    return proc.stdout.strip() == "true"
+
+
+def up(fresh: bool = False) -> None:
+    if not fresh and _running() and STATE_FILE.exists():
+        print(f"sandbox: {NAME} is running ({json.loads(STATE_FILE.read_text())[0]['address']})", file=sys.stderr)
+        return
+    print(f"sandbox: starting {NAME}", file=sys.stderr)
+    host = hosts.start_host(NAME, STATE_DIR)
+    STATE_FILE.write_text(json.dumps([host.to_json()], indent=2) + "\n")
+    print(f"sandbox: {NAME} answers SSH at {host.address}", file=sys.stderr)
+
+
+def down() -> None:
+    hosts.remove_host(NAME)
+    STATE_FILE.unlink(missing_ok=True)
+
+
+def main(argv: list[str]) -> int:
+    action = argv[0] if argv else "up"
+    if action == "up":
+        up()
+    elif action == "--fresh":
+        up(fresh=True)
+    elif action == "--down":
+        down()
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+from pyinfra.api import OperationError
+
+from conftest import FakeHost, command_text, load_cases
+from sglang_infra import operations
+
+CASES = load_cases("operations")
+
+
+def run(op: str, args: dict, facts: dict, executing: bool = False):
+    fake = FakeHost(facts, executing=executing)
+    with mock.patch.object(operations, "host", fake):
+        commands = [command_text(c) for c in getattr(operations, op)._inner(**args)]
+    return commands, fake
+
+
+@pytest.mark.parametrize("name,case", CASES, ids=[name for name, _ in CASES])
+def test_operation_yields_the_recorded_commands(name, case):
+    commands, fake = run(case["op"], case["args"], case["facts"])
+    assert commands == case["commands"]
+    assert bool(fake.noops) == case["noop"]
+
+
+def test_every_operation_has_a_noop_case():
+    ops_with_noop = {case["op"] for _, case in CASES if case["noop"] and not case["commands"]}
+    assert ops_with_noop == {"service_account", "repair_tree", "checked_file", "account_env_file"}
+
+
+def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution():
+    name, case = next(c for c in CASES if c[0] == "account_env_file.planning_before_the_account_exists")
+    with pytest.raises(OperationError, match="does not exist"):
+        run(case["op"], case["args"], case["facts"], executing=True)
+
+
+def test_checked_file_refuses_to_replace_a_directory():
+    with pytest.raises(OperationError, match="not a regular file"):
+        run("checked_file", {"dest": "/opt/sglang/docker/compose.yaml", "content": "x", "user": "sglang",
+                             "group": "sglang"}, {"FileState": False})
+
+
+def test_repair_tree_chunks_large_repairs():
+    paths = [f"/opt/sglang/hf-cache/hub/f{i}" for i in range(450)]
+    commands, _ = run("repair_tree", {"home": "/opt/sglang"}, {"TreeDrift": {"cache_file_mode": paths}})
+    assert len(commands) == 3
+    assert sum(c.count("/opt/sglang/hf-cache/hub/f") for c in commands) == 450
+
+
+def test_rejected_candidate_is_removed_and_the_command_fails():
+    """The check's failure path, run for real in a shell on this machine."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = Path(tmp) / "compose.yaml"
+        dest.write_text("good\n")
+        candidate = Path(f"{dest}.candidate")
+        candidate.write_text("bad\n")
+        user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
+        commands, _ = run("checked_file", {"dest": str(dest), "content": "bad\n", "user": user, "group": group,
+                                           "check": "grep -q good {candidate}"},
+                          {"FileState": {"owner": user, "group": group, "mode": "644", "sha256": "0"}})
+        result = subprocess.run(["sh", "-c", commands[1]], capture_output=True, text=True)
+        assert result.returncode != 0
+        assert "failed its check, the current file is unchanged" in result.stderr
+        assert dest.read_text() == "good\n"
+        assert not candidate.exists()

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import re
+import runpy
+
+import yaml
+
+from harness import PROJECT_DIR
+from sglang_infra import render
+from sglang_infra.defaults import read_defaults
+
+DEFAULTS = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
+            if k.startswith("sglang_")}
+
+
+def compose(**overrides):
+    return render.compose_yaml({**DEFAULTS, **overrides})
+
+
+def command(**overrides):
+    return yaml.safe_load(compose(**overrides))["services"]["sglang"]["command"]
+
+
+def test_defaults_render_every_runbook_flag_in_order():
+    flags = [arg for arg in command() if arg.startswith("--") and not arg.startswith(("--model-path", "--host",
+                                                                                        "--port"))]
+    assert flags == ["--dtype=float16", "--mamba-full-memory-ratio=0.9", "--mem-fraction-static=0.85",
+                     "--allow-auto-truncate", "--disable-custom-all-reduce", "--cuda-graph-backend-prefill=disabled",
+                     "--reasoning-parser=qwen3", "--tool-call-parser=qwen3_coder", "--context-length=262144",
+                     "--tp-size=2"]
+
+
+def test_each_flag_carries_its_reason_from_group_data():
+    text = compose()
+    reasons = {d.key: d.reason for d in read_defaults()}
+    for flag in render.launch_flags(DEFAULTS):
+        assert f"      # {reasons[flag['key']]}\n      - \"{flag['arg']}\"\n" in text
+
+
+def test_none_and_false_leave_flags_out():
+    args = command(sglang_dtype=None, sglang_mamba_conv_dtype=None, sglang_allow_auto_truncate=False,
+                   sglang_context_length=None)
+    assert not any(a.startswith(("--dtype", "--allow-auto-truncate", "--context-length")) for a in args)
+    env = yaml.safe_load(compose(sglang_dtype=None, sglang_mamba_conv_dtype=None))["services"]["sglang"]["environment"]
+    assert "SGLANG_MAMBA_CONV_DTYPE" not in env
+
+
+def test_fp16_and_conv_dtype_render_together():
+    service = yaml.safe_load(compose())["services"]["sglang"]
+    assert "--dtype=float16" in service["command"]
+    assert service["environment"]["SGLANG_MAMBA_CONV_DTYPE"] == "float16"
+
+
+def test_debug_flags_are_commented_out_unless_asked():
+    assert "--log-level=debug" not in command()
+    assert re.search(r"#\s*- --log-requests-level=3", compose())
+    assert {"--log-level=debug", "--log-requests", "--log-requests-level=3"} <= set(command(sglang_debug_logging=True))
+
+
+def test_service_shape():
+    service = yaml.safe_load(compose(sglang_port=31000, sglang_bind_address="127.0.0.1", sglang_gpus=2,
+                                     sglang_tp_size=2))["services"]["sglang"]
+    assert service["image"] == "lmsysorg/sglang:v0.5.16"
+    assert service["ipc"] == "host"
+    assert service["ports"] == ["127.0.0.1:31000:31000"]
+    assert service["volumes"] == ["/opt/sglang/hf-cache:/hf-cache"]
+    assert service["environment"]["HF_HOME"] == "/hf-cache"
+    assert service["healthcheck"]["start_period"] == "900s"
+    assert "31000/health" in service["healthcheck"]["test"][-1]
+    assert service["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}]
+
+
+def test_served_model_name_is_optional():
+    assert "--served-model-name=prod" in command(sglang_served_model_name="prod")
+    assert not any(a.startswith("--served-model-name") for a in command())
+
+
+def test_env_template_renders_ids():
+    import jinja2
+    text = jinja2.Template(render.env_template_source(), keep_trailing_newline=True).render(uid=995, gid=996)
+    assert "SGLANG_UID=995\nSGLANG_GID=996\n" in text
+
+
+def test_every_default_has_a_reason_and_a_section():
+    for default in read_defaults():
+        assert default.reason, default.key
+        assert default.section, default.key
+
+
+def test_readme_variables_table_mirrors_group_data():
+    readme = (PROJECT_DIR / "README.md").read_text()
+    rows = {m[0]: m[1] for m in re.findall(r"^\| `((?:sglang|ssh)_\w+)` \| `([^`]*)` \|", readme, re.M)}
+    assert rows == {d.key: d.default_source for d in read_defaults()}

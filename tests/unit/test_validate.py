@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import runpy
+
+import pytest
+
+from harness import PROJECT_DIR
+from sglang_infra.schema import image_problem
+from sglang_infra.validate import check_data, check_host_state
+
+DEFAULTS = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
+            if k.startswith("sglang_")}
+
+
+def errors_for(**overrides):
+    return check_data("gpu-01", {**DEFAULTS, **overrides})
+
+
+def test_defaults_are_valid():
+    assert errors_for() == []
+
+
+def test_every_group_file_is_valid_on_top_of_the_defaults():
+    for path in (PROJECT_DIR / "group_data").glob("*.py"):
+        group = {k: v for k, v in runpy.run_path(str(path)).items() if k.startswith("sglang_")}
+        assert errors_for(**group) == [], path.name
+
+
+@pytest.mark.parametrize("image", ["lmsysorg/sglang:v0.5.16", "registry.local:5000/team/sglang:v0.5.16-cu130",
+                                   "lmsysorg/sglang@sha256:" + "a" * 64,
+                                   "lmsysorg/sglang:v0.5.16@sha256:" + "b" * 64])
+def test_pinned_images_are_accepted(image):
+    assert image_problem(image) is None
+
+
+@pytest.mark.parametrize("image,why", [
+    ("lmsysorg/sglang:latest", "floating 'latest'"),
+    ("lmsysorg/sglang", "has no tag"),
+    ("registry.local:5000/sglang", "has no tag"),
+    ("LMSYS/sglang:v1", "not a valid image reference"),
+    ("lmsysorg/sglang:v1 ", "not a valid image reference"),
+    ("", "must be a string"),
+    (None, "must be a string"),
+])
+def test_unpinned_or_invalid_images_are_refused(image, why):
+    assert why in image_problem(image)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ({"sglang_port": "30000"}, "sglang_port"),
+    ({"sglang_port": 70000}, "sglang_port"),
+    ({"sglang_port": True}, "sglang_port"),
+    ({"sglang_uid": -1}, "sglang_uid"),
+    ({"sglang_uid": 1.5}, "sglang_uid"),
+    ({"sglang_admins": "alice"}, "sglang_admins"),
+    ({"sglang_admins": ["alice", "alice"]}, "sglang_admins"),
+    ({"sglang_admins": ["root"]}, "sglang_admins"),
+    ({"sglang_admins": ["Bad Name"]}, "sglang_admins"),
+    ({"sglang_home": "opt/sglang"}, "sglang_home"),
+    ({"sglang_home": "/"}, "sglang_home"),
+    ({"sglang_home": "/opt/../etc"}, "sglang_home"),
+    ({"sglang_home": "/opt/sg lang"}, "sglang_home"),
+    ({"sglang_mem_fraction_static": 1.0}, "sglang_mem_fraction_static"),
+    ({"sglang_mamba_full_memory_ratio": 0}, "sglang_mamba_full_memory_ratio"),
+    ({"sglang_dtype": "fp8"}, "sglang_dtype"),
+    ({"sglang_docker_source": "snap"}, "sglang_docker_source"),
+    ({"sglang_docker_apt_url": "http://example.invalid/linux"}, "sglang_docker_apt_url"),
+    ({"sglang_gpus": 0}, "sglang_gpus"),
+    ({"sglang_tp_size": 0}, "sglang_tp_size"),
+    ({"sglang_model": "not-a-repo-id"}, "sglang_model"),
+    ({"sglang_served_model_name": "has space"}, "sglang_served_model_name"),
+    ({"sglang_tool_call_parser": "qwen3; rm -rf /"}, "sglang_tool_call_parser"),
+    ({"sglang_bind_address": "localhost"}, "sglang_bind_address"),
+    ({"sglang_healthcheck_start_period": 5}, "sglang_healthcheck_start_period"),
+    ({"sglang_debug_logging": "yes"}, "sglang_debug_logging"),
+])
+def test_wrong_values_name_host_key_and_fix(overrides, key):
+    errors = errors_for(**overrides)
+    assert len(errors) == 1
+    assert errors[0].startswith(f"host gpu-01: {key}: ")
+    assert "Fix: " in errors[0]
+
+
+@pytest.mark.parametrize("typo,suggestion", [
+    ("sglang_imgae", "sglang_image"),
+    ("sglang_tp", "sglang_tp_size"),
+    ("sglang-port", "sglang_port"),
+    ("sglan_admins", "sglang_admins"),
+])
+def test_unknown_keys_are_refused_with_a_suggestion(typo, suggestion):
+    errors = errors_for(**{typo: 1})
+    assert errors and f"did you mean {suggestion}?" in errors[0]
+    assert errors[0].startswith(f"host gpu-01: {typo}: unknown key")
+
+
+def test_unrelated_keys_are_left_to_pyinfra():
+    assert errors_for(ssh_user="deploy", _sudo=True, ssh_port=2222) == []
+
+
+def test_missing_defaults_are_reported():
+    data = dict(DEFAULTS)
+    del data["sglang_image"]
+    assert any("sglang_image: missing" in e for e in check_data("h", data))
+
+
+@pytest.mark.parametrize("dtype,conv,ok", [
+    ("float16", "float16", True), (None, None, True), ("bfloat16", None, True),
+    ("float16", None, False), ("float16", "bfloat16", False), (None, "float16", False),
+])
+def test_fp16_and_mamba_conv_dtype_go_together(dtype, conv, ok):
+    assert (errors_for(sglang_dtype=dtype, sglang_mamba_conv_dtype=conv) == []) is ok
+
+
+def test_tp_size_cannot_exceed_reserved_gpus():
+    assert errors_for(sglang_tp_size=2, sglang_gpus=2) == []
+    assert "sglang_tp_size <= 1" in errors_for(sglang_tp_size=2, sglang_gpus=1)[0]
+
+
+def test_compose_template_must_exist():
+    assert "does not exist" in errors_for(sglang_compose_template="templates/nope.j2")[0]
+
+
+FRESH = {"os_id": "debian", "os_version": "13", "user": None, "group": None, "admins_present": [],
+         "uid_owner": None, "gid_owner": None, "docker_server": None}
+
+
+def host_errors(state=None, **overrides):
+    return check_host_state("gpu-01", {**DEFAULTS, **overrides}, {**FRESH, **(state or {})})
+
+
+def test_fresh_supported_host_passes():
+    assert host_errors() == []
+
+
+@pytest.mark.parametrize("os_id,version,ok", [
+    ("debian", "13", True), ("ubuntu", "22.04", True), ("ubuntu", "24.04", True),
+    ("ubuntu", "20.04", False), ("rocky", "9.4", False), (None, None, False),
+])
+def test_supported_systems(os_id, version, ok):
+    assert (host_errors({"os_id": os_id, "os_version": version}) == []) is ok
+
+
+def test_debian_12_needs_dockers_repository_unless_an_engine_works():
+    assert "sglang_docker_source = 'docker'" in host_errors({"os_version": "12"})[0]
+    assert host_errors({"os_version": "12"}, sglang_docker_source="docker") == []
+    assert host_errors({"os_version": "12", "docker_server": "27.3.1"}) == []
+
+
+def test_existing_account_with_other_ids_is_refused():
+    state = {"user": {"uid": 995, "gid": 996}, "group": {"gid": 996}}
+    errors = host_errors(state, sglang_uid=950, sglang_gid=950)
+    assert any("sglang_uid: the existing account sglang has uid 995" in e and "set sglang_uid = 995" in e
+               for e in errors)
+    assert any("sglang_gid: the existing group sglang has gid 996" in e for e in errors)
+    assert host_errors(state, sglang_uid=995, sglang_gid=996) == []
+
+
+def test_fixed_ids_taken_by_others_are_refused():
+    errors = host_errors({"uid_owner": "postgres", "gid_owner": "postgres"}, sglang_uid=950, sglang_gid=950)
+    assert len(errors) == 2 and "'postgres'" in errors[0]
+
+
+def test_missing_admins_are_named():
+    errors = host_errors({"admins_present": ["alice"]}, sglang_admins=["alice", "bob"])
+    assert len(errors) == 1 and "the user 'bob' does not exist" in errors[0]
