@@ -8,11 +8,13 @@ until every host's data has been checked.
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra import compat, report
+from sglang_infra import compat, factcache, report
 from sglang_infra.validate import preflight
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
+compat.install_fast_call_locations()  # operation call sites without reading source lines
 report.install(state)         # the run ends by naming every failed host
+factcache.install()           # each fact is read once per host until a command changes it
 preflight(host, inventory)    # refuse bad data on any host before anything runs
 
 local.include("tasks/account.py")        # 1. the sglang system account

@@ -50,8 +50,17 @@ sglang_port = 30000
 # Host address the API is published on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers.
 sglang_bind_address = "0.0.0.0"
 
-# GPUs reserved for the container: 'all' or a count.
+# GPUs reserved for the container: 'all' or a count. Hosts where nvidia-smi finds no GPU get no reservation.
 sglang_gpus = "all"
+
+# Refuse hosts where nvidia-smi finds no GPU: a real model cannot be served without one. Only a stand-in sandbox sets False.
+sglang_require_gpu = True
+
+# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime; off, such a host is refused with the install hint.
+sglang_install_nvidia_toolkit = False
+
+# Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
+sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
 
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
@@ -61,11 +70,11 @@ sglang_debug_logging = False
 
 # ---------------------------------------------------------------- Launch flags
 
-# The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90).
-sglang_dtype = "float16"
+# The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.
+sglang_dtype = "derive"
 
-# The Mamba/GDN conv-state cache stays BF16 unless told, and crashes against the FP16 compute path; it must match sglang_dtype.
-sglang_mamba_conv_dtype = "float16"
+# The Mamba/GDN conv-state cache stays BF16 unless told, and crashes against the FP16 compute path; it must match sglang_dtype ('derive' follows it).
+sglang_mamba_conv_dtype = "derive"
 
 # Without an explicit ratio the Mamba/KV split can leave zero request slots (max_num_reqs=0), as seen with the FP8 release.
 sglang_mamba_full_memory_ratio = 0.9
@@ -76,8 +85,8 @@ sglang_mem_fraction_static = 0.85
 # Oversized input is cut instead of rejected; note that SGLang gives no signal that truncation happened.
 sglang_allow_auto_truncate = True
 
-# Custom all-reduce fails without NVLink (GeForce cards have no peer-to-peer); this accepts the slower fallback.
-sglang_disable_custom_all_reduce = True
+# Custom all-reduce fails without NVLink (GeForce cards have no peer-to-peer); this accepts the slower fallback. 'derive' disables it when several GPUs are not all NVLinked.
+sglang_disable_custom_all_reduce = "derive"
 
 # Avoids a CUB version mismatch (BlockAdjacentDifference) that breaks prefill CUDA-graph capture; decode graphs stay on.
 sglang_cuda_graph_backend_prefill = "disabled"
@@ -91,8 +100,8 @@ sglang_tool_call_parser = "qwen3_coder"
 # The model's native context; cheap here because only 10 of 40 layers keep a context-sized KV cache.
 sglang_context_length = 262144
 
-# Splits the model across the GPUs; the runbook's servers have two.
-sglang_tp_size = 2
+# Splits the model across the GPUs; 'derive' uses every GPU nvidia-smi finds (the runbook's servers have two).
+sglang_tp_size = "derive"
 
 # ---------------------------------------------------------------- Connection (pyinfra's own key)
 

@@ -56,8 +56,13 @@ class HostState(FactBase):
             f'echo "supplementary=$(id -nG {q(user)} 2>/dev/null)"',
             # Only the first character of the hash field: '!' or '*' means locked.
             f'echo "password=$(getent shadow {q(user)} | cut -d: -f2 | cut -c1)"',
-            'echo "docker_server=$(docker version --format "{{.Server.Version}}" 2>/dev/null)"',
-            'echo "docker_compose=$(docker compose version --short 2>/dev/null)"',
+            # Presence checks only: starting the docker CLI and the compose plugin costs
+            # ~100 ms of CPU per host on every run, which dominated a fleet re-run.
+            'echo "docker_cli=$(command -v docker)"',
+            '[ -S /var/run/docker.sock ] && echo docker_socket=yes',
+            "for d in /usr/libexec/docker/cli-plugins /usr/lib/docker/cli-plugins /usr/local/lib/docker/cli-plugins"
+            " /usr/local/libexec/docker/cli-plugins; do"
+            ' [ -x "$d/docker-compose" ] && echo "docker_compose_plugin=$d/docker-compose"; done',
             'echo "docker_active=$(systemctl is-active docker 2>/dev/null)"',
             'echo "docker_enabled=$(systemctl is-enabled docker 2>/dev/null)"',
         ]
@@ -85,8 +90,9 @@ class HostState(FactBase):
             "extra_groups": {g["name"]: g for g in extra_groups if g},
             "supplementary": _first(values, "supplementary").split() if user else [],
             "password_locked": password in ("!", "*") if user else None,
-            "docker_server": _first(values, "docker_server") or None,
-            "docker_compose": _first(values, "docker_compose") or None,
+            "docker_cli": _first(values, "docker_cli") or None,
+            "docker_socket": _first(values, "docker_socket") == "yes",
+            "docker_compose_plugin": _first(values, "docker_compose_plugin") or None,
             "docker_active": _first(values, "docker_active") or None,
             "docker_enabled": _first(values, "docker_enabled") or None,
             "uid_owner": _first(values, "uid_owner") or None,
@@ -96,10 +102,13 @@ class HostState(FactBase):
 
 
 def engine_works(state: dict) -> bool:
-    """A Docker engine that answers and has compose v2 (or newer)."""
-    compose = (state.get("docker_compose") or "").lstrip("v")
-    major = compose.split(".")[0]
-    return bool(state.get("docker_server")) and major.isdigit() and int(major) >= 2
+    """
+    A Docker engine that is up (active unit, listening socket, CLI present)
+    and has the compose v2 CLI plugin. Compose v1 was a standalone program,
+    never a plugin, so the plugin's presence means v2 or newer.
+    """
+    return bool(state.get("docker_cli") and state.get("docker_socket") and state.get("docker_active") == "active"
+                and state.get("docker_compose_plugin"))
 
 
 # Drift categories found by TreeDrift, each with the fix the operation applies.
@@ -113,21 +122,26 @@ DRIFT_FIXES = {
 }
 
 
-class TreeDrift(FactBase):
+class Layout(FactBase):
     """
-    Lists only the non-conforming entries under the service account's home,
-    by category, in one walk of the tree. Contents are never read, so a
-    multi-terabyte cache costs one stat per entry.
+    The managed directories and everything below the service account's home
+    that does not conform, in one command and one walk of the tree. Contents
+    are never read, so a multi-terabyte cache costs one stat per entry.
 
-    Returns {category: [path, ...]} with only non-empty categories, or {} when
-    the home or the account does not exist yet.
+    Returns {"dirs": {path: {"owner", "group", "mode"} or None}, "drift":
+    {category: [path, ...]}} with only non-empty categories. Drift is only
+    looked for once the account exists.
     """
 
-    def command(self, home, user="sglang", group="sglang"):
+    def command(self, home, dirs=(), user="sglang", group="sglang"):
         q = shlex.quote
         cache, docker = q(f"{home}/hf-cache"), q(f"{home}/docker")
+        parts = [
+            f"if [ -d {q(d)} ] && [ ! -L {q(d)} ]; then stat -c 'dir=%n\t%U\t%G\t%a' {q(d)}; fi"
+            for d in dirs
+        ]
         home, user, group = q(home), q(user), q(group)
-        return (
+        parts.append(
             f"getent passwd {user} >/dev/null && getent group {group} >/dev/null && [ -d {home} ] || exit 0; "
             f"if [ -d {cache} ]; then find {cache} -mindepth 1 "
             f"\\( ! -group {group} -printf 'cache_group=%p\\n' \\) , "
@@ -137,36 +151,73 @@ class TreeDrift(FactBase):
             f"\\( \\( ! -user {user} -o ! -group {group} \\) -printf 'owner=%p\\n' \\); "
             f"find {home} ! -type l -perm -002 -printf 'world_writable=%p\\n'; "
             f"if [ -d {docker} ]; then find {docker} -mindepth 1 ! -type l -perm -020 "
-            f"-printf 'docker_group_writable=%p\\n'; fi; true"
+            f"-printf 'docker_group_writable=%p\\n'; fi"
         )
+        return "; ".join(parts) + "; true"
 
     def process(self, output):
-        return _kv_lines(output)
+        values = _kv_lines(output)
+        dirs = {}
+        for line in values.pop("dir", []):
+            path, owner, group, mode = line.split("\t")
+            dirs[path] = {"owner": owner, "group": group, "mode": mode}
+        return {"dirs": dirs, "drift": {k: v for k, v in values.items() if k in DRIFT_FIXES}}
 
     def default(self):
-        return {}
+        return {"dirs": {}, "drift": {}}
 
 
-
-class FileState(FactBase):
+class DirectoryFiles(FactBase):
     """
-    Owner, group, octal mode and sha256 of one regular file, in one command.
-    Returns None when the path does not exist and False when it is not a file.
+    Owner, group, octal mode and sha256 of every entry directly in one
+    directory, in one command: the handful of files the deploy writes there
+    share one round trip. Entries that are not regular files map to False.
+    Returns {} when the directory does not exist.
     """
 
     def command(self, path):
         p = shlex.quote(path)
         return (
-            f"if [ -L {p} ] || {{ [ -e {p} ] && [ ! -f {p} ]; }}; then echo kind=other; "
-            f"elif [ -f {p} ]; then echo kind=file; stat -c 'owner=%U' {p}; stat -c 'group=%G' {p}; "
-            f"stat -c 'mode=%a' {p}; echo sha256=$(sha256sum < {p} | cut -d' ' -f1); fi"
+            f"cd {p} 2>/dev/null || exit 0; for f in * .[!.]*; do "
+            "if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then "
+            "printf 'file=%s\\t%s\\t%s\\n' \"$f\" \"$(stat -c '%U\t%G\t%a' \"$f\")\" "
+            "\"$(sha256sum < \"$f\" | cut -d' ' -f1)\"; "
+            "elif [ -e \"$f\" ] || [ -L \"$f\" ]; then printf 'other=%s\\n' \"$f\"; fi; done"
         )
 
     def process(self, output):
         values = _kv_lines(output)
-        kind = _first(values, "kind")
-        if kind == "other":
-            return False
-        if kind != "file":
-            return None
-        return {key: _first(values, key) for key in ("owner", "group", "mode", "sha256")}
+        out: dict[str, Any] = {name: False for name in values.get("other", [])}
+        for line in values.get("file", []):
+            name, owner, group, mode, sha256 = line.split("\t")
+            out[name] = {"owner": owner, "group": group, "mode": mode, "sha256": sha256}
+        return out
+
+    def default(self):
+        return {}
+
+
+class GpuFacts(FactBase):
+    """
+    The GPUs (index, name, compute capability, memory), how each pair is
+    linked (`nvidia-smi topo -m`), and whether Docker has the NVIDIA runtime.
+    Empty on a host without nvidia-smi.
+    """
+
+    def command(self):
+        return (
+            "command -v nvidia-smi >/dev/null 2>&1 || exit 0; "
+            "echo @query; nvidia-smi --query-gpu=index,name,compute_cap,memory.total --format=csv,noheader,nounits; "
+            "echo @topo; nvidia-smi topo -m 2>/dev/null; "
+            "echo @runtimes; docker info --format '{{json .Runtimes}}' 2>/dev/null; true"
+        )
+
+    def process(self, output):
+        from .gpus import parse_fact_output
+
+        return parse_fact_output(output)
+
+    def default(self):
+        from .gpus import GpuInventory
+
+        return GpuInventory()

@@ -5,6 +5,7 @@ and yields commands only for the difference; otherwise it calls host.noop.
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 from io import BytesIO
 from typing import Iterable
@@ -14,7 +15,8 @@ import jinja2
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
-from .facts import DRIFT_FIXES, FileState, HostState, TreeDrift
+from . import factcache
+from .facts import DRIFT_FIXES, DirectoryFiles, HostState, Layout
 from .platforms import NOLOGIN_SHELL
 
 q = shlex.quote
@@ -42,7 +44,7 @@ def service_account(
     + admins: existing users to add to the account's group
     """
     groups, admins = list(groups), list(admins)
-    state = host.get_fact(HostState, user=user, admins=tuple(admins), groups=tuple(groups))
+    state = factcache.get(host, HostState, user=user, admins=admins, groups=groups, uid=uid, gid=gid)
 
     if state["group"] is None:
         yield StringCommand("groupadd", "--system", *(["--gid", str(gid)] if gid is not None else []), q(user))
@@ -92,24 +94,41 @@ def service_account(
 
 
 @operation()
-def repair_tree(home: str, user: str = "sglang", group: str = "sglang"):
+def layout(home: str, dirs: dict[str, str], user: str = "sglang", group: str = "sglang"):
     """
-    Ensure everything under ``home`` conforms: hf-cache entries keep the
-    shared group, group read/write and (directories) setgid; everything else
-    is owned by the account; nothing is world-writable; docker/ content is
-    not group-writable. Only the entries found wrong are touched.
+    Ensure each of ``dirs`` ({path: octal mode}) exists as ``user:group`` with
+    that mode, and that everything under ``home`` conforms: hf-cache entries
+    keep the shared group, group read/write and (directories) setgid;
+    everything else is owned by the account; nothing is world-writable;
+    docker/ content is not group-writable. Only the entries found wrong are
+    touched, and the commands name them.
     """
-    drift = host.get_fact(TreeDrift, home=home, user=user, group=group)
-    if not drift:
-        host.noop(f"nothing under {home} has drifted")
-        return
+    found = factcache.get(host, Layout, home=home, dirs=list(dirs), user=user, group=group)
+    changed = False
+    for path, mode in dirs.items():
+        if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:
+            changed = True
+            yield f"install -d -o {q(user)} -g {q(group)} -m {mode} {q(path)}"
     for category, template in DRIFT_FIXES.items():
-        paths = drift.get(category, [])
+        paths = found["drift"].get(category, [])
         fix = template.format(user=q(user), group=q(group))
         # Chunked so a large repair never exceeds the remote's argument limit.
         for start in range(0, len(paths), 200):
+            changed = True
             chunk = " ".join(q(p) for p in paths[start:start + 200])
             yield f"{fix} -- {chunk}"
+    if not changed:
+        host.noop(f"{home} and everything under it already conform")
+
+
+@operation()
+def docker_service():
+    """Ensure the Docker engine's systemd unit is enabled and running."""
+    state = factcache.get_any(host, HostState)
+    if state["docker_enabled"] == "enabled" and state["docker_active"] == "active":
+        host.noop("docker is already enabled and running")
+        return
+    yield "systemctl enable --now docker"
 
 
 def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):
@@ -119,7 +138,7 @@ def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check:
     version as ``dest``.previous. A candidate that fails the check is deleted
     and the old file stays in place.
     """
-    current = host.get_fact(FileState, path=dest)
+    current = factcache.get(host, DirectoryFiles, path=os.path.dirname(dest)).get(os.path.basename(dest))
     if current is False:
         raise OperationError(f"{dest} exists but is not a regular file; move it away by hand")
     digest = hashlib.sha256(content).hexdigest()
@@ -171,8 +190,7 @@ def account_env_file(dest: str, user: str, template: str, mode: str = "640"):
     real ``uid`` and ``gid``, read when the operation runs: the account may be
     created by an earlier operation of the same deploy.
     """
-    state = host.get_fact(HostState, user=user)
-    account = state["user"]
+    account = factcache.get_any(host, HostState, user=user)["user"]
     if account is None:
         if host.state.is_executing:
             raise OperationError(f"the account {user} does not exist, so {dest} cannot carry its ids")

@@ -45,13 +45,13 @@ def supported_names() -> str:
     return ", ".join(p.name for p in PLATFORMS.values())
 
 
-def support_problem(os_id, os_version, docker_source: str, docker_server: str | None):
+def support_problem(os_id, os_version, docker_source: str, engine_works: bool):
     """(problem, fix) when this host cannot be converged as asked, else None."""
     platform = lookup(os_id, os_version)
     if platform is None:
         return (f"unsupported operating system {os_id or 'unknown'} {os_version or ''}".rstrip(),
                 f"use one of: {supported_names()}")
-    if docker_server:
+    if engine_works:
         return None  # a working engine is left alone, wherever it came from
     if docker_source == "distribution" and platform.distribution_packages is None:
         return (f"{platform.name} ships no Docker Compose v2 in its own archive",

@@ -6,12 +6,14 @@ made here, where they can be unit-tested.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
 import jinja2
 
 from .defaults import reasons
+from .gpus import Derived, GpuInventory, derive_flags
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -31,15 +33,22 @@ LAUNCH_FLAGS = (
 )
 
 
-def launch_flags(data: Mapping[str, Any]) -> list[dict[str, str]]:
+def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:
+    """The data with each hardware-dependent key replaced by its final value."""
+    return {**data, **{key: d.value for key, d in derived.items()}}
+
+
+def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> list[dict[str, str]]:
     why = reasons()
+    values = final_values(data, derived)
     flags = []
     for key, flag in LAUNCH_FLAGS:
-        value = data[key]
+        value = values[key]
         if value is None or value is False:
             continue
         arg = flag if value is True else f"{flag}={value}"
-        flags.append({"arg": arg, "reason": why[key], "key": key})
+        reason = why[key] + (f" [{derived[key].source}]" if key in derived else "")
+        flags.append({"arg": arg, "reason": reason, "key": key})
     return flags
 
 
@@ -61,14 +70,29 @@ def template_path(template: str) -> Path:
     return PROJECT_DIR / template
 
 
+@lru_cache(maxsize=16)
+def _compiled(source: str) -> jinja2.Template:
+    # Compiled once per run, not once per host: compiling costs more than rendering.
+    return _environment().from_string(source)
+
+
 def render(template: str, **context: Any) -> str:
     source = template_path(template).read_text(encoding="utf-8")
-    return _environment().from_string(source).render(**context)
+    return _compiled(source).render(**context)
 
 
-def compose_yaml(data: Mapping[str, Any]) -> str:
-    context = {key: value for key, value in data.items() if key.startswith("sglang_")}
-    return render(data["sglang_compose_template"], **context, flags=launch_flags(data), reasons=reasons())
+def compose_yaml(data: Mapping[str, Any], gpus: GpuInventory) -> str:
+    derived = derive_flags(data, gpus)
+    values = final_values(data, derived)
+    context = {key: value for key, value in values.items() if key.startswith("sglang_")}
+    conv = derived["sglang_mamba_conv_dtype"]
+    return render(
+        data["sglang_compose_template"], **context,
+        flags=launch_flags(data, derived),
+        reasons=reasons(),
+        mamba_conv_dtype_source=conv.source,
+        gpu_reservation=gpus.count > 0,
+    )
 
 
 def env_template_source() -> str:

@@ -21,6 +21,7 @@ _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]
 _FLAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+DERIVE = "derive"  # the value is derived from the host's GPUs (sglang_infra/gpus.py)
 
 
 @dataclass(frozen=True)
@@ -132,16 +133,22 @@ SCHEMA: dict[str, Key] = {
     "sglang_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30000"),
     "sglang_bind_address": Key("an IP address", _ip, "use '0.0.0.0' for every interface or '127.0.0.1'"),
     "sglang_gpus": Key("'all' or a GPU count 1-64", _gpus, "use 'all' or the number of GPUs to reserve"),
+    "sglang_require_gpu": Key("True or False", lambda v: isinstance(v, bool),
+                              "use True for real servers; False only for a stand-in sandbox"),
+    "sglang_install_nvidia_toolkit": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_nvidia_toolkit_apt_url": Key("an https URL", _https_url,
+                                         "use NVIDIA's repository base URL, "
+                                         "e.g. 'https://nvidia.github.io/libnvidia-container'"),
     "sglang_healthcheck_start_period": Key("an integer number of seconds 60-7200", _int_range(60, 7200),
                                            "allow a model load, e.g. 900"),
     "sglang_debug_logging": Key("True or False", lambda v: isinstance(v, bool),
                                 "use True to enable the three debug flags, False to keep them commented"),
     # launch flags
-    "sglang_dtype": Key(f"None or one of {', '.join(DTYPES)}", _optional(_one_of(*DTYPES)),
-                        "use 'float16' for AWQ/Marlin before SM90, or None for the model's own dtype"),
-    "sglang_mamba_conv_dtype": Key("None, 'float16', 'bfloat16' or 'float32'",
-                                   _optional(_one_of("float16", "bfloat16", "float32")),
-                                   "use 'float16' together with sglang_dtype = 'float16'"),
+    "sglang_dtype": Key(f"'derive', None or one of {', '.join(DTYPES)}", _optional(_one_of(DERIVE, *DTYPES)),
+                        "use 'derive', 'float16' for AWQ/Marlin before SM90, or None for the model's own dtype"),
+    "sglang_mamba_conv_dtype": Key("'derive', None, 'float16', 'bfloat16' or 'float32'",
+                                   _optional(_one_of(DERIVE, "float16", "bfloat16", "float32")),
+                                   "use 'derive', or 'float16' together with sglang_dtype = 'float16'"),
     "sglang_mamba_full_memory_ratio": Key("None or a number in (0, 1]",
                                           _optional(lambda v: _is_number(v) and 0 < v <= 1),
                                           "use a fraction such as 0.9"),
@@ -149,12 +156,14 @@ SCHEMA: dict[str, Key] = {
                                       _optional(lambda v: _is_number(v) and 0 < v < 1),
                                       "use a fraction such as 0.85"),
     "sglang_allow_auto_truncate": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
-    "sglang_disable_custom_all_reduce": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_disable_custom_all_reduce": Key("'derive', True or False", lambda v: v == DERIVE or isinstance(v, bool),
+                                            "use 'derive', True or False"),
     "sglang_cuda_graph_backend_prefill": Key("None or a backend name", _optional(_flag_word),
                                              "use 'disabled', or None to keep SGLang's default"),
     "sglang_reasoning_parser": Key("None or a parser name", _optional(_flag_word), "use e.g. 'qwen3'"),
     "sglang_tool_call_parser": Key("None or a parser name", _optional(_flag_word), "use e.g. 'qwen3_coder'"),
     "sglang_context_length": Key("None or an integer 1-10000000", _optional(_int_range(1, 10_000_000)),
                                  "use the model's context length, e.g. 262144"),
-    "sglang_tp_size": Key("an integer 1-64", _int_range(1, 64), "use the number of GPUs to split the model across"),
+    "sglang_tp_size": Key("'derive' or an integer 1-64", lambda v: v == DERIVE or _int_range(1, 64)(v),
+                          "use 'derive' or the number of GPUs to split the model across"),
 }

@@ -19,8 +19,10 @@ from typing import Any, Iterable, Mapping
 from pyinfra.api.exceptions import PyinfraError
 
 from . import platforms
+from .facts import engine_works
+from .gpus import GpuInventory, derive_flags, plan_problems
 from .render import template_path
-from .schema import SCHEMA, image_problem
+from .schema import DERIVE, SCHEMA, image_problem
 
 class DeployDataError(PyinfraError):
     """Raised while preparing the deploy; pyinfra prints it and exits non-zero."""
@@ -79,14 +81,14 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
 
     # Combinations that cannot work.
     dtype, conv = data["sglang_dtype"], data["sglang_mamba_conv_dtype"]
-    if (dtype == "float16") != (conv == "float16"):
+    if DERIVE not in (dtype, conv) and (dtype == "float16") != (conv == "float16"):
         err("sglang_mamba_conv_dtype",
             f"sglang_dtype={dtype!r} with sglang_mamba_conv_dtype={conv!r}: the FP16 compute path and the "
             "Mamba conv-state cache must agree or the server crashes with 'Index put requires the source and "
             "destination dtypes match'",
-            "set both to 'float16', or neither")
+            "set both to 'float16', both to 'derive', or neither")
     gpus, tp = data["sglang_gpus"], data["sglang_tp_size"]
-    if gpus != "all" and tp > gpus:
+    if gpus != "all" and tp != DERIVE and tp > gpus:
         err("sglang_tp_size", f"{tp} is larger than sglang_gpus={gpus}, so the model cannot be split",
             f"set sglang_tp_size <= {gpus} or reserve more GPUs")
     template = template_path(data["sglang_compose_template"])
@@ -105,15 +107,20 @@ def check_inventory(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         raise DeployDataError(_summary(errors))
 
 
-def check_host_state(host_name: str, data: Mapping[str, Any], preflight: Mapping[str, Any]) -> list[str]:
-    """Problems between the data and the host as it is now (read from the Preflight fact)."""
+def check_host_state(host_name: str, data: Mapping[str, Any], preflight: Mapping[str, Any],
+                     gpus: GpuInventory | None = None) -> list[str]:
+    """Problems between the data and the host as it is now (HostState and GpuFacts facts)."""
     errors: list[str] = []
 
     def err(key: str, problem: str, fix: str) -> None:
         errors.append(f"host {host_name}: {key}: {problem}. Fix: {fix}.")
 
+    gpus = gpus if gpus is not None else GpuInventory()
+    for key, problem, fix in plan_problems(data, gpus, derive_flags(data, gpus)):
+        err(key, problem, fix)
+
     os_problem = platforms.support_problem(preflight.get("os_id"), preflight.get("os_version"),
-                                           data["sglang_docker_source"], preflight.get("docker_server"))
+                                           data["sglang_docker_source"], engine_works(preflight))
     if os_problem:
         err("os", os_problem[0], os_problem[1])
 
@@ -163,7 +170,8 @@ def preflight(host, inventory) -> None:
     the data of every host being deployed, then this host's data against its
     current state (read-only facts). Called at the top of deploy.py.
     """
-    from .facts import HostState
+    from . import ACCOUNT, factcache
+    from .facts import GpuFacts, HostState
 
     key = id(inventory)
     if key not in _inventory_errors:
@@ -172,6 +180,7 @@ def preflight(host, inventory) -> None:
     raise_if(_inventory_errors[key])
 
     data = host.data.dict()
-    state = host.get_fact(HostState, user="sglang", admins=tuple(data["sglang_admins"]),
+    # The same arguments as tasks/account.py, so the account operation reuses this reading.
+    state = factcache.get(host, HostState, user=ACCOUNT, admins=data["sglang_admins"], groups=["docker"],
                           uid=data["sglang_uid"], gid=data["sglang_gid"])
-    raise_if(check_host_state(host.name, data, state))
+    raise_if(check_host_state(host.name, data, state, factcache.get(host, GpuFacts)))

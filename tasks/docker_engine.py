@@ -2,16 +2,17 @@
 already works (whatever installed it) is left alone."""
 
 from pyinfra import host
-from pyinfra.operations import apt, files, systemd
+from pyinfra.operations import apt, files
 
-from sglang_infra import platforms
+from sglang_infra import factcache, platforms
 from sglang_infra.facts import HostState, engine_works
+from sglang_infra.operations import docker_service
 
-state = host.get_fact(HostState)
+state = factcache.get_any(host, HostState)
 source = host.data.sglang_docker_source
 
 if engine_works(state):
-    host.noop(f"Docker {state['docker_server']} with compose {state['docker_compose']} already works; left alone")
+    host.noop(f"a Docker engine with compose v2 ({state['docker_compose_plugin']}) already works; left alone")
 else:
     platform = platforms.lookup(state["os_id"], state["os_version"])
     if source == "docker":
@@ -35,9 +36,4 @@ else:
         cache_time=host.data.sglang_apt_cache_time,
     )
 
-systemd.service(
-    name="Ensure the Docker engine is running and enabled",
-    service="docker",
-    running=True,
-    enabled=True,
-)
+docker_service(name="Ensure the Docker engine is running and enabled")

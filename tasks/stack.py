@@ -4,7 +4,8 @@ real ids. A new compose.yaml replaces the old one only after the host's own
 
 from pyinfra import host
 
-from sglang_infra import ACCOUNT, render
+from sglang_infra import ACCOUNT, factcache, render
+from sglang_infra.facts import GpuFacts
 from sglang_infra.operations import account_env_file, checked_file
 
 docker_dir = f"{host.data.sglang_home}/docker"
@@ -19,7 +20,7 @@ account_env_file(
 checked_file(
     name=f"Ensure {docker_dir}/compose.yaml is rendered from {host.data.sglang_compose_template} and accepted by compose",
     dest=f"{docker_dir}/compose.yaml",
-    content=render.compose_yaml(host.data.dict()),
+    content=render.compose_yaml(host.data.dict(), factcache.get(host, GpuFacts)),
     user=ACCOUNT,
     group=ACCOUNT,
     mode="644",

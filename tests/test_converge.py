@@ -54,7 +54,7 @@ def test_dry_run_of_a_converged_fleet_plans_nothing(fleet):
     _, inventory, _, _ = fleet
     returncode, plan, output = run_dry(inventory)
     assert returncode == 0, output[-3000:]
-    assert len(plan) >= 9
+    assert len(plan) == 5  # account, layout, docker service, .env, compose.yaml
     assert {op: hosts for op, hosts in plan.items() if hosts} == {}
 
 
@@ -93,11 +93,13 @@ def test_admin_can_write_to_the_hub_and_the_group_is_inherited(fleet):
 
 
 def test_compose_renders_every_runbook_flag_with_its_reason(fleet):
+    # No GPU on a test host: tp-size 1, the model's own dtype, no custom all-reduce to disable.
     text = fleet[0]["sg-prod-1"].exec("cat /opt/sglang/docker/compose.yaml").stdout
-    for flag in ("--dtype=float16", "--mamba-full-memory-ratio=0.9", "--mem-fraction-static=0.85",
-                 "--allow-auto-truncate", "--disable-custom-all-reduce", "--cuda-graph-backend-prefill=disabled",
+    assert "[derived: 0 GPUs found by nvidia-smi]" in text
+    for flag in ("--mamba-full-memory-ratio=0.9", "--mem-fraction-static=0.85",
+                 "--allow-auto-truncate", "--cuda-graph-backend-prefill=disabled",
                  "--reasoning-parser=qwen3", "--tool-call-parser=qwen3_coder", "--context-length=262144",
-                 "--tp-size=2"):
+                 "--tp-size=1"):
         lines = text.splitlines()
         index = next(i for i, line in enumerate(lines) if flag in line)
         assert lines[index - 1].strip().startswith("# "), f"{flag} has no reason comment above it"

@@ -13,8 +13,8 @@ HUB = "/opt/sglang/hf-cache/hub"
 COMPOSE = "/opt/sglang/docker/compose.yaml"
 
 ACCOUNT_OP = "tasks/account.py | Ensure sglang is a locked nologin system account in the docker group, with admins in its group"
-HUB_OP = "tasks/layout.py | Ensure hf-cache/hub, setgid and group-writable (/opt/sglang/hf-cache/hub) is sglang:sglang 2775"
-TREE_OP = "tasks/layout.py | Ensure nothing under /opt/sglang has drifted (hf-cache group/setgid, ownership, world/group write)"
+LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub} have the runbook's owners and modes, "
+             "and nothing below has drifted")
 ENV_OP = "tasks/stack.py | Ensure /opt/sglang/docker/.env carries the sglang account's real uid and gid"
 COMPOSE_OP = ("tasks/stack.py | Ensure /opt/sglang/docker/compose.yaml is rendered from templates/compose.yaml.j2 "
               "and accepted by compose")
@@ -36,7 +36,7 @@ DRIFTS = {
     "world-writable file": "touch /opt/sglang/notes.txt && chown sglang:sglang /opt/sglang/notes.txt && "
                            "chmod 666 /opt/sglang/notes.txt",
 }
-EXPECTED_REPAIRS = {ACCOUNT_OP, HUB_OP, TREE_OP, ENV_OP, COMPOSE_OP}
+EXPECTED_REPAIRS = {ACCOUNT_OP, LAYOUT_OP, ENV_OP, COMPOSE_OP}
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +52,13 @@ def drifted(testbed, workdir):
     after_dry = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
     shell_after_dry = host.exec("getent passwd sglang").stdout.strip().split(":")[-1]
     checks_before = run_host_checks(inventory, workdir)
-    repair = run_deploy(inventory)
+    repair = run_deploy(inventory, "-vv")
+    repair_commands = "\n".join(line.split(">>> ", 1)[1] for line in repair.output.splitlines() if ">>> " in line)
     checks_after = run_host_checks(inventory, workdir)
     third = run_deploy(inventory)
     return dict(host=host, inventory=inventory, edited=edited, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
-                checks_before=checks_before, repair=repair, checks_after=checks_after, third=third)
+                checks_before=checks_before, repair=repair, repair_commands=repair_commands,
+                checks_after=checks_after, third=third)
 
 
 def test_dry_run_shows_each_drifted_concern(drifted):
@@ -89,6 +91,16 @@ def test_repair_run_reports_exactly_what_it_fixed(drifted):
     repair = drifted["repair"]
     assert repair.returncode == 0, repair.output[-3000:]
     assert set(repair.changed(HOST)) == EXPECTED_REPAIRS
+
+
+def test_repair_commands_name_each_drifted_path(drifted):
+    """Run with -v, the layout repair echoes one command per drifted path and nothing else."""
+    commands = drifted["repair_commands"]
+    assert "install -d -o sglang -g sglang -m 2775 /opt/sglang/hf-cache/hub" in commands
+    assert f"chgrp -h sglang -- {HUB}/models--org--m {HUB}/models--org--m/blobs {HUB}/models--org--m/blobs/abc" \
+        in commands
+    assert "chmod o-w -- /opt/sglang/notes.txt" in commands
+    assert f"chown -h sglang:sglang -- {COMPOSE}" in commands
 
 
 def test_host_checks_pass_after_repair(drifted):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from sglang_infra import ACCOUNT, render
+from sglang_infra.facts import GpuFacts
 from sglang_infra.platforms import NOLOGIN_SHELL
 
 
@@ -95,7 +96,8 @@ def test_docker_compose_is_v2(target):
 def test_compose_yaml_is_the_rendering_of_the_data(target):
     path = f"{target.data['sglang_home']}/docker/compose.yaml"
     remote = target.run(f"sha256sum {path}").stdout.split()[0]
-    assert remote == hashlib.sha256(render.compose_yaml(target.data).encode()).hexdigest()
+    gpus = GpuFacts().process(target.run(GpuFacts().command()).stdout.splitlines())
+    assert remote == hashlib.sha256(render.compose_yaml(target.data, gpus).encode()).hexdigest()
     assert _stat(target, path) == [ACCOUNT, ACCOUNT, "644"]
 
 

@@ -16,6 +16,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 class FakeHost:
     """Stands in for pyinfra's host context inside one operation call."""
 
+    name = "unit-test-host"
+
     def __init__(self, facts: dict, executing: bool = False):
         self.facts = facts
         self.noops: list[str] = []

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import FIXTURES
-from sglang_infra.facts import FileState, HostState, TreeDrift, engine_works
+from sglang_infra.facts import DirectoryFiles, HostState, Layout, engine_works
 
 
 def recorded(name: str) -> dict:
@@ -43,15 +43,19 @@ def test_host_state_command_never_prints_the_password_hash():
     assert "getent shadow sglang | cut -d: -f2 | cut -c1" in command
 
 
-@pytest.mark.parametrize("server,compose,works", [
-    ("26.1.5+dfsg1", "2.26.1-4", True),
-    ("27.3.1", "v2.29.7", True),
-    ("20.10.24", "", False),        # engine without compose v2
-    ("20.10.24", "1.29.2", False),  # compose v1 only
-    ("", "2.26.1", False),          # client and plugin, but no daemon answering
+WORKING = {"docker_cli": "/usr/bin/docker", "docker_socket": True, "docker_active": "active",
+           "docker_compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
+
+
+@pytest.mark.parametrize("broken", [
+    {"docker_compose_plugin": None},   # engine without compose v2 (v1 was never a plugin)
+    {"docker_socket": False},          # daemon not listening
+    {"docker_active": "failed"},       # unit down
+    {"docker_cli": None},              # no client
 ])
-def test_engine_works(server, compose, works):
-    assert engine_works({"docker_server": server, "docker_compose": compose}) is works
+def test_engine_works_needs_every_part(broken):
+    assert engine_works(WORKING)
+    assert not engine_works({**WORKING, **broken})
 
 
 def _run_fact(fact, **kwargs):
@@ -81,12 +85,19 @@ def _ids():
     return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
 
 
-def test_tree_drift_finds_nothing_in_a_conforming_tree(tree):
+def _dirs(tree):
+    return [str(tree), str(tree / "docker"), str(tree / "hf-cache"), str(tree / "hf-cache" / "hub")]
+
+
+def test_layout_reads_the_managed_directories_and_no_drift(tree):
     user, group = _ids()
-    assert _run_fact(TreeDrift(), home=str(tree), user=user, group=group) == {}
+    found = _run_fact(Layout(), home=str(tree), dirs=_dirs(tree), user=user, group=group)
+    assert found["drift"] == {}
+    assert found["dirs"][str(tree / "hf-cache" / "hub")] == {"owner": user, "group": group, "mode": "2775"}
+    assert set(found["dirs"]) == set(_dirs(tree))
 
 
-def test_tree_drift_finds_each_kind_of_drift(tree):
+def test_layout_finds_each_kind_of_drift(tree):
     user, group = _ids()
     hub = tree / "hf-cache" / "hub"
     (hub / "models--a--b" / "blobs" / "abc").chmod(0o644)
@@ -94,7 +105,7 @@ def test_tree_drift_finds_each_kind_of_drift(tree):
     (tree / "notes.txt").write_text("x")
     (tree / "notes.txt").chmod(0o666)
     (tree / "docker" / "compose.yaml").chmod(0o664)
-    drift = _run_fact(TreeDrift(), home=str(tree), user=user, group=group)
+    drift = _run_fact(Layout(), home=str(tree), dirs=_dirs(tree), user=user, group=group)["drift"]
     assert drift == {
         "cache_file_mode": [str(hub / "models--a--b" / "blobs" / "abc")],
         "cache_dir_mode": [str(hub / "models--a--b")],
@@ -103,33 +114,41 @@ def test_tree_drift_finds_each_kind_of_drift(tree):
     }
 
 
-def test_tree_drift_is_empty_before_the_home_exists(tmp_path):
+def test_layout_is_empty_before_the_home_exists(tmp_path):
     user, group = _ids()
-    out = subprocess.run(["sh", "-c", TreeDrift().command(home=str(tmp_path / "missing"), user=user, group=group)],
+    home = tmp_path / "missing"
+    out = subprocess.run(["sh", "-c", Layout().command(home=str(home), dirs=[str(home)], user=user, group=group)],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == ""
 
 
-def test_tree_drift_ignores_symlinks_for_modes(tree):
+def test_layout_ignores_symlinks_for_modes(tree):
     user, group = _ids()
     snapshot = tree / "hf-cache" / "hub" / "models--a--b" / "snapshots"
     snapshot.mkdir()
     snapshot.chmod(0o2775)
     (snapshot / "link").symlink_to("../blobs/abc")
-    assert _run_fact(TreeDrift(), home=str(tree), user=user, group=group) == {}
+    assert _run_fact(Layout(), home=str(tree), dirs=_dirs(tree), user=user, group=group)["drift"] == {}
 
 
-def test_file_state_reads_owner_mode_and_hash(tmp_path):
-    path = tmp_path / "f"
-    path.write_text("hello\n")
-    path.chmod(0o640)
+def test_directory_files_reads_owner_mode_and_hash(tmp_path):
+    (tmp_path / "compose.yaml").write_text("hello\n")
+    (tmp_path / "compose.yaml").chmod(0o640)
+    (tmp_path / ".env").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link").symlink_to("compose.yaml")
     user, group = _ids()
-    assert _run_fact(FileState(), path=str(path)) == {
-        "owner": user, "group": group, "mode": "640",
-        "sha256": "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"}
+    assert _run_fact(DirectoryFiles(), path=str(tmp_path)) == {
+        "compose.yaml": {"owner": user, "group": group, "mode": "640",
+                         "sha256": "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"},
+        ".env": {"owner": user, "group": group, "mode": "644",
+                 "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        "sub": False,
+        "link": False,
+    }
 
 
-def test_file_state_missing_and_not_a_file(tmp_path):
-    assert subprocess.run(["sh", "-c", FileState().command(path=str(tmp_path / "nope"))],
-                          capture_output=True, text=True).stdout == ""
-    assert _run_fact(FileState(), path=str(tmp_path)) is False
+def test_directory_files_of_a_missing_directory(tmp_path):
+    out = subprocess.run(["sh", "-c", DirectoryFiles().command(path=str(tmp_path / "nope"))],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == ""

@@ -6,15 +6,18 @@ import pytest
 from pyinfra.api import OperationError
 
 from conftest import FakeHost, command_text, load_cases
-from sglang_infra import operations
+from sglang_infra import factcache, operations
 
 CASES = load_cases("operations")
 
 
 def run(op: str, args: dict, facts: dict, executing: bool = False):
     fake = FakeHost(facts, executing=executing)
-    with mock.patch.object(operations, "host", fake):
-        commands = [command_text(c) for c in getattr(operations, op)._inner(**args)]
+    try:
+        with mock.patch.object(operations, "host", fake):
+            commands = [command_text(c) for c in getattr(operations, op)._inner(**args)]
+    finally:
+        factcache.invalidate(fake)
     return commands, fake
 
 
@@ -27,7 +30,7 @@ def test_operation_yields_the_recorded_commands(name, case):
 
 def test_every_operation_has_a_noop_case():
     ops_with_noop = {case["op"] for _, case in CASES if case["noop"] and not case["commands"]}
-    assert ops_with_noop == {"service_account", "repair_tree", "checked_file", "account_env_file"}
+    assert ops_with_noop == {"service_account", "layout", "docker_service", "checked_file", "account_env_file"}
 
 
 def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution():
@@ -39,12 +42,13 @@ def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution(
 def test_checked_file_refuses_to_replace_a_directory():
     with pytest.raises(OperationError, match="not a regular file"):
         run("checked_file", {"dest": "/opt/sglang/docker/compose.yaml", "content": "x", "user": "sglang",
-                             "group": "sglang"}, {"FileState": False})
+                             "group": "sglang"}, {"DirectoryFiles": {"compose.yaml": False}})
 
 
-def test_repair_tree_chunks_large_repairs():
+def test_layout_chunks_large_repairs():
     paths = [f"/opt/sglang/hf-cache/hub/f{i}" for i in range(450)]
-    commands, _ = run("repair_tree", {"home": "/opt/sglang"}, {"TreeDrift": {"cache_file_mode": paths}})
+    commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}},
+                      {"Layout": {"dirs": {}, "drift": {"cache_file_mode": paths}}})
     assert len(commands) == 3
     assert sum(c.count("/opt/sglang/hf-cache/hub/f") for c in commands) == 450
 
@@ -64,7 +68,8 @@ def test_rejected_candidate_is_removed_and_the_command_fails():
         group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
         commands, _ = run("checked_file", {"dest": str(dest), "content": "bad\n", "user": user, "group": group,
                                            "check": "grep -q good {candidate}"},
-                          {"FileState": {"owner": user, "group": group, "mode": "644", "sha256": "0"}})
+                          {"DirectoryFiles": {dest.name: {"owner": user, "group": group, "mode": "644",
+                                                          "sha256": "0"}}})
         result = subprocess.run(["sh", "-c", commands[1]], capture_output=True, text=True)
         assert result.returncode != 0
         assert "failed its check, the current file is unchanged" in result.stderr

@@ -8,17 +8,30 @@ import yaml
 from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.defaults import read_defaults
+from sglang_infra.gpus import GpuInventory, derive_flags, parse_fact_output
 
 DEFAULTS = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
             if k.startswith("sglang_")}
 
 
-def compose(**overrides):
-    return render.compose_yaml({**DEFAULTS, **overrides})
+FIXTURES = PROJECT_DIR / "tests" / "unit" / "fixtures" / "nvidia-smi"
 
 
-def command(**overrides):
-    return yaml.safe_load(compose(**overrides))["services"]["sglang"]["command"]
+def gpus(case="rtx4090-2gpu-node"):
+    """The runbook's own servers by default: two RTX 4090 on separate PCIe host bridges."""
+    if case is None:
+        return GpuInventory()
+    return parse_fact_output(["@query", *(FIXTURES / f"{case}.query.csv").read_text().splitlines(),
+                              "@topo", *(FIXTURES / f"{case}.topo.txt").read_text().splitlines(),
+                              "@runtimes", '{"nvidia":{}}'])
+
+
+def compose(case="rtx4090-2gpu-node", **overrides):
+    return render.compose_yaml({**DEFAULTS, **overrides}, gpus(case))
+
+
+def command(case="rtx4090-2gpu-node", **overrides):
+    return yaml.safe_load(compose(case, **overrides))["services"]["sglang"]["command"]
 
 
 def test_defaults_render_every_runbook_flag_in_order():
@@ -33,13 +46,36 @@ def test_defaults_render_every_runbook_flag_in_order():
 def test_each_flag_carries_its_reason_from_group_data():
     text = compose()
     reasons = {d.key: d.reason for d in read_defaults()}
-    for flag in render.launch_flags(DEFAULTS):
-        assert f"      # {reasons[flag['key']]}\n      - \"{flag['arg']}\"\n" in text
+    for flag in render.launch_flags(DEFAULTS, derive_flags(DEFAULTS, gpus())):
+        assert f"      # {reasons[flag['key']]}" in flag["reason"] or flag["reason"].startswith(reasons[flag["key"]])
+        assert f"      # {flag['reason']}\n      - \"{flag['arg']}\"\n" in text
+
+
+def test_derived_flags_say_where_their_value_came_from():
+    text = compose()
+    assert "[derived: 2 GPUs found by nvidia-smi]\n      - \"--tp-size=2\"" in text
+    assert "[derived: Marlin-quantized model on SM89, before SM90]\n      - \"--dtype=float16\"" in text
+    assert "[derived: 2 GPUs found by nvidia-smi, linked by NODE, not NVLink]\n      - " \
+           "\"--disable-custom-all-reduce\"" in text
+    assert "[derived: follows --dtype]\n      SGLANG_MAMBA_CONV_DTYPE: \"float16\"" in text
+    assert "[set in data]\n      - \"--tp-size=1\"" in compose(sglang_tp_size=1)
+
+
+def test_nvlinked_h100s_keep_custom_all_reduce_and_bf16():
+    args = command("h100-8gpu-nvlink")
+    assert "--tp-size=8" in args
+    assert not any(a.startswith(("--dtype", "--disable-custom-all-reduce")) for a in args)
+
+
+def test_host_without_gpu_gets_no_reservation():
+    service = yaml.safe_load(compose(None, sglang_require_gpu=False))["services"]["sglang"]
+    assert "deploy" not in service
+    assert "--tp-size=1" in service["command"]
 
 
 def test_none_and_false_leave_flags_out():
     args = command(sglang_dtype=None, sglang_mamba_conv_dtype=None, sglang_allow_auto_truncate=False,
-                   sglang_context_length=None)
+                   sglang_context_length=None, sglang_disable_custom_all_reduce=False)
     assert not any(a.startswith(("--dtype", "--allow-auto-truncate", "--context-length")) for a in args)
     env = yaml.safe_load(compose(sglang_dtype=None, sglang_mamba_conv_dtype=None))["services"]["sglang"]["environment"]
     assert "SGLANG_MAMBA_CONV_DTYPE" not in env
@@ -58,8 +94,8 @@ def test_debug_flags_are_commented_out_unless_asked():
 
 
 def test_service_shape():
-    service = yaml.safe_load(compose(sglang_port=31000, sglang_bind_address="127.0.0.1", sglang_gpus=2,
-                                     sglang_tp_size=2))["services"]["sglang"]
+    service = yaml.safe_load(compose(sglang_port=31000, sglang_bind_address="127.0.0.1", sglang_gpus=2))[
+        "services"]["sglang"]
     assert service["image"] == "lmsysorg/sglang:v0.5.16"
     assert service["ipc"] == "host"
     assert service["ports"] == ["127.0.0.1:31000:31000"]

@@ -121,11 +121,21 @@ def test_compose_template_must_exist():
 
 
 FRESH = {"os_id": "debian", "os_version": "13", "user": None, "group": None, "admins_present": [],
-         "uid_owner": None, "gid_owner": None, "docker_server": None}
+         "uid_owner": None, "gid_owner": None, "docker_cli": None, "docker_socket": False, "docker_active": "inactive",
+         "docker_compose_plugin": None}
+WORKING_ENGINE = {"docker_cli": "/usr/bin/docker", "docker_socket": True, "docker_active": "active",
+                  "docker_compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
 
 
 def host_errors(state=None, **overrides):
-    return check_host_state("gpu-01", {**DEFAULTS, **overrides}, {**FRESH, **(state or {})})
+    # These cases are about the OS and the account; the GPU plan has its own tests (test_gpus.py).
+    data = {**DEFAULTS, "sglang_require_gpu": False, **overrides}
+    return check_host_state("gpu-01", data, {**FRESH, **(state or {})})
+
+
+def test_gpu_plan_is_part_of_the_host_check():
+    errors = host_errors(sglang_require_gpu=True)
+    assert len(errors) == 1 and errors[0].startswith("host gpu-01: sglang_require_gpu: no GPU found by nvidia-smi")
 
 
 def test_fresh_supported_host_passes():
@@ -143,7 +153,7 @@ def test_supported_systems(os_id, version, ok):
 def test_debian_12_needs_dockers_repository_unless_an_engine_works():
     assert "sglang_docker_source = 'docker'" in host_errors({"os_version": "12"})[0]
     assert host_errors({"os_version": "12"}, sglang_docker_source="docker") == []
-    assert host_errors({"os_version": "12", "docker_server": "27.3.1"}) == []
+    assert host_errors({"os_version": "12", **WORKING_ENGINE}) == []
 
 
 def test_existing_account_with_other_ids_is_refused():

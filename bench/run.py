@@ -1,0 +1,175 @@
+"""Deploy benchmark on real test hosts: first converge, no-change re-run and
+drift repair, at several fleet sizes.
+
+    scripts/bench.sh [--hosts 1,2,4,8] [--reps 3] [--out bench/results]
+
+For each fleet size and repetition it starts fresh hosts (the test harness's
+Debian trixie containers, reached over SSH), then times three runs of
+`pyinfra -y INVENTORY deploy.py`, whole-process:
+- converge: the first run on bare hosts;
+- rerun: the same deploy again, which must change nothing;
+- repair: after planting the same drifts on every host.
+It also counts the remote commands one no-change re-run executes per host
+(from pyinfra's own -vv echo of each command) and the peak RSS of the
+control process. Results: median and min-max, and each median as a ratio to
+the first fleet size's, in JSON and Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from harness import PYINFRA, _env, parse_output, write_inventory  # noqa: E402
+from testbed import hosts as testbed  # noqa: E402
+
+# Planted on every host before the repair run; each is repaired by a different operation.
+DRIFTS = (
+    "chmod g-s /opt/sglang/hf-cache/hub",
+    "usermod -s /bin/bash sglang",
+    "gpasswd -d sglang docker",
+    "sed -i 's/--tp-size=2/--tp-size=1/' /opt/sglang/docker/compose.yaml",
+    "rm /opt/sglang/docker/.env",
+)
+_COMMAND_RE = re.compile(r"^\[(?P<host>[^\]]+)\] >>> ", re.M)
+
+
+def timed_deploy(inventory: Path, *args: str) -> dict:
+    """One pyinfra run as a child process: wall seconds, peak RSS (MiB), output."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([*PYINFRA, "-y", str(inventory), "deploy.py", *args], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "returncode": proc.returncode,
+            "output": output}
+
+
+def one_round(count: int, rep: int, state_dir: Path, image: str) -> dict:
+    names = [f"bench-{count}-{i}" for i in range(count)]
+    fleet = [testbed.start_host(name, state_dir, image=image) for name in names]
+    try:
+        inventory = write_inventory(state_dir / f"bench_{count}_{rep}.py",
+                                   {"production": [(host, {}) for host in fleet]})
+        converge = timed_deploy(inventory)
+        if converge["returncode"] != 0:
+            raise SystemExit(f"converge of {count} host(s) failed:\n{converge['output'][-3000:]}")
+        rerun = timed_deploy(inventory)
+        changed = {h: [op for op, by_host in parse_output(rerun["output"]).items() if by_host.get(h) == "Success"]
+                   for h in names}
+        counted = timed_deploy(inventory, "-vv")
+        commands = {h: 0 for h in names}
+        for match in _COMMAND_RE.finditer(counted["output"]):
+            commands[match["host"]] = commands.get(match["host"], 0) + 1
+        for host in fleet:
+            for drift in DRIFTS:
+                host.exec(drift)
+        repair = timed_deploy(inventory)
+        repaired = {h: [op for op, by_host in parse_output(repair["output"]).items() if by_host.get(h) == "Success"]
+                    for h in names}
+        after = timed_deploy(inventory)
+        still_changing = {h for h in names
+                          if any(by_host.get(h) == "Success" for by_host in parse_output(after["output"]).values())}
+    finally:
+        for name in names:
+            testbed.remove_host(name)
+    return {
+        "hosts": count, "rep": rep,
+        "converge_s": converge["seconds"], "rerun_s": rerun["seconds"], "repair_s": repair["seconds"],
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in (converge, rerun, repair)),
+        "rerun_commands_per_host": max(commands.values()),
+        "rerun_changes": sum(len(v) for v in changed.values()),
+        "repair_ops_per_host": min(len(v) for v in repaired.values()),
+        "changes_after_repair": len(still_changing),
+    }
+
+
+METRICS = (
+    ("converge_s", "first converge (s)"),
+    ("rerun_s", "no-change re-run (s)"),
+    ("repair_s", "drift repair (s)"),
+    ("rerun_commands_per_host", "remote commands per host, no-change re-run"),
+    ("peak_rss_mib", "control process peak RSS (MiB)"),
+)
+
+
+def summarise(samples: list[dict], counts: list[int]) -> dict:
+    table = {}
+    for key, _ in METRICS:
+        row = {}
+        for count in counts:
+            values = [s[key] for s in samples if s["hosts"] == count]
+            row[count] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        base = row[counts[0]]["median"]
+        for count in counts:
+            row[count]["ratio"] = row[count]["median"] / base if base else None
+        table[key] = row
+    return table
+
+
+def markdown(table: dict, counts: list[int], reps: int) -> str:
+    head = "| metric | " + " | ".join(f"{c} host{'s' if c > 1 else ''}" for c in counts) + " |"
+    lines = [head, "|---|" + "---|" * len(counts)]
+    for key, label in METRICS:
+        cells = []
+        for count in counts:
+            cell = table[key][count]
+            fmt = "{:.0f}" if key == "rerun_commands_per_host" else "{:.2f}"
+            cells.append(f"{fmt.format(cell['median'])} [{fmt.format(cell['min'])}-{fmt.format(cell['max'])}] "
+                         f"x{cell['ratio']:.2f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"median [min-max] over {reps} repetitions; xN = median / the {counts[0]}-host median.")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", default="1,2,4,8", help="fleet sizes, comma-separated (default 1,2,4,8)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per fleet size (default 3)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the JSON and Markdown go")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.hosts.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_dir = out / "state"
+    state_dir.mkdir(exist_ok=True)
+    image = testbed.ensure_image()
+
+    samples = []
+    started = time.monotonic()
+    for rep in range(args.reps):
+        for count in counts:
+            sample = one_round(count, rep, state_dir, image)
+            samples.append(sample)
+            print(f"bench: {count} host(s) rep {rep + 1}/{args.reps}: converge {sample['converge_s']:.1f}s, "
+                  f"re-run {sample['rerun_s']:.2f}s ({sample['rerun_commands_per_host']} commands/host, "
+                  f"{sample['rerun_changes']} changes), repair {sample['repair_s']:.2f}s", file=sys.stderr)
+    table = summarise(samples, counts)
+    text = markdown(table, counts, args.reps)
+    (out / "bench.json").write_text(json.dumps({"counts": counts, "reps": args.reps, "samples": samples,
+                                                 "summary": table, "wall_s": time.monotonic() - started},
+                                                indent=2, default=str) + "\n")
+    (out / "bench.md").write_text(text + "\n")
+    print(text)
+    failures = [s for s in samples if s["rerun_changes"] or s["changes_after_repair"]]
+    if failures:
+        print(f"bench: {len(failures)} round(s) were not idempotent: {failures}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
