@@ -1,0 +1,293 @@
+"""The runbook's validation gate, as one standard-library Python program.
+
+It is rendered into /opt/sglang/test_tool_calling.sh and benchmark.sh, so the
+host needs nothing but python3. Both checks print a JSON summary on stdout;
+on failure they also print a one-line reason on stderr and exit non-zero.
+
+    tool-calling  one request that must produce a structured tool call, with
+                  clean content and reasoning that is not a repetition loop
+    benchmark     N concurrent streaming requests: aggregate output tok/s,
+                  TTFT p50/p99, errors; compared with the model's baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+# ---------------------------------------------------------------- repetition loops
+# The failure the runbook saw: reasoning_content full of one repeated
+# character or phrase, next to a structurally clean tool call. Thresholds:
+MAX_CHAR_RUN = 20         # one non-space character this many times in a row is a loop ("!!!!!!!!...")
+MAX_PHRASE_REPEATS = 6    # a 1-12 word phrase repeated back to back this many times is a loop
+MAX_PATTERN_REPEATS = 8   # a 2-24 character pattern repeated back to back this many times is a loop
+_PHRASE_MAX_WORDS = 12
+
+
+def repetition_problem(text: str | None) -> str | None:
+    """Why ``text`` looks like a repetition loop, or None when it does not."""
+    if not text:
+        return None
+    run = re.search(r"(\S)\1{%d,}" % (MAX_CHAR_RUN - 1), text)
+    if run:
+        return f"the character {run.group(1)!r} repeats {len(run.group(0))} times in a row"
+    for pattern in re.finditer(r"(\S.{1,23}?)\1{%d,}" % (MAX_PATTERN_REPEATS - 1), text, re.S):
+        if len(set(pattern.group(1))) > 1:  # one character repeated is the run rule's business
+            times = len(pattern.group(0)) // len(pattern.group(1))
+            return f"the pattern {pattern.group(1)!r} repeats {times} times in a row"
+    # Words, and runs of one punctuation character as a single token (runs are the rule above's business).
+    words = [m.group(0) for m in re.finditer(r"\w+|([^\w\s])\1*", text.lower())]
+    for size in range(1, _PHRASE_MAX_WORDS + 1):
+        i = 0
+        while i + 2 * size <= len(words):
+            count, j = 1, i + size
+            while j + size <= len(words) and words[j:j + size] == words[i:i + size]:
+                count, j = count + 1, j + size
+            if count >= MAX_PHRASE_REPEATS:
+                phrase = " ".join(words[i:i + size])
+                return f"the phrase {phrase!r} repeats {count} times in a row"
+            i = j if count > 1 else i + 1
+    return None
+
+
+# ---------------------------------------------------------------- tool calls
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOL_PROMPT = "What is the weather in Paris right now, in celsius? Use the tool."
+# Markup that parsers turn into tool_calls; left in content it means the parser did not run.
+_RAW_MARKUP = re.compile(r"<tool_call>|</tool_call>|<function=|<\|tool_call|\"arguments\"\s*:", re.I)
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict,
+               "array": list}
+
+
+def schema_problem(value, schema: dict, path: str = "arguments") -> str | None:
+    """A small JSON-schema check: type, required, enum, additionalProperties, nested properties."""
+    kind = schema.get("type")
+    if kind:
+        expected = _JSON_TYPES[kind]
+        if not isinstance(value, expected) or (kind in ("integer", "number") and isinstance(value, bool)):
+            return f"{path} should be {kind}, got {type(value).__name__}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{path}={value!r} is not one of {schema['enum']}"
+    if kind == "object":
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                return f"{path} lacks required {key!r}"
+        if schema.get("additionalProperties") is False:
+            extra = sorted(set(value) - set(props))
+            if extra:
+                return f"{path} has unexpected {extra}"
+        for key, sub in props.items():
+            if key in value:
+                problem = schema_problem(value[key], sub, f"{path}.{key}")
+                if problem:
+                    return problem
+    return None
+
+
+def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
+    """Everything wrong with one chat completion that had to call a tool."""
+    problems = []
+    choices = response.get("choices") or []
+    if not choices:
+        return ["the response has no choices"]
+    choice = choices[0]
+    message = choice.get("message") or {}
+    if choice.get("finish_reason") != "tool_calls":
+        problems.append(f"finish_reason is {choice.get('finish_reason')!r}, not 'tool_calls'")
+    calls = message.get("tool_calls") or []
+    if not calls:
+        problems.append("tool_calls is empty: the call fell through as text (is --tool-call-parser set?)")
+    schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+    for call in calls:
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name not in schemas:
+            problems.append(f"tool_calls names an unknown tool {name!r}")
+            continue
+        try:
+            arguments = json.loads(function.get("arguments") or "")
+        except (TypeError, ValueError):
+            problems.append(f"the arguments of {name} are not valid JSON: {function.get('arguments')!r}")
+            continue
+        problem = schema_problem(arguments, schemas[name])
+        if problem:
+            problems.append(f"the arguments of {name} do not match its schema: {problem}")
+    content = message.get("content") or ""
+    if _RAW_MARKUP.search(content):
+        problems.append(f"raw tool-call markup left in content: {content[:120]!r}")
+    loop = repetition_problem(message.get("reasoning_content"))
+    if loop:
+        problems.append(f"reasoning_content is a repetition loop: {loop}")
+    return problems
+
+
+# ---------------------------------------------------------------- HTTP
+def _post(url: str, payload: dict, timeout: float):
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
+def _chat_url(base: str) -> str:
+    return base.rstrip("/") + "/v1/chat/completions"
+
+
+def check_tool_calling(url: str, model: str, timeout: float) -> dict:
+    payload = {"model": model, "messages": [{"role": "user", "content": TOOL_PROMPT}],
+               "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 1024, "temperature": 0}
+    started = time.monotonic()
+    try:
+        with _post(_chat_url(url), payload, timeout) as reply:
+            response = json.load(reply)
+    except urllib.error.HTTPError as error:
+        body = error.read().decode(errors="replace")[:200]
+        return {"check": "tool_calling", "ok": False, "problems": [f"HTTP {error.code} from the server: {body}"]}
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return {"check": "tool_calling", "ok": False, "problems": [f"no usable answer from {url}: {error}"]}
+    problems = tool_call_problems(response, [WEATHER_TOOL])
+    message = (response.get("choices") or [{}])[0].get("message") or {}
+    return {"check": "tool_calling", "ok": not problems, "problems": problems, "model": model,
+            "seconds": round(time.monotonic() - started, 3),
+            "tool_calls": len(message.get("tool_calls") or []),
+            "reasoning_chars": len(message.get("reasoning_content") or "")}
+
+
+# ---------------------------------------------------------------- benchmark
+BENCH_PROMPT = "Write a short paragraph about the history of the printing press."
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile (no interpolation)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-fraction * len(ordered) // 1))))
+    return ordered[rank - 1]
+
+
+def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict) -> None:
+    payload = {"model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}], "max_tokens": max_tokens,
+               "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    started = time.monotonic()
+    try:
+        with _post(_chat_url(url), payload, timeout) as reply:
+            for raw in reply:
+                line = raw.decode().strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if "ttft" not in out and (delta.get("content") or delta.get("reasoning_content")):
+                        out["ttft"] = time.monotonic() - started
+                if chunk.get("usage"):
+                    out["tokens"] = chunk["usage"].get("completion_tokens", 0)
+        if "tokens" not in out:
+            out["error"] = "the stream carried no usage"
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        out["error"] = str(error)
+
+
+def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeout: float,
+                  baseline: float | None, min_fraction: float, results_dir: str | None) -> dict:
+    outs = [{} for _ in range(concurrency)]
+    threads = [threading.Thread(target=_one_stream, args=(url, model, max_tokens, timeout, o)) for o in outs]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 5)
+    wall = time.monotonic() - started
+    errors = [o["error"] for o in outs if "error" in o]
+    tokens = sum(o.get("tokens", 0) for o in outs if "error" not in o)
+    ttfts = [o["ttft"] for o in outs if "ttft" in o and "error" not in o]
+    throughput = tokens / wall if wall > 0 else 0.0
+    result = {
+        "check": "benchmark", "model": model, "concurrency": concurrency, "max_tokens": max_tokens,
+        "output_tokens": tokens, "seconds": round(wall, 3), "tok_per_s": round(throughput, 1),
+        "ttft_p50_s": _round(percentile(ttfts, 0.50)), "ttft_p99_s": _round(percentile(ttfts, 0.99)),
+        "errors": len(errors), "baseline_tok_per_s": baseline, "min_fraction": min_fraction,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    problems = []
+    if errors:
+        problems.append(f"{len(errors)} of {concurrency} requests failed: {errors[0]}")
+    if baseline:
+        floor = baseline * min_fraction
+        result["ratio_to_baseline"] = round(throughput / baseline, 3)
+        if throughput < floor:
+            problems.append(f"{throughput:.1f} tok/s is below {min_fraction:.0%} of the baseline {baseline:g} tok/s")
+    else:
+        result["note"] = "no baseline recorded for this model; this result can become one"
+    result["ok"] = not problems
+    result["problems"] = problems
+    if results_dir:
+        os.makedirs(results_dir, exist_ok=True)
+        path = os.path.join(results_dir, f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+        with open(path, "w") as handle:
+            json.dump(result, handle, indent=2)
+        result["result_file"] = path
+    return result
+
+
+def _round(value):
+    return None if value is None else round(value, 4)
+
+
+# ---------------------------------------------------------------- command line
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sglang-validate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="check", required=True)
+    for name in ("tool-calling", "benchmark"):
+        p = sub.add_parser(name)
+        p.add_argument("--url", required=True)
+        p.add_argument("--model", required=True)
+        p.add_argument("--timeout", type=float, default=300)
+        if name == "benchmark":
+            p.add_argument("--concurrency", type=int, default=8)
+            p.add_argument("--max-tokens", type=int, default=256)
+            p.add_argument("--baseline", type=float, default=None, help="tok/s; none: record, do not compare")
+            p.add_argument("--min-fraction", type=float, default=0.8)
+            p.add_argument("--results-dir", default=None)
+    args = parser.parse_args(argv)
+    if args.check == "tool-calling":
+        result = check_tool_calling(args.url, args.model, args.timeout)
+    else:
+        result = run_benchmark(args.url, args.model, args.concurrency, args.max_tokens, args.timeout,
+                               args.baseline, args.min_fraction, args.results_dir)
+    print(json.dumps(result, sort_keys=True))
+    if not result["ok"]:
+        print(f"{result['check']} FAILED: {'; '.join(result['problems'])}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

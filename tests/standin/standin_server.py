@@ -1,0 +1,262 @@
+"""STAND-IN for a GPU-backed SGLang server. Tests and the sandbox only.
+
+There is no GPU and no model on these machines, so this small standard-library
+server takes SGLang's place inside the stand-in image built by the test
+harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
+
+- GET  /health                503 while "loading", then 200 (empty body)
+- GET  /v1/models             the served model
+- POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
+                              streaming as server-sent events ending in [DONE];
+                              404 for an unknown model, 400 for a bad request
+
+It is started exactly like SGLang (`python3 -m sglang.launch_server ...`,
+through the shim package next to it) and refuses flags SGLang does not know.
+Behaviour is set by environment variables, which compose passes through:
+
+  STANDIN_LOAD_SECONDS       time /health answers 503 at start (default 3)
+  STANDIN_TOKENS_PER_SECOND  decode speed per request (default 400)
+  STANDIN_FAILURE            one failure mode, to test the gate:
+      repetition_loop    clean tool_calls, reasoning_content full of one character
+      tool_call_as_text  the tool call left as raw markup in content
+      slow               decodes at 2 tok/s, far below any baseline
+      crash_at_start     exits with an error before listening
+      never_ready        /health answers 503 forever
+
+Production defaults never reference this file or its image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready")
+REASONING = ("The user wants the current weather for a city. I have a get_weather tool whose parameters are "
+             "a city and a unit. Both are stated in the request, so I will call the tool directly and report "
+             "the result afterwards.")
+ANSWER = ("The printing press, developed by Johannes Gutenberg around 1440, combined movable metal type, "
+          "oil-based ink and a screw press. It made books cheaper and faster to produce, spread literacy "
+          "across Europe, and carried the ideas of the Renaissance and the Reformation further than "
+          "handwritten copies ever could. ")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """SGLang's launch flags that the deploy renders; anything else is refused, as SGLang's parser does."""
+    p = argparse.ArgumentParser(prog="sglang.launch_server (stand-in)")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--dtype")
+    p.add_argument("--mamba-full-memory-ratio", type=float)
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--allow-auto-truncate", action="store_true")
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument("--cuda-graph-backend-prefill")
+    p.add_argument("--reasoning-parser")
+    p.add_argument("--tool-call-parser")
+    p.add_argument("--context-length", type=int)
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--log-level")
+    p.add_argument("--log-requests", action="store_true")
+    p.add_argument("--log-requests-level", type=int)
+    return p.parse_args(argv)
+
+
+def example_value(name: str, schema: dict):
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type", "string")
+    if kind == "string":
+        return "Paris" if "city" in name else f"example {name}"
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    return {k: example_value(k, v) for k, v in schema.get("properties", {}).items()}
+
+
+class StandIn:
+    def __init__(self, args: argparse.Namespace, env: dict):
+        self.args = args
+        self.served = args.served_model_name or args.model_path
+        self.failure = env.get("STANDIN_FAILURE", "")
+        if self.failure not in FAILURES:
+            raise SystemExit(f"stand-in: unknown STANDIN_FAILURE={self.failure!r}; one of {FAILURES[1:]}")
+        self.tokens_per_second = 2.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
+        self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
+
+    def ready(self) -> bool:
+        return self.failure != "never_ready" and time.monotonic() >= self.ready_at
+
+    def reasoning(self) -> str:
+        if self.failure == "repetition_loop":
+            return "Let me think about the weather. " + "!" * 600
+        return REASONING
+
+    def completion(self, request: dict):
+        """(message, finish_reason, output tokens as text pieces)."""
+        tools = request.get("tools") or []
+        max_tokens = int(request.get("max_tokens") or 128)
+        if tools:
+            function = tools[0]["function"]
+            params = function.get("parameters", {})
+            arguments = {k: example_value(k, v) for k, v in params.get("properties", {}).items()
+                         if k in params.get("required", list(params.get("properties", {})))}
+            reasoning = self.reasoning()
+            if self.failure == "tool_call_as_text":
+                content = f"<tool_call>\n{json.dumps({'name': function['name'], 'arguments': arguments})}\n</tool_call>"
+                message = {"role": "assistant", "content": content, "reasoning_content": reasoning, "tool_calls": None}
+                return message, "stop", reasoning.split(" ") + content.split(" ")
+            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "index": 0,
+                    "function": {"name": function["name"], "arguments": json.dumps(arguments)}}
+            message = {"role": "assistant", "content": None, "reasoning_content": reasoning, "tool_calls": [call]}
+            return message, "tool_calls", reasoning.split(" ") + [call["function"]["arguments"]]
+        words = (ANSWER * (max_tokens // 40 + 1)).split(" ")[:max_tokens]
+        finish = "length" if len(words) >= max_tokens else "stop"
+        return {"role": "assistant", "content": " ".join(words), "reasoning_content": None,
+                "tool_calls": None}, finish, words
+
+
+def make_handler(standin: StandIn):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # one line per request, like SGLang's access log
+            sys.stderr.write("stand-in %s\n" % (fmt % args))
+
+        def _json(self, code: int, body) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str, kind: str) -> None:
+            self._json(code, {"object": "error", "message": message, "type": kind, "param": None, "code": code})
+
+        def do_GET(self):
+            if self.path == "/health":
+                if standin.ready():
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                else:
+                    self._error(503, "the model is still loading", "ServiceUnavailable")
+            elif self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [
+                    {"id": standin.served, "object": "model", "created": int(time.time()),
+                     "owned_by": "sglang", "root": standin.args.model_path,
+                     "max_model_len": standin.args.context_length}]})
+            else:
+                self._error(404, f"no route {self.path}", "NotFoundError")
+
+        def do_POST(self):
+            if self.path != "/v1/chat/completions":
+                self._error(404, f"no route {self.path}", "NotFoundError")
+                return
+            if not standin.ready():
+                self._error(503, "the model is still loading", "ServiceUnavailable")
+                return
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+                request = json.loads(self.rfile.read(length) or b"")
+                messages = request["messages"]
+                assert isinstance(messages, list) and messages
+            except (ValueError, KeyError, AssertionError, TypeError):
+                self._error(400, "the body must be JSON with a non-empty messages list", "BadRequestError")
+                return
+            if request.get("model") not in (standin.served, None):
+                self._error(404, f"The model `{request.get('model')}` does not exist.", "NotFoundError")
+                return
+            message, finish, pieces = standin.completion(request)
+            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages) + 12
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces),
+                     "total_tokens": prompt_tokens + len(pieces)}
+            rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            delay = 1.0 / standin.tokens_per_second
+            if request.get("stream"):
+                self._stream(request, rid, created, message, finish, pieces, usage, delay)
+                return
+            time.sleep(delay * len(pieces))
+            self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": standin.served,
+                             "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                                          "logprobs": None}], "usage": usage})
+
+        def _stream(self, request, rid, created, message, finish, pieces, usage, delay):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+
+            def send(choices, extra=None):
+                chunk = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                         "model": standin.served, "choices": choices, **(extra or {})}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+            send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            reasoning = (message.get("reasoning_content") or "").split(" ") if message.get("reasoning_content") else []
+            for i, piece in enumerate(pieces):
+                time.sleep(delay)
+                if i < len(reasoning):
+                    delta = {"reasoning_content": piece + " "}
+                elif message.get("tool_calls"):
+                    call = message["tool_calls"][0]
+                    delta = {"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                             "function": {"name": call["function"]["name"], "arguments": piece}}]}
+                else:
+                    delta = {"content": piece + ("" if i == len(pieces) - 1 else " ")}
+                send([{"index": 0, "delta": delta, "finish_reason": None}])
+            send([{"index": 0, "delta": {}, "finish_reason": finish}])
+            if (request.get("stream_options") or {}).get("include_usage"):
+                send([], {"usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler
+
+
+def main(argv: list[str] | None = None, env: dict | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    standin = StandIn(args, dict(os.environ) if env is None else env)
+    if standin.failure == "crash_at_start":
+        print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
+              file=sys.stderr, flush=True)
+        return 1
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(standin))
+    server.daemon_threads = True
+    print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
+          f"this is not SGLang", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def serve_in_thread(argv: list[str], env: dict) -> ThreadingHTTPServer:
+    """For unit tests: the same server on loopback, in this process."""
+    args = parse_args(argv)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(StandIn(args, env)))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+if __name__ == "__main__":
+    sys.exit(main())

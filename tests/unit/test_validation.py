@@ -1,0 +1,232 @@
+"""The validation program's detectors on good and degenerate samples, and the
+whole checks against the stand-in server on loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from harness import PROJECT_DIR
+from sglang_infra import validation as v
+
+sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
+import standin_server  # noqa: E402
+
+GOOD_REASONING = [
+    "The user wants the weather in Paris in celsius. I have a get_weather tool with two required parameters, "
+    "city and unit. Both are given, so I will call it with city=Paris and unit=celsius and then summarise.",
+    "Let me think. The question is about Paris. Paris is in France. The tool needs a city and a unit; the unit "
+    "should be celsius because the user asked for it. I will call get_weather.",
+    "First, check what is needed: a city (Paris) and a unit (celsius). Second, call the tool. Third, report. "
+    "No clarification is needed. - city: Paris - unit: celsius",
+    "Okay, okay. So the user asks: what's the weather? In Paris. Right now. Fine: call get_weather(Paris, "
+    "celsius). Done thinking.",
+    "",
+    None,
+]
+LOOPS = [
+    ("!" * 400, "character '!'"),
+    ("Let me think about the weather. " + "?" * 25, "character '?'"),
+    ("I need to " + "call the tool and " * 10, "pattern"),
+    ("Wait. " * 12, "pattern"),
+    ("the the the the the the the the", "repeats"),
+    ("Paris Paris Paris Paris Paris Paris Paris Paris Paris", "repeats"),
+    ("so the answer is so the answer is so the answer is so the answer is so the answer is so the answer is",
+     "repeats"),
+]
+
+
+@pytest.mark.parametrize("text", GOOD_REASONING)
+def test_good_reasoning_is_not_a_loop(text):
+    assert v.repetition_problem(text) is None
+
+
+@pytest.mark.parametrize("text,what", LOOPS)
+def test_degenerate_reasoning_is_a_loop(text, what):
+    problem = v.repetition_problem(text)
+    assert problem and what in problem
+
+
+def test_character_run_threshold_is_exact():
+    assert v.repetition_problem("x" + "=" * (v.MAX_CHAR_RUN - 1)) is None
+    assert v.repetition_problem("x" + "=" * v.MAX_CHAR_RUN)
+
+
+def test_phrase_threshold_is_exact():
+    below = " ".join(["alpha beta gamma delta"] * (v.MAX_PHRASE_REPEATS - 1))
+    at = " ".join(["alpha beta gamma delta"] * v.MAX_PHRASE_REPEATS)
+    assert v.repetition_problem(below) is None
+    assert "repeats" in v.repetition_problem(at)
+
+
+def test_detector_is_fast_on_long_text():
+    started = time.monotonic()
+    assert v.repetition_problem(" ".join(GOOD_REASONING[0] for _ in range(50))) is None
+    assert time.monotonic() - started < 5
+
+
+def response(message, finish="tool_calls"):
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+def call(arguments):
+    return {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+
+
+def test_clean_tool_call_passes():
+    message = {"content": None, "reasoning_content": GOOD_REASONING[0],
+               "tool_calls": [call('{"city": "Paris", "unit": "celsius"}')]}
+    assert v.tool_call_problems(response(message), [v.WEATHER_TOOL]) == []
+
+
+@pytest.mark.parametrize("message,finish,expected", [
+    ({"content": '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', "tool_calls": None},
+     "stop", ["finish_reason is 'stop'", "tool_calls is empty", "raw tool-call markup"]),
+    ({"tool_calls": [call("{city: Paris}")]}, "tool_calls", ["not valid JSON"]),
+    ({"tool_calls": [call('{"city": "Paris"}')]}, "tool_calls", ["lacks required 'unit'"]),
+    ({"tool_calls": [call('{"city": "Paris", "unit": "kelvin"}')]}, "tool_calls", ["not one of"]),
+    ({"tool_calls": [call('{"city": 7, "unit": "celsius"}')]}, "tool_calls", ["should be string"]),
+    ({"tool_calls": [call('{"city": "Paris", "unit": "celsius", "x": 1}')]}, "tool_calls", ["unexpected ['x']"]),
+    ({"tool_calls": [{"function": {"name": "rm_rf", "arguments": "{}"}}]}, "tool_calls", ["unknown tool"]),
+    ({"reasoning_content": "!" * 100, "tool_calls": [call('{"city": "Paris", "unit": "celsius"}')]},
+     "tool_calls", ["repetition loop"]),
+])
+def test_bad_tool_calls_are_named(message, finish, expected):
+    problems = v.tool_call_problems(response(message, finish), [v.WEATHER_TOOL])
+    assert len(problems) == len(expected)
+    for problem, fragment in zip(problems, expected):
+        assert fragment in problem
+
+
+def test_percentile_is_nearest_rank():
+    assert v.percentile([], 0.5) is None
+    assert v.percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert v.percentile(list(range(1, 101)), 0.99) == 99
+    assert v.percentile([5.0], 0.99) == 5.0
+
+
+# ---------------------------------------------------------------- against the stand-in, on loopback
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def standin():
+    servers = []
+
+    def start(failure="", load=0.0, rate=2000, served="qwen-test"):
+        port = free_port()
+        server = standin_server.serve_in_thread(
+            ["--model-path", "org/model", "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
+             "--tp-size", "2", "--tool-call-parser", "qwen3_coder"],
+            {"STANDIN_FAILURE": failure, "STANDIN_LOAD_SECONDS": str(load), "STANDIN_TOKENS_PER_SECOND": str(rate)})
+        servers.append(server)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_standin_health_is_503_while_loading_then_200(standin):
+    url = standin(load=0.5)
+    status, body = get(url + "/health")
+    assert status == 503 and json.loads(body)["type"] == "ServiceUnavailable"
+    time.sleep(0.6)
+    assert get(url + "/health")[0] == 200
+
+
+def test_standin_never_ready(standin):
+    url = standin(failure="never_ready")
+    time.sleep(0.1)
+    assert get(url + "/health")[0] == 503
+
+
+def test_standin_lists_the_served_model(standin):
+    status, body = get(standin() + "/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["qwen-test"]
+
+
+def test_standin_answers_unknown_models_and_bad_bodies_like_openai(standin):
+    url = standin() + "/v1/chat/completions"
+    for payload, code in (({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404),
+                          ({"model": "qwen-test"}, 400)):
+        request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(request, timeout=5)
+        assert error.value.code == code
+        assert json.loads(error.value.read())["object"] == "error"
+
+
+def test_standin_refuses_flags_sglang_does_not_know():
+    with pytest.raises(SystemExit):
+        standin_server.parse_args(["--model-path", "x", "--no-such-flag"])
+
+
+def test_tool_calling_check_passes_on_a_healthy_server(standin):
+    result = v.check_tool_calling(standin(), "qwen-test", timeout=10)
+    assert result["ok"], result
+    assert result["tool_calls"] == 1 and result["reasoning_chars"] > 50
+
+
+@pytest.mark.parametrize("failure,fragment", [
+    ("repetition_loop", "repetition loop"),
+    ("tool_call_as_text", "tool_calls is empty"),
+])
+def test_tool_calling_check_catches_the_failure(standin, failure, fragment):
+    result = v.check_tool_calling(standin(failure=failure), "qwen-test", timeout=10)
+    assert not result["ok"]
+    assert any(fragment in p for p in result["problems"])
+
+
+def test_tool_calling_check_reports_an_unknown_model(standin):
+    result = v.check_tool_calling(standin(), "wrong-name", timeout=10)
+    assert not result["ok"] and "HTTP 404" in result["problems"][0]
+
+
+def test_benchmark_measures_and_passes_against_its_baseline(standin, tmp_path):
+    result = v.run_benchmark(standin(rate=400), "qwen-test", concurrency=8, max_tokens=40, timeout=30,
+                             baseline=1000, min_fraction=0.5, results_dir=str(tmp_path))
+    assert result["ok"], result
+    assert result["output_tokens"] == 8 * 40 and result["errors"] == 0
+    assert 0 < result["ttft_p50_s"] <= result["ttft_p99_s"] < 1
+    assert 1600 < result["tok_per_s"] < 3300  # 8 streams at 400 tok/s each, less overhead
+    assert json.loads(open(result["result_file"]).read())["tok_per_s"] == result["tok_per_s"]
+
+
+def test_benchmark_fails_a_slow_server(standin):
+    result = v.run_benchmark(standin(failure="slow"), "qwen-test", concurrency=4, max_tokens=4, timeout=30,
+                             baseline=985, min_fraction=0.8, results_dir=None)
+    assert not result["ok"] and "below 80% of the baseline 985" in result["problems"][0]
+
+
+def test_benchmark_counts_errors(standin):
+    result = v.run_benchmark(standin(), "wrong-name", concurrency=3, max_tokens=4, timeout=10, baseline=None,
+                             min_fraction=0.8, results_dir=None)
+    assert not result["ok"] and result["errors"] == 3
+
+
+def test_command_line_prints_json_and_a_one_line_reason(standin, capsys):
+    url = standin(failure="repetition_loop")
+    assert v.main(["tool-calling", "--url", url, "--model", "qwen-test", "--timeout", "10"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["ok"] is False
+    ours = [line for line in err.splitlines() if not line.startswith("stand-in")]
+    assert len(ours) == 1 and ours[0].startswith("tool_calling FAILED: reasoning_content is a repetition loop")
