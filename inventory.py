@@ -44,8 +44,8 @@ def _sandbox_hosts():
                 "ssh_key": entry["ssh_key"],
                 "ssh_known_hosts_file": entry["known_hosts"],
                 "ssh_strict_host_key_checking": "yes",
-                # The sandbox has no GPU: it runs the stand-in profile.
-                "sglang_require_gpu": False,
+                # The sandbox has no GPU: it runs the stand-in profile (see README, "Stand-ins").
+                **entry.get("data", {}),
             },
         )
         for entry in hosts

@@ -35,6 +35,9 @@ sglang_apt_cache_time = 86400
 # Pinned SGLang release; an upgrade must be a deliberate, tested change, never drift on a restart.
 sglang_image = "lmsysorg/sglang:v0.5.16"
 
+# Image archive (`docker save`, gzipped or not) on the control machine, loaded on hosts that lack sglang_image, for sites without registry access; None pulls from the registry.
+sglang_image_archive = None
+
 # Template that becomes docker/compose.yaml; a site may point at its own copy.
 sglang_compose_template = "templates/compose.yaml.j2"
 
@@ -65,8 +68,31 @@ sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
 
+# Extra environment for the server container (e.g. NCCL settings); the launch flags' own variables are set by the deploy.
+sglang_extra_env = {}
+
 # Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented out.
 sglang_debug_logging = False
+
+# ---------------------------------------------------------------- Validation gate
+
+# When the gate runs: 'on-change' after any change to compose.yaml, .env, the image or the scripts; 'always' on every run.
+sglang_validate = "on-change"
+
+# Seconds to wait for /health and then a first completion after a (re)start; SGLang's own tests allow 600 s.
+sglang_ready_timeout = 600
+
+# Concurrent requests in benchmark.sh; the runbook's throughput figures were measured at 8.
+sglang_benchmark_concurrency = 8
+
+# Output tokens per benchmark request: long enough that decode, not prefill, dominates the figure.
+sglang_benchmark_max_tokens = 256
+
+# benchmark.sh fails below this fraction of the model's baseline: room for run-to-run noise, not for a regression.
+sglang_benchmark_min_fraction = 0.8
+
+# Aggregate output tok/s at 8 concurrent requests per model, from the runbook; a model without one is measured, not compared.
+sglang_throughput_baselines = {"QuantTrio/Qwen3.6-35B-A3B-AWQ": 985, "cyankiwi/Qwen3.6-27B-AWQ-INT4": 452}
 
 # ---------------------------------------------------------------- Launch flags
 

@@ -4,6 +4,7 @@ lines, so a host is read in as few round trips as possible.
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -64,6 +65,7 @@ class HostState(FactBase):
             " /usr/local/libexec/docker/cli-plugins; do"
             ' [ -x "$d/docker-compose" ] && echo "docker_compose_plugin=$d/docker-compose"; done',
             'echo "docker_active=$(systemctl is-active docker 2>/dev/null)"',
+            'echo "python3=$(command -v python3)"',
             'echo "docker_enabled=$(systemctl is-enabled docker 2>/dev/null)"',
         ]
         if uid is not None:
@@ -94,6 +96,7 @@ class HostState(FactBase):
             "docker_socket": _first(values, "docker_socket") == "yes",
             "docker_compose_plugin": _first(values, "docker_compose_plugin") or None,
             "docker_active": _first(values, "docker_active") or None,
+            "python3": _first(values, "python3") or None,
             "docker_enabled": _first(values, "docker_enabled") or None,
             "uid_owner": _first(values, "uid_owner") or None,
             "gid_owner": _first(values, "gid_owner") or None,
@@ -135,7 +138,7 @@ class Layout(FactBase):
 
     def command(self, home, dirs=(), user="sglang", group="sglang"):
         q = shlex.quote
-        cache, docker = q(f"{home}/hf-cache"), q(f"{home}/docker")
+        cache, docker, results = q(f"{home}/hf-cache"), q(f"{home}/docker"), q(f"{home}/results")
         parts = [
             f"if [ -d {q(d)} ] && [ ! -L {q(d)} ]; then stat -c 'dir=%n\t%U\t%G\t%a' {q(d)}; fi"
             for d in dirs
@@ -147,7 +150,7 @@ class Layout(FactBase):
             f"\\( ! -group {group} -printf 'cache_group=%p\\n' \\) , "
             f"\\( ! -type l ! -type d ! -perm -060 -printf 'cache_file_mode=%p\\n' \\) , "
             f"\\( -type d ! -perm -2070 -printf 'cache_dir_mode=%p\\n' \\); fi; "
-            f"find {home} -mindepth 1 \\( -path {cache} -prune \\) -o "
+            f"find {home} -mindepth 1 \\( -path {cache} -prune -o -path {results} -prune \\) -o "
             f"\\( \\( ! -user {user} -o ! -group {group} \\) -printf 'owner=%p\\n' \\); "
             f"find {home} ! -type l -perm -002 -printf 'world_writable=%p\\n'; "
             f"if [ -d {docker} ]; then find {docker} -mindepth 1 ! -type l -perm -020 "
@@ -167,18 +170,26 @@ class Layout(FactBase):
         return {"dirs": {}, "drift": {}}
 
 
+# Written next to compose.yaml by the validation gate: the digest of what last passed.
+VALIDATED_STAMP = ".validated"
+
+
 class DirectoryFiles(FactBase):
     """
     Owner, group, octal mode and sha256 of every entry directly in one
     directory, in one command: the handful of files the deploy writes there
-    share one round trip. Entries that are not regular files map to False.
-    Returns {} when the directory does not exist.
+    share one round trip. Entries that are not regular files map to False;
+    the validation stamp also carries its "content". Returns {} when the
+    directory does not exist.
     """
 
     def command(self, path):
         p = shlex.quote(path)
+        # The validation stamp is small and not secret: its content comes along.
+        reads = (f"[ -f {VALIDATED_STAMP} ] && printf 'content=%s\\t%s\\n' {VALIDATED_STAMP} "
+                 f"\"$(head -c 512 {VALIDATED_STAMP} | tr '\\n' ' ')\"; ")
         return (
-            f"cd {p} 2>/dev/null || exit 0; for f in * .[!.]*; do "
+            f"cd {p} 2>/dev/null || exit 0; {reads}for f in * .[!.]*; do "
             "if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then "
             "printf 'file=%s\\t%s\\t%s\\n' \"$f\" \"$(stat -c '%U\t%G\t%a' \"$f\")\" "
             "\"$(sha256sum < \"$f\" | cut -d' ' -f1)\"; "
@@ -188,9 +199,12 @@ class DirectoryFiles(FactBase):
     def process(self, output):
         values = _kv_lines(output)
         out: dict[str, Any] = {name: False for name in values.get("other", [])}
+        contents = dict(line.split("\t", 1) if "\t" in line else (line, "") for line in values.get("content", []))
         for line in values.get("file", []):
             name, owner, group, mode, sha256 = line.split("\t")
             out[name] = {"owner": owner, "group": group, "mode": mode, "sha256": sha256}
+            if name in contents:
+                out[name]["content"] = contents[name].strip()
         return out
 
     def default(self):
@@ -221,3 +235,54 @@ class GpuFacts(FactBase):
         from .gpus import GpuInventory
 
         return GpuInventory()
+
+
+class StackState(FactBase):
+    """
+    The compose stack as Docker sees it, in one command: the image's id (or
+    none when it is not on the host), the config hash compose computes for
+    each service of the current compose.yaml, and each container's state,
+    config hash and model label (`docker compose ps` JSON).
+    """
+
+    def command(self, project_dir, image):
+        d, i = shlex.quote(project_dir), shlex.quote(image)
+        return (
+            "command -v docker >/dev/null 2>&1 || exit 0; "
+            f"echo @image; docker image inspect --format '{{{{.Id}}}}' {i} 2>/dev/null; "
+            f"cd {d} 2>/dev/null && [ -f compose.yaml ] || exit 0; "
+            "echo @hash; docker compose config --hash '*' 2>/dev/null; "
+            "echo @ps; docker compose ps -a --format json 2>/dev/null; true"
+        )
+
+    def process(self, output):
+        sections: dict[str, list[str]] = {}
+        current = None
+        for line in output:
+            if line in ("@image", "@hash", "@ps"):
+                current = line[1:]
+                sections[current] = []
+            elif current:
+                sections[current].append(line)
+        hashes = dict(line.split(" ", 1) for line in sections.get("hash", []) if " " in line)
+        containers = []
+        for line in sections.get("ps", []):
+            line = line.strip()
+            if not line:
+                continue
+            parsed = json.loads(line)
+            for entry in parsed if isinstance(parsed, list) else [parsed]:
+                labels = dict(item.split("=", 1) for item in (entry.get("Labels") or "").split(",") if "=" in item)
+                containers.append({
+                    "service": entry.get("Service"),
+                    "state": entry.get("State"),
+                    "config_hash": labels.get("com.docker.compose.config-hash"),
+                    "model": labels.get("sglang.model"),
+                    "image_id": labels.get("com.docker.compose.image"),
+                    "name": entry.get("Name"),
+                })
+        image = (sections.get("image") or [""])[0].strip()
+        return {"image_id": image or None, "hashes": hashes, "containers": containers}
+
+    def default(self):
+        return {"image_id": None, "hashes": {}, "containers": []}

@@ -13,10 +13,11 @@ from typing import Iterable
 import jinja2
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import factcache
-from .facts import DRIFT_FIXES, DirectoryFiles, HostState, Layout
+from .facts import DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, HostState, Layout, StackState
 from .platforms import NOLOGIN_SHELL
 
 q = shlex.quote
@@ -200,3 +201,97 @@ def account_env_file(dest: str, user: str, template: str, mode: str = "640"):
     content = jinja2.Template(template, undefined=jinja2.StrictUndefined, keep_trailing_newline=True).render(
         uid=account["uid"], gid=account["gid"])
     yield from _swap_in(dest, content.encode(), user, user, mode, None)
+
+
+@operation()
+def image_present(image: str, project_dir: str, archive: str | None = None):
+    """
+    Ensure ``image`` is on the host: from ``archive`` (a `docker save` file on
+    the control machine, gzipped or not) when given, else `docker pull`.
+    An image already present is never pulled or loaded again.
+    """
+    state = factcache.get(host, StackState, project_dir=project_dir, image=image)
+    if state["image_id"]:
+        host.noop(f"{image} is already on the host")
+        return
+    if not archive:
+        yield f"docker pull {q(image)}"
+        return
+    remote = f"/var/tmp/sglang-image-{_file_digest(archive)[:16]}.tar"
+    yield FileUploadCommand(archive, remote, remote_temp_filename=host.get_temp_filename(remote))
+    yield (f"docker load -i {q(remote)} >/dev/null; loaded=$?; rm -f {q(remote)}; [ $loaded = 0 ] && "
+           f"{{ docker image inspect {q(image)} >/dev/null 2>&1 || "
+           f"{{ echo 'the archive {archive} does not contain {image}' >&2; exit 1; }}; }}")
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@operation()
+def stack_up(project_dir: str, image: str, model: str):
+    """
+    Ensure the compose stack runs the current compose.yaml: `docker compose
+    up -d` only when a service has no running container, or its container was
+    made from another config or image (compose's own config hash and image
+    labels, read from `docker compose ps`). A model switch recreates
+    (--force-recreate). Otherwise nothing is restarted.
+    """
+    state = factcache.get(host, StackState, project_dir=project_dir, image=image)
+    containers = {c["service"]: c for c in state["containers"]}
+    reasons = [] if state["hashes"] else ["compose has not run this project yet"]
+    for service, config_hash in state["hashes"].items():
+        container = containers.get(service)
+        if container is None:
+            reasons.append(f"{service} has no container")
+        elif container["state"] != "running":
+            reasons.append(f"{service} is {container['state']}")
+        elif container["config_hash"] != config_hash:
+            reasons.append(f"{service} runs an older compose.yaml")
+        elif state["image_id"] and container.get("image_id") not in (None, state["image_id"]):
+            reasons.append(f"{service} runs an older {image}")
+    switched = any(c.get("model") not in (None, model) for c in state["containers"])
+    if not reasons:
+        host.noop("the stack already runs the current compose.yaml")
+        return
+    force = " --force-recreate" if switched else ""
+    yield f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force}"
+
+
+def validation_digest(compose_sha: str, env_sha: str, image_id: str, tool_sha: str, bench_sha: str) -> str:
+    """What the gate last validated; gate.sh computes the same from the files on the host."""
+    text = f"compose={compose_sha}\nenv={env_sha}\nimage={image_id}\ntool={tool_sha}\nbench={bench_sha}\n"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _run_gate(state, host, command: str) -> bool:
+    """Run the gate with its progress streamed to the operator, prefixed with the host's name."""
+    # The operation's own connector arguments (_sudo and friends) apply to this command too.
+    arguments = {key: value for key, value in (host.current_op_global_arguments or {}).items()
+                 if key in CONNECTOR_ARGUMENT_KEYS}
+    status, _ = host.run_shell_command(StringCommand(command), print_output=True, **arguments)
+    return status
+
+
+@operation()
+def validated(project_dir: str, image: str, gate: str, tool_sha: str, bench_sha: str, always: bool = False):
+    """
+    Ensure what runs has passed the validation gate: unless the stamp the gate
+    wrote says this exact compose.yaml, .env, image and scripts passed, run
+    ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll back on
+    failure). ``always`` runs it regardless.
+    """
+    files = factcache.get(host, DirectoryFiles, path=project_dir)
+    state = factcache.get(host, StackState, project_dir=project_dir, image=image)
+    compose, env = files.get("compose.yaml") or {}, files.get(".env") or {}
+    digest = validation_digest(compose.get("sha256", ""), env.get("sha256", ""), state["image_id"] or "",
+                               tool_sha, bench_sha)
+    stamp = (files.get(VALIDATED_STAMP) or {}).get("content")
+    if stamp == digest and not always:
+        host.noop("this compose.yaml, .env, image and scripts already passed the gate")
+        return
+    yield FunctionCommand(_run_gate, (f"bash {q(gate)}",), {})

@@ -97,3 +97,27 @@ def compose_yaml(data: Mapping[str, Any], gpus: GpuInventory) -> str:
 
 def env_template_source() -> str:
     return (PROJECT_DIR / "templates" / "env.j2").read_text(encoding="utf-8")
+
+
+def _served_model(data: Mapping[str, Any]) -> str:
+    return data["sglang_served_model_name"] or data["sglang_model"]
+
+
+def validation_source() -> str:
+    return (PROJECT_DIR / "sglang_infra" / "validation.py").read_text(encoding="utf-8").rstrip("\n")
+
+
+def scripts(data: Mapping[str, Any]) -> dict[str, str]:
+    """The validation scripts and the gate, by file name under sglang_home."""
+    from .facts import VALIDATED_STAMP
+
+    context = {key: value for key, value in data.items() if key.startswith("sglang_")}
+    context.update(
+        url=f"http://127.0.0.1:{data['sglang_port']}",
+        served_model=_served_model(data),
+        baseline=data["sglang_throughput_baselines"].get(data["sglang_model"]),
+        validation_source=validation_source(),
+        validated_stamp=VALIDATED_STAMP,
+    )
+    return {name: render(f"templates/{name}.j2", **context)
+            for name in ("test_tool_calling.sh", "benchmark.sh", "gate.sh")}

@@ -6,6 +6,7 @@ group_data/all.py; this module only judges values.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -100,6 +101,17 @@ def _gpus(value: Any) -> bool:
     return value == "all" or (_is_int(value) and 1 <= value <= 64)
 
 
+def _env_mapping(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and re.match(r"^[A-Z_][A-Z0-9_]*$", k) and isinstance(v, str) and "\n" not in v
+        for k, v in value.items())
+
+
+def _baselines(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and _REPO_ID_RE.match(k) and _is_number(v) and v > 0 for k, v in value.items())
+
+
 def _https_url(value: Any) -> bool:
     return isinstance(value, str) and re.match(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
@@ -123,6 +135,21 @@ SCHEMA: dict[str, Key] = {
     # stack
     "sglang_image": Key("a pinned image reference", lambda v: image_problem(v) is None,
                         "pin a release tag such as 'lmsysorg/sglang:v0.5.16' or a digest '@sha256:...'"),
+    "sglang_image_archive": Key("None or a path to an image archive on the control machine",
+                                _optional(lambda v: isinstance(v, str) and os.path.isfile(v)),
+                                "point at an existing `docker save` file, or None to pull from the registry"),
+    "sglang_extra_env": Key("a mapping of environment variable names to strings", _env_mapping,
+                            "use e.g. {'NCCL_P2P_DISABLE': '1'}"),
+    "sglang_validate": Key("'on-change' or 'always'", _one_of("on-change", "always"),
+                           "use 'on-change', or 'always' to validate on every run"),
+    "sglang_ready_timeout": Key("an integer number of seconds 10-7200", _int_range(10, 7200),
+                                "allow a model load, e.g. 600"),
+    "sglang_benchmark_concurrency": Key("an integer 1-256", _int_range(1, 256), "use e.g. 8"),
+    "sglang_benchmark_max_tokens": Key("an integer 1-32768", _int_range(1, 32768), "use e.g. 256"),
+    "sglang_benchmark_min_fraction": Key("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1,
+                                         "use a fraction such as 0.8"),
+    "sglang_throughput_baselines": Key("a mapping of repo ids to tok/s", _baselines,
+                                       "use e.g. {'QuantTrio/Qwen3.6-35B-A3B-AWQ': 985}"),
     "sglang_compose_template": Key("a template path relative to the project", lambda v: isinstance(v, str) and v != "",
                                    "name a file under templates/, e.g. 'templates/compose.yaml.j2'"),
     "sglang_model": Key("a Hugging Face repo id 'org/name'",

@@ -8,6 +8,8 @@ on failure they also print a one-line reason on stderr and exit non-zero.
                   clean content and reasoning that is not a repetition loop
     benchmark     N concurrent streaming requests: aggregate output tok/s,
                   TTFT p50/p99, errors; compared with the model's baseline
+    ready         wait until /health stops answering 503, then for a real
+                  completion, with progress on stderr
 """
 
 from __future__ import annotations
@@ -260,12 +262,49 @@ def _round(value):
     return None if value is None else round(value, 4)
 
 
+# ---------------------------------------------------------------- readiness
+READY_PROMPT = "Reply with the single word OK."
+
+
+def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: float = 1.0) -> dict:
+    """Wait until /health stops answering 503 and a real completion comes back; progress on stderr."""
+    started = time.monotonic()
+    last_report, last_status = started, None
+    phase = "health"
+    while True:
+        elapsed = time.monotonic() - started
+        try:
+            if phase == "health":
+                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=10) as reply:
+                    last_status = reply.status
+                phase = "completion"
+            payload = {"model": model, "messages": [{"role": "user", "content": READY_PROMPT}],
+                       "max_tokens": 16, "temperature": 0}
+            with _post(_chat_url(url), payload, timeout=60) as reply:
+                answer = json.load(reply)
+            if answer.get("choices"):
+                return {"check": "ready", "ok": True, "problems": [], "seconds": round(elapsed, 1)}
+            last_status = "a completion without choices"
+        except urllib.error.HTTPError as error:
+            last_status = error.code
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            last_status = type(error).__name__
+        if elapsed >= timeout:
+            return {"check": "ready", "ok": False, "seconds": round(elapsed, 1),
+                    "problems": [f"not ready after {timeout:g} s (waiting for {phase}, last answer {last_status})"]}
+        if time.monotonic() - last_report >= every:
+            print(f"ready: waiting for {phase} ({last_status}), {elapsed:.0f}/{timeout:g} s", file=sys.stderr,
+                  flush=True)
+            last_report = time.monotonic()
+        time.sleep(poll)
+
+
 # ---------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sglang-validate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="check", required=True)
-    for name in ("tool-calling", "benchmark"):
+    for name in ("tool-calling", "benchmark", "ready"):
         p = sub.add_parser(name)
         p.add_argument("--url", required=True)
         p.add_argument("--model", required=True)
@@ -279,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check == "tool-calling":
         result = check_tool_calling(args.url, args.model, args.timeout)
+    elif args.check == "ready":
+        result = wait_ready(args.url, args.model, args.timeout)
     else:
         result = run_benchmark(args.url, args.model, args.concurrency, args.max_tokens, args.timeout,
                                args.baseline, args.min_fraction, args.results_dir)

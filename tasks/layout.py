@@ -4,6 +4,7 @@ home/            sglang:sglang 0750  model weights and config are not for every 
   docker/        sglang:sglang 0755  not group-writable: edits go through sudo -u sglang
   hf-cache/      sglang:sglang 2775  setgid + group-writable: admins pull models directly
     hub/         sglang:sglang 2775
+  results/       sglang:sglang 2775  benchmark results, written by the gate and by admins running benchmark.sh
 
 One fact reads the four directories and lists only the drifted entries below
 them; only those are fixed.
@@ -19,7 +20,8 @@ home = host.data.sglang_home
 layout(
     name=f"Ensure {home}/{{docker,hf-cache/hub}} have the runbook's owners and modes, and nothing below has drifted",
     home=home,
-    dirs={home: "750", f"{home}/docker": "755", f"{home}/hf-cache": "2775", f"{home}/hf-cache/hub": "2775"},
+    dirs={home: "750", f"{home}/docker": "755", f"{home}/hf-cache": "2775", f"{home}/hf-cache/hub": "2775",
+          f"{home}/results": "2775"},
     user=ACCOUNT,
     group=ACCOUNT,
 )

@@ -1,12 +1,13 @@
-"""docker/compose.yaml from the template, and docker/.env with the account's
-real ids. A new compose.yaml replaces the old one only after the host's own
-`docker compose config -q` accepts it."""
+"""docker/.env with the account's real ids, docker/compose.yaml from the
+template (a new one replaces the old only after the host's own `docker
+compose config -q` accepts it), and the stack running that config: `up -d`
+only when compose says a container is missing, stopped or outdated."""
 
 from pyinfra import host
 
 from sglang_infra import ACCOUNT, factcache, render
 from sglang_infra.facts import GpuFacts
-from sglang_infra.operations import account_env_file, checked_file
+from sglang_infra.operations import account_env_file, checked_file, stack_up
 
 docker_dir = f"{host.data.sglang_home}/docker"
 
@@ -25,4 +26,11 @@ checked_file(
     group=ACCOUNT,
     mode="644",
     check=f"docker compose --project-directory {docker_dir} -f {{candidate}} config -q",
+)
+
+stack_up(
+    name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
+    project_dir=docker_dir,
+    image=host.data.sglang_image,
+    model=host.data.sglang_model,
 )

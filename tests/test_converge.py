@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import run_deploy, run_dry, run_host_checks, write_inventory
+from harness import run_deploy, run_dry, run_host_checks
 
 PRODUCTION = ("sg-prod-1", "sg-prod-2")
 QUALITY = ("sg-qual-1",)
@@ -19,7 +19,7 @@ def fleet(testbed, workdir):
     hosts = {name: testbed.host(name) for name in (*PRODUCTION, *QUALITY)}
     for host in hosts.values():
         host.exec("useradd --create-home --shell /bin/bash alice")
-    inventory = write_inventory(workdir / "fleet.py", {
+    inventory = testbed.inventory(workdir / "fleet.py", {
         "production": [(hosts[n], {"sglang_admins": ["alice"]}) for n in PRODUCTION],
         "quality": [(hosts[n], {"sglang_uid": FIXED_ID, "sglang_gid": FIXED_ID}) for n in QUALITY],
     })
@@ -107,11 +107,11 @@ def test_compose_renders_every_runbook_flag_with_its_reason(fleet):
         assert f"# - {debug}\n" in text
 
 
-def test_sandbox_inventory_targets_the_sandbox_state(fleet, workdir):
+def test_sandbox_inventory_targets_the_sandbox_state(testbed, fleet, workdir):
     """inventory.py with no hosts configured reads the sandbox state file."""
     host = fleet[0]["sg-prod-1"]
     state = workdir / "sandbox-hosts.json"
-    state.write_text(json.dumps([host.to_json()]))
+    state.write_text(json.dumps([{**host.to_json(), "data": testbed.standin}]))
     result = run_deploy(__import__("harness").PROJECT_DIR / "inventory.py", "--data", 'sglang_admins=["alice"]',
                         env={"SGLANG_SANDBOX_STATE": str(state)})
     assert result.returncode == 0, result.output[-3000:]

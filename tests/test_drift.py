@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy, run_dry, run_host_checks, write_inventory
+from harness import PROJECT_DIR, run_deploy, run_dry, run_host_checks
 
 HOST = "sg-drift"
 HUB = "/opt/sglang/hf-cache/hub"
@@ -42,7 +42,7 @@ EXPECTED_REPAIRS = {ACCOUNT_OP, LAYOUT_OP, ENV_OP, COMPOSE_OP}
 @pytest.fixture(scope="module")
 def drifted(testbed, workdir):
     host = testbed.host(HOST)
-    inventory = write_inventory(workdir / "drift.py", {"production": [(host, {})]})
+    inventory = testbed.inventory(workdir / "drift.py", {"production": [(host, {})]})
     converge = run_deploy(inventory)
     assert converge.returncode == 0, converge.output[-3000:]
     for command in DRIFTS.values():

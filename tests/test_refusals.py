@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import run_deploy, write_inventory
+from harness import run_deploy
 
 GOOD, BAD, ALIEN = "sg-refuse-good", "sg-refuse-bad", "sg-refuse-alien"
 
@@ -57,12 +57,12 @@ def baseline(hosts):
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_bad_input_is_refused_and_no_host_changes(hosts, baseline, workdir, case):
+def test_bad_input_is_refused_and_no_host_changes(testbed, hosts, baseline, workdir, case):
     data, target, key, fix = CASES[case]
     groups = {"production": [(hosts[GOOD], {})],
               "quality": [(hosts[name], data if name == target else {}) for name in (BAD, ALIEN)
                           if name == target]}
-    inventory = write_inventory(workdir / f"refuse_{case.replace(' ', '_')}.py", groups)
+    inventory = testbed.inventory(workdir / f"refuse_{case.replace(' ', '_')}.py", groups)
     result = run_deploy(inventory)
     assert result.returncode != 0
     assert f"host {target}: {key}:" in result.output, result.output[-3000:]
@@ -73,8 +73,8 @@ def test_bad_input_is_refused_and_no_host_changes(hosts, baseline, workdir, case
     assert fingerprints(hosts) == baseline
 
 
-def test_every_problem_of_every_host_is_reported_at_once(hosts, baseline, workdir):
-    inventory = write_inventory(workdir / "refuse_many.py", {
+def test_every_problem_of_every_host_is_reported_at_once(testbed, hosts, baseline, workdir):
+    inventory = testbed.inventory(workdir / "refuse_many.py", {
         "production": [(hosts[GOOD], {"sglang_image": "lmsysorg/sglang:latest"})],
         "quality": [(hosts[BAD], {"sglang_port": 0, "sglang_tp_size": "2"})],
     })

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import run_deploy, run_host_checks, start_deploy, wait_for_text, write_inventory
+from harness import run_deploy, run_host_checks, start_deploy, wait_for_text
 from testbed.hosts import stop_host
 
 SURVIVORS = ("sg-unr-1", "sg-unr-2")
@@ -17,7 +17,7 @@ KILL_AFTER = "--> Starting operation: tasks/layout.py"
 @pytest.fixture(scope="module")
 def outcome(testbed, workdir):
     hosts = {name: testbed.host(name) for name in (*SURVIVORS, LOST)}
-    inventory = write_inventory(workdir / "unreachable.py", {
+    inventory = testbed.inventory(workdir / "unreachable.py", {
         "production": [(hosts[name], {}) for name in (*SURVIVORS, LOST)],
     })
     log = workdir / "unreachable.log"
@@ -30,7 +30,7 @@ def outcome(testbed, workdir):
         if proc.poll() is None:
             proc.kill()
     output = log.read_text(errors="replace")
-    survivors_inventory = write_inventory(workdir / "survivors.py", {
+    survivors_inventory = testbed.inventory(workdir / "survivors.py", {
         "production": [(hosts[name], {}) for name in SURVIVORS],
     })
     return dict(reached=reached, returncode=returncode, output=output,

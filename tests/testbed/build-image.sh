@@ -44,6 +44,12 @@ printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\
   >"$root/etc/ssh/sshd_config.d/testbed.conf"
 # Host keys are generated per container at first boot (see hosts.py).
 rm -f "$root"/etc/ssh/ssh_host_*
+# Nested containers: the outer container cannot disable IPv6 on a nested
+# container's interface, which Docker 26 treats as fatal unless told not to.
+# Test hosts only; real servers do not need this.
+mkdir -p "$root/etc/systemd/system/docker.service.d"
+printf '[Service]\nEnvironment=DOCKER_ALLOW_IPV6_ON_IPV4_INTERFACE=1\n' \
+  >"$root/etc/systemd/system/docker.service.d/testbed-nested.conf"
 # Units that cannot work inside a container and only add noise.
 for unit in systemd-modules-load.service getty@tty1.service console-getty.service; do
   ln -sf /dev/null "$root/etc/systemd/system/$unit"

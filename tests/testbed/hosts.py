@@ -71,6 +71,43 @@ def ensure_image(ca_bundle: str | None = None) -> str:
     return tag
 
 
+STANDIN_DIR = HERE.parent / "standin"
+CACHE_DIR = Path(os.environ.get("TESTBED_CACHE_DIR", "/var/tmp/sglang-testbed-cache"))
+
+
+def standin_tag() -> str:
+    """The stand-in image's tag names its sources, so an edit rebuilds."""
+    digest = hashlib.sha256()
+    for path in sorted(STANDIN_DIR.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(STANDIN_DIR).as_posix().encode() + b"\0" + path.read_bytes())
+    return f"sglang-standin:{digest.hexdigest()[:12]}"
+
+
+def ensure_standin_image() -> tuple[str, Path]:
+    """The STAND-IN server image (tag) and its archive for sglang_image_archive; built once, then reused."""
+    tag = standin_tag()
+    archive = CACHE_DIR / f"{tag.replace(':', '-')}.tar.gz"
+    if archive.exists() and _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+        return tag, archive
+    proc = subprocess.run(["bash", str(STANDIN_DIR / "build-image.sh"), tag, str(archive)], timeout=1200)
+    if proc.returncode != 0:
+        raise TestbedError(f"building the stand-in image {tag} failed")
+    return tag, archive
+
+
+def standin_data() -> dict:
+    """Host data for the stand-in profile: no GPU, the stand-in image loaded from its archive."""
+    tag, archive = ensure_standin_image()
+    return {
+        "sglang_require_gpu": False,
+        "sglang_image": tag,
+        "sglang_image_archive": str(archive),
+        "sglang_extra_env": {"STANDIN_LOAD_SECONDS": "2"},
+        "sglang_ready_timeout": 60,
+    }
+
+
 def ensure_network() -> None:
     if _run(["docker", "network", "inspect", NETWORK], check=False).returncode != 0:
         _run(["docker", "network", "create", "--label", LABEL, NETWORK])

@@ -33,7 +33,8 @@ def up(fresh: bool = False) -> None:
         return
     print(f"sandbox: starting {NAME}", file=sys.stderr)
     host = hosts.start_host(NAME, STATE_DIR)
-    STATE_FILE.write_text(json.dumps([host.to_json()], indent=2) + "\n")
+    # The sandbox has no GPU: it serves with the STAND-IN server image, loaded from its archive.
+    STATE_FILE.write_text(json.dumps([{**host.to_json(), "data": hosts.standin_data()}], indent=2) + "\n")
     print(f"sandbox: {NAME} answers SSH at {host.address}", file=sys.stderr)
 
 
