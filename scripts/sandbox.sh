@@ -15,3 +15,6 @@ export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 .venv/bin/pyinfra -y inventory.py deploy.py
 .venv/bin/python -m pytest tests/host_checks --hosts-inventory inventory.py -p no:cacheprovider -q -rA \
   | grep -E '^(PASSED|FAILED|ERROR)|passed|failed'
+echo "--> Validation summary from the sandbox host:"
+docker exec sglang-sandbox bash /opt/sglang/test_tool_calling.sh
+docker exec sglang-sandbox bash /opt/sglang/benchmark.sh

@@ -79,7 +79,7 @@ def test_dry_run_changes_nothing(drifted):
     "test_hf_cache_dirs_are_setgid_and_group_writable",
     "test_hf_cache_has_no_drifted_entries",
     "test_nothing_is_world_writable",
-    "test_everything_outside_hf_cache_is_owned_by_the_account",
+    "test_everything_outside_hf_cache_and_results_is_owned_by_the_account",
     "test_compose_yaml_is_the_rendering_of_the_data",
     "test_env_file_carries_the_account_ids",
 ])

@@ -76,10 +76,10 @@ def test_nothing_is_world_writable(target):
     assert target.run(f"find {target.data['sglang_home']} ! -type l -perm -002 -print").stdout == ""
 
 
-def test_everything_outside_hf_cache_is_owned_by_the_account(target):
+def test_everything_outside_hf_cache_and_results_is_owned_by_the_account(target):
     home = target.data["sglang_home"]
-    found = target.run(f"find {home} -path {home}/hf-cache -prune -o \\( ! -user {ACCOUNT} -o ! -group {ACCOUNT} \\) "
-                       "-print").stdout
+    found = target.run(f"find {home} \\( -path {home}/hf-cache -o -path {home}/results \\) -prune -o "
+                       f"\\( ! -user {ACCOUNT} -o ! -group {ACCOUNT} \\) -print").stdout
     assert found == ""
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from pyinfra.api import FileUploadCommand, StringCommand
+from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -36,11 +36,15 @@ class FakeHost:
 
 
 def command_text(command) -> str:
+    if isinstance(command, FileUploadCommand) and isinstance(command.src, str):
+        return f"upload {command.src} {command.dest}"
     if isinstance(command, FileUploadCommand):
         content = command.src.getvalue()
         return f"upload {command.dest} sha256={hashlib.sha256(content).hexdigest()}"
     if isinstance(command, StringCommand):
         return str(command)
+    if isinstance(command, FunctionCommand):
+        return f"function {command.function.__name__}{tuple(command.args)}"
     return str(command).strip()
 
 

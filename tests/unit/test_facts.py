@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import FIXTURES
-from sglang_infra.facts import DirectoryFiles, HostState, Layout, engine_works
+from sglang_infra.facts import DirectoryFiles, HostState, Layout, StackState, engine_works
 
 
 def recorded(name: str) -> dict:
@@ -152,3 +152,25 @@ def test_directory_files_of_a_missing_directory(tmp_path):
     out = subprocess.run(["sh", "-c", DirectoryFiles().command(path=str(tmp_path / "nope"))],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == ""
+
+
+def test_stack_state_parses_compose_ps_json():
+    ps = {"Service": "sglang", "State": "running", "Name": "sglang-sglang-1",
+          "Labels": "com.docker.compose.image=sha256:84d8,com.docker.compose.project=sglang,"
+                    "com.docker.compose.config-hash=2828d81f,sglang.model=org/m"}
+    output = ["@image", "sha256:84d8", "@hash", "sglang 2828d81f", "@ps", json.dumps(ps)]
+    assert StackState().process(output) == {
+        "image_id": "sha256:84d8", "hashes": {"sglang": "2828d81f"},
+        "containers": [{"service": "sglang", "state": "running", "config_hash": "2828d81f", "model": "org/m",
+                        "image_id": "sha256:84d8", "name": "sglang-sglang-1"}]}
+
+
+def test_stack_state_accepts_the_older_array_format_and_no_containers():
+    assert StackState().process(["@image", "@hash", "sglang abc", "@ps", "[]"]) == \
+        {"image_id": None, "hashes": {"sglang": "abc"}, "containers": []}
+
+
+def test_directory_files_carries_the_validation_stamp(tmp_path):
+    (tmp_path / ".validated").write_text("abc123\n")
+    found = _run_fact(DirectoryFiles(), path=str(tmp_path))
+    assert found[".validated"]["content"] == "abc123"

@@ -30,7 +30,23 @@ def test_operation_yields_the_recorded_commands(name, case):
 
 def test_every_operation_has_a_noop_case():
     ops_with_noop = {case["op"] for _, case in CASES if case["noop"] and not case["commands"]}
-    assert ops_with_noop == {"service_account", "layout", "docker_service", "checked_file", "account_env_file"}
+    assert ops_with_noop == {"service_account", "layout", "docker_service", "checked_file", "account_env_file",
+                             "image_present", "stack_up", "validated"}
+
+
+def test_image_archive_is_uploaded_and_loaded_once(tmp_path):
+    archive = tmp_path / "standin.tar.gz"
+    archive.write_bytes(b"not really an image")
+    missing = {"StackState": {"image_id": None, "hashes": {}, "containers": []}}
+    commands, _ = run("image_present", {"image": "sglang-standin:abc", "project_dir": "/opt/sglang/docker",
+                                        "archive": str(archive)}, missing)
+    remote = "/var/tmp/sglang-image-" + __import__("hashlib").sha256(archive.read_bytes()).hexdigest()[:16] + ".tar"
+    assert commands[0] == f"upload {archive} {remote}"
+    assert commands[1].startswith(f"docker load -i {remote} >/dev/null; loaded=$?; rm -f {remote}")
+    assert "does not contain sglang-standin:abc" in commands[1]
+    present = {"StackState": {"image_id": "sha256:1", "hashes": {}, "containers": []}}
+    assert run("image_present", {"image": "sglang-standin:abc", "project_dir": "/opt/sglang/docker",
+                                 "archive": str(archive)}, present)[0] == []
 
 
 def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution():
