@@ -20,6 +20,7 @@ preflight(host, inventory)    # refuse bad data on any host before anything runs
 local.include("tasks/account.py")        # 1. the sglang system account
 local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
 local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
-local.include("tasks/image.py")          # 4. the pinned serving image
-local.include("tasks/stack.py")          # 5. docker/.env, docker/compose.yaml, the running stack
-local.include("tasks/validation.py")     # 6. validation scripts, and the gate after every change
+local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
+local.include("tasks/image.py")          # 5. the pinned serving image
+local.include("tasks/stack.py")          # 6. docker/.env, docker/compose.yaml, the running stack
+local.include("tasks/validation.py")     # 7. validation scripts, and the gate after every change

@@ -66,6 +66,7 @@ class HostState(FactBase):
             ' [ -x "$d/docker-compose" ] && echo "docker_compose_plugin=$d/docker-compose"; done',
             'echo "docker_active=$(systemctl is-active docker 2>/dev/null)"',
             'echo "python3=$(command -v python3)"',
+            'echo "arch=$(dpkg --print-architecture 2>/dev/null)"',
             'echo "docker_enabled=$(systemctl is-enabled docker 2>/dev/null)"',
         ]
         if uid is not None:
@@ -97,6 +98,7 @@ class HostState(FactBase):
             "docker_compose_plugin": _first(values, "docker_compose_plugin") or None,
             "docker_active": _first(values, "docker_active") or None,
             "python3": _first(values, "python3") or None,
+            "arch": _first(values, "arch") or None,
             "docker_enabled": _first(values, "docker_enabled") or None,
             "uid_owner": _first(values, "uid_owner") or None,
             "gid_owner": _first(values, "gid_owner") or None,

@@ -17,7 +17,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Stri
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import factcache
-from .facts import DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, HostState, Layout, StackState
+from .facts import DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, Layout, StackState
 from .platforms import NOLOGIN_SHELL
 
 q = shlex.quote
@@ -295,3 +295,13 @@ def validated(project_dir: str, image: str, gate: str, tool_sha: str, bench_sha:
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
     yield FunctionCommand(_run_gate, (f"bash {q(gate)}",), {})
+
+
+@operation()
+def nvidia_runtime():
+    """Ensure Docker lists the nvidia runtime (configured by nvidia-ctk, then a Docker restart)."""
+    gpus = factcache.get(host, GpuFacts)
+    if gpus.nvidia_runtime:
+        host.noop("Docker already has the NVIDIA runtime")
+        return
+    yield "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"

@@ -19,7 +19,7 @@ Behaviour is set by environment variables, which compose passes through:
   STANDIN_FAILURE            one failure mode, to test the gate:
       repetition_loop    clean tool_calls, reasoning_content full of one character
       tool_call_as_text  the tool call left as raw markup in content
-      slow               decodes at 2 tok/s, far below any baseline
+      slow               decodes at 10 tok/s per request, far below any baseline
       crash_at_start     exits with an error before listening
       never_ready        /health answers 503 forever
 
@@ -94,7 +94,7 @@ class StandIn:
         self.failure = env.get("STANDIN_FAILURE", "")
         if self.failure not in FAILURES:
             raise SystemExit(f"stand-in: unknown STANDIN_FAILURE={self.failure!r}; one of {FAILURES[1:]}")
-        self.tokens_per_second = 2.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
+        self.tokens_per_second = 10.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
         self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
 
     def ready(self) -> bool:

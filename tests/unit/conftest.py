@@ -26,7 +26,10 @@ class FakeHost:
 
     def get_fact(self, cls, **kwargs):
         self.fact_calls.append((cls.__name__, kwargs))
-        return self.facts[cls.__name__]
+        value = self.facts[cls.__name__]
+        if isinstance(value, dict) and set(value) == {"output"}:
+            return cls().process(value["output"])  # recorded command output, processed by the fact
+        return value
 
     def noop(self, message: str) -> None:
         self.noops.append(message)

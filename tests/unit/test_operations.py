@@ -31,7 +31,7 @@ def test_operation_yields_the_recorded_commands(name, case):
 def test_every_operation_has_a_noop_case():
     ops_with_noop = {case["op"] for _, case in CASES if case["noop"] and not case["commands"]}
     assert ops_with_noop == {"service_account", "layout", "docker_service", "checked_file", "account_env_file",
-                             "image_present", "stack_up", "validated"}
+                             "image_present", "stack_up", "validated", "nvidia_runtime"}
 
 
 def test_image_archive_is_uploaded_and_loaded_once(tmp_path):

@@ -1,0 +1,36 @@
+"""Docker's NVIDIA runtime on GPU hosts. Without it containers cannot see the
+GPUs; the preflight refuses such a host with the install hint unless
+sglang_install_nvidia_toolkit lets the deploy install NVIDIA's Container
+Toolkit from NVIDIA's apt repository. Hosts without GPUs skip all of this."""
+
+from pyinfra import host
+from pyinfra.operations import apt, files
+
+from sglang_infra import factcache
+from sglang_infra.facts import GpuFacts, HostState
+from sglang_infra.operations import nvidia_runtime
+
+gpus = factcache.get(host, GpuFacts)
+
+if gpus.count and not gpus.nvidia_runtime and host.data.sglang_install_nvidia_toolkit:
+    url = host.data.sglang_nvidia_toolkit_apt_url
+    keyring = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
+    arch = factcache.get_any(host, HostState)["arch"]
+    files.download(
+        name="Ensure NVIDIA's container-toolkit signing key is present",
+        src=f"{url}/gpgkey",
+        dest=keyring,
+        mode="644",
+    )
+    apt.repo(
+        name="Ensure NVIDIA's container-toolkit apt repository is configured",
+        src=f"deb [signed-by={keyring}] {url}/stable/deb/{arch} /",
+        filename="nvidia-container-toolkit",
+    )
+    apt.packages(
+        name="Ensure the NVIDIA Container Toolkit is installed",
+        packages=["nvidia-container-toolkit"],
+        update=True,
+        cache_time=host.data.sglang_apt_cache_time,
+    )
+    nvidia_runtime(name="Ensure Docker has the NVIDIA runtime")
