@@ -54,7 +54,7 @@ def test_dry_run_of_a_converged_fleet_plans_nothing(fleet):
     _, inventory, _, _ = fleet
     returncode, plan, output = run_dry(inventory)
     assert returncode == 0, output[-3000:]
-    assert len(plan) == 5  # account, layout, docker service, .env, compose.yaml
+    assert len(plan) >= 10  # every task's operations were planned
     assert {op: hosts for op, hosts in plan.items() if hosts} == {}
 
 

@@ -107,6 +107,9 @@ def standin_data() -> dict:
         "sglang_ready_timeout": 60,
         # Short benchmark requests keep test runs quick; the stand-in decodes 400 tok/s per request.
         "sglang_benchmark_max_tokens": 64,
+        # The stand-in's own baseline: well below what it sustains on a loaded 2-core machine
+        # (about 1000 tok/s for 8 streams), well above its `slow` mode (at most 80 tok/s).
+        "sglang_throughput_baselines": {"QuantTrio/Qwen3.6-35B-A3B-AWQ": 300, "cyankiwi/Qwen3.6-27B-AWQ-INT4": 300},
     }
 
 
