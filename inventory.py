@@ -55,4 +55,3 @@ def _sandbox_hosts():
 if not production and not quality:
     production = _sandbox_hosts()
 
-del json, os, Path

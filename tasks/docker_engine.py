@@ -2,9 +2,10 @@
 already works (whatever installed it) is left alone."""
 
 from pyinfra import host
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt
 
 from sglang_infra import factcache, platforms
+from sglang_infra.aptrepo import vendor_repository
 from sglang_infra.facts import HostState, engine_works
 from sglang_infra.operations import docker_service
 
@@ -16,19 +17,9 @@ if engine_works(state):
 else:
     platform = platforms.lookup(state["os_id"], state["os_version"])
     if source == "docker":
-        keyring = "/etc/apt/keyrings/docker.asc"
         repo_url = f"{host.data.sglang_docker_apt_url}/{platform.docker_repo_family}"
-        files.download(
-            name="Ensure Docker's apt signing key is present",
-            src=f"{repo_url}/gpg",
-            dest=keyring,
-            mode="644",
-        )
-        apt.repo(
-            name="Ensure Docker's apt repository is configured",
-            src=f"deb [signed-by={keyring}] {repo_url} {platform.codename} stable",
-            filename="docker",
-        )
+        vendor_repository("Docker", f"{repo_url}/gpg",
+                          f"deb [signed-by={{keyring}}] {repo_url} {platform.codename} stable", "docker")
     apt.packages(
         name=f"Ensure the Docker engine and compose v2 are installed ({source} packages)",
         packages=list(platforms.docker_packages(platform, source)),

@@ -4,9 +4,10 @@ sglang_install_nvidia_toolkit lets the deploy install NVIDIA's Container
 Toolkit from NVIDIA's apt repository. Hosts without GPUs skip all of this."""
 
 from pyinfra import host
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt
 
 from sglang_infra import factcache
+from sglang_infra.aptrepo import vendor_repository
 from sglang_infra.facts import GpuFacts, HostState
 from sglang_infra.operations import nvidia_runtime
 
@@ -14,19 +15,9 @@ gpus = factcache.get(host, GpuFacts)
 
 if gpus.count and not gpus.nvidia_runtime and host.data.sglang_install_nvidia_toolkit:
     url = host.data.sglang_nvidia_toolkit_apt_url
-    keyring = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
     arch = factcache.get_any(host, HostState)["arch"]
-    files.download(
-        name="Ensure NVIDIA's container-toolkit signing key is present",
-        src=f"{url}/gpgkey",
-        dest=keyring,
-        mode="644",
-    )
-    apt.repo(
-        name="Ensure NVIDIA's container-toolkit apt repository is configured",
-        src=f"deb [signed-by={keyring}] {url}/stable/deb/{arch} /",
-        filename="nvidia-container-toolkit",
-    )
+    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{arch} /",
+                      "nvidia-container-toolkit")
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],
