@@ -100,13 +100,6 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     return errors
 
 
-def check_inventory(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-    """Check every host's data at once so one run reports every bad host."""
-    errors = [message for name, data in hosts for message in check_data(name, data)]
-    if errors:
-        raise DeployDataError(_summary(errors))
-
-
 def check_host_state(host_name: str, data: Mapping[str, Any], preflight: Mapping[str, Any],
                      gpus: GpuInventory | None = None) -> list[str]:
     """Problems between the data and the host as it is now (HostState and GpuFacts facts)."""

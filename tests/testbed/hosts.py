@@ -151,10 +151,6 @@ class TestHost:
         return {"name": self.name, "address": self.address,
                 "ssh_key": str(self.ssh_key), "known_hosts": str(self.known_hosts)}
 
-    @classmethod
-    def from_json(cls, data: dict) -> "TestHost":
-        return cls(data["name"], data["address"], Path(data["ssh_key"]), Path(data["known_hosts"]))
-
 
 def _wait_for(predicate, what: str, timeout: float = 90, interval: float = 0.5):
     deadline = time.monotonic() + timeout
@@ -203,10 +199,3 @@ def remove_host(name: str) -> None:
 def stop_host(name: str) -> None:
     """Make a host unreachable the way a crashed server is: it just stops answering."""
     _run(["docker", "kill", name], check=False)
-
-
-def remove_all() -> None:
-    ids = _run(["docker", "ps", "-aq", "--filter", f"label={LABEL}"]).stdout.split()
-    for container in ids:
-        name = _run(["docker", "inspect", "-f", "{{.Name}}", container]).stdout.strip().lstrip("/")
-        remove_host(name)
