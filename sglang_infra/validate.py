@@ -14,7 +14,7 @@ Every message names the host, the key and the fix.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
 
