@@ -21,6 +21,8 @@ local.include("tasks/account.py")        # 1. the sglang system account
 local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
 local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
 local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
-local.include("tasks/image.py")          # 5. the pinned serving image
-local.include("tasks/stack.py")          # 6. docker/.env, docker/compose.yaml, the running stack
-local.include("tasks/validation.py")     # 7. validation scripts, and the gate after every change
+local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
+local.include("tasks/image.py")          # 6. the pinned serving image
+local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack
+local.include("tasks/validation.py")     # 8. validation scripts, and the gate after every change
+local.include("tasks/model_pruning.py")  # 9. opt-in: cached revisions nothing keeps or references

@@ -41,12 +41,6 @@ sglang_image_archive = None
 # Template that becomes docker/compose.yaml; a site may point at its own copy.
 sglang_compose_template = "templates/compose.yaml.j2"
 
-# Model served on this host (Hugging Face repo id); the production group's model is the default.
-sglang_model = "QuantTrio/Qwen3.6-35B-A3B-AWQ"
-
-# Name clients send in requests; None serves under the repo id.
-sglang_served_model_name = None
-
 # Port of the OpenAI-compatible API, inside the container and on the host.
 sglang_port = 30000
 
@@ -74,6 +68,66 @@ sglang_extra_env = {}
 # Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented out.
 sglang_debug_logging = False
 
+# ---------------------------------------------------------------- Models
+
+# The vetted models by key: repo id; revision, the commit that passed the gate (shipped unset: pin the one your site validated, a model without one is refused); role; served_name, the name clients send; the parsers it needs (without them reasoning is not split from the answer and tool calls arrive as plain text); baseline_tok_s, its aggregate output tok/s at 8 concurrent requests, from the runbook.
+sglang_models = {
+    "qwen3.6-35b-a3b-awq": {
+        "repo_id": "QuantTrio/Qwen3.6-35B-A3B-AWQ",
+        "revision": None,
+        "role": "production",
+        "served_name": "qwen3.6-35b-a3b",
+        "reasoning_parser": "qwen3",
+        "tool_call_parser": "qwen3_coder",
+        "baseline_tok_s": 985,
+    },
+    "qwen3.6-27b-awq-int4": {
+        "repo_id": "cyankiwi/Qwen3.6-27B-AWQ-INT4",
+        "revision": None,
+        "role": "quality",
+        "served_name": "qwen3.6-27b",
+        "reasoning_parser": "qwen3",
+        "tool_call_parser": "qwen3_coder",
+        "baseline_tok_s": 452,
+    },
+}
+
+# Known-broken quants, refused on every host (repo ids compare case-insensitively): both loop on repetition in reasoning_content while still returning valid-looking tool_calls.
+sglang_denied_models = {
+    "QuantTrio/Qwen3.6-27B-AWQ": {
+        "failure": "repetition loops in reasoning_content under tool calling",
+        "instead": "'qwen3.6-27b-awq-int4' (cyankiwi/Qwen3.6-27B-AWQ-INT4)",
+    },
+    "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit": {
+        "failure": "the same repetition loops, at the 35B size",
+        "instead": "'qwen3.6-35b-a3b-awq' (QuantTrio/Qwen3.6-35B-A3B-AWQ)",
+    },
+}
+
+# Registry key of the one model this host serves; the production group's model is the default.
+sglang_model = "qwen3.6-35b-a3b-awq"
+
+# More registry keys kept in this host's cache (pulled and never pruned), e.g. the quality-comparison model.
+sglang_cached_models = []
+
+# Hub endpoint for pulls (a mirror or an air-gapped site's own); None is huggingface_hub's default, the Hub itself.
+sglang_hf_endpoint = None
+
+# File on the control machine holding a Hub token for gated repos; None reads HF_TOKEN from the control machine's environment, if set. Uploaded 0600 for the pull only.
+sglang_hf_token_file = None
+
+# Remove cached revisions that this host neither serves nor keeps (through huggingface_hub's cache API); off because a re-download costs hours.
+sglang_prune_models = False
+
+# Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
+sglang_tools_dir = "/var/lib/sglang-tools"
+
+# huggingface_hub release the pull runs with on hosts; the same pin as the control machine's requirements.txt.
+sglang_huggingface_hub_version = "2.4.0"
+
+# Package index for pip on hosts and in image builds; None is pip's own default.
+sglang_pip_index_url = None
+
 # ---------------------------------------------------------------- Validation gate
 
 # When the gate runs: 'on-change' after any change to compose.yaml, .env, the image or the scripts; 'always' on every run.
@@ -90,9 +144,6 @@ sglang_benchmark_max_tokens = 256
 
 # benchmark.sh fails below this fraction of the model's baseline: room for run-to-run noise, not for a regression.
 sglang_benchmark_min_fraction = 0.8
-
-# Aggregate output tok/s at 8 concurrent requests per model, from the runbook; a model without one is measured, not compared.
-sglang_throughput_baselines = {"QuantTrio/Qwen3.6-35B-A3B-AWQ": 985, "cyankiwi/Qwen3.6-27B-AWQ-INT4": 452}
 
 # ---------------------------------------------------------------- Launch flags
 
@@ -116,12 +167,6 @@ sglang_disable_custom_all_reduce = "derive"
 
 # Avoids a CUB version mismatch (BlockAdjacentDifference) that breaks prefill CUDA-graph capture; decode graphs stay on.
 sglang_cuda_graph_backend_prefill = "disabled"
-
-# Without an explicit parser, reasoning text is not split from the answer.
-sglang_reasoning_parser = "qwen3"
-
-# Without an explicit parser, tool calls fall through as plain text instead of structured tool_calls.
-sglang_tool_call_parser = "qwen3_coder"
 
 # The model's native context; cheap here because only 10 of 40 layers keep a context-sized KV cache.
 sglang_context_length = 262144

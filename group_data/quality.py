@@ -2,4 +2,4 @@
 # against the production MoE model.
 
 # Quality-comparison model: passes the tool-calling test, ~452 tok/s aggregate at 8 concurrent requests.
-sglang_model = "cyankiwi/Qwen3.6-27B-AWQ-INT4"
+sglang_model = "qwen3.6-27b-awq-int4"

@@ -288,3 +288,86 @@ class StackState(FactBase):
 
     def default(self):
         return {"image_id": None, "hashes": {}, "containers": []}
+
+
+class ModelCache(FactBase):
+    """
+    The models in hf-cache/hub, read from the cache itself without any request
+    to the Hub (sglang_infra/cachestate.py, run by the host's python3: refs,
+    snapshots, the manifest each verified pull leaves, partial downloads), and
+    the revisions the compose files in ``docker_dir`` reference (their
+    `sglang.model` label: the running config, the candidate and the
+    known-good one kept for rollback).
+
+    Returns {"repos": {repo_id: {...}}, "referenced": ["org/name@commit", ...]}.
+    """
+
+    def command(self, hub, docker_dir):
+        from pathlib import Path
+
+        source = (Path(__file__).resolve().parent / "cachestate.py").read_text(encoding="utf-8")
+        q = shlex.quote
+        return (
+            "command -v python3 >/dev/null 2>&1 || exit 0; "
+            f"echo @scan; python3 -c {q(source)} {q(hub)}; "
+            f"echo @referenced; cat {q(docker_dir)}/compose.yaml* 2>/dev/null | "
+            "sed -n 's/^ *sglang\\.model: *\"\\{0,1\\}\\([^\"]*\\)\"\\{0,1\\} *$/\\1/p'; true"
+        )
+
+    def process(self, output):
+        sections: dict[str, list[str]] = {"scan": [], "referenced": []}
+        current = None
+        for line in output:
+            if line in ("@scan", "@referenced"):
+                current = line[1:]
+            elif current:
+                sections[current].append(line)
+        text = "\n".join(sections["scan"]).strip()
+        scan = json.loads(text) if text else {"repos": {}}
+        scan["referenced"] = sorted({line.strip() for line in sections["referenced"] if "@" in line})
+        return scan
+
+    def default(self):
+        return {"repos": {}, "referenced": []}
+
+
+class PullTools(FactBase):
+    """
+    The pull's Python environment under ``tools_dir``: whether the host's
+    python3 can make a venv, the venv's python, the huggingface_hub release
+    installed in it (read from its dist-info, without starting Python), and
+    the secret directory's owner and mode.
+    """
+
+    def command(self, tools_dir):
+        t = shlex.quote(tools_dir)
+        return (
+            'echo "python3=$(command -v python3)"; '
+            "python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && echo venv_module=yes; "
+            f"[ -x {t}/venv/bin/python ] && echo venv_python=yes; "
+            f"for d in {t}/venv/lib/python3*/site-packages/huggingface_hub-*.dist-info; do "
+            '[ -d "$d" ] && echo "hub_dist=${d##*/}"; done; '
+            f"[ -d {t} ] && stat -c 'tools=%U\t%G\t%a' {t}; "
+            f"[ -d {t}/secret ] && stat -c 'secret=%U\t%G\t%a' {t}/secret; true"
+        )
+
+    def process(self, output):
+        values = _kv_lines(output)
+        versions = [d[len("huggingface_hub-"):-len(".dist-info")] for d in values.get("hub_dist", [])]
+
+        def stat(key):
+            line = _first(values, key)
+            return dict(zip(("owner", "group", "mode"), line.split("\t"))) if line else None
+
+        return {
+            "python3": _first(values, "python3") or None,
+            "venv_module": _first(values, "venv_module") == "yes",
+            "venv_python": _first(values, "venv_python") == "yes",
+            "hub_versions": versions,
+            "tools": stat("tools"),
+            "secret": stat("secret"),
+        }
+
+    def default(self):
+        return {"python3": None, "venv_module": False, "venv_python": False, "hub_versions": [], "tools": None,
+                "secret": None}

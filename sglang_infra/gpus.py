@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .models import served_repo_id
 from .schema import DERIVE
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -127,7 +128,7 @@ def derive_flags(data: Mapping[str, Any], inventory: GpuInventory) -> dict[str, 
 
     dtype, conv = data["sglang_dtype"], data["sglang_mamba_conv_dtype"]
     low = inventory.min_compute_capability()
-    marlin = bool(_MARLIN.search(data["sglang_model"]))
+    marlin = bool(_MARLIN.search(served_repo_id(data)))
     if dtype == DERIVE:
         if marlin and low is not None and low < (9, 0):
             sm = f"SM{low[0]}{low[1]}"

@@ -12,12 +12,13 @@ from typing import Iterable
 
 import jinja2
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import factcache
-from .facts import DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, Layout, StackState
+from .facts import (DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, Layout, ModelCache, PullTools,
+                    StackState)
 from .platforms import NOLOGIN_SHELL
 
 q = shlex.quote
@@ -268,8 +269,8 @@ def validation_digest(compose_sha: str, env_sha: str, image_id: str, tool_sha: s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _run_gate(state, host, command: str) -> bool:
-    """Run the gate with its progress streamed to the operator, prefixed with the host's name."""
+def _run_streamed(state, host, command: str) -> bool:
+    """Run a long command (the gate, a pull) with its progress streamed to the operator, prefixed with the host's name."""
     # The operation's own connector arguments (_sudo and friends) apply to this command too.
     arguments = {key: value for key, value in (host.current_op_global_arguments or {}).items()
                  if key in CONNECTOR_ARGUMENT_KEYS}
@@ -294,7 +295,7 @@ def validated(project_dir: str, image: str, gate: str, tool_sha: str, bench_sha:
     if stamp == digest and not always:
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
-    yield FunctionCommand(_run_gate, (f"bash {q(gate)}",), {})
+    yield FunctionCommand(_run_streamed, (f"bash {q(gate)}",), {})
 
 
 @operation()
@@ -305,3 +306,129 @@ def nvidia_runtime():
         host.noop("Docker already has the NVIDIA runtime")
         return
     yield "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"
+
+
+@operation()
+def pull_tools(tools_dir: str, hub_version: str, script: str, group: str = "sglang", index_url: str | None = None):
+    """
+    Ensure the pull's Python environment: ``tools_dir`` (root-owned, readable
+    by ``group``), a venv in it with huggingface_hub==``hub_version`` and
+    nothing else of ours, the pull ``script`` as hfpull.py, and a secret/
+    directory only the account can enter (the Hub token lives there).
+    """
+    state = factcache.get(host, PullTools, tools_dir=tools_dir)
+    t = q(tools_dir)
+    changed = False
+    if state["tools"] != {"owner": "root", "group": group, "mode": "755"}:
+        changed = True
+        yield f"install -d -o root -g {q(group)} -m 755 {t}"
+    if state["secret"] != {"owner": group, "group": group, "mode": "700"}:
+        changed = True
+        yield f"install -d -o {q(group)} -g {q(group)} -m 700 {t}/secret"
+    if not state["venv_python"]:
+        changed = True
+        yield f"python3 -m venv {t}/venv"
+    if state["hub_versions"] != [hub_version]:
+        changed = True
+        index = f" --index-url {q(index_url)}" if index_url else ""
+        yield (f"{t}/venv/bin/pip install --quiet --disable-pip-version-check --no-input{index} "
+               f"{q('huggingface-hub==' + hub_version)}")
+    if not changed:
+        host.noop(f"{tools_dir}/venv already has huggingface_hub {hub_version}")
+    yield from _swap_in(f"{tools_dir}/hfpull.py", script.encode(), "root", group, "644", None)
+
+
+@operation()
+def secret_file(dest: str, content: bytes | None, user: str = "sglang"):
+    """
+    Ensure ``dest`` holds ``content``, mode 0600 and owned by ``user``, or is
+    absent when ``content`` is None. The secret is compared by its sha256 and
+    travels only inside the upload; no copy of an older version is kept.
+    """
+    current = factcache.get(host, DirectoryFiles, path=os.path.dirname(dest)).get(os.path.basename(dest))
+    if content is None:
+        if current is None:
+            host.noop(f"{dest} is already absent (no token configured)")
+        else:
+            yield f"rm -f {q(dest)}"
+        return
+    digest = hashlib.sha256(content).hexdigest()
+    if current and current["sha256"] == digest and (current["owner"], current["group"], current["mode"]) == (
+            user, user, "600"):
+        host.noop(f"{dest} already holds the configured token")
+        return
+    upload = f"{dest}.upload"
+    # Uploaded inside a directory only the account can enter, then made private before it takes the name.
+    yield FileUploadCommand(BytesIO(content), upload, remote_temp_filename=f"{upload}.tmp")
+    yield f"chown {q(user)}:{q(user)} {q(upload)} && chmod 600 {q(upload)} && mv -f {q(upload)} {q(dest)}"
+
+
+def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
+                 token_file: str | None) -> str:
+    args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
+            "--repo-id", repo_id, "--revision", revision]
+    if endpoint:
+        args += ["--endpoint", endpoint]
+    if token_file:
+        args += ["--token-file", token_file]
+    # umask 002: files the pull creates stay group-writable, so admins can pull by hand too.
+    return "cd / && umask 002 && " + " ".join(q(a) for a in args)
+
+
+def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
+    for found_id, repo in cache["repos"].items():
+        if found_id.lower() == repo_id.lower():
+            return (repo.get("revisions") or {}).get(revision)
+    return None
+
+
+@operation()
+def model_pulled(hub: str, docker_dir: str, repo_id: str, revision: str, tools_dir: str,
+                 endpoint: str | None = None, token_file: str | None = None):
+    """
+    Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
+    cache ``hub``. Decided from the cache alone (the ModelCache fact): a
+    complete revision costs no request to the Hub. Otherwise hfpull.py
+    fetches only what is missing, resuming partial files, and marks the
+    snapshot complete only after every file matches the Hub's size and hash.
+    """
+    cache = factcache.get(host, ModelCache, hub=hub, docker_dir=docker_dir)
+    found = _revision_state(cache, repo_id, revision)
+    if found and found.get("complete"):
+        host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache")
+        return
+    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file)
+    yield FunctionCommand(_run_streamed, (command,), {})
+
+
+def prune_plan(cache: dict, keep: Iterable[str]) -> list[tuple[str, str, int]]:
+    """(repo_id, commit, size) of every cached revision that is neither kept nor referenced."""
+    keep = {k.lower() for k in [*keep, *cache.get("referenced", [])]}
+    plan = []
+    for repo_id, repo in sorted(cache["repos"].items()):
+        for commit, info in sorted((repo.get("revisions") or {}).items()):
+            if f"{repo_id}@{commit}".lower() not in keep:
+                plan.append((repo_id, commit, int(info.get("size") or 0)))
+    return plan
+
+
+@operation()
+def models_pruned(hub: str, docker_dir: str, keep: list[str], tools_dir: str):
+    """
+    Ensure the cache holds no revision other than ``keep`` ("org/name@commit")
+    and those the compose files reference (the running config and its
+    rollback). Removal goes through huggingface_hub's cache API, which keeps
+    blobs still shared with a kept revision. A dry run lists what would go.
+    """
+    cache = factcache.get(host, ModelCache, hub=hub, docker_dir=docker_dir)
+    plan = prune_plan(cache, keep)
+    if not plan:
+        host.noop("the cache holds only revisions this host serves or keeps")
+        return
+    for repo_id, commit, size in plan:
+        logger.info(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({size / 2**30:.2f} GiB) is not kept")
+    keep_all = sorted({*keep, *cache.get("referenced", [])})
+    args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
+    for pinned in keep_all:
+        args += ["--keep", pinned]
+    yield FunctionCommand(_run_streamed, ("cd / && " + " ".join(q(a) for a in args),), {})

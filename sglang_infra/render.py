@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import jinja2
 
+from . import models
 from .defaults import reasons
 from .gpus import Derived, GpuInventory, derive_flags
 
@@ -26,8 +27,8 @@ LAUNCH_FLAGS = (
     ("sglang_allow_auto_truncate", "--allow-auto-truncate"),
     ("sglang_disable_custom_all_reduce", "--disable-custom-all-reduce"),
     ("sglang_cuda_graph_backend_prefill", "--cuda-graph-backend-prefill"),
-    ("sglang_reasoning_parser", "--reasoning-parser"),
-    ("sglang_tool_call_parser", "--tool-call-parser"),
+    ("reasoning_parser", "--reasoning-parser"),   # from the served model's registry entry
+    ("tool_call_parser", "--tool-call-parser"),   # from the served model's registry entry
     ("sglang_context_length", "--context-length"),
     ("sglang_tp_size", "--tp-size"),
 )
@@ -38,16 +39,28 @@ def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dic
     return {**data, **{key: d.value for key, d in derived.items()}}
 
 
+# Reasons of the flags that come from the served model's registry entry.
+_ENTRY_REASONS = {
+    "reasoning_parser": "Without an explicit parser, reasoning text is not split from the answer.",
+    "tool_call_parser": "Without an explicit parser, tool calls arrive as plain text instead of structured tool_calls.",
+}
+
+
 def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> list[dict[str, str]]:
     why = reasons()
     values = final_values(data, derived)
+    model = models.served(data)
     flags = []
     for key, flag in LAUNCH_FLAGS:
-        value = values[key]
+        from_entry = key in _ENTRY_REASONS
+        value = getattr(model, key) if from_entry else values[key]
         if value is None or value is False:
             continue
         arg = flag if value is True else f"{flag}={value}"
-        reason = why[key] + (f" [{derived[key].source}]" if key in derived else "")
+        if from_entry:
+            reason = f"{_ENTRY_REASONS[key]} [registry entry {model.key}]"
+        else:
+            reason = why[key] + (f" [{derived[key].source}]" if key in derived else "")
         flags.append({"arg": arg, "reason": reason, "key": key})
     return flags
 
@@ -88,6 +101,7 @@ def compose_yaml(data: Mapping[str, Any], gpus: GpuInventory) -> str:
     conv = derived["sglang_mamba_conv_dtype"]
     return render(
         data["sglang_compose_template"], **context,
+        model=models.served(data),
         flags=launch_flags(data, derived),
         reasons=reasons(),
         mamba_conv_dtype_source=conv.source,
@@ -97,10 +111,6 @@ def compose_yaml(data: Mapping[str, Any], gpus: GpuInventory) -> str:
 
 def env_template_source() -> str:
     return (PROJECT_DIR / "templates" / "env.j2").read_text(encoding="utf-8")
-
-
-def _served_model(data: Mapping[str, Any]) -> str:
-    return data["sglang_served_model_name"] or data["sglang_model"]
 
 
 def validation_source() -> str:
@@ -114,8 +124,8 @@ def scripts(data: Mapping[str, Any]) -> dict[str, str]:
     context = {key: value for key, value in data.items() if key.startswith("sglang_")}
     context.update(
         url=f"http://127.0.0.1:{data['sglang_port']}",
-        served_model=_served_model(data),
-        baseline=data["sglang_throughput_baselines"].get(data["sglang_model"]),
+        served_model=models.served(data).served_name,
+        baseline=models.served(data).baseline_tok_s,
         validation_source=validation_source(),
         validated_stamp=VALIDATED_STAMP,
     )

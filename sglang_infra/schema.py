@@ -18,7 +18,6 @@ _IMAGE_RE = re.compile(
     r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FLAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -107,9 +106,12 @@ def _env_mapping(value: Any) -> bool:
         for k, v in value.items())
 
 
-def _baselines(value: Any) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and _REPO_ID_RE.match(k) and _is_number(v) and v > 0 for k, v in value.items())
+def _http_url(value: Any) -> bool:
+    return isinstance(value, str) and re.match(r"^https?://[^\s/]+(/[^\s]*)?$", value) is not None
+
+
+def _release(value: Any) -> bool:
+    return isinstance(value, str) and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", value) is not None
 
 
 def _https_url(value: Any) -> bool:
@@ -148,15 +150,32 @@ SCHEMA: dict[str, Key] = {
     "sglang_benchmark_max_tokens": Key("an integer 1-32768", _int_range(1, 32768), "use e.g. 256"),
     "sglang_benchmark_min_fraction": Key("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1,
                                          "use a fraction such as 0.8"),
-    "sglang_throughput_baselines": Key("a mapping of repo ids to tok/s", _baselines,
-                                       "use e.g. {'QuantTrio/Qwen3.6-35B-A3B-AWQ': 985}"),
     "sglang_compose_template": Key("a template path relative to the project", lambda v: isinstance(v, str) and v != "",
                                    "name a file under templates/, e.g. 'templates/compose.yaml.j2'"),
-    "sglang_model": Key("a Hugging Face repo id 'org/name'",
-                        lambda v: isinstance(v, str) and bool(_REPO_ID_RE.match(v)),
-                        "use the repo id, e.g. 'QuantTrio/Qwen3.6-35B-A3B-AWQ'"),
-    "sglang_served_model_name": Key("None or a name without spaces", _optional(_flag_word),
-                                    "use a short name such as 'qwen3.6-35b-a3b', or None for the repo id"),
+    # models (entries and choices are judged by sglang_infra/models.py)
+    "sglang_models": Key("a mapping of registry keys to model entries", lambda v: isinstance(v, dict) and bool(v),
+                         "keep the registry of group_data/all.py and add entries to it"),
+    "sglang_denied_models": Key("a mapping of repo ids to {'failure', 'instead'}", lambda v: isinstance(v, dict),
+                                "keep the denylist of group_data/all.py"),
+    "sglang_model": Key("a registry key", lambda v: isinstance(v, str) and v != "",
+                        "use a key of sglang_models, e.g. 'qwen3.6-35b-a3b-awq'"),
+    "sglang_cached_models": Key("a list of registry keys",
+                                lambda v: isinstance(v, (list, tuple)) and all(isinstance(k, str) for k in v),
+                                "use e.g. ['qwen3.6-27b-awq-int4'], or []"),
+    "sglang_hf_endpoint": Key("None or an http(s) URL", _optional(_http_url),
+                              "use the mirror's base URL, e.g. 'https://hub.example.internal', or None for the Hub"),
+    "sglang_hf_token_file": Key("None or a readable file on the control machine",
+                                _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
+                                          and os.access(v, os.R_OK)),
+                                "point at a file holding only the token, or None to use HF_TOKEN"),
+    "sglang_prune_models": Key("True or False", lambda v: isinstance(v, bool),
+                               "use True to remove unreferenced revisions, False to keep everything"),
+    "sglang_tools_dir": Key("an absolute path outside sglang_home", _abs_path,
+                            "use e.g. '/var/lib/sglang-tools'"),
+    "sglang_huggingface_hub_version": Key("a release such as '2.4.0'", _release,
+                                          "pin the release, e.g. '2.4.0'"),
+    "sglang_pip_index_url": Key("None or an http(s) URL", _optional(_http_url),
+                                "use your index's simple URL, or None for pip's default"),
     "sglang_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30000"),
     "sglang_bind_address": Key("an IP address", _ip, "use '0.0.0.0' for every interface or '127.0.0.1'"),
     "sglang_gpus": Key("'all' or a GPU count 1-64", _gpus, "use 'all' or the number of GPUs to reserve"),
@@ -187,8 +206,6 @@ SCHEMA: dict[str, Key] = {
                                             "use 'derive', True or False"),
     "sglang_cuda_graph_backend_prefill": Key("None or a backend name", _optional(_flag_word),
                                              "use 'disabled', or None to keep SGLang's default"),
-    "sglang_reasoning_parser": Key("None or a parser name", _optional(_flag_word), "use e.g. 'qwen3'"),
-    "sglang_tool_call_parser": Key("None or a parser name", _optional(_flag_word), "use e.g. 'qwen3_coder'"),
     "sglang_context_length": Key("None or an integer 1-10000000", _optional(_int_range(1, 10_000_000)),
                                  "use the model's context length, e.g. 262144"),
     "sglang_tp_size": Key("'derive' or an integer 1-64", lambda v: v == DERIVE or _int_range(1, 64)(v),

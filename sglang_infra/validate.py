@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
 
-from . import platforms
+from . import models, platforms
 from .facts import engine_works
 from .gpus import GpuInventory, derive_flags, plan_problems
 from .render import template_path
@@ -95,6 +95,12 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     if not template.is_file():
         err("sglang_compose_template", f"{template} does not exist",
             "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
+    for key, problem, fix in models.problems(data):
+        err(key, problem, fix)
+    home, tools = data["sglang_home"], data["sglang_tools_dir"]
+    if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
+        err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "
+            "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
     if data["sglang_docker_source"] == "docker" and not data["sglang_docker_apt_url"]:
         err("sglang_docker_apt_url", "empty while sglang_docker_source='docker'", "set Docker's repository URL")
     return errors

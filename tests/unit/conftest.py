@@ -56,3 +56,14 @@ def load_cases(kind: str) -> list[tuple[str, dict]]:
     for path in sorted((FIXTURES / kind).glob("*.json")):
         cases.append((path.stem, json.loads(path.read_text())))
     return cases
+
+
+def pinned_defaults() -> dict:
+    """group_data/all.py with a revision pinned for every registry entry (it ships them unset, on purpose)."""
+    import runpy
+
+    data = {k: v for k, v in runpy.run_path(str(FIXTURES.parent.parent.parent / "group_data" / "all.py")).items()
+            if k.startswith("sglang_")}
+    data["sglang_models"] = {key: {**entry, "revision": hashlib.sha1(key.encode()).hexdigest()}
+                             for key, entry in data["sglang_models"].items()}
+    return data

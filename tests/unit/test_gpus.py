@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pinned_defaults
 from harness import PROJECT_DIR
 from sglang_infra.gpus import GpuInventory, derive_flags, parse_fact_output, parse_query, parse_topo, plan_problems
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
-DEFAULTS = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
-            if k.startswith("sglang_")}
+DEFAULTS = pinned_defaults()
 AWQ = "QuantTrio/Qwen3.6-35B-A3B-AWQ"
 
 

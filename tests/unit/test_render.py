@@ -5,13 +5,13 @@ import runpy
 
 import yaml
 
+from conftest import pinned_defaults
 from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.defaults import read_defaults
 from sglang_infra.gpus import GpuInventory, derive_flags, parse_fact_output
 
-DEFAULTS = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
-            if k.startswith("sglang_")}
+DEFAULTS = pinned_defaults()
 
 
 FIXTURES = PROJECT_DIR / "tests" / "unit" / "fixtures" / "nvidia-smi"
@@ -35,8 +35,8 @@ def command(case="rtx4090-2gpu-node", **overrides):
 
 
 def test_defaults_render_every_runbook_flag_in_order():
-    flags = [arg for arg in command() if arg.startswith("--") and not arg.startswith(("--model-path", "--host",
-                                                                                        "--port"))]
+    flags = [arg for arg in command() if arg.startswith("--") and not arg.startswith(
+        ("--model-path", "--served-model-name", "--host", "--port"))]
     assert flags == ["--dtype=float16", "--mamba-full-memory-ratio=0.9", "--mem-fraction-static=0.85",
                      "--allow-auto-truncate", "--disable-custom-all-reduce", "--cuda-graph-backend-prefill=disabled",
                      "--reasoning-parser=qwen3", "--tool-call-parser=qwen3_coder", "--context-length=262144",
@@ -47,7 +47,10 @@ def test_each_flag_carries_its_reason_from_group_data():
     text = compose()
     reasons = {d.key: d.reason for d in read_defaults()}
     for flag in render.launch_flags(DEFAULTS, derive_flags(DEFAULTS, gpus())):
-        assert f"      # {reasons[flag['key']]}" in flag["reason"] or flag["reason"].startswith(reasons[flag["key"]])
+        if flag["key"] in ("reasoning_parser", "tool_call_parser"):
+            assert flag["reason"].endswith("[registry entry qwen3.6-35b-a3b-awq]")
+        else:
+            assert flag["reason"].startswith(reasons[flag["key"]])
         assert f"      # {flag['reason']}\n      - \"{flag['arg']}\"\n" in text
 
 
@@ -107,9 +110,29 @@ def test_service_shape():
         {"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}]
 
 
-def test_served_model_name_is_optional():
-    assert "--served-model-name=prod" in command(sglang_served_model_name="prod")
-    assert not any(a.startswith("--served-model-name") for a in command())
+def test_the_server_loads_the_pinned_snapshot_offline_under_the_registry_name():
+    service = yaml.safe_load(compose())["services"]["sglang"]
+    revision = DEFAULTS["sglang_models"]["qwen3.6-35b-a3b-awq"]["revision"]
+    assert f"--model-path=/hf-cache/hub/models--QuantTrio--Qwen3.6-35B-A3B-AWQ/snapshots/{revision}" \
+        in service["command"]
+    assert "--served-model-name=qwen3.6-35b-a3b" in service["command"]
+    assert service["environment"]["HF_HUB_OFFLINE"] == "1"
+    assert service["labels"]["sglang.model"] == f"QuantTrio/Qwen3.6-35B-A3B-AWQ@{revision}"
+
+
+def test_switching_the_model_changes_path_name_parsers_and_label():
+    service = yaml.safe_load(compose(sglang_model="qwen3.6-27b-awq-int4"))["services"]["sglang"]
+    assert any(a.startswith("--model-path=/hf-cache/hub/models--cyankiwi--Qwen3.6-27B-AWQ-INT4/snapshots/")
+               for a in service["command"])
+    assert "--served-model-name=qwen3.6-27b" in service["command"]
+    assert service["labels"]["sglang.model"].startswith("cyankiwi/Qwen3.6-27B-AWQ-INT4@")
+
+
+def test_a_model_without_parsers_renders_no_parser_flags():
+    registry = {**DEFAULTS["sglang_models"]}
+    registry["plain"] = {**registry["qwen3.6-35b-a3b-awq"], "reasoning_parser": None, "tool_call_parser": None}
+    args = command(sglang_models=registry, sglang_model="plain")
+    assert not [a for a in args if "parser" in a]
 
 
 def test_env_template_renders_ids():
@@ -127,4 +150,5 @@ def test_every_default_has_a_reason_and_a_section():
 def test_readme_variables_table_mirrors_group_data():
     readme = (PROJECT_DIR / "README.md").read_text()
     rows = {m[0]: m[1] for m in re.findall(r"^\| `((?:sglang|ssh)_\w+)` \| `([^`]*)` \|", readme, re.M)}
-    assert rows == {d.key: d.default_source for d in read_defaults()}
+    # Multi-line defaults (the registry) appear on one line in the table.
+    assert rows == {d.key: " ".join(d.default_source.split()) for d in read_defaults()}

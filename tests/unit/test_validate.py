@@ -4,12 +4,12 @@ import runpy
 
 import pytest
 
+from conftest import pinned_defaults
 from harness import PROJECT_DIR
 from sglang_infra.schema import image_problem
 from sglang_infra.validate import check_data, check_host_state
 
-DEFAULTS = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
-            if k.startswith("sglang_")}
+DEFAULTS = pinned_defaults()
 
 
 def errors_for(**overrides):
@@ -23,7 +23,17 @@ def test_defaults_are_valid():
 def test_every_group_file_is_valid_on_top_of_the_defaults():
     for path in (PROJECT_DIR / "group_data").glob("*.py"):
         group = {k: v for k, v in runpy.run_path(str(path)).items() if k.startswith("sglang_")}
+        group.pop("sglang_models", None)  # all.py's registry ships without revisions; pinned ones are used here
         assert errors_for(**group) == [], path.name
+
+
+def test_the_shipped_registry_is_refused_until_revisions_are_pinned():
+    shipped = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
+               if k.startswith("sglang_")}
+    errors = check_data("gpu-01", shipped)
+    assert len(errors) == 1
+    assert errors[0].startswith("host gpu-01: sglang_models: entry 'qwen3.6-35b-a3b-awq' has no pinned revision")
+    assert "Fix: set 'revision' to the 40-hex commit you validated" in errors[0]
 
 
 @pytest.mark.parametrize("image", ["lmsysorg/sglang:v0.5.16", "registry.local:5000/team/sglang:v0.5.16-cu130",
@@ -67,9 +77,13 @@ def test_unpinned_or_invalid_images_are_refused(image, why):
     ({"sglang_docker_apt_url": "http://example.invalid/linux"}, "sglang_docker_apt_url"),
     ({"sglang_gpus": 0}, "sglang_gpus"),
     ({"sglang_tp_size": 0}, "sglang_tp_size"),
-    ({"sglang_model": "not-a-repo-id"}, "sglang_model"),
-    ({"sglang_served_model_name": "has space"}, "sglang_served_model_name"),
-    ({"sglang_tool_call_parser": "qwen3; rm -rf /"}, "sglang_tool_call_parser"),
+    ({"sglang_model": "no-such-key"}, "sglang_model"),
+    ({"sglang_cached_models": "qwen3.6-27b-awq-int4"}, "sglang_cached_models"),
+    ({"sglang_hf_endpoint": "ftp://mirror"}, "sglang_hf_endpoint"),
+    ({"sglang_hf_token_file": "/nonexistent/token"}, "sglang_hf_token_file"),
+    ({"sglang_prune_models": "yes"}, "sglang_prune_models"),
+    ({"sglang_tools_dir": "/opt/sglang/tools"}, "sglang_tools_dir"),
+    ({"sglang_huggingface_hub_version": "latest"}, "sglang_huggingface_hub_version"),
     ({"sglang_bind_address": "localhost"}, "sglang_bind_address"),
     ({"sglang_healthcheck_start_period": 5}, "sglang_healthcheck_start_period"),
     ({"sglang_debug_logging": "yes"}, "sglang_debug_logging"),
