@@ -48,6 +48,12 @@ CASES = {
     "uid differs": ({"sglang_uid": 950}, BAD, "sglang_uid", "set sglang_uid = 1234"),
     "gid differs": ({"sglang_gid": 950}, BAD, "sglang_gid", "set sglang_gid = 1234"),
     "unsupported os": ({}, ALIEN, "os", "use one of: Debian 12, Debian 13"),
+    "denylisted quant": ({"sglang_model": "cyankiwi/qwen3.6-35b-a3b-awq-4BIT"}, BAD, "sglang_model",
+                         "a known-broken quant (cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit: the same repetition loops"),
+    "denylisted cached quant": ({"sglang_cached_models": ["QuantTrio/Qwen3.6-27B-AWQ"]}, BAD,
+                                "sglang_cached_models", "use 'qwen3.6-27b-awq-int4' (cyankiwi/Qwen3.6-27B-AWQ-INT4)"),
+    "unknown model": ({"sglang_model": "someone/new-model"}, BAD, "sglang_model",
+                      "add an entry for it marked 'unvetted': True"),
 }
 
 

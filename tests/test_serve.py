@@ -15,7 +15,7 @@ from harness import PROJECT_DIR, run_deploy
 
 CANARY, OTHER = "sg-serve-1", "sg-serve-2"
 DOCKER = "/opt/sglang/docker"
-QUALITY_MODEL = "cyankiwi/Qwen3.6-27B-AWQ-INT4"
+QUALITY_MODEL = "tiny-chat-quality"  # a key of the stand-in registry (tests/testbed/hub.py)
 
 
 def started_at(host) -> str:
@@ -133,7 +133,7 @@ def test_model_switch_recreates_the_container(served, rerun):
     after = started_at(host)
     assert after.split()[1] != before.split()[1]
     labels = host.exec(f"cd {DOCKER} && docker compose ps --format '{{{{.Labels}}}}'").stdout
-    assert f"sglang.model={QUALITY_MODEL}" in labels
+    assert "sglang.model=standin-org/tiny-chat-quality@" in labels
     back = run_deploy(inventory, "--limit", CANARY)
     assert back.returncode == 0
 

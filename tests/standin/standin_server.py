@@ -231,9 +231,32 @@ def make_handler(standin: StandIn):
     return Handler
 
 
+def model_problem(model_path: str, env: dict) -> str | None:
+    """Why the weights cannot be loaded, as SGLang would fail: a local snapshot must be whole, and with
+    HF_HUB_OFFLINE=1 a repo id cannot be resolved against the Hub."""
+    if model_path.startswith("/"):
+        if not os.path.isdir(model_path):
+            return f"{model_path} does not exist"
+        if not os.path.isfile(os.path.join(model_path, "config.json")):
+            return f"{model_path} has no config.json"
+        for root, _, files in os.walk(model_path):
+            for name in files:
+                if not os.path.exists(os.path.join(root, name)):
+                    return f"{os.path.join(root, name)} points at a missing blob (a partial snapshot)"
+        return None
+    if env.get("HF_HUB_OFFLINE") == "1" and model_path != "stand-in":
+        return f"{model_path} is not a local path and HF_HUB_OFFLINE=1 forbids asking the Hub"
+    return None
+
+
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    standin = StandIn(args, dict(os.environ) if env is None else env)
+    env = dict(os.environ) if env is None else env
+    standin = StandIn(args, env)
+    problem = model_problem(args.model_path, env)
+    if problem:
+        print(f"stand-in: cannot load the model: {problem}", file=sys.stderr, flush=True)
+        return 1
     if standin.failure == "crash_at_start":
         print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
               file=sys.stderr, flush=True)

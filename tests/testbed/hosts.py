@@ -97,8 +97,12 @@ def ensure_standin_image() -> tuple[str, Path]:
 
 
 def standin_data() -> dict:
-    """Host data for the stand-in profile: no GPU, the stand-in image loaded from its archive."""
+    """Host data for the stand-in profile: no GPU, the stand-in image loaded from its archive, models pulled
+    from the stand-in Hub."""
+    from testbed import hub
+
     tag, archive = ensure_standin_image()
+    endpoint = hub.ensure_hub().url
     return {
         "sglang_require_gpu": False,
         "sglang_image": tag,
@@ -107,9 +111,9 @@ def standin_data() -> dict:
         "sglang_ready_timeout": 60,
         # Short benchmark requests keep test runs quick; the stand-in decodes 400 tok/s per request.
         "sglang_benchmark_max_tokens": 64,
-        # The stand-in's own baseline: well below what it sustains on a loaded 2-core machine
-        # (about 1000 tok/s for 8 streams), well above its `slow` mode (at most 80 tok/s).
-        "sglang_throughput_baselines": {"QuantTrio/Qwen3.6-35B-A3B-AWQ": 300, "cyankiwi/Qwen3.6-27B-AWQ-INT4": 300},
+        "sglang_models": hub.registry(hub.commits()),
+        "sglang_model": "tiny-chat",
+        "sglang_hf_endpoint": endpoint,
     }
 
 

@@ -1,0 +1,215 @@
+"""Models on real hosts, pulled from the STAND-IN Hub (tests/testbed/hub.py):
+the first pull lands in huggingface_hub's cache layout; a re-run asks the Hub
+nothing; a killed pull resumes with only the missing bytes; a corrupted blob
+and an orphaned partial download are repaired; a gated repo needs the token,
+which appears nowhere but its own file; pruning keeps every referenced
+revision; an admin can still pull by hand."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+
+import pytest
+
+from harness import run_deploy, start_deploy
+from testbed import hub as standin_hub
+
+HUB = "/opt/sglang/hf-cache/hub"
+TINY = "standin-org/tiny-chat"
+TINY_DIR = f"{HUB}/models--standin-org--tiny-chat"
+SHARD = "model-00001-of-00002.safetensors"
+ADMIN = "alice"
+
+
+def pull_results(output: str) -> list[dict]:
+    return [json.loads(m) for m in re.findall(r"SGLANG_PULL_RESULT (\{.*\})", output)]
+
+
+def shard_sha256() -> str:
+    commit = standin_hub.commits()[TINY]["main"]
+    return hashlib.sha256(standin_hub.file_bytes(TINY, commit, SHARD)).hexdigest()
+
+
+def resolve_gets(requests: list[dict], path: str) -> list[dict]:
+    return [r for r in requests if r["method"] == "GET" and "/resolve/" in r["path"] and r["path"].endswith(path)]
+
+
+@pytest.fixture(scope="module")
+def hub():
+    return standin_hub.ensure_hub()
+
+
+@pytest.fixture(scope="module")
+def pulled(testbed, workdir, hub):
+    host = testbed.host("sg-models-1")
+    host.exec(f"useradd -m -s /bin/bash {ADMIN}")
+    inventory = testbed.inventory(workdir / "models.py", {"production": [(host, {
+        "sglang_admins": [ADMIN], "sglang_cached_models": ["tiny-chat-quality"]})]})
+    hub.reset()
+    first = run_deploy(inventory)
+    assert first.returncode == 0, first.output[-4000:]
+    return host, inventory, first
+
+
+def test_first_pull_lands_in_the_hub_cache_layout(pulled):
+    host, _, first = pulled
+    commit = standin_hub.commits()[TINY]["main"]
+    link = host.exec(f"readlink {TINY_DIR}/snapshots/{commit}/{SHARD}").stdout.strip()
+    assert link == f"../../blobs/{shard_sha256()}"
+    blob = host.exec(f"sha256sum {TINY_DIR}/snapshots/{commit}/{SHARD}").stdout.split()[0]
+    assert blob == shard_sha256()
+    owner = host.exec(f"stat -L -c '%G %A' {TINY_DIR}/snapshots/{commit}/{SHARD}").stdout.split()
+    assert owner[0] == "sglang" and owner[1][4:6] == "rw"
+    assert {r["repo_id"] for r in pull_results(first.output)} == {TINY, "standin-org/tiny-chat-quality"}
+
+
+def test_the_server_loads_the_pinned_snapshot_offline(pulled):
+    host = pulled[0]
+    commit = standin_hub.commits()[TINY]["main"]
+    env = host.exec("cd /opt/sglang/docker && docker compose exec -T sglang env").stdout
+    assert "HF_HUB_OFFLINE=1" in env
+    command = host.exec("cd /opt/sglang/docker && docker compose ps --format '{{.Command}}' --no-trunc").stdout
+    assert f"/hf-cache/hub/models--standin-org--tiny-chat/snapshots/{commit}" in command
+
+
+def test_a_rerun_changes_nothing_and_asks_the_hub_nothing(pulled, hub):
+    _, inventory, _ = pulled
+    hub.reset()
+    again = run_deploy(inventory)
+    assert again.returncode == 0, again.output[-3000:]
+    assert again.changed("sg-models-1") == []
+    assert hub.requests() == []
+
+
+def test_an_admin_can_pull_by_hand_into_the_shared_cache(pulled, hub):
+    host, inventory, _ = pulled
+    proc = host.exec(f"sudo -u {ADMIN} env HF_HUB_DISABLE_TELEMETRY=1 HF_HOME=/opt/sglang/hf-cache "
+                     f"HF_ENDPOINT={hub.url} /var/lib/sglang-tools/venv/bin/hf download standin-org/admin-extra",
+                     check=False, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    groups = host.exec(f"find {HUB}/models--standin-org--admin-extra -printf '%g\\n' | sort -u").stdout.split()
+    assert groups == ["sglang"]
+    again = run_deploy(inventory)
+    assert again.returncode == 0 and again.changed("sg-models-1") == [], again.output[-3000:]
+
+
+def test_prune_lists_then_removes_only_unreferenced_revisions(pulled, hub):
+    host, inventory, _ = pulled
+    commits = standin_hub.commits()
+    # An older revision of the served repo, sharing its first shard's blob, and the admin's extra repo.
+    host.exec(f"sudo -u sglang env HF_HUB_DISABLE_TELEMETRY=1 HF_ENDPOINT={hub.url} "
+              f"/var/lib/sglang-tools/venv/bin/hf download {TINY} --revision {commits[TINY]['old']} "
+              f"--cache-dir {HUB} >/dev/null", timeout=120)
+    before = host.exec(f"ls {TINY_DIR}/snapshots").stdout.split()
+    assert sorted(before) == sorted([commits[TINY]["main"], commits[TINY]["old"]])
+
+    dry = run_deploy(inventory, "--dry", "--data", "sglang_prune_models=True")
+    assert dry.returncode == 0, dry.output[-3000:]
+    assert f"prune: {TINY}@{commits[TINY]['old'][:12]}" in dry.output
+    assert "prune: standin-org/admin-extra@" in dry.output
+    assert sorted(host.exec(f"ls {TINY_DIR}/snapshots").stdout.split()) == sorted(before)
+
+    real = run_deploy(inventory, "--data", "sglang_prune_models=True")
+    assert real.returncode == 0, real.output[-3000:]
+    assert host.exec(f"ls {TINY_DIR}/snapshots").stdout.split() == [commits[TINY]["main"]]
+    assert host.exec(f"test -d {HUB}/models--standin-org--admin-extra", check=False).returncode != 0
+    assert host.exec(f"ls {HUB}/models--standin-org--tiny-chat-quality/snapshots").stdout.split() == [
+        commits["standin-org/tiny-chat-quality"]["main"]]
+    # The shard shared with the removed revision is still whole.
+    assert host.exec(f"sha256sum {TINY_DIR}/blobs/{shard_sha256()}").stdout.split()[0] == shard_sha256()
+    assert re.search(r"SGLANG_PRUNE_RESULT .*\"freed_bytes\": [1-9]", real.output)
+    again = run_deploy(inventory, "--data", "sglang_prune_models=True")
+    assert again.returncode == 0 and again.changed("sg-models-1") == []
+
+
+@pytest.fixture(scope="module")
+def fresh(testbed, workdir, hub):
+    """A converged host for the fault tests; each leaves the model whole again."""
+    host = testbed.host("sg-models-2")
+    inventory = testbed.inventory(workdir / "models_fresh.py", {"production": [(host, {})]})
+    first = run_deploy(inventory)
+    assert first.returncode == 0, first.output[-4000:]
+    return host, inventory
+
+
+def test_a_killed_pull_resumes_with_only_the_missing_bytes(fresh, hub, workdir):
+    host, inventory = fresh
+    host.exec(f"rm -rf {TINY_DIR}")
+    hub.set_throttle(1 << 20)
+    try:
+        deploy = start_deploy(inventory, workdir / "killed-pull.log")
+        partial = 0
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and partial < (3 << 20):
+            out = host.exec(f"stat -c %s {TINY_DIR}/blobs/*.incomplete 2>/dev/null | sort -n | tail -1",
+                            check=False).stdout.strip()
+            partial = int(out or 0)
+            time.sleep(0.3)
+        assert partial >= 3 << 20, "the pull never got going"
+        host.exec("pkill -KILL -f 'hfpull.py pull'", check=False)
+        deploy.wait(timeout=300)
+    finally:
+        hub.set_throttle(None)
+    assert deploy.returncode != 0
+    kept = int(host.exec(f"stat -c %s {TINY_DIR}/blobs/{shard_sha256()}.incomplete").stdout)
+    assert kept >= partial
+
+    hub.reset()
+    resumed = run_deploy(inventory)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    gets = resolve_gets(hub.requests(), SHARD)
+    assert [g["range"] for g in gets] == [f"bytes={kept}-"]
+    assert gets[0]["bytes_sent"] == (12 << 20) - kept
+    (result,) = [r for r in pull_results(resumed.output) if r["repo_id"] == TINY]
+    ratio = result["bytes_fetched"] / result["bytes_missing"]
+    print(f"\nresume: {kept} of {12 << 20} bytes kept; re-fetched/missing = {ratio:.3f}")
+    assert ratio == 1.0
+    assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
+
+
+def test_a_corrupted_blob_is_fetched_again(fresh, hub):
+    host, inventory = fresh
+    blob = f"{TINY_DIR}/blobs/{shard_sha256()}"
+    host.exec(f"printf 'X' | dd of={blob} bs=1 seek=1000 conv=notrunc status=none")
+    hub.reset()
+    repaired = run_deploy(inventory)
+    assert repaired.returncode == 0, repaired.output[-3000:]
+    assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
+    assert len(resolve_gets(hub.requests(), SHARD)) == 1
+
+
+def test_an_orphaned_partial_from_a_hand_pull_is_adopted(fresh, hub):
+    host, inventory = fresh
+    blob = f"{TINY_DIR}/blobs/{shard_sha256()}"
+    # What a killed `hf download` leaves: a partial under a name unique to its process.
+    host.exec(f"head -c 5000000 {blob} > {blob}.1a2b3c4d.incomplete && rm {blob} && "
+              f"chown sglang:sglang {blob}.1a2b3c4d.incomplete")
+    hub.reset()
+    repaired = run_deploy(inventory)
+    assert repaired.returncode == 0, repaired.output[-3000:]
+    assert [g["range"] for g in resolve_gets(hub.requests(), SHARD)] == ["bytes=5000000-"]
+    assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
+    assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
+
+
+def test_a_gated_repo_needs_the_token_and_the_token_stays_in_its_file(testbed, workdir, hub):
+    host = testbed.host("sg-models-3")
+    data = {"sglang_cached_models": ["gated-chat"]}
+    inventory = testbed.inventory(workdir / "models_gated.py", {"production": [(host, data)]})
+    refused = run_deploy(inventory)
+    assert refused.returncode != 0
+    assert re.search(r"\[sg-models-3\].*pull failed: GatedRepo", refused.output), refused.output[-3000:]
+
+    token = standin_hub.GATED_TOKEN
+    allowed = run_deploy(inventory, "-vvv", env={"HF_TOKEN": token})
+    assert allowed.returncode == 0, allowed.output[-3000:]
+    assert token not in allowed.output and token not in refused.output
+    holders = host.exec(f"grep -rlsF {token} /opt /etc /var/lib/sglang-tools /tmp /root /home /var/log",
+                        check=False).stdout.split()
+    assert holders == ["/var/lib/sglang-tools/secret/hf-token"]
+    assert host.exec("stat -c '%U %a' /var/lib/sglang-tools/secret/hf-token").stdout.split() == ["sglang", "600"]
+    assert token not in host.exec("docker inspect $(docker ps -aq)").stdout
+    assert token not in host.exec("journalctl --no-pager -q", check=False).stdout

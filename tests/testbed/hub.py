@@ -1,0 +1,163 @@
+"""The STAND-IN Hub on the test network: tests/hfstandin/server.py in a
+container of its own (the stand-in server image has python3), serving small
+generated model repos over the Hub's wire protocol. Test hosts pull from it
+through `sglang_hf_endpoint`; tests read its request log to count what was
+fetched. Production never points here: `sglang_hf_endpoint` defaults to
+huggingface_hub's own default, the Hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from testbed import hosts
+
+HUB_DIR = Path(__file__).resolve().parent.parent / "hfstandin"
+NAME = "sglang-hfhub"
+PORT = 8080
+GATED_TOKEN = "hf_standinGatedToken0123456789abcdef"
+
+# Sizes are small for fast tests, but the first shard is big enough to kill a pull mid-file.
+SPEC = {"repos": [
+    {"repo_id": "standin-org/tiny-chat", "commits": [
+        {"branch": None, "files": [
+            {"path": "config.json", "text": json.dumps({"architectures": ["StandinForCausalLM"], "revision": 1})},
+            {"path": "model-00001-of-00002.safetensors", "size": 12 << 20, "seed": 11, "lfs": True},
+            {"path": "model-00002-of-00002.safetensors", "size": 2 << 20, "seed": 12, "lfs": True},
+        ]},
+        {"branch": "main", "files": [
+            {"path": "config.json", "text": json.dumps({"architectures": ["StandinForCausalLM"], "revision": 2})},
+            {"path": "tokenizer/tokenizer.json", "text": json.dumps({"model": {"type": "BPE"}})},
+            {"path": "model-00001-of-00002.safetensors", "size": 12 << 20, "seed": 11, "lfs": True},
+            {"path": "model-00002-of-00002.safetensors", "size": 3 << 20, "seed": 13, "lfs": True},
+        ]},
+    ]},
+    {"repo_id": "standin-org/tiny-chat-quality", "commits": [
+        {"branch": "main", "files": [
+            {"path": "config.json", "text": json.dumps({"architectures": ["StandinForCausalLM"], "dense": True})},
+            {"path": "model.safetensors", "size": 3 << 20, "seed": 21, "lfs": True},
+        ]},
+    ]},
+    {"repo_id": "standin-org/gated-chat", "gated": True, "tokens": [GATED_TOKEN], "commits": [
+        {"branch": "main", "files": [
+            {"path": "config.json", "text": json.dumps({"architectures": ["StandinForCausalLM"], "gated": True})},
+            {"path": "model.safetensors", "size": 1 << 20, "seed": 31, "lfs": True},
+        ]},
+    ]},
+    {"repo_id": "standin-org/admin-extra", "commits": [
+        {"branch": "main", "files": [
+            {"path": "config.json", "text": json.dumps({"architectures": ["StandinForCausalLM"], "extra": True})},
+            {"path": "model.safetensors", "size": 1 << 20, "seed": 41, "lfs": True},
+        ]},
+    ]},
+]}
+
+
+def _server_module():
+    spec = importlib.util.spec_from_file_location("hfstandin_server", HUB_DIR / "server.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def commits() -> dict[str, dict[str, str]]:
+    """{repo_id: {"main": commit, "old": commit}} for SPEC, computed without a server."""
+    hub = _server_module().StandinHub(SPEC)
+    out = {}
+    for repo in SPEC["repos"]:
+        out[repo["repo_id"]] = {"main": hub.commit(repo["repo_id"], "main")}
+        if len(repo["commits"]) > 1:
+            out[repo["repo_id"]]["old"] = hub.commit(repo["repo_id"], 0)
+    return out
+
+
+def file_bytes(repo_id: str, commit: str, path: str) -> bytes:
+    return _server_module().StandinHub(SPEC).file_bytes(repo_id, commit, path)
+
+
+class Hub:
+    """A running stand-in Hub container, seen from the control machine."""
+
+    def __init__(self, name: str, address: str):
+        self.name = name
+        self.address = address
+        self.url = f"http://{address}:{PORT}"
+
+    def _call(self, path: str, body: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method="GET" if data is None else "POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode()
+        return json.loads(text) if text.strip() else None
+
+    def requests(self) -> list[dict]:
+        return self._call("/_standin/requests")
+
+    def reset(self) -> None:
+        self._call("/_standin/reset", {})
+
+    def set_throttle(self, bytes_per_s: int | None) -> None:
+        self._call("/_standin/config", {"throttle_bytes_per_s": bytes_per_s})
+
+
+def ensure_hub(name: str = NAME) -> Hub:
+    """Start the stand-in Hub container unless it already runs this SPEC and server; return it."""
+    tag, _ = hosts.ensure_standin_image()
+    hosts.ensure_network()
+    spec_file = hosts.CACHE_DIR / "hfstandin-spec.json"
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    spec_text = json.dumps(SPEC, sort_keys=True)
+    source = (HUB_DIR / "server.py").read_bytes()
+    import hashlib
+
+    fingerprint = hashlib.sha256(spec_text.encode() + source + tag.encode()).hexdigest()[:12]
+    inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True)
+    if inspect.returncode == 0:
+        info = json.loads(inspect.stdout)[0]
+        if info["State"]["Running"] and info["Config"]["Labels"].get("sglang-hfhub") == fingerprint:
+            return Hub(name, info["NetworkSettings"]["Networks"][hosts.NETWORK]["IPAddress"])
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    spec_file.write_text(spec_text)
+    subprocess.run([
+        "docker", "run", "-d", "--name", name, "--label", hosts.LABEL, "--label", f"sglang-hfhub={fingerprint}",
+        "--network", hosts.NETWORK, "--restart", "unless-stopped",
+        "-v", f"{HUB_DIR}:/opt/hfstandin:ro", "-v", f"{spec_file}:/opt/hfstandin-spec.json:ro",
+        "--entrypoint", "python3", tag,
+        "/opt/hfstandin/server.py", "--spec", "/opt/hfstandin-spec.json", "--host", "0.0.0.0", "--port", str(PORT),
+    ], check=True, capture_output=True, text=True)
+    info = json.loads(subprocess.run(["docker", "inspect", name], check=True, capture_output=True,
+                                     text=True).stdout)[0]
+    hub = Hub(name, info["NetworkSettings"]["Networks"][hosts.NETWORK]["IPAddress"])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            hub.requests()
+            return hub
+        except OSError:
+            if time.monotonic() > deadline:
+                logs = subprocess.run(["docker", "logs", "--tail", "20", name], capture_output=True, text=True)
+                raise hosts.TestbedError(f"the stand-in Hub did not answer within 60 s: {logs.stderr[-2000:]}")
+            time.sleep(0.5)
+
+
+def registry(commit_ids: dict[str, dict[str, str]]) -> dict:
+    """sglang_models for the stand-in repos: vetted like the real registry, pinned to the stand-in's commits."""
+    def entry(repo_id, role, served, **extra):
+        return {"repo_id": repo_id, "revision": commit_ids[repo_id]["main"], "role": role, "served_name": served,
+                "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder",
+                # The stand-in's own baseline: well below what it sustains on a loaded 2-core machine
+                # (about 1000 tok/s for 8 streams), well above its `slow` mode (at most 80 tok/s).
+                "baseline_tok_s": 300, **extra}
+
+    return {
+        "tiny-chat": entry("standin-org/tiny-chat", "production", "tiny-chat"),
+        "tiny-chat-quality": entry("standin-org/tiny-chat-quality", "quality", "tiny-chat-quality"),
+        "gated-chat": entry("standin-org/gated-chat", "quality", "gated-chat"),
+        "admin-extra": entry("standin-org/admin-extra", "quality", "admin-extra"),
+    }
