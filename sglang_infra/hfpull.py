@@ -1,0 +1,1037 @@
+#!/usr/bin/env python3
+"""Resumable, verified model pulls into huggingface_hub's own cache layout.
+
+Uploaded to each host and run there as the service account with a venv python
+that has huggingface_hub installed. It imports nothing from sglang_infra.
+
+    python hfpull.py pull  --cache-dir DIR --repo-id ORG/NAME --revision REV
+                           [--endpoint URL] [--token-file PATH] [--lock-wait S]
+    python hfpull.py prune --cache-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
+
+Why not `hf download`: huggingface_hub writes every download to a temp file
+unique to the process (`blobs/<etag>.<8 hex>.incomplete`), so a killed download
+neither resumes nor cleans up after itself. This script keeps the library's
+layout (blob names, relative snapshot links, refs) and its metadata calls, and
+adds what a fleet needs:
+
+* one deterministic partial per blob (`blobs/<etag>.incomplete`) resumed with
+  an HTTP Range request; the library's own orphaned temp files are adopted as
+  the resume base;
+* size and hash verification of every blob (sha256 for LFS files, git-sha1 for
+  regular ones), with a manifest `<repo folder>/.sglang/<commit>.json` written
+  only once every file of the revision is verified. A later pull whose manifest
+  still matches the disk (size and mtime of every blob) makes no request at all;
+* the same per-blob lock file as huggingface_hub (`<cache>/.locks/<repo
+  folder>/<etag>.lock`, flock), so a hand pull by an admin and this script never
+  write the same blob at once, plus a per-repo lock for whole pulls.
+
+Exit codes: 0 ok, 2 usage, 3 Hub/network/IO error, 4 verification failure,
+5 another pull holds the repo lock past the wait limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+import time
+from urllib.parse import urljoin, urlsplit
+
+import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, scan_cache_dir, set_client_factory
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+try:  # the library's own rule for keeping the auth header across a redirect
+    from huggingface_hub.utils._http import _is_same_or_hub_host
+except ImportError:  # pragma: no cover - other library versions
+    _is_same_or_hub_host = None
+
+EXIT_OK, EXIT_USAGE, EXIT_REMOTE, EXIT_VERIFY, EXIT_LOCKED = 0, 2, 3, 4, 5
+
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+MANIFEST_DIR = ".sglang"
+PULL_LOCK = ".sglang-pull.lock"
+LIBRARY_NAME = "sglang-infra-hfpull"
+
+CONNECT_TIMEOUT = 30.0  # seconds
+READ_TIMEOUT = 120.0  # seconds without a byte before a read is abandoned
+METADATA_TIMEOUT = 60.0
+DEFAULT_LOCK_WAIT = 1800.0  # 30 min for another pull (or a hand pull of one blob)
+LOCK_POLL = 0.5
+PROGRESS_EVERY = 2.0
+FSYNC_EVERY = 64 * 1024 * 1024
+CHUNK = 1024 * 1024
+MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts without progress
+MAX_GET_ATTEMPTS = 50  # total GET attempts for one blob, whatever the progress
+MAX_TREE_ENTRIES = 200_000
+STALE_PARTIAL_AGE = 24 * 3600
+
+MiB = 1024 * 1024
+
+
+class PullError(Exception):
+    """A failure reported as one line on stderr."""
+
+    def __init__(self, message: str, code: int = EXIT_REMOTE):
+        super().__init__(message)
+        self.code = code
+
+
+class VerifyError(PullError):
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_VERIFY)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def mib(n: int) -> str:
+    return f"{n / MiB:.1f}"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def hash_file(path: str, lfs: bool) -> str:
+    """sha256 of the content for LFS files; git's blob sha1 for regular files."""
+    size = os.path.getsize(path)
+    if lfs:
+        h = hashlib.sha256()
+    else:
+        h = hashlib.sha1()
+        h.update(b"blob %d\0" % size)
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o664) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def safe_relpath(path: str) -> str:
+    """Refuse repo paths that would leave the snapshot folder."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path:
+        raise VerifyError(f"refusing unsafe path in repo tree: {path!r}")
+    return os.path.join(*parts)
+
+
+class FileLock:
+    """An exclusive fcntl.flock on a file that stays in place (same protocol as the
+    `filelock` package used by huggingface_hub, so both sides exclude each other)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o664)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        try:  # a peer may have unlinked the path before we got the lock: retry on the new inode
+            same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return False
+        try:
+            os.fchmod(fd, 0o664)
+        except OSError:
+            pass  # someone else's lock file; group-writable already or not ours to change
+        self.fd = fd
+        return True
+
+    def acquire(self, wait_s: float, on_wait=None) -> bool:
+        deadline = time.monotonic() + max(0.0, wait_s)
+        announced = False
+        for _ in range(int(wait_s / LOCK_POLL) + 2):
+            if self.try_acquire():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if not announced and on_wait is not None:
+                on_wait()
+                announced = True
+            time.sleep(LOCK_POLL)
+        return False
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def is_locked(path: str) -> bool:
+    """True if someone holds an flock on `path` (a missing file is not locked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _bounded_client():
+    """huggingface_hub's default client, with finite timeouts instead of none."""
+    from huggingface_hub.utils import _http as hf_http
+
+    client = hf_http.default_client_factory()
+    client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT)
+    return client
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def manifest_path(repo_dir: str, commit: str) -> str:
+    return os.path.join(repo_dir, MANIFEST_DIR, f"{commit}.json")
+
+
+def load_manifest(repo_dir: str, commit: str) -> dict | None:
+    try:
+        with open(manifest_path(repo_dir, commit), encoding="utf-8") as f:
+            data = json.load(f)
+        if data.get("commit") != commit or not isinstance(data.get("files"), list):
+            return None
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def trusted_blobs(repo_dir: str) -> dict[str, tuple[int, int]]:
+    """blob name -> (size, mtime_ns) recorded by any earlier verified pull of this repo."""
+    trust: dict[str, tuple[int, int]] = {}
+    mdir = os.path.join(repo_dir, MANIFEST_DIR)
+    try:
+        names = sorted(os.listdir(mdir))
+    except OSError:
+        return trust
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(mdir, name), encoding="utf-8") as f:
+                data = json.load(f)
+            for entry in data.get("files", []):
+                trust[entry["blob"]] = (int(entry["size"]), int(entry["mtime_ns"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return trust
+
+
+def link_target(repo_dir: str, commit: str, relpath: str, blob: str) -> tuple[str, str]:
+    link = os.path.join(repo_dir, "snapshots", commit, relpath)
+    blob_path = os.path.join(repo_dir, "blobs", blob)
+    return link, os.path.relpath(blob_path, os.path.dirname(link))
+
+
+def manifest_intact(repo_dir: str, manifest: dict) -> bool:
+    """Every listed file's snapshot link points at its blob, with the recorded size and mtime."""
+    commit = manifest["commit"]
+    try:
+        for entry in manifest["files"]:
+            link, rel = link_target(repo_dir, commit, safe_relpath(entry["path"]), entry["blob"])
+            if os.readlink(link) != rel:
+                return False
+            st = os.stat(os.path.join(repo_dir, "blobs", entry["blob"]))
+            if not stat.S_ISREG(st.st_mode) or st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]:
+                return False
+    except (OSError, KeyError, TypeError, PullError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- pull
+
+
+@dataclasses.dataclass
+class Blob:
+    name: str  # etag: sha256 (LFS) or git blob sha1 (regular)
+    size: int
+    lfs: bool
+    paths: list[str]
+
+
+@dataclasses.dataclass
+class Stats:
+    files: int = 0
+    files_fetched: int = 0
+    bytes_total: int = 0
+    bytes_missing: int = 0
+    bytes_fetched: int = 0
+    resumed_bytes: int = 0
+    orphans_reclaimed: int = 0
+    orphan_bytes: int = 0
+    changed: bool = False
+
+
+class Progress:
+    def __init__(self, label: str, nfiles: int, total: int):
+        self.label, self.nfiles, self.total = label, nfiles, total
+        self.done = 0  # bytes of finished files
+        self.last = time.monotonic()
+
+    def file_line(self, index: int, path: str, what: str) -> None:
+        say(f"pull {self.label}: file {index}/{self.nfiles} {path} {what}")
+
+    def bytes_line(self, index: int, path: str, have: int, size: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_EVERY:
+            return
+        self.last = now
+        say(
+            f"pull {self.label}: file {index}/{self.nfiles} {path} {mib(have)}/{mib(size)} MiB; "
+            f"total {mib(self.done + have)}/{mib(self.total)} MiB"
+        )
+
+
+class Puller:
+    def __init__(self, cache_dir: str, repo_id: str, revision: str, endpoint: str | None,
+                 token: str | None, lock_wait: float):
+        self.cache_dir = os.path.abspath(cache_dir)
+        self.repo_id = repo_id
+        self.revision = revision
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.token = token
+        self.lock_wait = lock_wait
+        self.folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+        self.repo_dir = os.path.join(self.cache_dir, self.folder)
+        self.blobs_dir = os.path.join(self.repo_dir, "blobs")
+        self.locks_dir = os.path.join(self.cache_dir, ".locks", self.folder)
+        self.stats = Stats()
+        self.commit: str | None = None
+        self.progress: Progress | None = None
+
+    # -- auth: the token only ever lives in request headers
+    def _token_arg(self):
+        return self.token if self.token else False
+
+    def redact(self, text: str) -> str:
+        if self.token:
+            text = text.replace(self.token, "<token>")
+        return text
+
+    # -- entry point
+    def run(self) -> dict:
+        os.makedirs(self.cache_dir, exist_ok=True)
+        try:  # the library's own CACHEDIR.TAG, as hf_hub_download leaves it
+            from pathlib import Path
+
+            from huggingface_hub._local_folder import _create_cachedir_tag
+
+            _create_cachedir_tag(Path(self.cache_dir))
+        except (ImportError, OSError):
+            pass
+        for d in (self.cache_dir, self.repo_dir, self.blobs_dir, os.path.join(self.repo_dir, "snapshots"),
+                  os.path.join(self.repo_dir, MANIFEST_DIR), self.locks_dir):
+            os.makedirs(d, exist_ok=True)
+        lock = FileLock(os.path.join(self.repo_dir, PULL_LOCK))
+        if not lock.acquire(self.lock_wait, on_wait=lambda: say(
+                f"pull {self.repo_id}: another pull holds {lock.path}; waiting up to {self.lock_wait:.0f} s")):
+            raise PullError(f"another pull of {self.repo_id} holds {lock.path} (waited {self.lock_wait:.0f} s)",
+                            EXIT_LOCKED)
+        try:
+            return self._run_locked()
+        except BaseException:
+            self._drop_if_empty()
+            raise
+        finally:
+            lock.release()
+
+    def _drop_if_empty(self) -> None:
+        """A failed first pull (unknown repo, gated, ...) leaves no empty repo folder behind."""
+        try:
+            if os.listdir(self.blobs_dir) or os.path.isdir(os.path.join(self.repo_dir, "refs")):
+                return
+            for d in ("snapshots", MANIFEST_DIR):
+                if os.listdir(os.path.join(self.repo_dir, d)):
+                    return
+            for d in ("snapshots", MANIFEST_DIR, "blobs"):
+                os.rmdir(os.path.join(self.repo_dir, d))
+            os.unlink(os.path.join(self.repo_dir, PULL_LOCK))
+            os.rmdir(self.repo_dir)
+            if not os.listdir(self.locks_dir):
+                os.rmdir(self.locks_dir)
+        except OSError:
+            pass
+
+    def _result(self) -> dict:
+        s = self.stats
+        return {
+            "repo_id": self.repo_id,
+            "commit": self.commit,
+            "files": s.files,
+            "files_fetched": s.files_fetched,
+            "bytes_total": s.bytes_total,
+            "bytes_missing": s.bytes_missing,
+            "bytes_fetched": s.bytes_fetched,
+            "bytes_refetched": max(0, s.bytes_fetched - s.bytes_missing),
+            "resumed_bytes": s.resumed_bytes,
+            "orphans_reclaimed": s.orphans_reclaimed,
+            "orphan_bytes": s.orphan_bytes,
+            "changed": s.changed,
+        }
+
+    def _fast_path(self, commit: str) -> bool:
+        manifest = load_manifest(self.repo_dir, commit)
+        if manifest is None or not manifest_intact(self.repo_dir, manifest):
+            return False
+        self.commit = commit
+        self.stats.files = len(manifest["files"])
+        self.stats.bytes_total = sum(int(e["size"]) for e in manifest["files"])
+        say(f"pull {self.repo_id}@{commit[:12]}: {self.stats.files} files already verified "
+            f"({human(self.stats.bytes_total)}), nothing to fetch")
+        return True
+
+    def _run_locked(self) -> dict:
+        # A pinned commit whose manifest still matches the disk needs no request at all.
+        if COMMIT_RE.fullmatch(self.revision) and self._fast_path(self.revision):
+            return self._result()
+
+        api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
+        info = api.model_info(self.repo_id, revision=self.revision, timeout=METADATA_TIMEOUT)
+        commit = info.sha
+        if not commit or not COMMIT_RE.fullmatch(commit):
+            raise PullError(f"the Hub returned no commit id for revision {self.revision}")
+        if COMMIT_RE.fullmatch(self.revision) and commit != self.revision:
+            raise PullError(f"the Hub resolved commit {self.revision} to {commit}")
+        self.commit = commit
+        if commit != self.revision and self._fast_path(commit):
+            self._write_ref(commit)
+            return self._result()
+
+        blobs = self._list_tree(api, commit)
+        self._pull_blobs(blobs, commit)
+        self._write_manifest(blobs, commit)
+        if commit != self.revision:
+            self._write_ref(commit)
+        return self._result()
+
+    def _list_tree(self, api: HfApi, commit: str) -> list[Blob]:
+        by_name: dict[str, Blob] = {}
+        count = 0
+        for entry in api.list_repo_tree(self.repo_id, recursive=True, revision=commit, token=self._token_arg()):
+            count += 1
+            if count > MAX_TREE_ENTRIES:
+                raise PullError(f"repo tree has more than {MAX_TREE_ENTRIES} entries")
+            if not isinstance(entry, RepoFile):
+                continue
+            safe_relpath(entry.path)
+            if entry.lfs is not None:
+                name, size, lfs = entry.lfs.sha256, int(entry.lfs.size), True
+            else:
+                name, size, lfs = entry.blob_id, int(entry.size), False
+            if not name or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", name):
+                raise VerifyError(f"the Hub gave no usable hash for {entry.path}")
+            blob = by_name.get(name)
+            if blob is None:
+                by_name[name] = Blob(name, size, lfs, [entry.path])
+            elif blob.size != size:
+                raise VerifyError(f"the Hub lists blob {name} with two sizes")
+            else:
+                blob.paths.append(entry.path)
+        blobs = sorted(by_name.values(), key=lambda b: b.paths[0])
+        for b in blobs:
+            b.paths.sort()
+        self.stats.files = sum(len(b.paths) for b in blobs)
+        self.stats.bytes_total = sum(b.size * len(b.paths) for b in blobs)
+        return blobs
+
+    # -- per blob
+    def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
+        label = f"{self.repo_id}@{commit[:12]}"
+        self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
+        trust = trusted_blobs(self.repo_dir)
+        wanted = {b.name for b in blobs}
+        self._reclaim_stale_partials(wanted)
+        index = 0
+        for blob in blobs:
+            index += 1
+            path0 = blob.paths[0]
+            blob_path = os.path.join(self.blobs_dir, blob.name)
+            with self._etag_lock(blob.name):
+                self._ensure_blob(blob, blob_path, trust, index, path0)
+            for k, p in enumerate(blob.paths):
+                self._link(commit, p, blob.name)
+                if k:
+                    self.progress.file_line(index + k, p, f"same content as {path0}; linked to the same blob")
+            self.progress.done += blob.size * len(blob.paths)
+            index += len(blob.paths) - 1
+
+    def _etag_lock(self, etag: str) -> FileLock:
+        lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
+        if not lock.acquire(self.lock_wait, on_wait=lambda: say(
+                f"pull {self.repo_id}: blob {etag[:12]} is being downloaded by another process; waiting")):
+            raise PullError(f"blob {etag} of {self.repo_id} stayed locked by another download "
+                            f"for {self.lock_wait:.0f} s", EXIT_LOCKED)
+        return lock
+
+    def _ensure_blob(self, blob: Blob, blob_path: str, trust: dict, index: int, path: str) -> None:
+        p = self.progress
+        assert p is not None
+        try:
+            st = os.stat(blob_path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if trust.get(blob.name) == (st.st_size, st.st_mtime_ns) and st.st_size == blob.size:
+                p.file_line(index, path, f"present {human(blob.size)} (verified by an earlier pull)")
+                return
+            if st.st_size == blob.size and stat.S_ISREG(st.st_mode) and hash_file(blob_path, blob.lfs) == blob.name:
+                p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
+                return
+            p.file_line(index, path, "blob on disk is wrong (size or hash); fetching it again")
+            os.unlink(blob_path)
+            self.stats.changed = True
+        partial = os.path.join(self.blobs_dir, f"{blob.name}.incomplete")
+        have = self._adopt_orphans(blob, partial, index, path)
+        self.stats.bytes_missing += blob.size - have
+        self.stats.resumed_bytes += have
+        self._download(blob, partial, have, index, path)
+        os.chmod(partial, 0o664)
+        os.replace(partial, blob_path)
+        self.stats.files_fetched += 1
+        self.stats.changed = True
+        p.bytes_line(index, path, blob.size, blob.size, force=True)
+
+    def _adopt_orphans(self, blob: Blob, partial: str, index: int, path: str) -> int:
+        """Keep the largest usable partial of this blob as `<etag>.incomplete`; delete the rest.
+
+        Called with the blob's lock held, so no live download of huggingface_hub
+        (which holds the same lock) is writing to any of these files."""
+        candidates = []
+        prefix = blob.name + "."
+        for name in os.listdir(self.blobs_dir):
+            if name.startswith(prefix) and name.endswith(".incomplete"):
+                full = os.path.join(self.blobs_dir, name)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    candidates.append((st.st_size, name, full))
+        usable = [c for c in candidates if c[0] <= blob.size]
+        best = max(usable, key=lambda c: (c[0], c[2] == partial), default=None)
+        adopted = deleted = freed = 0
+        for size, name, full in candidates:
+            if best is not None and full == best[2]:
+                continue
+            os.unlink(full)
+            deleted += 1
+            freed += size
+        have = 0
+        if best is not None:
+            have = best[0]
+            if best[2] != partial:
+                os.replace(best[2], partial)
+                adopted = 1
+        reclaimed = adopted + deleted
+        if reclaimed:
+            self.stats.orphans_reclaimed += reclaimed
+            self.stats.orphan_bytes += freed + (have if adopted else 0)
+            self.stats.changed = True
+            self.progress.file_line(index, path, f"reclaimed {reclaimed} orphan partial(s): adopted {adopted} "
+                                                 f"({human(have if adopted else 0)}), deleted {deleted} ({human(freed)})")
+        if have:
+            self.progress.file_line(index, path, f"resuming at {human(have)} of {human(blob.size)}")
+        return have
+
+    def _reclaim_stale_partials(self, wanted: set[str]) -> None:
+        """Partials of blobs outside this revision: delete only old ones nobody holds a lock on."""
+        now = time.time()
+        for name in sorted(os.listdir(self.blobs_dir)):
+            if not name.endswith(".incomplete"):
+                continue
+            etag = name.split(".", 1)[0]
+            if etag in wanted:
+                continue
+            full = os.path.join(self.blobs_dir, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            if now - st.st_mtime < STALE_PARTIAL_AGE:
+                say(f"pull {self.repo_id}: leaving partial {name} ({human(st.st_size)}) of a blob outside "
+                    f"this revision (younger than 24 h)")
+                continue
+            lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
+            if not lock.try_acquire():
+                say(f"pull {self.repo_id}: leaving partial {name}: its download is running")
+                continue
+            try:
+                os.unlink(full)
+            finally:
+                lock.release()
+            self.stats.orphans_reclaimed += 1
+            self.stats.orphan_bytes += st.st_size
+            self.stats.changed = True
+            say(f"pull {self.repo_id}: deleted stale partial {name} ({human(st.st_size)}, older than 24 h)")
+
+    # -- HTTP
+    def _file_location(self, path: str, blob: Blob) -> tuple[str, dict]:
+        """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
+        location, and headers without the token if that location is off the Hub."""
+        url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
+        meta = get_hf_file_metadata(url, token=self._token_arg(), timeout=METADATA_TIMEOUT,
+                                    library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
+        if meta.commit_hash and meta.commit_hash != self.commit:
+            raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
+        if meta.etag and meta.etag != blob.name:
+            raise VerifyError(f"{path}: the Hub's etag {meta.etag} differs from the tree listing {blob.name}")
+        if meta.size is not None and meta.size != blob.size:
+            raise VerifyError(f"{path}: the Hub's size {meta.size} differs from the tree listing {blob.size}")
+        headers = build_hf_headers(token=self._token_arg(), library_name=LIBRARY_NAME)
+        headers["Accept-Encoding"] = "identity"
+        location = urljoin(url, meta.location) if meta.location else url
+        same = _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
+        if not same:
+            headers.pop("authorization", None)
+        return location, headers
+
+    def _download(self, blob: Blob, partial: str, have: int, index: int, path: str) -> None:
+        """Fetch into `partial` from byte `have`, then verify size and hash; one retry from 0."""
+        for attempt in (1, 2):
+            if have < blob.size:
+                self._fetch(blob, partial, have, index, path)
+            size = os.path.getsize(partial)
+            if size == blob.size and hash_file(partial, blob.lfs) == blob.name:
+                return
+            what = f"size {size} != {blob.size}" if size != blob.size else \
+                f"{'sha256' if blob.lfs else 'git-sha1'} mismatch"
+            os.unlink(partial)
+            if attempt == 2:
+                raise VerifyError(f"{path}: {what} after a full download from byte 0")
+            self.progress.file_line(index, path, f"{what}; discarding the partial and fetching from byte 0")
+            have = 0
+
+    def _fetch(self, blob: Blob, partial: str, have: int, index: int, path: str) -> None:
+        location, headers = self._file_location(path, blob)  # errors (gated, ...) surface before any write
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o664)
+        try:
+            with os.fdopen(fd, "r+b", buffering=0) as f:
+                self._fetch_into(f, blob, have, index, path, location, headers)
+        except BaseException:
+            if os.path.exists(partial) and os.path.getsize(partial) == 0:
+                os.unlink(partial)  # nothing worth resuming
+            raise
+
+    def _fetch_into(self, f, blob: Blob, have: int, index: int, path: str, location, headers) -> None:
+        f.truncate(have)
+        f.seek(have)
+        stalled = 0
+        for _ in range(MAX_GET_ATTEMPTS):
+            if have >= blob.size:
+                break
+            if location is None:
+                location, headers = self._file_location(path, blob)
+            before = have
+            try:
+                have = self._get_range(location, headers, f, have, blob, index, path)
+                break
+            except (httpx2.TransportError, _Retryable) as e:
+                if isinstance(e, _Retryable) and e.restart:
+                    f.seek(0)
+                    f.truncate(0)
+                have = f.tell()
+                stalled = 0 if have > before else stalled + 1
+                if stalled >= MAX_STALLED_ATTEMPTS:
+                    raise
+                if isinstance(e, _Retryable) and e.refresh:
+                    location = None  # e.g. an expired signed location
+                wait = min(8.0, 0.5 * 2.0 ** stalled)
+                why = self.redact(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                say(f"pull {self.progress.label}: {path}: {why}; retrying from byte {have} in {wait:.1f} s")
+                time.sleep(wait)
+        else:
+            raise PullError(f"{path}: gave up after {MAX_GET_ATTEMPTS} attempts")
+        f.flush()
+        os.fsync(f.fileno())
+
+    def _get_range(self, url: str, headers: dict, f, have: int, blob: Blob, index: int, path: str) -> int:
+        h = dict(headers)
+        if have > 0:
+            h["Range"] = f"bytes={have}-"
+        p = self.progress
+        with get_session().stream("GET", url, headers=h, follow_redirects=True) as resp:
+            if resp.status_code == 416 and have > 0:
+                if have == blob.size:
+                    return have  # already complete
+                raise _Retryable("the Hub refused the resume range", refresh=False, restart=True)
+            if resp.status_code in (408, 429, 500, 502, 503, 504):
+                raise _Retryable(f"HTTP {resp.status_code}", refresh=resp.status_code != 429)
+            if resp.status_code == 403 and urlsplit(url).hostname != urlsplit(
+                    hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)).hostname:
+                raise _Retryable("HTTP 403 from the file location", refresh=True)
+            hf_raise_for_status(resp)
+            if have > 0 and resp.status_code == 200:
+                p.file_line(index, path, "the server ignored the Range request; starting over from byte 0")
+                f.seek(0)
+                f.truncate(0)
+                have = 0
+            elif resp.status_code == 206:
+                m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
+                if not m or int(m.group(1)) != have:
+                    raise PullError(f"{path}: the Hub answered range {resp.headers.get('Content-Range')!r} "
+                                    f"to a request from byte {have}")
+            since_sync = 0
+            for chunk in resp.iter_bytes():  # as received: an interruption loses nothing already read
+                if not chunk:
+                    continue
+                f.write(chunk)
+                n = len(chunk)
+                have += n
+                since_sync += n
+                self.stats.bytes_fetched += n
+                if since_sync >= FSYNC_EVERY:
+                    os.fsync(f.fileno())
+                    since_sync = 0
+                if have > blob.size:
+                    raise VerifyError(f"{path}: the Hub sent more than the expected {blob.size} bytes")
+                p.bytes_line(index, path, have, blob.size)
+        return have
+
+    # -- links, manifest, refs
+    def _link(self, commit: str, path: str, blob_name: str) -> None:
+        link, rel = link_target(self.repo_dir, commit, safe_relpath(path), blob_name)
+        try:
+            if os.readlink(link) == rel:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # EINVAL: a regular file or dir sits there
+                raise
+            if os.path.isdir(link) and not os.path.islink(link):
+                raise VerifyError(f"{link} is a directory where a file link belongs")
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        tmp = f"{link}.{os.getpid()}.tmplink"
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        os.symlink(rel, tmp)
+        os.replace(tmp, link)
+        self.stats.changed = True
+
+    def _write_manifest(self, blobs: list[Blob], commit: str) -> None:
+        files = []
+        for blob in blobs:
+            st = os.stat(os.path.join(self.blobs_dir, blob.name))
+            if st.st_size != blob.size:
+                raise VerifyError(f"blob {blob.name} changed size while pulling")
+            for p in blob.paths:
+                files.append({"path": p, "blob": blob.name, "size": blob.size,
+                              "mtime_ns": st.st_mtime_ns, "lfs": blob.lfs})
+        files.sort(key=lambda e: e["path"])
+        old = load_manifest(self.repo_dir, commit)
+        if old is not None and old.get("files") == files and old.get("repo_id") == self.repo_id:
+            return
+        data = {"repo_id": self.repo_id, "commit": commit, "files": files, "verified_at": int(time.time())}
+        write_atomic(manifest_path(self.repo_dir, commit),
+                     (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        self.stats.changed = True
+
+    def _write_ref(self, commit: str) -> None:
+        """refs/<branch> holds the bare commit id (no newline), as huggingface_hub writes it."""
+        ref = os.path.join(self.repo_dir, "refs", *self.revision.split("/"))
+        try:
+            with open(ref, encoding="utf-8") as f:
+                if f.read() == commit:
+                    return
+        except OSError:
+            pass
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        write_atomic(ref, commit.encode())
+        self.stats.changed = True
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, refresh: bool = False, restart: bool = False):
+        super().__init__(message)
+        self.refresh = refresh
+        self.restart = restart
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _hub_message(e: BaseException) -> str:
+    """The Hub's own message when it gave one, else the first line of the error; no URLs."""
+    text = getattr(e, "server_message", None) or str(e) or type(e).__name__
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), type(e).__name__)
+    line = re.sub(r"\s*\((Request ID|Amzn Trace ID|Amz CF ID): [^)]*\)", "", line)
+    return re.sub(r"https?://\S+", "<url>", line)
+
+
+def describe_error(e: BaseException) -> tuple[str, int]:
+    if isinstance(e, GatedRepoError):
+        reason = "GatedRepo"
+    elif isinstance(e, RepositoryNotFoundError):
+        reason = "RepoNotFound"
+    elif isinstance(e, RevisionNotFoundError):
+        reason = "RevisionNotFound"
+    elif isinstance(e, EntryNotFoundError):
+        reason = "EntryNotFound"
+    elif isinstance(e, HfHubHTTPError):
+        code = getattr(getattr(e, "response", None), "status_code", None)
+        reason = f"HTTP {code}" if code else "HTTP error"
+    elif isinstance(e, (httpx2.HTTPError, _Retryable, ConnectionError, TimeoutError)):
+        reason = "network error"
+    elif isinstance(e, OSError) and e.filename:
+        reason = "I/O error"
+        return f"{reason}: {e.strerror or e} ({e.filename})", EXIT_REMOTE
+    else:
+        reason = "network error"
+    return f"{reason}: {_hub_message(e)}", EXIT_REMOTE
+
+
+# --------------------------------------------------------------------------- prune
+
+
+def parse_keep(values: list[str]) -> set[tuple[str, str]]:
+    keep = set()
+    for v in values:
+        repo_id, sep, rev = v.rpartition("@")
+        if not sep or repo_id.count("/") != 1 or not rev:
+            raise PullError(f"--keep wants ORG/NAME@COMMIT, got {v!r}", EXIT_USAGE)
+        keep.add((repo_id, rev))
+    return keep
+
+
+def _resolve_keep(cache_dir: str, keep: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """A kept branch name is resolved through the cache's own refs/ (no network)."""
+    out = set()
+    for repo_id, rev in keep:
+        if not COMMIT_RE.fullmatch(rev):
+            ref = os.path.join(cache_dir, repo_folder_name(repo_id=repo_id, repo_type="model"), "refs",
+                               *rev.split("/"))
+            try:
+                with open(ref, encoding="utf-8") as f:
+                    rev = f.read().strip()
+            except OSError:
+                pass
+        out.add((repo_id, rev))
+    return out
+
+
+def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
+    cache_dir = os.path.abspath(cache_dir)
+    keep = parse_keep(keep_args)
+    removed: list[dict] = []
+    freed = 0
+    verb = "would remove" if dry_run else ""
+    if not os.path.isdir(cache_dir):
+        say(f"prune: no cache at {cache_dir}")
+        return {"removed": removed, "freed_bytes": 0, "dry_run": dry_run}
+    keep = _resolve_keep(cache_dir, keep)
+    info = scan_cache_dir(cache_dir)
+    for w in info.warnings:
+        say(f"prune: warning (left as is): {_hub_message(w)}")
+    for repo in sorted(info.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue  # datasets and spaces are not ours to manage
+        going = sorted((r for r in repo.revisions if (repo.repo_id, r.commit_hash) not in keep),
+                       key=lambda r: r.commit_hash)
+        if not going:
+            _drop_stale_manifests(str(repo.repo_path), {r.commit_hash for r in repo.revisions}, dry_run)
+            continue
+        lock = FileLock(os.path.join(str(repo.repo_path), PULL_LOCK))
+        if os.path.exists(lock.path) and not lock.try_acquire():
+            say(f"prune: skipping {repo.repo_id}: a pull is running")
+            continue
+        try:
+            whole = len(going) == len(repo.revisions)
+            # One repo at a time: a commit id shared by two repos (a fork) must not leave both.
+            strategy = dataclasses.replace(info, repos=frozenset({repo})).delete_revisions(
+                *(r.commit_hash for r in going))
+            for r in going:
+                refs = ", ".join(sorted(r.refs)) or "none"
+                say(f"prune: {verb + ' ' if verb else ''}{repo.repo_id}@{r.commit_hash[:12]} "
+                    f"(refs: {refs}) {human(r.size_on_disk)}")
+                removed.append({"repo_id": repo.repo_id, "commit": r.commit_hash, "size": r.size_on_disk})
+            partials = []
+            if whole:
+                blobs = os.path.join(str(repo.repo_path), "blobs")
+                for name in sorted(os.listdir(blobs)) if os.path.isdir(blobs) else []:
+                    if name.endswith(".incomplete"):
+                        partials.append(os.path.getsize(os.path.join(blobs, name)))
+                if partials:
+                    say(f"prune: {verb + ' ' if verb else ''}{repo.repo_id}: {len(partials)} partial download(s) "
+                        f"{human(sum(partials))}")
+            freed += strategy.expected_freed_size + sum(partials)
+            if not dry_run:
+                strategy.execute()
+                if not whole:
+                    for r in going:
+                        try:
+                            os.unlink(manifest_path(str(repo.repo_path), r.commit_hash))
+                        except FileNotFoundError:
+                            pass
+                    _drop_stale_manifests(str(repo.repo_path),
+                                          {r.commit_hash for r in repo.revisions} - {g.commit_hash for g in going},
+                                          dry_run)
+        finally:
+            lock.release()
+    say(f"prune: {'would free' if dry_run else 'freed'} {human(freed)}")
+    return {"removed": removed, "freed_bytes": freed, "dry_run": dry_run}
+
+
+def _drop_stale_manifests(repo_dir: str, present: set[str], dry_run: bool) -> None:
+    mdir = os.path.join(repo_dir, MANIFEST_DIR)
+    if dry_run or not os.path.isdir(mdir):
+        return
+    for name in os.listdir(mdir):
+        if name.endswith(".json") and name[:-5] not in present and COMMIT_RE.fullmatch(name[:-5]):
+            try:
+                os.unlink(os.path.join(mdir, name))
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def read_token(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise PullError(f"cannot read the token file {path}: {e.strerror}", EXIT_USAGE)
+    return token or None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hfpull.py", description="Resumable, verified pulls into the HF cache.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pull", help="pull one revision of a model repo")
+    p.add_argument("--cache-dir", required=True)
+    p.add_argument("--repo-id", required=True)
+    p.add_argument("--revision", required=True)
+    p.add_argument("--endpoint", default=None)
+    p.add_argument("--token-file", default=None)
+    p.add_argument("--lock-wait", type=float, default=DEFAULT_LOCK_WAIT,
+                   help="seconds to wait for another pull of the same repo (default 1800)")
+    q = sub.add_parser("prune", help="delete every cached model revision not kept")
+    q.add_argument("--cache-dir", required=True)
+    q.add_argument("--keep", action="append", default=[], metavar="ORG/NAME@COMMIT")
+    q.add_argument("--dry-run", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.umask(0o002)
+    set_client_factory(_bounded_client)
+    if args.cmd == "prune":
+        try:
+            result = prune(args.cache_dir, args.keep, args.dry_run)
+        except PullError as e:
+            print(f"prune failed: {e}", file=sys.stderr, flush=True)
+            return e.code
+        except OSError as e:
+            print(f"prune failed: {e}", file=sys.stderr, flush=True)
+            return EXIT_REMOTE
+        say("SGLANG_PRUNE_RESULT " + json.dumps(result, sort_keys=True))
+        return EXIT_OK
+
+    where = f"(repo {args.repo_id}, revision {args.revision})"
+    if args.repo_id.count("/") != 1 or not all(args.repo_id.split("/")):
+        print(f"pull failed: --repo-id wants ORG/NAME {where}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    puller = None
+    try:
+        token = read_token(args.token_file)
+        puller = Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait)
+        result = puller.run()
+    except KeyboardInterrupt:
+        print(f"pull interrupted {where}", file=sys.stderr, flush=True)
+        return 130
+    except PullError as e:
+        msg = puller.redact(str(e)) if puller else str(e)
+        kind = "verification failed" if e.code == EXIT_VERIFY else "pull failed"
+        print(f"{kind}: {msg} {where}", file=sys.stderr, flush=True)
+        return e.code
+    except (HfHubHTTPError, httpx2.HTTPError, OSError, _Retryable) as e:
+        msg, code = describe_error(e)
+        if puller:
+            msg = puller.redact(msg)
+        print(f"pull failed: {msg} {where}", file=sys.stderr, flush=True)
+        return code
+    say("SGLANG_PULL_RESULT " + json.dumps(result, sort_keys=True))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

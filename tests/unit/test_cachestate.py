@@ -1,0 +1,187 @@
+"""cachestate.scan on hand-built huggingface_hub cache trees (no network, no Hub).
+
+The same module is also checked against real pulls in test_hfpull.py."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_infra import cachestate
+
+SOURCE = Path(cachestate.__file__).read_text()
+C1 = "1" * 40
+C2 = "2" * 40
+
+
+def blob_name(data: bytes, lfs: bool) -> str:
+    if lfs:
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def make_revision(cache: Path, repo_id: str, commit: str, files: dict[str, bytes], *, manifest: bool = True,
+                  refs: dict[str, str] | None = None) -> Path:
+    """A revision laid out the way huggingface_hub lays it out, plus hfpull's manifest."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    entries = []
+    for path, data in files.items():
+        lfs = path.endswith(".safetensors")
+        name = blob_name(data, lfs)
+        blob = repo / "blobs" / name
+        if not blob.exists():
+            blob.write_bytes(data)
+        link = repo / "snapshots" / commit / path
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+        st = blob.stat()
+        entries.append({"path": path, "blob": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "lfs": lfs})
+    if manifest:
+        (repo / ".sglang").mkdir(exist_ok=True)
+        (repo / ".sglang" / f"{commit}.json").write_text(json.dumps(
+            {"repo_id": repo_id, "commit": commit, "files": entries, "verified_at": 1}))
+    for name, target in (refs or {}).items():
+        ref = repo / "refs" / name
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(target)
+    return repo
+
+
+FILES = {"config.json": b'{"a": 1}', "sub/tokenizer.json": b"{}",
+         "model.safetensors": b"\x01" * 4096}
+
+
+def test_missing_cache_dir(tmp_path):
+    assert cachestate.scan(str(tmp_path / "nope")) == {"repos": {}}
+
+
+def test_verified_revision_and_ignored_entries(tmp_path):
+    make_revision(tmp_path, "org/m", C1, FILES, refs={"main": C1, "refs/pr/1": C1})
+    (tmp_path / "datasets--org--d" / "snapshots").mkdir(parents=True)
+    (tmp_path / ".locks" / "models--org--m").mkdir(parents=True)
+    (tmp_path / "version.txt").write_text("1")
+    (tmp_path / "CACHEDIR.TAG").write_text("Signature")
+    repo = tmp_path / "models--org--m"
+    (repo / ".sglang-pull.lock").write_text("")
+    (repo / "trees").mkdir()
+    (repo / "blobs" / ("a" * 64 + ".0badf00d.incomplete")).write_bytes(b"x" * 10)
+
+    state = cachestate.scan(str(tmp_path))
+    assert list(state["repos"]) == ["org/m"]
+    entry = state["repos"]["org/m"]
+    assert entry["folder"] == "models--org--m"
+    assert entry["refs"] == {"main": C1, "refs/pr/1": C1}
+    assert entry["revisions"] == {C1: {"complete": True, "verified": True, "files": 3,
+                                       "size": sum(len(d) for d in FILES.values()), "problems": []}}
+    assert entry["partials"] == [{"name": "a" * 64 + ".0badf00d.incomplete", "size": 10}]
+
+
+def test_problems_make_a_revision_incomplete(tmp_path):
+    repo = make_revision(tmp_path, "org/m", C1, FILES)
+    blobs = {p: repo / "snapshots" / C1 / p for p in FILES}
+    blobs["config.json"].resolve().unlink()  # missing blob (dangling link)
+    with open(blobs["model.safetensors"].resolve(), "ab") as f:  # size changed
+        f.write(b"!")
+    link = blobs["sub/tokenizer.json"]
+    link.unlink()  # missing link
+
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert rev["complete"] is False and rev["verified"] is False
+    assert sorted(rev["problems"]) == ["missing blob for config.json", "missing link for sub/tokenizer.json",
+                                       "size changed for model.safetensors"]
+
+
+def test_touched_blob_and_wrong_link(tmp_path):
+    repo = make_revision(tmp_path, "org/m", C1, FILES)
+    snap = repo / "snapshots" / C1
+    st = (snap / "config.json").stat()
+    os.utime(snap / "config.json", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    other = repo / "blobs" / ("b" * 40)
+    other.write_bytes(b"{}")
+    (snap / "sub" / "tokenizer.json").unlink()
+    (snap / "sub" / "tokenizer.json").symlink_to(os.path.relpath(other, snap / "sub"))
+
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert not rev["verified"]
+    assert sorted(rev["problems"]) == ["mtime changed for config.json", "wrong link for sub/tokenizer.json"]
+
+
+def test_snapshot_without_manifest_is_unverified(tmp_path):
+    """An admin's hand pull: listed with the size of what is present, never verified."""
+    repo = make_revision(tmp_path, "org/m", C1, FILES, manifest=False)
+    make_revision(tmp_path, "org/m", C2, {"config.json": FILES["config.json"], "new.json": b"[1]"},
+                  manifest=False)
+    (repo / "snapshots" / C2 / "new.json").resolve().unlink()
+
+    revs = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"]
+    assert revs[C1] == {"complete": False, "verified": False, "files": 3,
+                        "size": sum(len(d) for d in FILES.values()), "problems": []}
+    assert revs[C2] == {"complete": False, "verified": False, "files": 2, "size": len(FILES["config.json"]),
+                        "problems": ["missing blob for new.json"]}
+
+
+def test_manifest_without_snapshot(tmp_path):
+    repo = make_revision(tmp_path, "org/m", C1, {"config.json": b"{}"})
+    import shutil
+    shutil.rmtree(repo / "snapshots" / C1)
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert rev["complete"] is False and rev["problems"] == ["missing link for config.json"]
+
+
+def test_shared_blob_counted_once(tmp_path):
+    make_revision(tmp_path, "org/m", C1, {"a.safetensors": b"x" * 100, "b.safetensors": b"x" * 100})
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert rev["files"] == 2 and rev["size"] == 100 and rev["verified"]
+
+
+def test_never_reads_blob_contents(tmp_path, monkeypatch):
+    """Stat only: hundreds of files, and no blob is ever opened."""
+    files = {f"shard-{i:04d}.safetensors": i.to_bytes(4, "big") * 64 for i in range(300)}
+    make_revision(tmp_path, "org/big", C1, files)
+    real_open = builtins.open
+
+    def guarded_open(file, *args, **kwargs):
+        assert "/blobs/" not in str(file), f"blob opened: {file}"
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][C1]
+    assert rev["verified"] and rev["files"] == 300
+
+
+def test_runs_as_python_c_with_the_system_python(tmp_path):
+    make_revision(tmp_path, "org/m", C1, FILES, refs={"main": C1})
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    out = subprocess.run([python, "-c", SOURCE, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert out.count("\n") == 1
+    assert json.loads(out) == cachestate.scan(str(tmp_path))
+    assert out.strip() == json.dumps(cachestate.scan(str(tmp_path)), sort_keys=True)
+
+
+def test_source_fits_the_target_hosts():
+    """Python 3.9 syntax, standard library only, and short enough for a command line."""
+    tree = ast.parse(SOURCE, feature_version=(3, 9))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported <= set(sys.stdlib_module_names)
+    assert len(SOURCE.splitlines()) < 120
+
+
+@pytest.mark.parametrize("bad", ["{not json", json.dumps({"commit": "other", "files": []})])
+def test_unreadable_manifest_counts_as_none(tmp_path, bad):
+    repo = make_revision(tmp_path, "org/m", C1, {"config.json": b"{}"})
+    (repo / ".sglang" / f"{C1}.json").write_text(bad)
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert rev["verified"] is False and rev["files"] == 1

@@ -1,0 +1,768 @@
+"""hfpull.py: unit tests of its pieces, then the CLI run as a subprocess against the
+stand-in Hub (tests/hfstandin) on 127.0.0.1, the way the deploy runs it on a host."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from huggingface_hub import scan_cache_dir, snapshot_download
+from huggingface_hub.utils.sha import git_hash
+
+from hfstandin import StandinHub
+from sglang_infra import cachestate, hfpull
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "sglang_infra" / "hfpull.py"
+PYTHON = sys.executable
+TOKEN = "hf_standinSECRETtoken0123456789"
+OFFLINE_ENDPOINT = "http://127.0.0.1:9"  # nothing listens: any request would fail
+
+SMALL_MODEL = {"path": "model.safetensors", "size": 300_000, "seed": 1, "lfs": True}
+SPEC = {"repos": [
+    {"repo_id": "org/small", "commits": [
+        {"branch": "old", "files": [
+            {"path": "config.json", "text": '{"version": 0}'},
+            {"path": "tokenizer.json", "text": '{"vocab": ["a", "b"]}'},
+            SMALL_MODEL]},
+        {"branch": "main", "files": [
+            {"path": "config.json", "text": '{"version": 1}'},
+            {"path": "tokenizer.json", "text": '{"vocab": ["a", "b"]}'},
+            {"path": "sub/dir/extra.txt", "text": "nested\n"},
+            SMALL_MODEL,
+            {"path": "model-2.safetensors", "size": 200_000, "seed": 2, "lfs": True}]}]},
+    {"repo_id": "org/other", "commits": [{"branch": "main", "files": [
+        {"path": "config.json", "text": '{"other": true}'},
+        {"path": "w.safetensors", "size": 120_000, "seed": 3, "lfs": True}]}]},
+    {"repo_id": "org/big", "commits": [{"branch": "main", "files": [
+        {"path": "config.json", "text": '{"big": true}'},
+        {"path": "model.safetensors", "size": 3 << 20, "seed": 4, "lfs": True}]}]},
+    {"repo_id": "org/gated", "gated": True, "tokens": [TOKEN], "commits": [{"branch": "main", "files": [
+        {"path": "config.json", "text": '{"gated": true}'},
+        {"path": "w.safetensors", "size": 50_000, "seed": 5, "lfs": True}]}]},
+]}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with StandinHub(SPEC, access_log=False) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def cdn_hub():
+    """LFS bodies answered with a 302 to a second origin, the way the Hub hands them to its CDN."""
+    with StandinHub(SPEC, access_log=False, lfs_redirect=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def base_cache(hub, tmp_path_factory):
+    """org/small@main and org/other@main pulled once by the CLI; tests work on copies."""
+    cache = tmp_path_factory.mktemp("base") / "hub"
+    for repo_id in ("org/small", "org/other"):
+        r = pull(cache, repo_id, hub.commit(repo_id, "main"), hub)
+        assert r.rc == 0, r
+    hub.reset()
+    return cache
+
+
+@pytest.fixture
+def pulled(base_cache, tmp_path):
+    """A private copy of base_cache (links, modes and mtimes kept, so its manifests still hold)."""
+    cache = tmp_path / "hub"
+    shutil.copytree(base_cache, cache, symlinks=True)
+    return cache
+
+
+@pytest.fixture(autouse=True)
+def _clean_hub(request):
+    yield
+    for name in ("hub", "cdn_hub"):
+        if name in request.fixturenames:
+            h = request.getfixturevalue(name)
+            h.configure(throttle_bytes_per_s=None, drop_after_bytes=None, drop_count=0,
+                        inject_status=None, inject_count=0, inject_match=None)
+            h.reset()
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.rc = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+        self.result = None
+        lines = [ln for ln in self.out.splitlines() if ln.startswith(("SGLANG_PULL_RESULT ", "SGLANG_PRUNE_RESULT "))]
+        if lines:
+            assert len(lines) == 1 and self.out.splitlines()[-1] == lines[0], self.out
+            self.result = json.loads(lines[0].split(" ", 1)[1])
+
+    def __repr__(self):
+        return f"rc={self.rc}\nstdout:\n{self.out}\nstderr:\n{self.err}"
+
+
+def run(*args: str, timeout: float = 60) -> Run:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    proc = subprocess.run([PYTHON, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return Run(proc)
+
+
+def pull(cache: Path, repo_id: str, revision: str, hub: StandinHub | None, *extra: str) -> Run:
+    endpoint = hub.url if hub is not None else OFFLINE_ENDPOINT
+    return run("pull", "--cache-dir", str(cache), "--repo-id", repo_id, "--revision", revision,
+               "--endpoint", endpoint, *extra)
+
+
+def ok_pull(cache: Path, repo_id: str, revision: str, hub, *extra: str) -> dict:
+    r = pull(cache, repo_id, revision, hub, *extra)
+    assert r.rc == 0 and r.err == "", r
+    return r.result
+
+
+def repo_dir(cache: Path, repo_id: str) -> Path:
+    return cache / ("models--" + repo_id.replace("/", "--"))
+
+
+def layout(cache: Path, repo_id: str) -> dict:
+    """Snapshot links (relative targets), blob names and refs of one repo, as huggingface_hub sees them."""
+    repo = repo_dir(cache, repo_id)
+    links = {}
+    for root, _dirs, files in os.walk(repo / "snapshots"):
+        for name in files:
+            p = Path(root) / name
+            links[str(p.relative_to(repo / "snapshots"))] = os.readlink(p)
+    refs = {str(p.relative_to(repo / "refs")): p.read_text() for p in (repo / "refs").rglob("*") if p.is_file()} \
+        if (repo / "refs").is_dir() else {}
+    blobs = sorted(p.name for p in (repo / "blobs").iterdir())
+    return {"links": links, "blobs": blobs, "refs": refs}
+
+
+def etag(hub: StandinHub, repo_id: str, commit: str, path: str) -> str:
+    return hub.file_meta(repo_id, commit, path)["etag"]
+
+
+def resolve_gets(hub: StandinHub) -> list[dict]:
+    return [r for r in hub.requests() if r["method"] == "GET" and "/resolve/" in r["path"]]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.02) + 1):
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def hand_pull(cache: Path, repo_id: str, revision: str, hub: StandinHub, **kwargs) -> str:
+    return snapshot_download(repo_id, revision=revision, cache_dir=str(cache), endpoint=hub.url,
+                             token=kwargs.pop("token", False), max_workers=2, **kwargs)
+
+
+# --------------------------------------------------------------------------- unit: no Hub
+
+
+def test_hashes_match_huggingface_hub(tmp_path):
+    data = os.urandom(3 * hfpull.CHUNK + 17)
+    f = tmp_path / "f"
+    f.write_bytes(data)
+    assert hfpull.hash_file(str(f), lfs=True) == hashlib.sha256(data).hexdigest()
+    assert hfpull.hash_file(str(f), lfs=False) == git_hash(data)
+    (tmp_path / "empty").write_bytes(b"")
+    assert hfpull.hash_file(str(tmp_path / "empty"), lfs=False) == git_hash(b"")
+
+
+def make_puller(cache: Path) -> hfpull.Puller:
+    p = hfpull.Puller(str(cache), "org/m", "main", OFFLINE_ENDPOINT, None, lock_wait=0)
+    os.makedirs(p.blobs_dir)
+    os.makedirs(p.locks_dir)
+    p.progress = hfpull.Progress("org/m@test", 1, 100)
+    return p
+
+
+def test_adopts_largest_usable_orphan_and_deletes_the_rest(tmp_path, capsys):
+    p = make_puller(tmp_path)
+    e = "e" * 64
+    blob = hfpull.Blob(e, 100, True, ["model.safetensors"])
+    files = {f"{e}.incomplete": 10, f"{e}.aaaa1111.incomplete": 60, f"{e}.bbbb2222.incomplete": 40,
+             f"{e}.cccc3333.incomplete": 150, f"{'f' * 64}.dddd4444.incomplete": 5}
+    for name, size in files.items():
+        (Path(p.blobs_dir) / name).write_bytes(b"x" * size)
+    partial = os.path.join(p.blobs_dir, f"{e}.incomplete")
+
+    have = p._adopt_orphans(blob, partial, 1, "model.safetensors")
+
+    assert have == 60
+    assert sorted(os.listdir(p.blobs_dir)) == [f"{e}.incomplete", f"{'f' * 64}.dddd4444.incomplete"]
+    assert os.path.getsize(partial) == 60
+    assert p.stats.orphans_reclaimed == 4  # one adopted, three deleted
+    assert p.stats.orphan_bytes == 60 + 10 + 40 + 150
+    assert "adopted 1" in capsys.readouterr().out
+
+
+def test_own_partial_is_kept_without_counting_it_as_an_orphan(tmp_path):
+    p = make_puller(tmp_path)
+    e = "e" * 40
+    (Path(p.blobs_dir) / f"{e}.incomplete").write_bytes(b"x" * 30)
+    have = p._adopt_orphans(hfpull.Blob(e, 100, False, ["a"]), os.path.join(p.blobs_dir, f"{e}.incomplete"), 1, "a")
+    assert have == 30 and p.stats.orphans_reclaimed == 0 and not p.stats.changed
+
+
+def test_stale_partials_of_other_blobs(tmp_path):
+    p = make_puller(tmp_path)
+    old = time.time() - 2 * hfpull.STALE_PARTIAL_AGE
+    wanted, stale, young, running = "a" * 64, "b" * 64, "c" * 64, "d" * 64
+    for e in (wanted, stale, young, running):
+        (Path(p.blobs_dir) / f"{e}.12345678.incomplete").write_bytes(b"x" * 7)
+    for e in (wanted, stale, running):
+        os.utime(Path(p.blobs_dir) / f"{e}.12345678.incomplete", (old, old))
+    holder = hfpull.FileLock(os.path.join(p.locks_dir, f"{running}.lock"))
+    assert holder.try_acquire()
+    try:
+        p._reclaim_stale_partials({wanted})
+    finally:
+        holder.release()
+    left = sorted(n.split(".")[0] for n in os.listdir(p.blobs_dir))
+    assert left == [wanted, young, running]
+    assert (p.stats.orphans_reclaimed, p.stats.orphan_bytes) == (1, 7)
+
+
+def test_file_lock_excludes_a_second_holder(tmp_path):
+    a, b = hfpull.FileLock(str(tmp_path / "x.lock")), hfpull.FileLock(str(tmp_path / "x.lock"))
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    assert hfpull.is_locked(a.path)
+    t0 = time.monotonic()
+    assert not b.acquire(0.3)
+    assert time.monotonic() - t0 < 5
+    a.release()
+    assert b.acquire(1)
+    b.release()
+    assert stat.S_IMODE(os.stat(a.path).st_mode) & 0o060 == 0o060
+
+
+def test_lock_interoperates_with_huggingface_hub(tmp_path):
+    """huggingface_hub guards each blob download with the same flock'ed file."""
+    from huggingface_hub.utils import WeakFileLock
+
+    path = str(tmp_path / ".locks" / "models--org--m" / ("a" * 64 + ".lock"))
+    os.makedirs(os.path.dirname(path))
+    with WeakFileLock(path):
+        assert not hfpull.FileLock(path).try_acquire()
+    ours = hfpull.FileLock(path)
+    assert ours.try_acquire()
+    try:
+        from filelock import FileLock as LibraryLock, Timeout
+
+        with pytest.raises(Timeout):
+            LibraryLock(path, timeout=0.1).acquire()
+    finally:
+        ours.release()
+
+
+def test_download_that_never_verifies_fails_with_exit_4(tmp_path, monkeypatch, capsys):
+    p = make_puller(tmp_path)
+    blob = hfpull.Blob(hashlib.sha256(b"right").hexdigest(), 5, True, ["w.safetensors"])
+    partial = os.path.join(p.blobs_dir, blob.name + ".incomplete")
+    calls = []
+
+    def fake_fetch(self, blob_, partial_, have, index, path):
+        calls.append(have)
+        with open(partial_, "r+b" if os.path.exists(partial_) else "wb") as f:
+            f.truncate(have)
+            f.seek(have)
+            f.write(b"wrong"[have:])
+
+    monkeypatch.setattr(hfpull.Puller, "_fetch", fake_fetch)
+    (Path(partial)).write_bytes(b"wr")
+    with pytest.raises(hfpull.VerifyError) as err:
+        p._download(blob, partial, 2, 1, "w.safetensors")
+    assert err.value.code == hfpull.EXIT_VERIFY and "after a full download from byte 0" in str(err.value)
+    assert calls == [2, 0] and not os.path.exists(partial)
+
+    monkeypatch.setattr(hfpull.Puller, "_run_locked", lambda self: (_ for _ in ()).throw(err.value))
+    assert hfpull.main(["pull", "--cache-dir", str(tmp_path / "c"), "--repo-id", "org/m", "--revision", "main",
+                        "--endpoint", OFFLINE_ENDPOINT]) == hfpull.EXIT_VERIFY
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verification failed: w.safetensors: sha256 mismatch")
+    assert lines[0].endswith("(repo org/m, revision main)")
+
+
+def test_pull_waits_for_the_repo_lock_then_fails_clearly(tmp_path):
+    lock = hfpull.FileLock(str(repo_dir(tmp_path, "org/m") / hfpull.PULL_LOCK))
+    assert lock.try_acquire()
+    try:
+        r = pull(tmp_path, "org/m", "a" * 40, None, "--lock-wait", "0.5")
+    finally:
+        lock.release()
+    assert r.rc == hfpull.EXIT_LOCKED, r
+    assert r.err.count("\n") == 1 and "another pull of org/m holds" in r.err and "Traceback" not in r.err
+
+
+def test_unsafe_repo_paths_are_refused():
+    for bad in ("../x", "/etc/passwd", "a/../../b", "a//b", "a\\b", ""):
+        with pytest.raises(hfpull.VerifyError):
+            hfpull.safe_relpath(bad)
+    assert hfpull.safe_relpath("a/b/c.json") == os.path.join("a", "b", "c.json")
+
+
+def test_network_error_is_one_line(tmp_path):
+    r = pull(tmp_path, "org/m", "main", None)
+    assert r.rc == 3, r
+    assert r.err.startswith("pull failed: network error: ") and r.err.count("\n") == 1
+    assert "(repo org/m, revision main)" in r.err and "Traceback" not in r.err
+    assert not repo_dir(tmp_path, "org/m").exists()  # a failed first pull leaves no empty repo folder
+
+
+# --------------------------------------------------------------------------- pull against the stand-in Hub
+
+
+def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp_path):
+    commit = hub.commit("org/small", "main")
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    ours.chmod(0o2775)  # the host's hf-cache/hub: setgid, group-writable
+
+    first = pull(ours, "org/small", commit, hub)
+    assert first.rc == 0 and first.err == "", first
+    res = first.result
+    sizes = [hub.file_meta("org/small", commit, p)["size"] for p in hub.files("org/small", commit)]
+    assert res == {"repo_id": "org/small", "commit": commit, "files": 5, "files_fetched": 5,
+                   "bytes_total": sum(sizes), "bytes_missing": sum(sizes), "bytes_fetched": sum(sizes),
+                   "bytes_refetched": 0, "resumed_bytes": 0, "orphans_reclaimed": 0, "orphan_bytes": 0,
+                   "changed": True}
+    assert f"pull org/small@{commit[:12]}: file " in first.out
+
+    hand_pull(theirs, "org/small", commit, hub)
+    assert layout(ours, "org/small") == layout(theirs, "org/small")
+    assert layout(ours, "org/small")["refs"] == {}  # never a ref for a commit id
+    for path in hub.files("org/small", commit):
+        assert (repo_dir(ours, "org/small") / "snapshots" / commit / path).read_bytes() == \
+            hub.file_bytes("org/small", commit, path)
+
+    manifest = json.loads((repo_dir(ours, "org/small") / ".sglang" / f"{commit}.json").read_text())
+    assert manifest["repo_id"] == "org/small" and manifest["commit"] == commit
+    assert isinstance(manifest["verified_at"], int)
+    assert sorted(manifest["files"], key=lambda e: e["path"]) == manifest["files"]
+    for entry in manifest["files"]:
+        meta = hub.file_meta("org/small", commit, entry["path"])
+        blob = repo_dir(ours, "org/small") / "blobs" / entry["blob"]
+        assert (entry["blob"], entry["size"], entry["lfs"]) == (meta["etag"], meta["size"], meta["lfs"])
+        assert entry["mtime_ns"] == blob.stat().st_mtime_ns
+        assert stat.S_IMODE(blob.stat().st_mode) == 0o664
+    for d in (repo_dir(ours, "org/small"), repo_dir(ours, "org/small") / "snapshots" / commit / "sub" / "dir",
+              repo_dir(ours, "org/small") / ".sglang", ours / ".locks" / "models--org--small"):
+        assert stat.S_IMODE(d.stat().st_mode) & 0o2070 == 0o2070, d
+    for f in (repo_dir(ours, "org/small") / hfpull.PULL_LOCK, ours / "CACHEDIR.TAG",
+              repo_dir(ours, "org/small") / ".sglang" / f"{commit}.json"):
+        assert stat.S_IMODE(f.stat().st_mode) & 0o060 == 0o060, f
+
+    hub.reset()
+    second = pull(ours, "org/small", commit, hub)
+    assert second.rc == 0, second
+    assert second.result["changed"] is False and second.result["bytes_fetched"] == 0
+    assert hub.requests() == []  # the manifest answered: not one request
+
+    state = cachestate.scan(str(ours))["repos"]["org/small"]
+    assert state["revisions"][commit]["verified"] and state["revisions"][commit]["complete"]
+    assert state["revisions"][commit]["files"] == 5 and state["partials"] == []
+
+
+def test_huggingface_hub_cache_api_tolerates_our_files(hub, pulled):
+    commit = hub.commit("org/small", "main")
+    assert (repo_dir(pulled, "org/small") / hfpull.PULL_LOCK).exists()
+    assert (repo_dir(pulled, "org/small") / ".sglang" / f"{commit}.json").exists()
+    info = scan_cache_dir(pulled)
+    assert info.warnings == []
+    repo = next(r for r in info.repos if r.repo_id == "org/small")
+    assert repo.nb_files == 5
+    (rev,) = repo.revisions
+    assert rev.commit_hash == commit and rev.nb_files == 5
+    info.delete_revisions(commit).execute()
+    assert not repo_dir(pulled, "org/small").exists()
+
+
+def test_branch_revision_writes_the_ref(hub, pulled):
+    commit = hub.commit("org/small", "main")
+    assert not (repo_dir(pulled, "org/small") / "refs").exists()
+    res = ok_pull(pulled, "org/small", "main", hub)
+    assert res["commit"] == commit and res["changed"] is True and res["bytes_fetched"] == 0
+    assert (repo_dir(pulled, "org/small") / "refs" / "main").read_bytes() == commit.encode()
+
+    hub.reset()
+    again = ok_pull(pulled, "org/small", "main", hub)
+    assert again["changed"] is False
+    assert [r["path"] for r in hub.requests()] == ["/api/models/org/small/revision/main"]
+
+
+def test_kill_mid_file_then_resume_with_range(hub, tmp_path):
+    commit = hub.commit("org/big", "main")
+    meta = hub.file_meta("org/big", commit, "model.safetensors")
+    partial = repo_dir(tmp_path, "org/big") / "blobs" / f"{meta['etag']}.incomplete"
+    hub.set_throttle(1 << 20)
+    proc = subprocess.Popen([PYTHON, str(SCRIPT), "pull", "--cache-dir", str(tmp_path), "--repo-id", "org/big",
+                             "--revision", commit, "--endpoint", hub.url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: partial.exists() and partial.stat().st_size >= 256 << 10, 30, "a partial of 256 KiB")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    have = partial.stat().st_size
+    assert 0 < have < meta["size"]
+    hub.set_throttle(None)
+    hub.reset()
+
+    res = ok_pull(tmp_path, "org/big", commit, hub)
+
+    (get,) = [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
+    assert get["range"] == f"bytes={have}-" and get["status"] == 206
+    assert res["bytes_missing"] == meta["size"] - have
+    assert res["bytes_fetched"] == res["bytes_missing"] and res["bytes_refetched"] == 0
+    assert res["resumed_bytes"] == have and res["files_fetched"] == 1
+    blob = repo_dir(tmp_path, "org/big") / "blobs" / meta["etag"]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert not partial.exists()
+    assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+
+
+def test_adopts_the_orphan_of_a_killed_huggingface_hub_download(hub, tmp_path):
+    commit = hub.commit("org/small", "old")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    data = hub.file_bytes("org/small", commit, "model.safetensors")
+    blobs = repo_dir(tmp_path, "org/small") / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{meta['etag']}.abcd1234.incomplete").write_bytes(data[:100_000])
+    (blobs / f"{meta['etag']}.0badf00d.incomplete").write_bytes(data[:30_000])
+    tok = hub.file_meta("org/small", commit, "tokenizer.json")  # a complete partial: nothing left to fetch
+    (blobs / f"{tok['etag']}.incomplete").write_bytes(hub.file_bytes("org/small", commit, "tokenizer.json"))
+
+    res = ok_pull(tmp_path, "org/small", commit, hub)
+
+    assert sorted(g["path"].rsplit("/", 1)[1] for g in resolve_gets(hub)) == ["config.json", "model.safetensors"]
+    (get,) = [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
+    assert get["range"] == "bytes=100000-"
+    assert res["orphans_reclaimed"] == 2 and res["orphan_bytes"] == 130_000
+    assert res["resumed_bytes"] == 100_000 + tok["size"]
+    other = hub.file_meta("org/small", commit, "config.json")["size"]
+    assert res["bytes_missing"] == meta["size"] - 100_000 + other == res["bytes_fetched"]
+    assert not [n for n in os.listdir(blobs) if n.endswith(".incomplete")]
+    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def test_corrupted_blob_is_detected_and_fetched_again(hub, pulled):
+    tmp_path = pulled
+    commit = hub.commit("org/small", "main")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    blob = repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]
+    data = bytearray(blob.read_bytes())
+    data[1234] ^= 0xFF
+    blob.write_bytes(bytes(data))  # same size, new mtime
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
+    assert not rev["verified"] and rev["problems"] == ["mtime changed for model.safetensors"]
+    hub.reset()
+
+    r = pull(tmp_path, "org/small", commit, hub)
+    assert r.rc == 0, r
+    assert "blob on disk is wrong" in r.out
+    assert r.result["files_fetched"] == 1 and r.result["bytes_fetched"] == meta["size"]
+    assert r.result["bytes_missing"] == meta["size"] and r.result["changed"] is True
+    assert [g["path"].rsplit("/", 1)[1] for g in resolve_gets(hub)] == ["model.safetensors"]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def test_touched_blob_and_broken_links_are_repaired_without_fetching(hub, pulled):
+    """A blob whose mtime changed is hashed again (not fetched); wrong, dangling and missing links are redone."""
+    tmp_path = pulled
+    commit = hub.commit("org/small", "main")
+    blob = repo_dir(tmp_path, "org/small") / "blobs" / etag(hub, "org/small", commit, "model.safetensors")
+    os.utime(blob, ns=(blob.stat().st_atime_ns, blob.stat().st_mtime_ns + 5 * 10**9))
+    snap = repo_dir(tmp_path, "org/small") / "snapshots" / commit
+    target = os.readlink(snap / "config.json")
+    (snap / "config.json").unlink()
+    (snap / "config.json").symlink_to("../../blobs/" + "0" * 40)
+    (snap / "tokenizer.json").unlink()
+    hub.reset()
+
+    r = pull(tmp_path, "org/small", commit, hub)
+
+    assert r.rc == 0 and "sha256 verified" in r.out, r
+    assert r.result["bytes_fetched"] == 0 and r.result["changed"] is True  # links and manifest rewritten
+    assert resolve_gets(hub) == []
+    assert os.readlink(snap / "config.json") == target and (snap / "tokenizer.json").is_symlink()
+    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+@pytest.mark.parametrize("kind", ["too_long", "wrong_content"])
+def test_bad_partial_is_refetched_from_zero(hub, tmp_path, kind):
+    commit = hub.commit("org/small", "old")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    blobs = repo_dir(tmp_path, "org/small") / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / f"{meta['etag']}.incomplete"
+    partial.write_bytes(os.urandom(meta["size"] + 10 if kind == "too_long" else 50_000))
+
+    r = pull(tmp_path, "org/small", commit, hub)
+
+    assert r.rc == 0, r
+    gets = [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
+    blob = blobs / meta["etag"]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert not partial.exists()
+    if kind == "too_long":
+        assert [g["range"] for g in gets] == [None]
+        assert r.result["orphans_reclaimed"] == 1 and r.result["bytes_refetched"] == 0
+    else:
+        assert [g["range"] for g in gets] == ["bytes=50000-", None]
+        assert "sha256 mismatch" in r.out
+        assert r.result["bytes_refetched"] == meta["size"]
+        assert r.result["bytes_fetched"] == r.result["bytes_missing"] + meta["size"]
+
+
+def test_dropped_connection_resumes_within_the_same_pull(hub, tmp_path):
+    commit = hub.commit("org/small", "old")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    hub.configure(drop_after_bytes=100_000, drop_count=1)
+    r = pull(tmp_path, "org/small", commit, hub)
+    assert r.rc == 0, r
+    gets = [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
+    assert [g["range"] for g in gets] == [None, "bytes=100000-"]
+    assert r.result["bytes_refetched"] == 0 and r.result["bytes_fetched"] == r.result["bytes_missing"]
+    assert hashlib.sha256((repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]).read_bytes()).hexdigest() \
+        == meta["etag"]
+
+
+def test_server_ignoring_range_is_counted_as_refetched(hub, tmp_path, monkeypatch):
+    """A 200 to a Range request: the partial is truncated and the whole body kept."""
+    commit = hub.commit("org/small", "old")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    data = hub.file_bytes("org/small", commit, "model.safetensors")
+    blobs = repo_dir(tmp_path, "org/small") / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{meta['etag']}.incomplete").write_bytes(data[:40_000])
+    # Make the stand-in (same process) answer every Range request with the whole body.
+    import hfstandin.server as server
+    monkeypatch.setattr(server, "_parse_range", lambda header, size: None)
+    r = pull(tmp_path, "org/small", commit, hub)
+    assert r.rc == 0, r
+    assert "ignored the Range request" in r.out
+    assert r.result["bytes_refetched"] == 40_000
+    assert hashlib.sha256((blobs / meta["etag"]).read_bytes()).hexdigest() == meta["etag"]
+
+
+def test_transient_503_is_retried(hub, tmp_path):
+    commit = hub.commit("org/other", "main")
+    hub.configure(inject_status=503, inject_count=1, inject_match="/resolve/")
+    r = pull(tmp_path, "org/other", commit, hub)
+    assert r.rc == 0, r
+    assert cachestate.scan(str(tmp_path))["repos"]["org/other"]["revisions"][commit]["verified"]
+
+
+def test_gated_repo_without_then_with_token(hub, tmp_path):
+    commit = hub.commit("org/gated", "main")
+    r = pull(tmp_path, "org/gated", "main", hub)
+    assert r.rc == 3, r
+    assert r.err.startswith("pull failed: GatedRepo: ") and r.err.count("\n") == 1
+    assert r.err.rstrip().endswith("(repo org/gated, revision main)")
+    assert "127.0.0.1" not in r.err and "http" not in r.err and "Traceback" not in r.err
+    assert not repo_dir(tmp_path, "org/gated").exists()  # nothing was written, nothing is left
+
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("hf_not_the_right_one\n")
+    r = pull(tmp_path, "org/gated", "main", hub, "--token-file", str(wrong))
+    assert r.rc == 3 and "GatedRepo" in r.err, r
+    assert "hf_not_the_right_one" not in r.out + r.err
+
+    token_file = tmp_path / "token"
+    token_file.write_text(f"  {TOKEN}\n")
+    hub.reset()
+    r = pull(tmp_path, "org/gated", "main", hub, "--token-file", str(token_file))
+    assert r.rc == 0, r
+    assert r.result["commit"] == commit and r.result["files_fetched"] == 2
+    assert TOKEN not in r.out + r.err
+    assert all(req["authorized"] for req in hub.requests())
+
+
+def test_token_file_reading(tmp_path):
+    f = tmp_path / "t"
+    f.write_text(f"\n  {TOKEN} \n")
+    assert hfpull.read_token(str(f)) == TOKEN
+    f.write_text(" \n")
+    assert hfpull.read_token(str(f)) is None and hfpull.read_token(None) is None
+    with pytest.raises(hfpull.PullError) as err:
+        hfpull.read_token(str(tmp_path / "absent"))
+    assert err.value.code == hfpull.EXIT_USAGE
+
+
+def test_token_is_dropped_on_a_redirect_to_another_origin(cdn_hub, tmp_path):
+    commit = cdn_hub.commit("org/gated", "main")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    r = pull(tmp_path / "cache", "org/gated", commit, cdn_hub, "--token-file", str(token_file))
+    assert r.rc == 0, r
+    reqs = cdn_hub.requests()
+    cdn = [q for q in reqs if q["listener"] == "cdn"]
+    assert [q["method"] for q in cdn] == ["GET"] and not cdn[0]["authorized"]
+    assert all(q["authorized"] for q in reqs if q["listener"] == "hub")
+    assert TOKEN not in r.out + r.err
+    assert layout(tmp_path / "cache", "org/gated")["blobs"] == sorted(
+        cdn_hub.file_meta("org/gated", commit, p)["etag"] for p in cdn_hub.files("org/gated", commit))
+
+
+def test_missing_repo_and_revision(hub, tmp_path):
+    r = pull(tmp_path, "org/nope", "main", hub)
+    assert r.rc == 3 and r.err.startswith("pull failed: RepoNotFound: "), r
+    assert r.err.count("\n") == 1 and "(repo org/nope, revision main)" in r.err and "Traceback" not in r.err
+    assert not repo_dir(tmp_path, "org/nope").exists()
+
+    r = pull(tmp_path, "org/small", "f" * 40, hub)  # a commit id the Hub does not know
+    assert r.rc == 3 and r.err.startswith("pull failed: RevisionNotFound: "), r
+    assert f"(repo org/small, revision {'f' * 40})" in r.err and "Traceback" not in r.err
+
+
+
+def test_hand_pull_first_is_adopted_without_downloading(hub, tmp_path):
+    commit = hub.commit("org/small", "main")
+    hand_pull(tmp_path, "org/small", commit, hub)
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
+    assert rev["verified"] is False and rev["complete"] is False and rev["files"] == 5
+    assert rev["size"] == sum(hub.file_meta("org/small", commit, p)["size"] for p in hub.files("org/small", commit))
+    hub.reset()
+
+    r = pull(tmp_path, "org/small", commit, hub)
+
+    assert r.rc == 0, r
+    assert r.result["bytes_fetched"] == 0 and r.result["files_fetched"] == 0 and r.result["changed"] is True
+    assert resolve_gets(hub) == []
+    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def test_hand_pull_after_ours_shares_blobs(hub, pulled):
+    tmp_path = pulled
+    old, new = hub.commit("org/small", "old"), hub.commit("org/small", "main")
+    before = {p.name: p.stat().st_ino for p in (repo_dir(tmp_path, "org/small") / "blobs").iterdir()}
+    hub.reset()
+    hand_pull(tmp_path, "org/small", old, hub)  # an admin pulls the older commit by hand
+    got = [g["path"].rsplit("/", 1)[1] for g in resolve_gets(hub)]
+    assert got == ["config.json"]  # the only file of `old` whose content is not already a blob
+    after = {p.name: p.stat().st_ino for p in (repo_dir(tmp_path, "org/small") / "blobs").iterdir()}
+    assert {k: after[k] for k in before} == before and len(after) == len(before) + 1
+    shared = etag(hub, "org/small", old, "model.safetensors")
+    assert os.path.realpath(repo_dir(tmp_path, "org/small") / "snapshots" / old / "model.safetensors") == \
+        os.path.realpath(repo_dir(tmp_path, "org/small") / "snapshots" / new / "model.safetensors") == \
+        str((repo_dir(tmp_path, "org/small") / "blobs" / shared).resolve())
+    state = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"]
+    assert state[new]["verified"] and not state[old]["verified"]  # our manifest still holds
+    assert scan_cache_dir(tmp_path).warnings == []
+
+
+def test_deleted_blob_makes_the_revision_incomplete_and_is_fetched_again(hub, pulled):
+    tmp_path = pulled
+    commit = hub.commit("org/small", "main")
+    meta = hub.file_meta("org/small", commit, "model-2.safetensors")
+    (repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]).unlink()
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
+    assert rev["complete"] is False and rev["problems"] == ["missing blob for model-2.safetensors"]
+    hub.reset()
+    res = ok_pull(tmp_path, "org/small", commit, hub)
+    assert res["files_fetched"] == 1 and res["bytes_fetched"] == res["bytes_missing"] == meta["size"]
+    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+# --------------------------------------------------------------------------- prune
+
+
+def prune(cache: Path, *args: str) -> Run:
+    return run("prune", "--cache-dir", str(cache), *args)
+
+
+def tree_state(cache: Path) -> list[tuple[str, int]]:
+    out = []
+    for root, dirs, files in os.walk(cache):
+        for name in dirs + files:
+            p = Path(root) / name
+            out.append((str(p.relative_to(cache)), p.lstat().st_size if not p.is_dir() else 0))
+    return sorted(out)
+
+
+def test_prune_keeps_listed_revisions_and_shared_blobs(hub, pulled):
+    tmp_path = pulled
+    old, new = hub.commit("org/small", "old"), hub.commit("org/small", "main")
+    other = hub.commit("org/other", "main")
+    res = ok_pull(tmp_path, "org/small", "old", hub)
+    assert res["files_fetched"] == 1  # config.json; the other two blobs are shared with main
+    blobs = repo_dir(tmp_path, "org/other") / "blobs"
+    (blobs / ("9" * 64 + ".1234abcd.incomplete")).write_bytes(b"p" * 1000)
+    size = lambda r, c, p: hub.file_meta(r, c, p)["size"]  # noqa: E731
+    only_old = size("org/small", old, "config.json")  # model.safetensors and tokenizer.json are shared with main
+    other_total = size("org/other", other, "config.json") + size("org/other", other, "w.safetensors")
+    keep = ["--keep", f"org/small@{new}"]
+
+    before = tree_state(tmp_path)
+    dry = prune(tmp_path, *keep, "--dry-run")
+    assert dry.rc == 0, dry
+    assert tree_state(tmp_path) == before
+    assert f"prune: would remove org/small@{old[:12]} (refs: old) " in dry.out
+    assert f"prune: would remove org/other@{other[:12]} (refs: none) " in dry.out
+    assert dry.result["dry_run"] is True
+    assert dry.result["freed_bytes"] == only_old + other_total + 1000
+
+    r = prune(tmp_path, *keep)
+    assert r.rc == 0 and r.err == "", r
+    assert f"prune: org/small@{old[:12]} (refs: old) " in r.out and "prune: freed " in r.out
+    assert r.result["dry_run"] is False and r.result["freed_bytes"] == dry.result["freed_bytes"]
+    removed = {(x["repo_id"], x["commit"]) for x in r.result["removed"]}
+    assert removed == {("org/small", old), ("org/other", other)}
+    assert not repo_dir(tmp_path, "org/other").exists()
+    assert not (repo_dir(tmp_path, "org/small") / ".sglang" / f"{old}.json").exists()
+    assert not (repo_dir(tmp_path, "org/small") / "refs" / "old").exists()
+    state = cachestate.scan(str(tmp_path))["repos"]
+    assert list(state) == ["org/small"] and list(state["org/small"]["revisions"]) == [new]
+    assert state["org/small"]["revisions"][new]["verified"]
+    assert scan_cache_dir(tmp_path).warnings == []
+
+    again = prune(tmp_path, *keep)
+    assert again.rc == 0 and again.result == {"removed": [], "freed_bytes": 0, "dry_run": False}
+
+
+def test_prune_reports_corrupted_entries_and_skips_a_running_pull(hub, pulled):
+    tmp_path = pulled
+    small = hub.commit("org/small", "main")
+    broken = tmp_path / "models--org--broken"
+    (broken / "snapshots" / ("3" * 40)).mkdir(parents=True)
+    (broken / "snapshots" / ("3" * 40) / "config.json").symlink_to("../../blobs/missing")
+    lock = hfpull.FileLock(str(repo_dir(tmp_path, "org/other") / hfpull.PULL_LOCK))
+    assert lock.try_acquire()
+    try:
+        r = prune(tmp_path, "--keep", f"org/small@{small}")
+    finally:
+        lock.release()
+    assert r.rc == 0, r
+    assert "prune: warning (left as is): Blob missing" in r.out
+    assert "prune: skipping org/other: a pull is running" in r.out
+    assert r.result["removed"] == [] and broken.exists() and repo_dir(tmp_path, "org/other").exists()
+
+
+def test_prune_argument_errors(tmp_path, capsys):
+    r = prune(tmp_path, "--keep", "no-at-sign")
+    assert r.rc == 2 and r.err.startswith("prune failed: --keep wants ORG/NAME@COMMIT"), r
+    assert hfpull.main(["prune", "--cache-dir", str(tmp_path / "absent"), "--keep", "a/b@" + "1" * 40]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        'SGLANG_PRUNE_RESULT {"dry_run": false, "freed_bytes": 0, "removed": []}'
