@@ -125,8 +125,34 @@ sglang_tools_dir = "/var/lib/sglang-tools"
 # huggingface_hub release the pull runs with on hosts; the same pin as the control machine's requirements.txt.
 sglang_huggingface_hub_version = "2.4.0"
 
-# Package index for pip on hosts and in image builds; None is pip's own default.
+# ---------------------------------------------------------------- Toolchain image
+
+# Serve a thin image built FROM sglang_image with the pins below (the runbook's fix, kept off the host's own toolkit); False serves sglang_image as it is, for an image that already carries matching pins.
+sglang_toolchain_image = True
+
+# One flashinfer release for flashinfer-python, flashinfer-cubin and flashinfer-jit-cache: SGLang refuses to start when they differ.
+sglang_flashinfer_version = "0.6.14"
+
+# Per-package override {package: version}, only for moving all three together; one set apart from the others is refused.
+sglang_flashinfer_versions = {}
+
+# CUDA flavour of flashinfer's wheel index and of the jit-cache's local version (0.6.14+cu130); must match the SGLang image's.
+sglang_cuda_flavor = "cu130"
+
+# CUDA flavour the pinned SGLang image is built for; a JIT cache for another CUDA holds kernels built for it.
+sglang_image_cuda_flavor = "cu130"
+
+# The CUDA 13 compiler from pip (nvidia-cuda-nvcc, with nvidia-nvvm and nvidia-cuda-crt at the same version) linked as CUDA_HOME in the image; the host's nvcc was CUDA 12.0 against SGLang's CUDA 13 stack.
+sglang_nvcc_version = "13.3.73"
+
+# Package index for pip, on hosts (the pull's venv) and in the image build; None is pip's own default.
 sglang_pip_index_url = None
+
+# flashinfer's own wheel index ({cuda_flavor} is filled in), an extra index for the build: flashinfer-cubin and flashinfer-jit-cache for CUDA 13 come from there; None adds none.
+sglang_flashinfer_index_url = "https://flashinfer.ai/whl/{cuda_flavor}"
+
+# PEM bundle on the control machine for sites behind a TLS-intercepting proxy, trusted by pip during the image build and by the image; None adds none.
+sglang_extra_ca_bundle = None
 
 # ---------------------------------------------------------------- Validation gate
 

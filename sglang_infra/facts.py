@@ -371,3 +371,23 @@ class PullTools(FactBase):
     def default(self):
         return {"python3": None, "venv_module": False, "venv_python": False, "hub_versions": [], "tools": None,
                 "secret": None}
+
+
+class ImageLabel(FactBase):
+    """One label of a local image: its value ("" when unset), or None when the image is not on the host."""
+
+    def command(self, image, label):
+        q = shlex.quote
+        fmt = "{{ index .Config.Labels " + json.dumps(label) + " }}"
+        return (f"command -v docker >/dev/null 2>&1 || exit 0; "
+                f"docker image inspect --format {q(fmt)} {q(image)} 2>/dev/null | sed 's/^/label=/'; true")
+
+    def process(self, output):
+        values = _kv_lines(output)
+        if "label" not in values:
+            return None
+        value = _first(values, "label")
+        return "" if value == "<no value>" else value
+
+    def default(self):
+        return None

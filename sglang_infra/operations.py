@@ -17,8 +17,8 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Stri
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import factcache
-from .facts import (DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, Layout, ModelCache, PullTools,
-                    StackState)
+from .facts import (DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, ImageLabel, Layout, ModelCache,
+                    PullTools, StackState)
 from .platforms import NOLOGIN_SHELL
 
 q = shlex.quote
@@ -432,3 +432,26 @@ def models_pruned(hub: str, docker_dir: str, keep: list[str], tools_dir: str):
     for pinned in keep_all:
         args += ["--keep", pinned]
     yield FunctionCommand(_run_streamed, ("cd / && " + " ".join(q(a) for a in args),), {})
+
+
+@operation()
+def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: str, check: str,
+                    label: str = "sglang.toolchain.inputs"):
+    """
+    Ensure the toolchain image ``tag`` exists, built from ``dockerfile`` with
+    ``context_dir`` as context, and carries ``inputs_hash`` in ``label``: a
+    re-run with the same inputs builds nothing. The build's last step checks
+    the pins inside the new image, and ``check`` runs once more on the tagged
+    result; an image that fails is removed, so compose never switches to it.
+    """
+    found = factcache.get(host, ImageLabel, image=tag, label=label)
+    if found == inputs_hash:
+        host.noop(f"{tag} is already built from these inputs")
+        return
+    t = q(tag)
+    build = f"docker build --network host -t {t} -f {q(dockerfile)} {q(context_dir)}"
+    verify = (f"docker run --rm --entrypoint /bin/sh {t} -c {q(check)} || "
+              f"{{ docker rmi {t} >/dev/null 2>&1; echo \"refused: {tag} failed its toolchain check and was "
+              f"removed; the stack keeps its current image\" >&2; exit 1; }}")
+    # The build streams its progress; a build that fails leaves any image under the old tag as it was.
+    yield FunctionCommand(_run_streamed, (f"{build} && {verify}",), {})

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import jinja2
 
-from . import models
+from . import models, toolchain
 from .defaults import reasons
 from .gpus import Derived, GpuInventory, derive_flags
 
@@ -102,6 +102,7 @@ def compose_yaml(data: Mapping[str, Any], gpus: GpuInventory) -> str:
     return render(
         data["sglang_compose_template"], **context,
         model=models.served(data),
+        serving_image=toolchain.serving_image(data),
         flags=launch_flags(data, derived),
         reasons=reasons(),
         mamba_conv_dtype_source=conv.source,
@@ -128,6 +129,7 @@ def scripts(data: Mapping[str, Any]) -> dict[str, str]:
         baseline=models.served(data).baseline_tok_s,
         validation_source=validation_source(),
         validated_stamp=VALIDATED_STAMP,
+        toolchain_check=toolchain.check_command() if data["sglang_toolchain_image"] else None,
     )
     return {name: render(f"templates/{name}.j2", **context)
             for name in ("test_tool_calling.sh", "benchmark.sh", "gate.sh")}

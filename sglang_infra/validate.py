@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from pyinfra.api.exceptions import PyinfraError
 
-from . import models, platforms
+from . import models, platforms, toolchain
 from .facts import engine_works
 from .gpus import GpuInventory, derive_flags, plan_problems
 from .render import template_path
@@ -97,6 +97,9 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
             "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
     for key, problem, fix in models.problems(data):
         err(key, problem, fix)
+    if data["sglang_toolchain_image"]:
+        for key, problem, fix in toolchain.problems(data):
+            err(key, problem, fix)
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
     if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
         err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "

@@ -5,7 +5,7 @@ only when compose says a container is missing, stopped or outdated."""
 
 from pyinfra import host
 
-from sglang_infra import ACCOUNT, factcache, models, render
+from sglang_infra import ACCOUNT, factcache, models, render, toolchain
 from sglang_infra.facts import GpuFacts
 from sglang_infra.operations import account_env_file, checked_file, stack_up
 
@@ -31,6 +31,6 @@ checked_file(
 stack_up(
     name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
     project_dir=docker_dir,
-    image=host.data.sglang_image,
+    image=toolchain.serving_image(host.data.dict()),
     model=models.served(host.data.dict()).pinned,
 )

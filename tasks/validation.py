@@ -10,7 +10,7 @@ import hashlib
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra import ACCOUNT, factcache, render
+from sglang_infra import ACCOUNT, factcache, render, toolchain
 from sglang_infra.facts import HostState
 from sglang_infra.operations import checked_file, validated
 
@@ -38,7 +38,7 @@ for script, text in scripts.items():
 validated(
     name="Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
     project_dir=f"{home}/docker",
-    image=host.data.sglang_image,
+    image=toolchain.serving_image(host.data.dict()),
     gate=f"{home}/gate.sh",
     tool_sha=hashlib.sha256(scripts["test_tool_calling.sh"].encode()).hexdigest(),
     bench_sha=hashlib.sha256(scripts["benchmark.sh"].encode()).hexdigest(),

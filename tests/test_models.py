@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness import run_deploy, start_deploy
+from harness import run_deploy, run_dry, start_deploy
 from testbed import hub as standin_hub
 
 HUB = "/opt/sglang/hf-cache/hub"
@@ -92,6 +92,10 @@ def test_an_admin_can_pull_by_hand_into_the_shared_cache(pulled, hub):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     groups = host.exec(f"find {HUB}/models--standin-org--admin-extra -printf '%g\\n' | sort -u").stdout.split()
     assert groups == ["sglang"]
+    # huggingface_hub writes its tree cache 0600 (mkstemp); the layout task gives it group read/write back.
+    repair = run_deploy(inventory)
+    assert repair.returncode == 0, repair.output[-3000:]
+    assert all(op.startswith("tasks/layout.py") for op in repair.changed("sg-models-1")), repair.output[-3000:]
     again = run_deploy(inventory)
     assert again.returncode == 0 and again.changed("sg-models-1") == [], again.output[-3000:]
 
@@ -106,10 +110,12 @@ def test_prune_lists_then_removes_only_unreferenced_revisions(pulled, hub):
     before = host.exec(f"ls {TINY_DIR}/snapshots").stdout.split()
     assert sorted(before) == sorted([commits[TINY]["main"], commits[TINY]["old"]])
 
-    dry = run_deploy(inventory, "--dry", "--data", "sglang_prune_models=True")
-    assert dry.returncode == 0, dry.output[-3000:]
-    assert f"prune: {TINY}@{commits[TINY]['old'][:12]}" in dry.output
-    assert "prune: standin-org/admin-extra@" in dry.output
+    code, plan, output = run_dry(inventory, "--data", "sglang_prune_models=True")
+    assert code == 0, output[-3000:]
+    assert f"prune: {TINY}@{commits[TINY]['old'][:12]}" in output
+    assert "prune: standin-org/admin-extra@" in output
+    assert [op for op, changed in plan.items() if changed] == [
+        "Ensure hf-cache/hub holds only the revisions this host serves, keeps or references"]
     assert sorted(host.exec(f"ls {TINY_DIR}/snapshots").stdout.split()) == sorted(before)
 
     real = run_deploy(inventory, "--data", "sglang_prune_models=True")

@@ -14,7 +14,7 @@ root="$work/root"
 trap 'rm -rf "$work"' EXIT
 
 echo "stand-in: debootstrap trixie (python3 only) into $root" >&2
-debootstrap --variant=minbase --include=python3 trixie "$root" >"$work/debootstrap.log" 2>&1 \
+debootstrap --variant=minbase --include=python3,python3-pip trixie "$root" >"$work/debootstrap.log" 2>&1 \
   || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
 rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/* "$root"/var/cache/apt/* \
   "$root"/var/lib/apt/lists/*

@@ -114,6 +114,8 @@ def standin_data() -> dict:
         "sglang_models": hub.registry(hub.commits()),
         "sglang_model": "tiny-chat",
         "sglang_hf_endpoint": endpoint,
+        # The toolchain layer downloads ~115 MB of compiler wheels per build; tests/test_toolchain.py turns it on.
+        "sglang_toolchain_image": False,
     }
 
 

@@ -90,6 +90,22 @@ def test_fp16_and_conv_dtype_render_together():
     assert service["environment"]["SGLANG_MAMBA_CONV_DTYPE"] == "float16"
 
 
+def test_without_the_toolchain_layer_the_pinned_image_is_served_as_is():
+    service = yaml.safe_load(compose(sglang_toolchain_image=False))["services"]["sglang"]
+    assert service["image"] == "lmsysorg/sglang:v0.5.16" and "pull_policy" not in service
+
+
+def test_a_pin_change_names_another_serving_image():
+    assert yaml.safe_load(compose())["services"]["sglang"]["image"] != \
+        yaml.safe_load(compose(sglang_flashinfer_version="0.6.15"))["services"]["sglang"]["image"]
+
+
+def test_the_gate_checks_the_pins_in_the_running_container_only_with_the_layer():
+    assert "docker compose exec -T sglang python3 /usr/local/share/sglang-toolchain/toolchain_check.py" in \
+        render.scripts(DEFAULTS)["gate.sh"]
+    assert "toolchain_check" not in render.scripts({**DEFAULTS, "sglang_toolchain_image": False})["gate.sh"]
+
+
 def test_debug_flags_are_commented_out_unless_asked():
     assert "--log-level=debug" not in command()
     assert re.search(r"#\s*- --log-requests-level=3", compose())
@@ -99,7 +115,8 @@ def test_debug_flags_are_commented_out_unless_asked():
 def test_service_shape():
     service = yaml.safe_load(compose(sglang_port=31000, sglang_bind_address="127.0.0.1", sglang_gpus=2))[
         "services"]["sglang"]
-    assert service["image"] == "lmsysorg/sglang:v0.5.16"
+    assert re.fullmatch(r"sglang-serving:v0\.5\.16-[0-9a-f]{12}", service["image"])
+    assert service["pull_policy"] == "never"
     assert service["ipc"] == "host"
     assert service["ports"] == ["127.0.0.1:31000:31000"]
     assert service["volumes"] == ["/opt/sglang/hf-cache:/hf-cache"]
