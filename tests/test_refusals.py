@@ -54,6 +54,16 @@ CASES = {
                                 "sglang_cached_models", "use 'qwen3.6-27b-awq-int4' (cyankiwi/Qwen3.6-27B-AWQ-INT4)"),
     "unknown model": ({"sglang_model": "someone/new-model"}, BAD, "sglang_model",
                       "add an entry for it marked 'unvetted': True"),
+    "one flashinfer package apart": (
+        {"sglang_toolchain_image": True, "sglang_flashinfer_versions": {"flashinfer-jit-cache": "0.6.13"}}, BAD,
+        "sglang_flashinfer_versions", "flashinfer-jit-cache is set to 0.6.13+cu130, but flashinfer-python is "
+        "0.6.14 and flashinfer-cubin is 0.6.14: SGLang refuses to start with a version-mismatch error"),
+    "jit-cache flavour not the image's": (
+        {"sglang_toolchain_image": True, "sglang_cuda_flavor": "cu131"}, BAD, "sglang_cuda_flavor",
+        "the SGLang image is built for cu130: the JIT cache would hold kernels built for another CUDA"),
+    "nvcc major not the flavour's": (
+        {"sglang_toolchain_image": True, "sglang_nvcc_version": "12.9.86"}, BAD, "sglang_nvcc_version",
+        "kernels would be compiled by a CUDA 12 nvcc against a CUDA 13 stack"),
 }
 
 
