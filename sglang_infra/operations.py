@@ -453,5 +453,6 @@ def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: st
     verify = (f"docker run --rm --entrypoint /bin/sh {t} -c {q(check)} || "
               f"{{ docker rmi {t} >/dev/null 2>&1; echo \"refused: {tag} failed its toolchain check and was "
               f"removed; the stack keeps its current image\" >&2; exit 1; }}")
-    # The build streams its progress; a build that fails leaves any image under the old tag as it was.
-    yield FunctionCommand(_run_streamed, (f"{build} && {verify}",), {})
+    failed = f"echo \"refused: building {tag} failed (above); the stack keeps its current image\" >&2; exit 1"
+    # The build streams its progress; a failed build tags nothing, so compose never sees it.
+    yield FunctionCommand(_run_streamed, (f"if {build}; then {verify}; else {failed}; fi",), {})

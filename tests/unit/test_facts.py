@@ -174,3 +174,55 @@ def test_directory_files_carries_the_validation_stamp(tmp_path):
     (tmp_path / ".validated").write_text("abc123\n")
     found = _run_fact(DirectoryFiles(), path=str(tmp_path))
     assert found[".validated"]["content"] == "abc123"
+
+
+def _hand_pulled_snapshot(hub, commit="a" * 40):
+    repo = hub / "models--org--model"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "b1").write_bytes(b"{}")
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    os.symlink("../../blobs/b1", repo / "snapshots" / commit / "config.json")
+    return repo
+
+
+def test_model_cache_reads_the_cache_and_the_compose_references(tmp_path):
+    from sglang_infra.facts import ModelCache
+
+    hub, docker = tmp_path / "hub", tmp_path / "docker"
+    _hand_pulled_snapshot(hub)
+    docker.mkdir()
+    (docker / "compose.yaml").write_text('    labels:\n      sglang.model: "org/model@' + "a" * 40 + '"\n')
+    (docker / "compose.yaml.good").write_text('      sglang.model: "org/model@' + "b" * 40 + '"\n')
+    found = _run_fact(ModelCache(), hub=str(hub), docker_dir=str(docker))
+    revision = found["repos"]["org/model"]["revisions"]["a" * 40]
+    assert revision["complete"] is False and revision["files"] == 1
+    assert found["referenced"] == ["org/model@" + "a" * 40, "org/model@" + "b" * 40]
+
+
+def test_model_cache_of_a_host_without_a_cache(tmp_path):
+    from sglang_infra.facts import ModelCache
+
+    found = _run_fact(ModelCache(), hub=str(tmp_path / "none"), docker_dir=str(tmp_path / "none"))
+    assert found == {"repos": {}, "referenced": []}
+
+
+def test_pull_tools_reads_the_venv_release_without_starting_python(tmp_path):
+    from sglang_infra.facts import PullTools
+
+    site = tmp_path / "venv" / "lib" / "python3.13" / "site-packages"
+    (site / "huggingface_hub-2.4.0.dist-info").mkdir(parents=True)
+    (tmp_path / "venv" / "bin").mkdir()
+    (tmp_path / "venv" / "bin" / "python").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "venv" / "bin" / "python", 0o755)
+    found = _run_fact(PullTools(), tools_dir=str(tmp_path))
+    assert found["venv_python"] and found["hub_versions"] == ["2.4.0"] and found["secret"] is None
+    assert found["tools"]["mode"] == oct(os.stat(tmp_path).st_mode & 0o777)[2:]
+    assert _run_fact(PullTools(), tools_dir=str(tmp_path / "none"))["hub_versions"] == []
+
+
+@pytest.mark.parametrize("output,value", [([], None), (["label=abc"], "abc"), (["label=<no value>"], ""),
+                                          (["label="], "")])
+def test_image_label_tells_a_missing_image_from_a_missing_label(output, value):
+    from sglang_infra.facts import ImageLabel
+
+    assert ImageLabel().process(output) == value

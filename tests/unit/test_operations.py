@@ -31,7 +31,38 @@ def test_operation_yields_the_recorded_commands(name, case):
 def test_every_operation_has_a_noop_case():
     ops_with_noop = {case["op"] for _, case in CASES if case["noop"] and not case["commands"]}
     assert ops_with_noop == {"service_account", "layout", "docker_service", "checked_file", "account_env_file",
-                             "image_present", "stack_up", "validated", "nvidia_runtime"}
+                             "image_present", "stack_up", "validated", "nvidia_runtime", "pull_tools", "model_pulled",
+                             "models_pruned", "toolchain_image"}
+
+
+SECRET_DIR = "/var/lib/sglang-tools/secret"
+
+
+def secret_facts(sha: str | None, owner="sglang", mode="600"):
+    files = {} if sha is None else {"hf-token": {"owner": owner, "group": owner, "mode": mode, "sha256": sha}}
+    return {"DirectoryFiles": files}
+
+
+def test_the_token_is_uploaded_private_and_only_when_it_differs():
+    token = b"hf_secret_value_1234567890"
+    sha = __import__("hashlib").sha256(token).hexdigest()
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token}, secret_facts(None))
+    assert commands[0].startswith(f"upload {SECRET_DIR}/hf-token.upload sha256=")
+    assert commands[1] == (f"chown sglang:sglang {SECRET_DIR}/hf-token.upload && chmod 600 {SECRET_DIR}/hf-token.upload"
+                           f" && mv -f {SECRET_DIR}/hf-token.upload {SECRET_DIR}/hf-token")
+    assert all("hf_secret_value" not in c for c in commands)
+    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token}, secret_facts(sha))
+    assert commands == [] and fake.noops
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token},
+                      secret_facts(sha, mode="644"))
+    assert len(commands) == 2
+
+
+def test_without_a_token_the_token_file_is_removed():
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None}, secret_facts("ab"))
+    assert commands == [f"rm -f {SECRET_DIR}/hf-token"]
+    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None}, secret_facts(None))
+    assert commands == [] and fake.noops
 
 
 def test_image_archive_is_uploaded_and_loaded_once(tmp_path):
