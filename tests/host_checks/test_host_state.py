@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 
-from sglang_infra import ACCOUNT, render
-from sglang_infra.facts import GpuFacts
+import json
+
+from sglang_infra import ACCOUNT, models, render, toolchain
+from sglang_infra.facts import GpuFacts, ModelCache
 from sglang_infra.platforms import NOLOGIN_SHELL
 
 
@@ -110,7 +112,34 @@ def test_compose_yaml_is_accepted_by_compose(target):
 def test_compose_pins_the_image(target):
     docker_dir = f"{target.data['sglang_home']}/docker"
     images = target.run(f"docker compose --project-directory {docker_dir} config --images").stdout.split()
-    assert images == [target.data["sglang_image"]]
+    assert images == [toolchain.serving_image(target.data)]
+
+
+def test_the_serving_image_carries_the_toolchain_pins(target):
+    if not target.data["sglang_toolchain_image"]:
+        return
+    result = target.run(f"docker run --rm --entrypoint /bin/sh {toolchain.serving_image(target.data)} "
+                        f"-c '{toolchain.check_command()}'")
+    assert result.rc == 0 and json.loads(result.stdout.strip().splitlines()[-1])["ok"], result.stdout
+
+
+def test_every_kept_model_is_complete_and_verified_in_the_cache(target):
+    home = target.data["sglang_home"]
+    fact = ModelCache()
+    cache = fact.process(target.run(fact.command(hub=f"{home}/hf-cache/hub", docker_dir=f"{home}/docker"))
+                         .stdout.splitlines())
+    for model in models.kept(target.data):
+        revisions = cache["repos"].get(model.repo_id, {}).get("revisions", {})
+        assert revisions.get(model.revision, {}).get("complete"), f"{model.pinned} is not complete"
+
+
+def test_the_pull_environment_is_outside_the_home_and_the_token_private(target):
+    tools = target.data["sglang_tools_dir"]
+    assert not tools.startswith(target.data["sglang_home"] + "/")
+    assert _stat(target, f"{tools}/secret") == [ACCOUNT, ACCOUNT, "700"]
+    token = target.run(f"stat -c '%U %G %a' {tools}/secret/hf-token")
+    if token.rc == 0:
+        assert token.stdout.split() == [ACCOUNT, ACCOUNT, "600"]
 
 
 def test_env_file_carries_the_account_ids(target):
