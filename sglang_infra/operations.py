@@ -20,6 +20,7 @@ from . import factcache
 from .facts import (DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, ImageLabel, Layout, ModelCache,
                     PullTools, StackState)
 from .platforms import NOLOGIN_SHELL
+from .toolchain import pip_index_options
 
 q = shlex.quote
 
@@ -330,7 +331,7 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str = "sgla
         yield f"python3 -m venv {t}/venv"
     if state["hub_versions"] != [hub_version]:
         changed = True
-        index = f" --index-url {q(index_url)}" if index_url else ""
+        index = "".join(f" {option}" for option in pip_index_options(index_url))
         yield (f"{t}/venv/bin/pip install --quiet --disable-pip-version-check --no-input{index} "
                f"{q('huggingface-hub==' + hub_version)}")
     if not changed:

@@ -142,6 +142,20 @@ def flashinfer_index_url(data: Mapping[str, Any]) -> str | None:
 
 # ---------------------------------------------------------------- refusals
 
+def pip_index_options(index_url: str | None, extra_index_url: str | None = None) -> list[str]:
+    """pip's index options; an index served over plain http (a site mirror) must also be named trusted,
+    or pip ignores it."""
+    options, trusted = [], []
+    for flag, url in (("--index-url", index_url), ("--extra-index-url", extra_index_url)):
+        if not url:
+            continue
+        options.append(f"{flag} {shlex.quote(url)}")
+        parts = urlsplit(url)
+        if parts.scheme == "http" and parts.netloc not in trusted:
+            trusted.append(parts.netloc)
+    return options + [f"--trusted-host {shlex.quote(host)}" for host in trusted]
+
+
 def _problems_flavors(data, out) -> bool:
     ok = True
     for key in ("sglang_cuda_flavor", "sglang_image_cuda_flavor"):
@@ -334,11 +348,7 @@ def _check_base_image(base_image: str) -> None:
 def _render(data: Mapping[str, Any], base_image: str, inputs_hash: str | None) -> str:
     _check_base_image(base_image)
     pinned = pins(data)
-    index_options = []
-    if data["sglang_pip_index_url"]:
-        index_options.append(f"--index-url {shlex.quote(data['sglang_pip_index_url'])}")
-    if flashinfer_index_url(data):
-        index_options.append(f"--extra-index-url {shlex.quote(flashinfer_index_url(data))}")
+    index_options = pip_index_options(data["sglang_pip_index_url"], flashinfer_index_url(data))
     labels = []
     if inputs_hash:
         labels.append((INPUTS_LABEL, inputs_hash))

@@ -663,3 +663,12 @@ def test_canonical_version(a, b, same):
 
 def test_verify_script_is_the_checked_in_file():
     assert toolchain.VERIFY_SCRIPT == CHECK.read_text()
+
+
+def test_an_http_index_is_also_named_trusted_or_pip_would_ignore_it():
+    from sglang_infra.toolchain import pip_index_options
+
+    assert pip_index_options("http://mirror.internal:8080/simple", "https://wheels.example/cu130") == [
+        "--index-url http://mirror.internal:8080/simple", "--extra-index-url https://wheels.example/cu130",
+        "--trusted-host mirror.internal:8080"]
+    assert pip_index_options(None, None) == []
