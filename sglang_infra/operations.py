@@ -450,7 +450,9 @@ def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: st
         host.noop(f"{tag} is already built from these inputs")
         return
     t = q(tag)
-    build = f"docker build --network host -t {t} -f {q(dockerfile)} {q(context_dir)}"
+    # --no-cache: the pip step's text does not change when an index is fixed, so a cached layer from a
+    # failed build would be reused with the wrong wheels in it (seen after a bad index was corrected).
+    build = f"docker build --no-cache --network host -t {t} -f {q(dockerfile)} {q(context_dir)}"
     verify = (f"docker run --rm --entrypoint /bin/sh {t} -c {q(check)} || "
               f"{{ docker rmi {t} >/dev/null 2>&1; echo \"refused: {tag} failed its toolchain check and was "
               f"removed; the stack keeps its current image\" >&2; exit 1; }}")
