@@ -47,7 +47,7 @@ def pulled(testbed, workdir, hub):
     host = testbed.host("sg-models-1")
     host.exec(f"useradd -m -s /bin/bash {ADMIN}")
     inventory = testbed.inventory(workdir / "models.py", {"production": [(host, {
-        "sglang_admins": [ADMIN], "sglang_cached_models": ["tiny-chat-quality"]})]})
+        "sglang_admins": [ADMIN], "sglang_cached_models": ["qwen3.6-27b-awq-int4"]})]})
     hub.reset()
     first = run_deploy(inventory)
     assert first.returncode == 0, first.output[-4000:]

@@ -112,7 +112,6 @@ def standin_data() -> dict:
         # Short benchmark requests keep test runs quick; the stand-in decodes 400 tok/s per request.
         "sglang_benchmark_max_tokens": 64,
         "sglang_models": hub.registry(hub.commits()),
-        "sglang_model": "tiny-chat",
         "sglang_hf_endpoint": endpoint,
         # The toolchain layer downloads ~115 MB of compiler wheels per build; tests/test_toolchain.py turns it on.
         "sglang_toolchain_image": False,
