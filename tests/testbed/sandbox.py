@@ -29,7 +29,11 @@ def _running() -> bool:
 
 def up(fresh: bool = False) -> None:
     if not fresh and _running() and STATE_FILE.exists():
-        print(f"sandbox: {NAME} is running ({json.loads(STATE_FILE.read_text())[0]['address']})", file=sys.stderr)
+        entry = json.loads(STATE_FILE.read_text())[0]
+        # The stand-in profile is refreshed every time: it also (re)starts the stand-in Hub the host pulls from.
+        entry["data"] = hosts.standin_data()
+        STATE_FILE.write_text(json.dumps([entry], indent=2) + "\n")
+        print(f"sandbox: {NAME} is running ({entry['address']})", file=sys.stderr)
         return
     print(f"sandbox: starting {NAME}", file=sys.stderr)
     host = hosts.start_host(NAME, STATE_DIR)
