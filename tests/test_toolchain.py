@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 
 import pytest
 
@@ -36,13 +35,6 @@ def flashinfer(version: str) -> dict[str, str]:
     return {"flashinfer-python": version, "flashinfer-cubin": version, "flashinfer-jit-cache": f"{version}+cu130"}
 
 
-def gateway() -> str:
-    testbed_hosts.ensure_network()
-    proc = subprocess.run(["docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}",
-                           testbed_hosts.NETWORK], capture_output=True, text=True, check=True)
-    return proc.stdout.strip()
-
-
 def in_stack(host, command: str, check: bool = True):
     return host.exec(f"cd {DOCKER} && docker compose exec -T sglang {command}", check=check)
 
@@ -57,7 +49,7 @@ def serving(host) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    served = WheelIndex(tmp_path_factory.mktemp("wheelindex") / "wheels", host=gateway(), port=0)
+    served = WheelIndex(tmp_path_factory.mktemp("wheelindex") / "wheels", host=testbed_hosts.network_gateway(), port=0)
     served.serve(flashinfer("0.6.14"))
     with served:
         yield served

@@ -123,6 +123,12 @@ def ensure_network() -> None:
         _run(["docker", "network", "create", "--label", LABEL, NETWORK])
 
 
+def network_gateway() -> str:
+    """The test network's gateway: this machine, as the test hosts reach it (stand-in package index)."""
+    ensure_network()
+    return _run(["docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", NETWORK]).stdout.strip()
+
+
 def ensure_ssh_key(directory: Path) -> Path:
     """An ed25519 key pair for the control side, made with paramiko-compatible OpenSSH format."""
     directory.mkdir(parents=True, exist_ok=True)

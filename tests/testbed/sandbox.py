@@ -18,6 +18,7 @@ from pathlib import Path
 from testbed import hosts
 
 NAME = "sglang-sandbox"
+WHEEL_PORT = 18650
 STATE_DIR = Path(__file__).resolve().parents[2] / ".sandbox"
 STATE_FILE = STATE_DIR / "hosts.json"
 
@@ -27,18 +28,50 @@ def _running() -> bool:
     return proc.stdout.strip() == "true"
 
 
+def _wheel_index() -> str:
+    """The STAND-IN wheel index the sandbox's toolchain image is built with (flashinfer's three packages at
+    the default pins; nvcc comes from PyPI for real): pypiserver on the test network's gateway, started once
+    and left running for later runs."""
+    import runpy
+    import urllib.request
+
+    from wheelindex import WheelIndex
+
+    defaults = runpy.run_path(str(STATE_DIR.parent / "group_data" / "all.py"))
+    version, flavor = defaults["sglang_flashinfer_version"], defaults["sglang_cuda_flavor"]
+    index = WheelIndex(STATE_DIR / "wheels", host=hosts.network_gateway(), port=WHEEL_PORT)
+    try:
+        with urllib.request.urlopen(index.url + "flashinfer-jit-cache/", timeout=3) as response:
+            if f"{version}+{flavor}" in response.read().decode():
+                return index.url
+    except OSError:
+        pass
+    index.serve({"flashinfer-python": version, "flashinfer-cubin": version,
+                 "flashinfer-jit-cache": f"{version}+{flavor}"})
+    index.start()
+    print(f"sandbox: stand-in wheel index at {index.url} (log: {index.log_path})", file=sys.stderr)
+    return index.url
+
+
+def _profile() -> dict:
+    """The stand-in profile, with the toolchain image on: the sandbox runs the whole deploy."""
+    ca = hosts.DEFAULT_CA_BUNDLE
+    return {**hosts.standin_data(), "sglang_toolchain_image": True, "sglang_flashinfer_index_url": _wheel_index(),
+            "sglang_extra_ca_bundle": ca if Path(ca).is_file() else None}
+
+
 def up(fresh: bool = False) -> None:
     if not fresh and _running() and STATE_FILE.exists():
         entry = json.loads(STATE_FILE.read_text())[0]
         # The stand-in profile is refreshed every time: it also (re)starts the stand-in Hub the host pulls from.
-        entry["data"] = hosts.standin_data()
+        entry["data"] = _profile()
         STATE_FILE.write_text(json.dumps([entry], indent=2) + "\n")
         print(f"sandbox: {NAME} is running ({entry['address']})", file=sys.stderr)
         return
     print(f"sandbox: starting {NAME}", file=sys.stderr)
     host = hosts.start_host(NAME, STATE_DIR)
     # The sandbox has no GPU: it serves with the STAND-IN server image, loaded from its archive.
-    STATE_FILE.write_text(json.dumps([{**host.to_json(), "data": hosts.standin_data()}], indent=2) + "\n")
+    STATE_FILE.write_text(json.dumps([{**host.to_json(), "data": _profile()}], indent=2) + "\n")
     print(f"sandbox: {NAME} answers SSH at {host.address}", file=sys.stderr)
 
 
