@@ -29,3 +29,19 @@ def testbed(tmp_path_factory):
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("runs")
+
+
+_MEASUREMENTS: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def measure():
+    """Record a figure a test measured; all of them are printed at the end of the run."""
+    return _MEASUREMENTS.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _MEASUREMENTS:
+        terminalreporter.section("measured")
+        for line in _MEASUREMENTS:
+            terminalreporter.write_line(line)

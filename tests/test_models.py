@@ -144,7 +144,7 @@ def fresh(testbed, workdir, hub):
     return host, inventory
 
 
-def test_a_killed_pull_resumes_with_only_the_missing_bytes(fresh, hub, workdir):
+def test_a_killed_pull_resumes_with_only_the_missing_bytes(fresh, hub, workdir, measure):
     host, inventory = fresh
     host.exec(f"rm -rf {TINY_DIR}")
     hub.set_throttle(1 << 20)
@@ -174,7 +174,8 @@ def test_a_killed_pull_resumes_with_only_the_missing_bytes(fresh, hub, workdir):
     assert gets[0]["bytes_sent"] == (12 << 20) - kept
     (result,) = [r for r in pull_results(resumed.output) if r["repo_id"] == TINY]
     ratio = result["bytes_fetched"] / result["bytes_missing"]
-    print(f"\nresume: {kept} of {12 << 20} bytes kept; re-fetched/missing = {ratio:.3f}")
+    measure(f"pull killed mid-file: {kept} of {12 << 20} bytes kept; the resumed pull fetched "
+            f"{result['bytes_fetched']} bytes for {result['bytes_missing']} missing (ratio {ratio:.3f})")
     assert ratio == 1.0
     assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
 

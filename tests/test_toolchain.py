@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 
 import pytest
 
@@ -56,7 +57,7 @@ def index(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def built(testbed, workdir, index):
+def built(testbed, workdir, index, measure):
     host = testbed.host(NAME)
     host.exec(SYSTEM_NVCC)
     system_before = host.exec(SYSTEM_STATE).stdout
@@ -65,8 +66,10 @@ def built(testbed, workdir, index):
         "sglang_flashinfer_index_url": index.url,
         "sglang_extra_ca_bundle": CA_BUNDLE,
     })]})
+    started = time.monotonic()
     first = run_deploy(inventory)
     assert first.returncode == 0, first.output[-5000:]
+    measure(f"toolchain: first converge with the image build {time.monotonic() - started:.1f} s")
     return host, inventory, first, system_before
 
 
@@ -83,10 +86,12 @@ def test_the_stack_runs_the_built_image_with_the_pinned_nvcc(built):
     assert f"gate[{NAME}]: toolchain check passed" in first.output
 
 
-def test_a_rerun_builds_nothing(built):
+def test_a_rerun_builds_nothing(built, measure):
     host, inventory, _, _ = built
     before = serving(host)
+    started = time.monotonic()
     again = run_deploy(inventory)
+    measure(f"toolchain: no-change re-run {time.monotonic() - started:.1f} s")
     assert again.returncode == 0 and again.changed(NAME) == [], again.output[-3000:]
     assert serving(host) == before
 
