@@ -199,18 +199,25 @@ def test_build_installs_the_pins_and_links_nvcc(built):
     assert labels["sglang.toolchain.base"] == context.base_image
 
 
-@needs_docker
-def test_an_index_whose_wheel_lies_fails_the_build_and_keeps_the_image(built, index, tmp_path):
+def build_against(built, index, tmp_path, packages, **options):
+    """Rebuild the good image's context while the index serves ``packages``; the build must fail.
+    Returns (context, image id before, the build's output); the index serves GOOD again after."""
     context, proc = built
     assert proc.returncode == 0
     before = image_id(context.tag)
     try:
-        index.serve(GOOD, metadata_version_override={"flashinfer-jit-cache": "0.6.13+cu130"})
+        index.serve(packages, **options)
         failed = docker_build(context, tmp_path / "context", no_cache=True)
     finally:
         index.serve(GOOD)
-    output = failed.stdout + failed.stderr
     assert failed.returncode != 0
+    return context, before, failed.stdout + failed.stderr
+
+
+@needs_docker
+def test_an_index_whose_wheel_lies_fails_the_build_and_keeps_the_image(built, index, tmp_path):
+    context, before, output = build_against(built, index, tmp_path, GOOD,
+                                            metadata_version_override={"flashinfer-jit-cache": "0.6.13+cu130"})
     assert "has inconsistent version: expected '0.6.14+cu130', but metadata has '0.6.13+cu130'" in output
     assert "No matching distribution found for flashinfer-jit-cache==0.6.14+cu130" in output
     assert image_id(context.tag) == before
@@ -218,16 +225,8 @@ def test_an_index_whose_wheel_lies_fails_the_build_and_keeps_the_image(built, in
 
 @needs_docker
 def test_an_index_serving_a_local_label_is_caught_by_the_check_and_keeps_the_image(built, index, tmp_path):
-    context, proc = built
-    assert proc.returncode == 0
-    before = image_id(context.tag)
-    try:
-        index.serve({**GOOD, "flashinfer-python": "0.6.14+rebuilt"})
-        failed = docker_build(context, tmp_path / "context", no_cache=True)
-    finally:
-        index.serve(GOOD)
-    output = failed.stdout + failed.stderr
-    assert failed.returncode != 0
+    context, before, output = build_against(built, index, tmp_path,
+                                            {**GOOD, "flashinfer-python": "0.6.14+rebuilt"})
     assert "Successfully installed" in output and "flashinfer-python-0.6.14+rebuilt" in output  # pip took it
     # the check's one JSON line (BuildKit prefixes each output line with its step and time)
     results = [json.loads(m.group(0)) for m in re.finditer(r'\{"cuda_home".*\}', output)]

@@ -442,12 +442,18 @@ def test_kill_mid_file_then_resume_with_range(hub, tmp_path):
     assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
 
 
-def test_adopts_the_orphan_of_a_killed_huggingface_hub_download(hub, tmp_path):
+def small_shard(hub, tmp_path):
+    """org/small's old commit, its shard's metadata and bytes, and an empty blobs/ to plant partials in."""
     commit = hub.commit("org/small", "old")
     meta = hub.file_meta("org/small", commit, "model.safetensors")
     data = hub.file_bytes("org/small", commit, "model.safetensors")
     blobs = repo_dir(tmp_path, "org/small") / "blobs"
     blobs.mkdir(parents=True)
+    return commit, meta, data, blobs
+
+
+def test_adopts_the_orphan_of_a_killed_huggingface_hub_download(hub, tmp_path):
+    commit, meta, data, blobs = small_shard(hub, tmp_path)
     (blobs / f"{meta['etag']}.abcd1234.incomplete").write_bytes(data[:100_000])
     (blobs / f"{meta['etag']}.0badf00d.incomplete").write_bytes(data[:30_000])
     tok = hub.file_meta("org/small", commit, "tokenizer.json")  # a complete partial: nothing left to fetch
@@ -551,11 +557,7 @@ def test_dropped_connection_resumes_within_the_same_pull(hub, tmp_path):
 
 def test_server_ignoring_range_is_counted_as_refetched(hub, tmp_path, monkeypatch):
     """A 200 to a Range request: the partial is truncated and the whole body kept."""
-    commit = hub.commit("org/small", "old")
-    meta = hub.file_meta("org/small", commit, "model.safetensors")
-    data = hub.file_bytes("org/small", commit, "model.safetensors")
-    blobs = repo_dir(tmp_path, "org/small") / "blobs"
-    blobs.mkdir(parents=True)
+    commit, meta, data, blobs = small_shard(hub, tmp_path)
     (blobs / f"{meta['etag']}.incomplete").write_bytes(data[:40_000])
     # Make the stand-in (same process) answer every Range request with the whole body.
     import hfstandin.server as server
