@@ -3,19 +3,20 @@
     pyinfra inventory.py deploy.py
 
 The order follows the runbook's first-time setup. Nothing runs on any host
-until every host's data has been checked.
+until every host's data has been judged and resolved into its plan, against
+one read of each host (sglang_infra/plan.py).
 """
 
 from pyinfra import host, inventory, local, state
 
 from sglang_infra import compat, factcache, report
-from sglang_infra.validate import preflight
+from sglang_infra.plan import preflight
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines
 report.install(state)         # the run ends by naming every failed host
-factcache.install()           # each fact is read once per host until a command changes it
-preflight(host, inventory)    # refuse bad data on any host before anything runs
+factcache.install()           # the snapshot is read once per host until a command changes it
+preflight(host, inventory)    # resolve every host's plan; refuse bad data on any host before anything runs
 
 local.include("tasks/account.py")        # 1. the sglang system account
 local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}

@@ -18,6 +18,8 @@ from pyinfra.api import command as pyinfra_command
 
 _MARK = "_sglang_invalidates_fact_cache"
 _cache: dict[tuple[int, str], dict[Any, Any]] = {}
+# The arguments each fact was last read with on each host; they outlive the cache.
+_arguments: dict[tuple[int, str, type], dict[str, Any]] = {}
 
 
 def _freeze(value):
@@ -30,23 +32,20 @@ def _freeze(value):
 
 def get(host, fact_cls, **kwargs):
     facts = _cache.setdefault((id(host.state), host.name), {})
+    _arguments[(id(host.state), host.name, fact_cls)] = kwargs
     key = (fact_cls, _freeze(kwargs))
     if key not in facts:
         facts[key] = host.get_fact(fact_cls, **kwargs)
     return facts[key]
 
 
-def get_any(host, fact_cls, **kwargs):
+def current(host, fact_cls):
     """
-    Any cached reading of ``fact_cls`` on this host, whatever arguments it was
-    read with, else a new reading with ``kwargs``. For callers that need only
-    the parts of a fact that do not depend on its arguments.
+    The reading of ``fact_cls`` on this host with the arguments it was last
+    read with (the snapshot, first read by the preflight): from the cache, or
+    read anew after a command changed the host.
     """
-    facts = _cache.get((id(host.state), host.name), {})
-    for (cls, _), value in facts.items():
-        if cls is fact_cls:
-            return value
-    return get(host, fact_cls, **kwargs)
+    return get(host, fact_cls, **_arguments[(id(host.state), host.name, fact_cls)])
 
 
 def invalidate(host) -> None:

@@ -93,21 +93,12 @@ def parse_topo(lines: list[str]) -> dict[tuple[int, int], str]:
     return links
 
 
-def parse_fact_output(lines: list[str]) -> GpuInventory:
-    """Sections written by the GpuFacts command: @query, @topo, @runtimes."""
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in lines:
-        if line.startswith("@") and line[1:].isalpha():
-            current = line[1:]
-            sections[current] = []
-        elif current:
-            sections[current].append(line)
-    return GpuInventory(
-        gpus=parse_query(sections.get("query", [])),
-        links=parse_topo(sections.get("topo", [])),
-        nvidia_runtime="nvidia" in " ".join(sections.get("runtimes", [])),
-    )
+def parse_snapshot(section: Mapping[str, Any] | None) -> GpuInventory:
+    """The snapshot's gpus section (nvidia-smi's own output), None on a host without nvidia-smi."""
+    if not section:
+        return GpuInventory()
+    return GpuInventory(gpus=parse_query(section.get("query", [])), links=parse_topo(section.get("topo", [])),
+                        nvidia_runtime="nvidia" in section.get("runtimes", []))
 
 
 @dataclass(frozen=True)
@@ -172,7 +163,11 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
                          "run this group on GPU servers (with the NVIDIA driver installed), or set "
                          "sglang_require_gpu = False only for a stand-in sandbox"))
     tp = derived["sglang_tp_size"].value
-    if count and tp > count:
+    reserved = data["sglang_gpus"]
+    if reserved != "all" and tp > reserved:
+        problems.append(("sglang_tp_size", f"{tp} is larger than sglang_gpus={reserved}, so the model cannot be split",
+                         f"set sglang_tp_size <= {reserved} or reserve more GPUs"))
+    elif count and tp > count:
         problems.append(("sglang_tp_size", f"{tp} is more than the {count} GPU(s) nvidia-smi found",
                          f"set sglang_tp_size to at most {count}, or 'derive'"))
     gpus = data["sglang_gpus"]

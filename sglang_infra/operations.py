@@ -1,4 +1,5 @@
-"""Custom operations. Each reads a fact, compares it with the wanted state,
+"""Custom operations. Each reads the host's snapshot (sglang_infra/snapshot.py),
+compares it with the wanted state it was given (values from the host's plan),
 and yields commands only for the difference; otherwise it calls host.noop.
 """
 
@@ -10,19 +11,26 @@ import shlex
 from io import BytesIO
 from typing import Iterable
 
-import jinja2
-
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
-from . import factcache
-from .facts import (DRIFT_FIXES, VALIDATED_STAMP, DirectoryFiles, GpuFacts, HostState, ImageLabel, Layout, ModelCache,
-                    PullTools, StackState)
+from . import render, ship
 from .platforms import NOLOGIN_SHELL
+from .snapshot import current
 from .toolchain import pip_index_options
 
 q = shlex.quote
+
+# Drift categories the snapshot lists (hostside/snapshot.py, layout), each with the fix the layout operation applies.
+DRIFT_FIXES = {
+    "cache_group": "chgrp -h {group}",     # entry in hf-cache lost the shared group
+    "cache_file_mode": "chmod g+rw",       # file in hf-cache lost group read/write
+    "cache_dir_mode": "chmod g+rwxs",      # directory in hf-cache lost group rwx or setgid
+    "owner": "chown -h {user}:{group}",    # entry outside hf-cache not owned by the account
+    "world_writable": "chmod o-w",         # anything under home writable by everyone
+    "docker_group_writable": "chmod g-w",  # docker/ content must not be group-writable
+}
 
 
 @operation()
@@ -47,7 +55,7 @@ def service_account(
     + admins: existing users to add to the account's group
     """
     groups, admins = list(groups), list(admins)
-    state = factcache.get(host, HostState, user=user, admins=admins, groups=groups, uid=uid, gid=gid)
+    state = current(host)["account"]
 
     if state["group"] is None:
         yield StringCommand("groupadd", "--system", *(["--gid", str(gid)] if gid is not None else []), q(user))
@@ -106,7 +114,7 @@ def layout(home: str, dirs: dict[str, str], user: str = "sglang", group: str = "
     docker/ content is not group-writable. Only the entries found wrong are
     touched, and the commands name them.
     """
-    found = factcache.get(host, Layout, home=home, dirs=list(dirs), user=user, group=group)
+    found = current(host)["layout"]
     changed = False
     for path, mode in dirs.items():
         if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:
@@ -127,11 +135,17 @@ def layout(home: str, dirs: dict[str, str], user: str = "sglang", group: str = "
 @operation()
 def docker_service():
     """Ensure the Docker engine's systemd unit is enabled and running."""
-    state = factcache.get_any(host, HostState)
-    if state["docker_enabled"] == "enabled" and state["docker_active"] == "active":
+    state = current(host)["docker"]
+    if state["enabled"] == "enabled" and state["active"] == "active":
         host.noop("docker is already enabled and running")
         return
     yield "systemctl enable --now docker"
+
+
+def _file(path: str):
+    """The snapshot's entry for a file the deploy writes: its owner, mode and sha256, False when it is not a
+    regular file, None when absent."""
+    return current(host)["files"].get(os.path.dirname(path), {}).get(os.path.basename(path))
 
 
 def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):
@@ -141,7 +155,7 @@ def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check:
     version as ``dest``.previous. A candidate that fails the check is deleted
     and the old file stays in place.
     """
-    current = factcache.get(host, DirectoryFiles, path=os.path.dirname(dest)).get(os.path.basename(dest))
+    current = _file(dest)
     if current is False:
         raise OperationError(f"{dest} exists but is not a regular file; move it away by hand")
     digest = hashlib.sha256(content).hexdigest()
@@ -187,33 +201,31 @@ def checked_file(dest: str, content: str, user: str, group: str, mode: str = "64
 
 
 @operation()
-def account_env_file(dest: str, user: str, template: str, mode: str = "640"):
+def account_env_file(dest: str, user: str, mode: str = "640"):
     """
-    Ensure ``dest`` is ``template`` (Jinja source) rendered with the account's
-    real ``uid`` and ``gid``, read when the operation runs: the account may be
+    Ensure ``dest`` is templates/env.j2 rendered with the account's real
+    ``uid`` and ``gid``, read when the operation runs: the account may be
     created by an earlier operation of the same deploy.
     """
-    account = factcache.get_any(host, HostState, user=user)["user"]
+    account = current(host)["account"]["user"]
     if account is None:
         if host.state.is_executing:
             raise OperationError(f"the account {user} does not exist, so {dest} cannot carry its ids")
         # Planning a fresh host: the account is created by an earlier operation.
         yield f"# write {dest} with the ids of {user} once it exists"
         return
-    content = jinja2.Template(template, undefined=jinja2.StrictUndefined, keep_trailing_newline=True).render(
-        uid=account["uid"], gid=account["gid"])
+    content = render.env_file(account["uid"], account["gid"])
     yield from _swap_in(dest, content.encode(), user, user, mode, None)
 
 
 @operation()
-def image_present(image: str, project_dir: str, archive: str | None = None):
+def image_present(image: str, archive: str | None = None):
     """
     Ensure ``image`` is on the host: from ``archive`` (a `docker save` file on
     the control machine, gzipped or not) when given, else `docker pull`.
     An image already present is never pulled or loaded again.
     """
-    state = factcache.get(host, StackState, project_dir=project_dir, image=image)
-    if state["image_id"]:
+    if image in current(host)["docker"]["images"]:
         host.noop(f"{image} is already on the host")
         return
     if not archive:
@@ -234,40 +246,40 @@ def _file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
+def _image_id(image: str) -> str | None:
+    return (current(host)["docker"]["images"].get(image) or {}).get("id")
+
+
 @operation()
-def stack_up(project_dir: str, image: str, model: str):
+def stack_up(project_dir: str, image: str, model: str, compose_sha: str):
     """
-    Ensure the compose stack runs the current compose.yaml: `docker compose
-    up -d` only when a service has no running container, or its container was
-    made from another config or image (compose's own config hash and image
-    labels, read from `docker compose ps`). A model switch recreates
-    (--force-recreate). Otherwise nothing is restarted.
+    Ensure the stack runs the current compose.yaml (``compose_sha``) from
+    ``image``: `docker compose up -d` only when the service has no running
+    container, or its container is not the one the last `up` recorded for
+    the files as they are (hostside/stack.py), or it runs another image. A
+    model switch recreates (--force-recreate). Otherwise nothing is restarted.
     """
-    state = factcache.get(host, StackState, project_dir=project_dir, image=image)
-    containers = {c["service"]: c for c in state["containers"]}
-    reasons = [] if state["hashes"] else ["compose has not run this project yet"]
-    for service, config_hash in state["hashes"].items():
-        container = containers.get(service)
-        if container is None:
-            reasons.append(f"{service} has no container")
-        elif container["state"] != "running":
-            reasons.append(f"{service} is {container['state']}")
-        elif container["config_hash"] != config_hash:
-            reasons.append(f"{service} runs an older compose.yaml")
-        elif state["image_id"] and container.get("image_id") not in (None, state["image_id"]):
-            reasons.append(f"{service} runs an older {image}")
-    switched = any(c.get("model") not in (None, model) for c in state["containers"])
+    snapshot = current(host)
+    stack, found = snapshot["stack"], snapshot["stack"]["container"]
+    on_disk = (_file(f"{project_dir}/compose.yaml") or {}).get("sha256")
+    reasons = []
+    if found is None:
+        reasons.append("the service has no container")
+    elif found["state"] != "running":
+        reasons.append(f"the container is {found['state']}")
+    elif on_disk != compose_sha:
+        reasons.append("compose.yaml changes")
+    elif not stack["current"]:
+        reasons.append("the container was not started from compose.yaml and .env as they are")
+    elif found["image_id"] != _image_id(image):
+        reasons.append(f"the container runs another image than {image}")
     if not reasons:
         host.noop("the stack already runs the current compose.yaml")
         return
+    switched = found is not None and found["labels"].get("sglang.model") not in (None, model)
     force = " --force-recreate" if switched else ""
-    yield f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force}"
-
-
-def validation_digest(compose_sha: str, env_sha: str, image_id: str, tool_sha: str, bench_sha: str) -> str:
-    """What the gate last validated; gate.sh computes the same from the files on the host."""
-    text = f"compose={compose_sha}\nenv={env_sha}\nimage={image_id}\ntool={tool_sha}\nbench={bench_sha}\n"
-    return hashlib.sha256(text.encode()).hexdigest()
+    yield (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
+           f"python3 -c {q(ship.program('stack'))} {q(project_dir)}")
 
 
 def _run_streamed(state, host, command: str) -> bool:
@@ -280,20 +292,20 @@ def _run_streamed(state, host, command: str) -> bool:
 
 
 @operation()
-def validated(project_dir: str, image: str, gate: str, tool_sha: str, bench_sha: str, always: bool = False):
+def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
-    wrote says this exact compose.yaml, .env, image and scripts passed, run
-    ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll back on
-    failure). ``always`` runs it regardless.
+    wrote matches the host as it is (hostside/stamp.py) and ``files`` (path:
+    sha256, the plan's compose.yaml and scripts) and ``image`` are what is on
+    it, run ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll
+    back on failure). ``always`` runs it regardless.
     """
-    files = factcache.get(host, DirectoryFiles, path=project_dir)
-    state = factcache.get(host, StackState, project_dir=project_dir, image=image)
-    compose, env = files.get("compose.yaml") or {}, files.get(".env") or {}
-    digest = validation_digest(compose.get("sha256", ""), env.get("sha256", ""), state["image_id"] or "",
-                               tool_sha, bench_sha)
-    stamp = (files.get(VALIDATED_STAMP) or {}).get("content")
-    if stamp == digest and not always:
+    snapshot = current(host)
+    found = snapshot["stack"]["container"]
+    same = (snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
+            and all((_file(path) or {}).get("sha256") == sha for path, sha in files.items())
+            and found is not None and found["image_id"] == _image_id(image))
+    if same and not always:
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
     yield FunctionCommand(_run_streamed, (f"bash {q(gate)}",), {})
@@ -302,8 +314,7 @@ def validated(project_dir: str, image: str, gate: str, tool_sha: str, bench_sha:
 @operation()
 def nvidia_runtime():
     """Ensure Docker lists the nvidia runtime (configured by nvidia-ctk, then a Docker restart)."""
-    gpus = factcache.get(host, GpuFacts)
-    if gpus.nvidia_runtime:
+    if "nvidia" in current(host)["docker"]["runtimes"]:
         host.noop("Docker already has the NVIDIA runtime")
         return
     yield "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"
@@ -317,7 +328,7 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str = "sgla
     nothing else of ours, the pull ``script`` as hfpull.py, and a secret/
     directory only the account can enter (the Hub token lives there).
     """
-    state = factcache.get(host, PullTools, tools_dir=tools_dir)
+    state = current(host)["tools"]
     t = q(tools_dir)
     changed = False
     if state["tools"] != {"owner": "root", "group": group, "mode": "755"}:
@@ -346,15 +357,15 @@ def secret_file(dest: str, content: bytes | None, user: str = "sglang"):
     absent when ``content`` is None. The secret is compared by its sha256 and
     travels only inside the upload; no copy of an older version is kept.
     """
-    current = factcache.get(host, DirectoryFiles, path=os.path.dirname(dest)).get(os.path.basename(dest))
+    found = _file(dest)
     if content is None:
-        if current is None:
+        if found is None:
             host.noop(f"{dest} is already absent (no token configured)")
         else:
             yield f"rm -f {q(dest)}"
         return
     digest = hashlib.sha256(content).hexdigest()
-    if current and current["sha256"] == digest and (current["owner"], current["group"], current["mode"]) == (
+    if found and found["sha256"] == digest and (found["owner"], found["group"], found["mode"]) == (
             user, user, "600"):
         host.noop(f"{dest} already holds the configured token")
         return
@@ -384,7 +395,7 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 
 @operation()
-def model_pulled(hub: str, docker_dir: str, repo_id: str, revision: str, tools_dir: str,
+def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str,
                  endpoint: str | None = None, token_file: str | None = None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
@@ -393,7 +404,7 @@ def model_pulled(hub: str, docker_dir: str, repo_id: str, revision: str, tools_d
     fetches only what is missing, resuming partial files, and marks the
     snapshot complete only after every file matches the Hub's size and hash.
     """
-    cache = factcache.get(host, ModelCache, hub=hub, docker_dir=docker_dir)
+    cache = current(host)["models"]
     found = _revision_state(cache, repo_id, revision)
     if found and found.get("complete"):
         host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache")
@@ -414,14 +425,14 @@ def prune_plan(cache: dict, keep: Iterable[str]) -> list[tuple[str, str, int]]:
 
 
 @operation()
-def models_pruned(hub: str, docker_dir: str, keep: list[str], tools_dir: str):
+def models_pruned(hub: str, keep: list[str], tools_dir: str):
     """
     Ensure the cache holds no revision other than ``keep`` ("org/name@commit")
     and those the compose files reference (the running config and its
     rollback). Removal goes through huggingface_hub's cache API, which keeps
     blobs still shared with a kept revision. A dry run lists what would go.
     """
-    cache = factcache.get(host, ModelCache, hub=hub, docker_dir=docker_dir)
+    cache = current(host)["models"]
     plan = prune_plan(cache, keep)
     if not plan:
         host.noop("the cache holds only revisions this host serves or keeps")
@@ -445,7 +456,7 @@ def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: st
     the pins inside the new image, and ``check`` runs once more on the tagged
     result; an image that fails is removed, so compose never switches to it.
     """
-    found = factcache.get(host, ImageLabel, image=tag, label=label)
+    found = (current(host)["docker"]["images"].get(tag) or {}).get("labels", {}).get(label)
     if found == inputs_hash:
         host.noop(f"{tag} is already built from these inputs")
         return

@@ -1,6 +1,7 @@
-"""Turns host data into the text of the files the deploy writes. The
-templates receive plain data; the choices (which flags, in which order) are
-made here, where they can be unit-tested.
+"""Plan -> text: the files the deploy writes, rendered from templates/ with
+one Jinja environment. The templates receive plain values; the choices (which
+flags, in which order, with which reason) are made here, where they can be
+unit-tested.
 """
 
 from __future__ import annotations
@@ -8,13 +9,17 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import jinja2
 
-from . import models, toolchain
+from . import ship
 from .defaults import reasons
-from .gpus import Derived, GpuInventory, derive_flags
+
+if TYPE_CHECKING:
+    from .gpus import Derived
+    from .models import Model
+    from .plan import HostPlan
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,23 +38,24 @@ LAUNCH_FLAGS = (
     ("sglang_tp_size", "--tp-size"),
 )
 
-
-def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:
-    """The data with each hardware-dependent key replaced by its final value."""
-    return {**data, **{key: d.value for key, d in derived.items()}}
-
-
 # Reasons of the flags that come from the served model's registry entry.
 _ENTRY_REASONS = {
     "reasoning_parser": "Without an explicit parser, reasoning text is not split from the answer.",
     "tool_call_parser": "Without an explicit parser, tool calls arrive as plain text instead of structured tool_calls.",
 }
 
+# The files under sglang_home rendered from templates/<name>.j2.
+SCRIPTS = ("test_tool_calling.sh", "benchmark.sh", "gate.sh")
 
-def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> list[dict[str, str]]:
+
+def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:
+    """The data with each hardware-dependent key replaced by its final value."""
+    return {**data, **{key: d.value for key, d in derived.items()}}
+
+
+def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived], model: Model) -> list[dict[str, str]]:
     why = reasons()
     values = final_values(data, derived)
-    model = models.served(data)
     flags = []
     for key, flag in LAUNCH_FLAGS:
         from_entry = key in _ENTRY_REASONS
@@ -65,8 +71,11 @@ def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> lis
     return flags
 
 
-def _environment() -> jinja2.Environment:
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The one Jinja environment of the project."""
     env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(PROJECT_DIR)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -86,50 +95,39 @@ def template_path(template: str) -> Path:
 @lru_cache(maxsize=16)
 def _compiled(source: str) -> jinja2.Template:
     # Compiled once per run, not once per host: compiling costs more than rendering.
-    return _environment().from_string(source)
+    return environment().from_string(source)
 
 
-def render(template: str, **context: Any) -> str:
-    source = template_path(template).read_text(encoding="utf-8")
-    return _compiled(source).render(**context)
+def render_template(template: str, **context: Any) -> str:
+    return _compiled(template_path(template).read_text(encoding="utf-8")).render(**context)
 
 
-def compose_yaml(data: Mapping[str, Any], gpus: GpuInventory) -> str:
-    derived = derive_flags(data, gpus)
-    values = final_values(data, derived)
-    context = {key: value for key, value in values.items() if key.startswith("sglang_")}
-    conv = derived["sglang_mamba_conv_dtype"]
-    return render(
-        data["sglang_compose_template"], **context,
-        model=models.served(data),
-        serving_image=toolchain.serving_image(data),
-        flags=launch_flags(data, derived),
+def _values(plan: HostPlan) -> dict[str, Any]:
+    """The plain sglang_* values, hardware-dependent ones at their final value."""
+    values = final_values(plan.data, plan.derived)
+    return {key: value for key, value in values.items() if key.startswith("sglang_")}
+
+
+def compose_yaml(plan: HostPlan) -> str:
+    return render_template(
+        plan.data["sglang_compose_template"], **_values(plan),
+        model=plan.served,
+        serving_image=plan.serving_image,
+        flags=plan.flags,
         reasons=reasons(),
-        mamba_conv_dtype_source=conv.source,
-        gpu_reservation=gpus.count > 0,
+        mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,
+        gpu_reservation=plan.gpus.count > 0,
     )
 
 
-def env_template_source() -> str:
-    return (PROJECT_DIR / "templates" / "env.j2").read_text(encoding="utf-8")
+def env_file(uid: int, gid: int) -> str:
+    return render_template("templates/env.j2", uid=uid, gid=gid)
 
 
-def validation_source() -> str:
-    return (PROJECT_DIR / "sglang_infra" / "validation.py").read_text(encoding="utf-8").rstrip("\n")
-
-
-def scripts(data: Mapping[str, Any]) -> dict[str, str]:
+def scripts(plan: HostPlan) -> dict[str, str]:
     """The validation scripts and the gate, by file name under sglang_home."""
-    from .facts import VALIDATED_STAMP
-
-    context = {key: value for key, value in data.items() if key.startswith("sglang_")}
-    context.update(
-        url=f"http://127.0.0.1:{data['sglang_port']}",
-        served_model=models.served(data).served_name,
-        baseline=models.served(data).baseline_tok_s,
-        validation_source=validation_source(),
-        validated_stamp=VALIDATED_STAMP,
-        toolchain_check=toolchain.check_command() if data["sglang_toolchain_image"] else None,
-    )
-    return {name: render(f"templates/{name}.j2", **context)
-            for name in ("test_tool_calling.sh", "benchmark.sh", "gate.sh")}
+    gate = plan.gate
+    context = dict(_values(plan), url=gate.url, served_model=gate.served_name, baseline=gate.baseline_tok_s,
+                   checks_program=ship.program("checks"), gate_program=ship.program("gate"),
+                   toolchain_check=gate.toolchain_check)
+    return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}

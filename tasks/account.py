@@ -3,15 +3,17 @@ useradd), password locked, in the docker group, with the admins in its group."""
 
 from pyinfra import host
 
-from sglang_infra import ACCOUNT
 from sglang_infra.operations import service_account
+from sglang_infra.plan import plan_of
+
+plan = plan_of(host)
 
 service_account(
-    name=f"Ensure {ACCOUNT} is a locked nologin system account in the docker group, with admins in its group",
-    user=ACCOUNT,
-    home=host.data.sglang_home,
-    uid=host.data.sglang_uid,
-    gid=host.data.sglang_gid,
+    name=f"Ensure {plan.account} is a locked nologin system account in the docker group, with admins in its group",
+    user=plan.account,
+    home=plan.paths.home,
+    uid=plan.uid,
+    gid=plan.gid,
     groups=["docker"],
-    admins=host.data.sglang_admins,
+    admins=plan.admins,
 )

@@ -4,27 +4,25 @@ already works (whatever installed it) is left alone."""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra import factcache, platforms
+from sglang_infra import platforms
 from sglang_infra.aptrepo import vendor_repository
-from sglang_infra.facts import HostState, engine_works
 from sglang_infra.operations import docker_service
+from sglang_infra.plan import plan_of
 
-state = factcache.get_any(host, HostState)
-source = host.data.sglang_docker_source
+plan = plan_of(host)
 
-if engine_works(state):
-    host.noop(f"a Docker engine with compose v2 ({state['docker_compose_plugin']}) already works; left alone")
+if plan.engine_works:
+    host.noop("a Docker engine with compose v2 already works; left alone")
 else:
-    platform = platforms.lookup(state["os_id"], state["os_version"])
-    if source == "docker":
-        repo_url = f"{host.data.sglang_docker_apt_url}/{platform.docker_repo_family}"
+    if plan.docker_source == "docker":
+        repo_url = f"{plan.docker_apt_url}/{plan.platform.docker_repo_family}"
         vendor_repository("Docker", f"{repo_url}/gpg",
-                          f"deb [signed-by={{keyring}}] {repo_url} {platform.codename} stable", "docker")
+                          f"deb [signed-by={{keyring}}] {repo_url} {plan.platform.codename} stable", "docker")
     apt.packages(
-        name=f"Ensure the Docker engine and compose v2 are installed ({source} packages)",
-        packages=list(platforms.docker_packages(platform, source)),
+        name=f"Ensure the Docker engine and compose v2 are installed ({plan.docker_source} packages)",
+        packages=list(platforms.docker_packages(plan.platform, plan.docker_source)),
         update=True,
-        cache_time=host.data.sglang_apt_cache_time,
+        cache_time=plan.apt_cache_time,
     )
 
 docker_service(name="Ensure the Docker engine is running and enabled")

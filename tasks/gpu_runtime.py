@@ -6,22 +6,20 @@ Toolkit from NVIDIA's apt repository. Hosts without GPUs skip all of this."""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra import factcache
 from sglang_infra.aptrepo import vendor_repository
-from sglang_infra.facts import GpuFacts, HostState
 from sglang_infra.operations import nvidia_runtime
+from sglang_infra.plan import plan_of
 
-gpus = factcache.get(host, GpuFacts)
+plan = plan_of(host)
 
-if gpus.count and not gpus.nvidia_runtime and host.data.sglang_install_nvidia_toolkit:
-    url = host.data.sglang_nvidia_toolkit_apt_url
-    arch = factcache.get_any(host, HostState)["arch"]
-    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{arch} /",
+if plan.gpus.count and not plan.gpus.nvidia_runtime and plan.install_nvidia_toolkit:
+    url = plan.nvidia_toolkit_apt_url
+    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{plan.arch} /",
                       "nvidia-container-toolkit")
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],
         update=True,
-        cache_time=host.data.sglang_apt_cache_time,
+        cache_time=plan.apt_cache_time,
     )
     nvidia_runtime(name="Ensure Docker has the NVIDIA runtime")

@@ -13,43 +13,42 @@
 
 from pyinfra import host
 
-from sglang_infra import ACCOUNT, toolchain
+from sglang_infra import toolchain
 from sglang_infra.operations import checked_file, image_present, toolchain_image
+from sglang_infra.plan import plan_of
 
-data = host.data.dict()
-docker_dir = f"{data['sglang_home']}/docker"
+plan = plan_of(host)
+docker_dir, build = plan.paths.docker, plan.build
 
 image_present(
-    name=f"Ensure the image {data['sglang_image']} is on the host",
-    image=data["sglang_image"],
-    project_dir=docker_dir,
-    archive=data["sglang_image_archive"],
+    name=f"Ensure the image {plan.image} is on the host",
+    image=plan.image,
+    archive=plan.image_archive,
 )
 
-if data["sglang_toolchain_image"]:
-    context = toolchain.build_context(data, data["sglang_image"])
-    context_dir = f"{docker_dir}/toolchain"
+if build:
+    context_dir = plan.paths.toolchain_context
     checked_file(
         name=f"Ensure {docker_dir}/Dockerfile is rendered from templates/Dockerfile.j2",
         dest=f"{docker_dir}/Dockerfile",
-        content=context.dockerfile,
-        user=ACCOUNT,
-        group=ACCOUNT,
+        content=build.dockerfile,
+        user=plan.account,
+        group=plan.account,
     )
-    for file_name, content in sorted(context.files.items()):
+    for file_name, content in sorted(build.files.items()):
         checked_file(
             name=f"Ensure {context_dir}/{file_name} is in the image's build context",
             dest=f"{context_dir}/{file_name}",
             content=content.decode(),
-            user=ACCOUNT,
-            group=ACCOUNT,
+            user=plan.account,
+            group=plan.account,
         )
     toolchain_image(
-        name=f"Ensure {context.tag} is built with the toolchain pins and passes its check",
-        tag=context.tag,
-        inputs_hash=context.inputs_hash,
+        name=f"Ensure {build.tag} is built with the toolchain pins and passes its check",
+        tag=build.tag,
+        inputs_hash=build.inputs_hash,
         dockerfile=f"{docker_dir}/Dockerfile",
         context_dir=context_dir,
-        check=toolchain.check_command(),
+        check=plan.gate.toolchain_check,
         label=toolchain.INPUTS_LABEL,
     )

@@ -9,18 +9,17 @@ lists what would go.
 
 from pyinfra import host
 
-from sglang_infra import ACCOUNT, models
 from sglang_infra.operations import models_pruned
+from sglang_infra.plan import plan_of
 
-data = host.data.dict()
+plan = plan_of(host)
 
-if data["sglang_prune_models"]:
+if plan.prune:
     models_pruned(
         name="Ensure hf-cache/hub holds only the revisions this host serves, keeps or references",
-        hub=f"{data['sglang_home']}/hf-cache/hub",
-        docker_dir=f"{data['sglang_home']}/docker",
-        keep=[model.pinned for model in models.kept(data)],
-        tools_dir=data["sglang_tools_dir"],
+        hub=plan.paths.hub,
+        keep=plan.keep,
+        tools_dir=plan.paths.tools,
         _sudo=True,
-        _sudo_user=ACCOUNT,
+        _sudo_user=plan.account,
     )

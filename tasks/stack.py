@@ -1,29 +1,31 @@
 """docker/.env with the account's real ids, docker/compose.yaml from the
 template (a new one replaces the old only after the host's own `docker
 compose config -q` accepts it), and the stack running that config: `up -d`
-only when compose says a container is missing, stopped or outdated."""
+only when the container is missing, stopped or not started from the files as
+they are."""
+
+import hashlib
 
 from pyinfra import host
 
-from sglang_infra import ACCOUNT, factcache, models, render, toolchain
-from sglang_infra.facts import GpuFacts
 from sglang_infra.operations import account_env_file, checked_file, stack_up
+from sglang_infra.plan import plan_of
 
-docker_dir = f"{host.data.sglang_home}/docker"
+plan = plan_of(host)
+docker_dir = plan.paths.docker
 
 account_env_file(
-    name=f"Ensure {docker_dir}/.env carries the {ACCOUNT} account's real uid and gid",
+    name=f"Ensure {docker_dir}/.env carries the {plan.account} account's real uid and gid",
     dest=f"{docker_dir}/.env",
-    user=ACCOUNT,
-    template=render.env_template_source(),
+    user=plan.account,
 )
 
 checked_file(
-    name=f"Ensure {docker_dir}/compose.yaml is rendered from {host.data.sglang_compose_template} and accepted by compose",
+    name=f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
     dest=f"{docker_dir}/compose.yaml",
-    content=render.compose_yaml(host.data.dict(), factcache.get(host, GpuFacts)),
-    user=ACCOUNT,
-    group=ACCOUNT,
+    content=plan.compose,
+    user=plan.account,
+    group=plan.account,
     mode="644",
     check=f"docker compose --project-directory {docker_dir} -f {{candidate}} config -q",
 )
@@ -31,6 +33,7 @@ checked_file(
 stack_up(
     name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
     project_dir=docker_dir,
-    image=toolchain.serving_image(host.data.dict()),
-    model=models.served(host.data.dict()).pinned,
+    image=plan.serving_image,
+    model=plan.served.pinned,
+    compose_sha=hashlib.sha256(plan.compose.encode()).hexdigest(),
 )

@@ -8,39 +8,30 @@ throughput, roll back to the last known-good config on failure.
 import hashlib
 
 from pyinfra import host
-from pyinfra.operations import apt
 
-from sglang_infra import ACCOUNT, factcache, render, toolchain
-from sglang_infra.facts import HostState
 from sglang_infra.operations import checked_file, validated
+from sglang_infra.plan import plan_of
 
-home = host.data.sglang_home
+plan = plan_of(host)
+home = plan.paths.home
 
-if not factcache.get_any(host, HostState)["python3"]:
-    apt.packages(
-        name="Ensure python3 is installed (the validation scripts need nothing else)",
-        packages=["python3"],
-        update=True,
-        cache_time=host.data.sglang_apt_cache_time,
-    )
-
-scripts = render.scripts(host.data.dict())
-for script, text in scripts.items():
+for script, text in plan.scripts.items():
     checked_file(
         name=f"Ensure {home}/{script} is up to date",
         dest=f"{home}/{script}",
         content=text,
-        user=ACCOUNT,
-        group=ACCOUNT,
+        user=plan.account,
+        group=plan.account,
         mode="755",
     )
 
+written = {f"{home}/{script}": text for script, text in plan.scripts.items()}
+written[f"{plan.paths.docker}/compose.yaml"] = plan.compose
 validated(
     name="Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
-    project_dir=f"{home}/docker",
-    image=toolchain.serving_image(host.data.dict()),
+    home=home,
+    image=plan.serving_image,
     gate=f"{home}/gate.sh",
-    tool_sha=hashlib.sha256(scripts["test_tool_calling.sh"].encode()).hexdigest(),
-    bench_sha=hashlib.sha256(scripts["benchmark.sh"].encode()).hexdigest(),
-    always=host.data.sglang_validate == "always",
+    files={path: hashlib.sha256(text.encode()).hexdigest() for path, text in written.items()},
+    always=plan.gate.always,
 )

@@ -1,7 +1,7 @@
-"""The runbook's validation gate, as one standard-library Python program.
+"""The runbook's validation checks, as one standard-library Python program.
 
-It is rendered into /opt/sglang/test_tool_calling.sh and benchmark.sh, so the
-host needs nothing but python3. Both checks print a JSON summary on stdout;
+Bundled into /opt/sglang/test_tool_calling.sh and benchmark.sh (and used by
+gate.py), so the host needs nothing but python3. Both checks print a JSON summary on stdout;
 on failure they also print a one-line reason on stderr and exit non-zero.
 
     tool-calling  one request that must produce a structured tool call, with
@@ -250,12 +250,23 @@ def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeo
     result["ok"] = not problems
     result["problems"] = problems
     if results_dir:
-        os.makedirs(results_dir, exist_ok=True)
-        path = os.path.join(results_dir, f"benchmark-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
-        with open(path, "w") as handle:
-            json.dump(result, handle, indent=2)
-        result["result_file"] = path
+        result["result_file"] = write_result(results_dir, result)
     return result
+
+
+def write_result(results_dir: str, result: dict) -> str:
+    """A new file in the (group-writable) results directory: created exclusively, never through a symlink."""
+    stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
+    for attempt in range(100):
+        path = os.path.join(results_dir, f"benchmark-{stamp}{f'-{attempt}' if attempt else ''}.json")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o664)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as handle:
+            json.dump(result, handle, indent=2)
+        return path
+    raise OSError(f"no free result file name in {results_dir}")
 
 
 def _round(value):
@@ -266,29 +277,41 @@ def _round(value):
 READY_PROMPT = "Reply with the single word OK."
 
 
-def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: float = 1.0) -> dict:
-    """Wait until /health stops answering 503 and a real completion comes back; progress on stderr."""
+def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: float = 1.0,
+               gone=lambda: None) -> dict:
+    """
+    Wait until /health stops answering 503 and a real completion comes back;
+    progress on stderr. Every probe is capped to the time left, so the wait
+    ends within ``timeout``. ``gone()`` returns why waiting is pointless (the
+    container exited), or None.
+    """
     started = time.monotonic()
+    deadline = started + timeout
     last_report, last_status = started, None
     phase = "health"
     while True:
-        elapsed = time.monotonic() - started
+        why = gone()
+        if why:
+            return {"check": "ready", "ok": False, "seconds": round(time.monotonic() - started, 1),
+                    "problems": [why]}
         try:
             if phase == "health":
-                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=10) as reply:
+                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=_left(deadline, 10)) as reply:
                     last_status = reply.status
                 phase = "completion"
             payload = {"model": model, "messages": [{"role": "user", "content": READY_PROMPT}],
                        "max_tokens": 16, "temperature": 0}
-            with _post(_chat_url(url), payload, timeout=60) as reply:
+            with _post(_chat_url(url), payload, timeout=_left(deadline, 60)) as reply:
                 answer = json.load(reply)
             if answer.get("choices"):
-                return {"check": "ready", "ok": True, "problems": [], "seconds": round(elapsed, 1)}
+                return {"check": "ready", "ok": True, "problems": [],
+                        "seconds": round(time.monotonic() - started, 1)}
             last_status = "a completion without choices"
         except urllib.error.HTTPError as error:
             last_status = error.code
         except (urllib.error.URLError, OSError, ValueError) as error:
             last_status = type(error).__name__
+        elapsed = time.monotonic() - started
         if elapsed >= timeout:
             return {"check": "ready", "ok": False, "seconds": round(elapsed, 1),
                     "problems": [f"not ready after {timeout:g} s (waiting for {phase}, last answer {last_status})"]}
@@ -296,7 +319,12 @@ def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: 
             print(f"ready: waiting for {phase} ({last_status}), {elapsed:.0f}/{timeout:g} s", file=sys.stderr,
                   flush=True)
             last_report = time.monotonic()
-        time.sleep(poll)
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def _left(deadline: float, cap: float) -> float:
+    """A probe's timeout: at most ``cap``, never past the deadline (and never zero, which means blocking)."""
+    return max(0.1, min(cap, deadline - time.monotonic()))
 
 
 # ---------------------------------------------------------------- command line

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Resumable, verified model pulls into huggingface_hub's own cache layout.
 
-Uploaded to each host and run there as the service account with a venv python
-that has huggingface_hub installed. It imports nothing from sglang_infra.
+Shipped to each host (sglang_infra/ship.py bundles it with manifest.py) and
+run there as the service account with a venv python that has huggingface_hub
+installed.
 
     python hfpull.py pull  --cache-dir DIR --repo-id ORG/NAME --revision REV
                            [--endpoint URL] [--token-file PATH] [--lock-wait S]
@@ -44,6 +45,8 @@ import sys
 import time
 from urllib.parse import urljoin, urlsplit
 
+from . import manifest
+
 import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, scan_cache_dir, set_client_factory
 from huggingface_hub.errors import (
@@ -65,7 +68,6 @@ except ImportError:  # pragma: no cover - other library versions
 EXIT_OK, EXIT_USAGE, EXIT_REMOTE, EXIT_VERIFY, EXIT_LOCKED = 0, 2, 3, 4, 5
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
-MANIFEST_DIR = ".sglang"
 PULL_LOCK = ".sglang-pull.lock"
 LIBRARY_NAME = "sglang-infra-hfpull"
 
@@ -154,8 +156,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o664) -> None:
 
 def safe_relpath(path: str) -> str:
     """Refuse repo paths that would leave the snapshot folder."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path:
+    parts = manifest.split_relpath(path)
+    if parts is None:
         raise VerifyError(f"refusing unsafe path in repo tree: {path!r}")
     return os.path.join(*parts)
 
@@ -250,67 +252,6 @@ def _same_origin(a: str, b: str) -> bool:
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
 
 
-# --------------------------------------------------------------------------- manifest
-
-
-def manifest_path(repo_dir: str, commit: str) -> str:
-    return os.path.join(repo_dir, MANIFEST_DIR, f"{commit}.json")
-
-
-def load_manifest(repo_dir: str, commit: str) -> dict | None:
-    try:
-        with open(manifest_path(repo_dir, commit), encoding="utf-8") as f:
-            data = json.load(f)
-        if data.get("commit") != commit or not isinstance(data.get("files"), list):
-            return None
-        return data
-    except (OSError, ValueError):
-        return None
-
-
-def trusted_blobs(repo_dir: str) -> dict[str, tuple[int, int]]:
-    """blob name -> (size, mtime_ns) recorded by any earlier verified pull of this repo."""
-    trust: dict[str, tuple[int, int]] = {}
-    mdir = os.path.join(repo_dir, MANIFEST_DIR)
-    try:
-        names = sorted(os.listdir(mdir))
-    except OSError:
-        return trust
-    for name in names:
-        if not name.endswith(".json"):
-            continue
-        try:
-            with open(os.path.join(mdir, name), encoding="utf-8") as f:
-                data = json.load(f)
-            for entry in data.get("files", []):
-                trust[entry["blob"]] = (int(entry["size"]), int(entry["mtime_ns"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return trust
-
-
-def link_target(repo_dir: str, commit: str, relpath: str, blob: str) -> tuple[str, str]:
-    link = os.path.join(repo_dir, "snapshots", commit, relpath)
-    blob_path = os.path.join(repo_dir, "blobs", blob)
-    return link, os.path.relpath(blob_path, os.path.dirname(link))
-
-
-def manifest_intact(repo_dir: str, manifest: dict) -> bool:
-    """Every listed file's snapshot link points at its blob, with the recorded size and mtime."""
-    commit = manifest["commit"]
-    try:
-        for entry in manifest["files"]:
-            link, rel = link_target(repo_dir, commit, safe_relpath(entry["path"]), entry["blob"])
-            if os.readlink(link) != rel:
-                return False
-            st = os.stat(os.path.join(repo_dir, "blobs", entry["blob"]))
-            if not stat.S_ISREG(st.st_mode) or st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]:
-                return False
-    except (OSError, KeyError, TypeError, PullError):
-        return False
-    return True
-
-
 # --------------------------------------------------------------------------- pull
 
 
@@ -393,7 +334,7 @@ class Puller:
         except (ImportError, OSError):
             pass
         for d in (self.cache_dir, self.repo_dir, self.blobs_dir, os.path.join(self.repo_dir, "snapshots"),
-                  os.path.join(self.repo_dir, MANIFEST_DIR), self.locks_dir):
+                  os.path.join(self.repo_dir, manifest.MANIFEST_DIR), self.locks_dir):
             os.makedirs(d, exist_ok=True)
         lock = FileLock(os.path.join(self.repo_dir, PULL_LOCK))
         if not lock.acquire(self.lock_wait, on_wait=lambda: say(
@@ -413,10 +354,10 @@ class Puller:
         try:
             if os.listdir(self.blobs_dir) or os.path.isdir(os.path.join(self.repo_dir, "refs")):
                 return
-            for d in ("snapshots", MANIFEST_DIR):
+            for d in ("snapshots", manifest.MANIFEST_DIR):
                 if os.listdir(os.path.join(self.repo_dir, d)):
                     return
-            for d in ("snapshots", MANIFEST_DIR, "blobs"):
+            for d in ("snapshots", manifest.MANIFEST_DIR, "blobs"):
                 os.rmdir(os.path.join(self.repo_dir, d))
             os.unlink(os.path.join(self.repo_dir, PULL_LOCK))
             os.rmdir(self.repo_dir)
@@ -443,12 +384,12 @@ class Puller:
         }
 
     def _fast_path(self, commit: str) -> bool:
-        manifest = load_manifest(self.repo_dir, commit)
-        if manifest is None or not manifest_intact(self.repo_dir, manifest):
+        found = manifest.load(self.repo_dir, commit)
+        if found is None or manifest.problems(self.repo_dir, found):
             return False
         self.commit = commit
-        self.stats.files = len(manifest["files"])
-        self.stats.bytes_total = sum(int(e["size"]) for e in manifest["files"])
+        self.stats.files = len(found["files"])
+        self.stats.bytes_total = sum(int(e["size"]) for e in found["files"])
         say(f"pull {self.repo_id}@{commit[:12]}: {self.stats.files} files already verified "
             f"({human(self.stats.bytes_total)}), nothing to fetch")
         return True
@@ -511,7 +452,7 @@ class Puller:
     def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
         label = f"{self.repo_id}@{commit[:12]}"
         self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
-        trust = trusted_blobs(self.repo_dir)
+        trust = manifest.trusted_blobs(self.repo_dir)
         wanted = {b.name for b in blobs}
         self._reclaim_stale_partials(wanted)
         index = 0
@@ -762,7 +703,8 @@ class Puller:
 
     # -- links, manifest, refs
     def _link(self, commit: str, path: str, blob_name: str) -> None:
-        link, rel = link_target(self.repo_dir, commit, safe_relpath(path), blob_name)
+        safe_relpath(path)
+        link, rel = manifest.link_target(self.repo_dir, commit, path, blob_name)
         try:
             if os.readlink(link) == rel:
                 return
@@ -790,14 +732,12 @@ class Puller:
             if st.st_size != blob.size:
                 raise VerifyError(f"blob {blob.name} changed size while pulling")
             for p in blob.paths:
-                files.append({"path": p, "blob": blob.name, "size": blob.size,
-                              "mtime_ns": st.st_mtime_ns, "lfs": blob.lfs})
-        files.sort(key=lambda e: e["path"])
-        old = load_manifest(self.repo_dir, commit)
-        if old is not None and old.get("files") == files and old.get("repo_id") == self.repo_id:
+                files.append(manifest.entry(p, blob.name, blob.size, st.st_mtime_ns, blob.lfs))
+        data = manifest.document(self.repo_id, commit, files, int(time.time()))
+        old = manifest.load(self.repo_dir, commit)
+        if old is not None and old.get("files") == data["files"] and old.get("repo_id") == self.repo_id:
             return
-        data = {"repo_id": self.repo_id, "commit": commit, "files": files, "verified_at": int(time.time())}
-        write_atomic(manifest_path(self.repo_dir, commit),
+        write_atomic(manifest.path(self.repo_dir, commit),
                      (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
         self.stats.changed = True
 
@@ -934,7 +874,7 @@ def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
                 if not whole:
                     for r in going:
                         try:
-                            os.unlink(manifest_path(str(repo.repo_path), r.commit_hash))
+                            os.unlink(manifest.path(str(repo.repo_path), r.commit_hash))
                         except FileNotFoundError:
                             pass
                     _drop_stale_manifests(str(repo.repo_path),
@@ -947,7 +887,7 @@ def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
 
 
 def _drop_stale_manifests(repo_dir: str, present: set[str], dry_run: bool) -> None:
-    mdir = os.path.join(repo_dir, MANIFEST_DIR)
+    mdir = os.path.join(repo_dir, manifest.MANIFEST_DIR)
     if dry_run or not os.path.isdir(mdir):
         return
     for name in os.listdir(mdir):

@@ -1,0 +1,132 @@
+"""The gate the deploy runs after every change to the stack (gate.sh wraps it).
+
+1. wait until the server is ready (/health, then a real completion), at most
+   --ready-timeout seconds, stopping early when the container exits;
+2. with --toolchain-check, run it inside the running container;
+3. run test_tool_calling.sh and benchmark.sh as they are on disk;
+4. pass: keep compose.yaml and .env as the last known-good config (*.good)
+   and stamp what passed (stamp.py);
+   fail: keep them as *.failed, restore the last known-good config, recreate,
+   validate again, and exit non-zero saying so (1: rolled back, 2: the
+   rollback failed too and the host needs a person).
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+from . import checks, stack, stamp
+
+LOG_LINES = 40  # of the server's log, shown when it never became ready
+
+
+def say(line):
+    print(f"gate[{socket.gethostname()}]: {line}", file=sys.stderr, flush=True)
+
+
+def copy(source, dest):
+    """cp -p: content, mode, times and owner (the gate runs as root; the files belong to the account)."""
+    shutil.copy2(source, dest)
+    owner = os.stat(source)
+    os.chown(dest, owner.st_uid, owner.st_gid)
+
+
+class Gate:
+    def __init__(self, args):
+        self.args = args
+        self.home = args.home
+        self.docker_dir = os.path.join(args.home, "docker")
+
+    def compose(self, *words):
+        return subprocess.run(["docker", "compose", *words], cwd=self.docker_dir, capture_output=True, text=True)
+
+    def gone(self):
+        found = stack.container()
+        if found is None or found["state"] != "running":
+            return f"the container is not running ({found['status'] if found else 'no container'})"
+        return None
+
+    def validate(self):
+        """None when everything passed, else the reason."""
+        ready = checks.wait_ready(self.args.url, self.args.model, self.args.ready_timeout, gone=self.gone)
+        if not ready["ok"]:
+            say(f"ready FAILED: {'; '.join(ready['problems'])}")
+            say("the server did not become ready; last lines of its log:")
+            logs = self.compose("logs", "--no-color", "--tail", str(LOG_LINES))
+            for line in (logs.stdout + logs.stderr).splitlines():
+                say(f"| {line}")
+            return "the server did not become ready"
+        if self.args.toolchain_check:
+            # The pins inside the running container: flashinfer's three versions and nvcc.
+            found = self.compose("exec", "-T", stack.SERVICE, *self.args.toolchain_check.split())
+            if found.returncode != 0:
+                last = (found.stdout + found.stderr).strip().splitlines()[-1:] or ["no output"]
+                reason = f"toolchain check in the running container: {last[0]}"
+                say(reason)
+                return reason
+            say("toolchain check passed")
+        for script in stamp.SCRIPTS:
+            found = subprocess.run(["bash", os.path.join(self.home, script)], capture_output=True, text=True)
+            lines = (found.stdout + found.stderr).strip().splitlines()
+            summary = [line for line in lines if line.startswith("{")][-1:]
+            if found.returncode != 0:
+                reason = f"{script}: {([l for l in lines if not l.startswith('{')][-1:] or ['no output'])[0]}"
+                say(reason)
+                return reason
+            say(f"{script} passed: {summary[0] if summary else ''}")
+        return None
+
+    def keep(self, suffix):
+        for name in ("compose.yaml", ".env"):
+            copy(os.path.join(self.docker_dir, name), os.path.join(self.docker_dir, name + suffix))
+
+    def stamp(self):
+        found = stack.container()
+        stack.write_private(os.path.join(self.docker_dir, stamp.STAMP),
+                            stamp.digest(self.home, found and found["image_id"]) + "\n",
+                            os.path.join(self.docker_dir, "compose.yaml"))
+
+    def run(self):
+        failed = self.validate()
+        if failed is None:
+            self.keep(".good")
+            self.stamp()
+            say("passed; this config is now the last known-good one")
+            return 0
+        self.keep(".failed")
+        good = [os.path.join(self.docker_dir, name + ".good") for name in ("compose.yaml", ".env")]
+        if not all(os.path.isfile(path) for path in good):
+            say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
+            return 1
+        say(f"FAILED: {failed}. Rolling back to the last known-good config")
+        for path in good:
+            copy(path, path[: -len(".good")])
+        self.compose("up", "-d", "--force-recreate", "--remove-orphans")
+        stack.record(self.docker_dir)
+        again = self.validate()
+        if again is None:
+            self.stamp()
+            say(f"FAILED: {failed}. Rolled back to the last known-good config, which serves and validates again; "
+                "the failed config is kept as compose.yaml.failed and .env.failed")
+            return 1
+        say(f"FAILED: {failed}. The rollback to the last known-good config ALSO failed ({again}); "
+            "the host needs a person")
+        return 2
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="gate.sh", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--ready-timeout", type=float, required=True)
+    parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
+    return Gate(parser.parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""The one read of a host: everything the deploy compares against, as one JSON
+document on stdout, in one remote command. Read-only; never follows a symlink
+under the home; paths travel as JSON strings, so no file name can break the
+document apart.
+
+    python3 snapshot.py '{"user": "sglang", "home": "/opt/sglang", "tools_dir": ..., "admins": [...],
+                          "groups": ["docker"], "uid": null, "gid": null}'
+
+Sections: os, account, docker (engine, images, runtimes), gpus (nvidia-smi's
+own output, parsed on the control side), layout (the managed directories and
+the drifted entries below the home), files (owner, mode and sha256 of the
+files the deploy writes), models (cachestate.py), tools (the pull's venv),
+stack (stack.py) and gate (stamp.py).
+"""
+
+import glob
+import grp
+import importlib.util
+import json
+import os
+import platform
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+
+from . import cachestate, dockerapi, safefs, stack, stamp
+
+COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
+                       "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
+COMMAND_TIMEOUT = 30  # seconds, for nvidia-smi and systemctl
+
+
+def _run(*argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _os_release():
+    values = {}
+    raw = safefs.read_regular("/etc/os-release", 65536) or safefs.read_regular("/usr/lib/os-release", 65536) or b""
+    for line in raw.decode(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip('"')
+    return {"id": values.get("ID"), "version": values.get("VERSION_ID"),
+            "arch": DEBIAN_ARCH.get(platform.machine(), platform.machine())}
+
+
+def _user(name):
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return {"name": entry.pw_name, "uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir,
+            "shell": entry.pw_shell}
+
+
+def _group(name):
+    try:
+        entry = grp.getgrnam(name)
+    except KeyError:
+        return None
+    return {"name": entry.gr_name, "gid": entry.gr_gid, "members": list(entry.gr_mem)}
+
+
+def _password_locked(name):
+    raw = safefs.read_regular("/etc/shadow", 1 << 22)
+    if raw is None:
+        return None
+    for line in raw.decode(errors="replace").splitlines():
+        fields = line.split(":")
+        if fields[0] == name and len(fields) > 1:
+            return fields[1][:1] in ("!", "*")
+    return None
+
+
+def account(spec):
+    name = spec["user"]
+    user = _user(name)
+    supplementary = []
+    if user:
+        supplementary = [g.gr_name for g in grp.getgrall() if name in g.gr_mem or g.gr_gid == user["gid"]]
+    out = {
+        "user": user,
+        "group": _group(name),
+        "supplementary": supplementary,
+        "password_locked": _password_locked(name) if user else None,
+        "extra_groups": {g: _group(g) for g in spec.get("groups", ()) if _group(g)},
+        "admins_present": [a for a in spec.get("admins", ()) if _user(a)],
+        "uid_owner": None,
+        "gid_owner": None,
+    }
+    if spec.get("uid") is not None:
+        try:
+            out["uid_owner"] = pwd.getpwuid(spec["uid"]).pw_name
+        except KeyError:
+            pass
+    if spec.get("gid") is not None:
+        try:
+            out["gid_owner"] = grp.getgrgid(spec["gid"]).gr_name
+        except KeyError:
+            pass
+    return out
+
+
+def docker():
+    units = dict(line.split("=", 1) for line in _run("systemctl", "show", "docker", "-p", "ActiveState",
+                                                    "-p", "UnitFileState").splitlines() if "=" in line)
+    out = {
+        "cli": shutil.which("docker"),
+        "socket": stat.S_ISSOCK(os.stat(dockerapi.SOCKET).st_mode) if os.path.exists(dockerapi.SOCKET) else False,
+        "compose_plugin": next((f"{d}/docker-compose" for d in COMPOSE_PLUGIN_DIRS
+                                if os.access(f"{d}/docker-compose", os.X_OK)), None),
+        "active": units.get("ActiveState") or None,
+        "enabled": units.get("UnitFileState") or None,
+        "api": False, "images": {}, "runtimes": [],
+    }
+    if out["socket"]:
+        try:
+            out["images"] = dockerapi.images()
+            out["runtimes"] = dockerapi.runtimes()
+            out["api"] = True
+        except dockerapi.Unavailable:
+            pass
+    return out
+
+
+def gpus():
+    if not shutil.which("nvidia-smi"):
+        return None
+    query = _run("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits")
+    return {"query": query.splitlines(), "topo": _run("nvidia-smi", "topo", "-m").splitlines()}
+
+
+def _names(st, users={}, groups={}):
+    if st.st_uid not in users:
+        try:
+            users[st.st_uid] = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            users[st.st_uid] = str(st.st_uid)
+    if st.st_gid not in groups:
+        try:
+            groups[st.st_gid] = grp.getgrgid(st.st_gid).gr_name
+        except KeyError:
+            groups[st.st_gid] = str(st.st_gid)
+    return users[st.st_uid], groups[st.st_gid]
+
+
+def _walk(top):
+    """(path, lstat) of everything below ``top``, never following a symlink."""
+    stack_ = [top]
+    while stack_:
+        current = stack_.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            yield entry.path, st
+            if stat.S_ISDIR(st.st_mode):
+                stack_.append(entry.path)
+
+
+def layout(spec):
+    """The managed directories, and every entry below the home that drifted, by category."""
+    home, user, group = spec["home"], spec["user"], spec["user"]
+    cache, docker_dir, results = (os.path.join(home, d) for d in ("hf-cache", "docker", "results"))
+    dirs = {}
+    for path in spec.get("dirs", ()):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            owner, owner_group = _names(st)
+            dirs[path] = {"owner": owner, "group": owner_group, "mode": format(stat.S_IMODE(st.st_mode), "o")}
+    drift = {}
+    if not (_user(user) and _group(group) and os.path.isdir(home) and not os.path.islink(home)):
+        return {"dirs": dirs, "drift": drift}
+
+    def add(category, path):
+        drift.setdefault(category, []).append(path)
+
+    try:
+        if os.lstat(home).st_mode & 0o002:
+            add("world_writable", home)
+    except OSError:
+        pass
+    for path, st in _walk(home):
+        owner, owner_group = _names(st)
+        link, directory = stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode)
+        mode = stat.S_IMODE(st.st_mode)
+        in_cache = path.startswith(cache + "/")
+        if in_cache:
+            if owner_group != group:
+                add("cache_group", path)
+            if not link and not directory and mode & 0o060 != 0o060:
+                add("cache_file_mode", path)
+            if directory and mode & 0o2070 != 0o2070:
+                add("cache_dir_mode", path)
+        elif not (path == cache or path == results or path.startswith(results + "/")):
+            if owner != user or owner_group != group:
+                add("owner", path)
+        if not link and mode & 0o002:
+            add("world_writable", path)
+        if path.startswith(docker_dir + "/") and not link and mode & 0o020:
+            add("docker_group_writable", path)
+    for paths in drift.values():
+        paths.sort()
+    return {"dirs": dirs, "drift": drift}
+
+
+def files(directory):
+    """Owner, group, mode and sha256 of each regular file directly in ``directory``; False for anything else."""
+    out = {}
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            owner, group = _names(st)
+            out[entry.name] = {"owner": owner, "group": group, "mode": format(stat.S_IMODE(st.st_mode), "o"),
+                               "sha256": safefs.sha256_regular(entry.path)}
+        else:
+            out[entry.name] = False
+    return out
+
+
+_MODEL_LABEL = re.compile(r'^\s*sglang\.model:\s*"?([^"\s]+)"?\s*$', re.M)
+
+
+def models(home):
+    found = cachestate.scan(os.path.join(home, "hf-cache", "hub"))
+    referenced = set()
+    for path in glob.glob(os.path.join(glob.escape(home), "docker", "compose.yaml*")):
+        text = safefs.read_regular(path, 1 << 20)
+        referenced.update(m for m in _MODEL_LABEL.findall((text or b"").decode(errors="replace")) if "@" in m)
+    found["referenced"] = sorted(referenced)
+    return found
+
+
+def tools(tools_dir):
+    def owner_mode(path):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        owner, group = _names(st)
+        return {"owner": owner, "group": group, "mode": format(stat.S_IMODE(st.st_mode), "o")}
+
+    dists = glob.glob(os.path.join(glob.escape(tools_dir), "venv", "lib", "python3*", "site-packages",
+                                   "huggingface_hub-*.dist-info"))
+    return {
+        "venv_module": all(importlib.util.find_spec(m) is not None for m in ("ensurepip", "venv")),
+        "venv_python": os.access(os.path.join(tools_dir, "venv", "bin", "python"), os.X_OK),
+        "hub_versions": sorted(os.path.basename(d)[len("huggingface_hub-"):-len(".dist-info")] for d in dists),
+        "tools": owner_mode(tools_dir),
+        "secret": owner_mode(os.path.join(tools_dir, "secret")),
+    }
+
+
+def read(spec):
+    home, tools_dir = spec["home"], spec["tools_dir"]
+    docker_dir = os.path.join(home, "docker")
+    engine = docker()
+    running = {"container": None, "record": None, "current": False}
+    if engine["api"]:
+        try:
+            running = stack.state(docker_dir)
+        except dockerapi.Unavailable:
+            pass
+    container = running["container"]
+    found_gpus = gpus()
+    if found_gpus is not None:
+        found_gpus["runtimes"] = engine["runtimes"]
+    return {
+        "python3": sys.executable,
+        "os": _os_release(),
+        "account": account(spec),
+        "docker": engine,
+        "gpus": found_gpus,
+        "layout": layout(spec),
+        "files": {d: files(d) for d in (home, docker_dir, os.path.join(docker_dir, "toolchain"), tools_dir,
+                                        os.path.join(tools_dir, "secret"))},
+        "models": models(home),
+        "tools": tools(tools_dir),
+        "stack": running,
+        "gate": {"stamp": stamp.read(home),
+                 "digest": stamp.digest(home, container and container["image_id"])},
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(read(json.loads(sys.argv[1])), sort_keys=True))

@@ -1,0 +1,64 @@
+"""The running stack, and the record of what `docker compose up` started.
+
+Deciding "does the container run the current compose.yaml" with compose's
+own config hash means starting the docker CLI and compose (Go binaries) on
+every read. Instead, whoever runs `up` (the deploy's stack operation, the
+gate's rollback) records right after it the container's id and the digests
+of the compose.yaml and .env it was started from. The stack is current while
+that container still exists and is running, and the files still match.
+
+    python3 stack.py DOCKER_DIR     write the record after an `up`
+"""
+
+import json
+import os
+import sys
+
+from . import dockerapi, safefs
+
+PROJECT = "sglang"   # compose.yaml's `name:`
+SERVICE = "sglang"   # its one service
+RECORD = ".stack"
+
+
+def container():
+    """The service's container as the engine reports it, or None."""
+    return dockerapi.compose_containers(PROJECT).get(SERVICE)
+
+
+def file_digests(docker_dir):
+    return {name: safefs.sha256_regular(os.path.join(docker_dir, name)) for name in ("compose.yaml", ".env")}
+
+
+def write_private(path, text, like):
+    """Replace ``path`` with ``text`` (never through a symlink), owned like the file ``like``."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    owner = os.stat(like)
+    os.chown(tmp, owner.st_uid, owner.st_gid)
+    os.replace(tmp, path)
+
+
+def record(docker_dir):
+    found = container()
+    text = json.dumps({"container": found and found["id"], **file_digests(docker_dir)}, sort_keys=True)
+    write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, "compose.yaml"))
+
+
+def state(docker_dir):
+    """The container, the record, and whether the container is the one started from the files as they are."""
+    found = container()
+    raw = safefs.read_regular(os.path.join(docker_dir, RECORD), 4096)
+    try:
+        recorded = json.loads(raw) if raw else None
+    except ValueError:
+        recorded = None
+    current = bool(found and recorded and recorded.get("container") == found["id"]
+                   and {k: recorded.get(k) for k in ("compose.yaml", ".env")} == file_digests(docker_dir))
+    return {"container": found, "record": recorded, "current": current}
+
+
+if __name__ == "__main__":
+    record(sys.argv[1])

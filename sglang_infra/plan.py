@@ -1,0 +1,361 @@
+"""One plan per host: the host's data judged and resolved once, against one
+read of the host (its snapshot).
+
+    resolve(name, data, snapshot) -> HostPlan
+
+Every refusal comes from this one pass, made for every host before anything
+runs on any host, one line per problem naming the host, the key and the fix:
+- `check_data`: the data alone (types, typos, unpinned image, the model
+  registry, the toolchain pins). Pure, so it is unit-tested without hosts.
+- `check_host_state`: the data against the host as it is (an account with
+  other ids, admins that do not exist, an unsupported OS, the GPU rules).
+Then every value the tasks need is worked out here, once, into a frozen
+HostPlan. Tasks read the plan and nothing else of the host's data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from pyinfra.api.exceptions import PyinfraError
+
+from . import ACCOUNT, models, platforms, toolchain
+from .gpus import Derived, GpuInventory, derive_flags, parse_snapshot, plan_problems
+from . import render
+from .render import launch_flags, template_path
+from .schema import SCHEMA, image_problem
+
+class DeployDataError(PyinfraError):
+    """Raised while preparing the deploy; pyinfra prints it and exits non-zero."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+def _looks_like_ours(key: str) -> bool:
+    lowered = key.lower().replace("-", "_")
+    if lowered.startswith("sglang") or lowered.startswith("sgl_"):
+        return True
+    return bool(difflib.get_close_matches(lowered, SCHEMA, n=1, cutoff=0.85))
+
+
+def _suggest(key: str) -> str | None:
+    normal = key.lower().replace("-", "_")
+    prefixed = sorted(k for k in SCHEMA if k.startswith(normal))
+    if prefixed:
+        return prefixed[0]
+    close = difflib.get_close_matches(normal, SCHEMA, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
+    """All problems with one host's merged data, as complete sentences."""
+    errors: list[str] = []
+
+    def err(key: str, problem: str, fix: str) -> None:
+        errors.append(f"host {host_name}: {key}: {problem}. Fix: {fix}.")
+
+    for key in sorted(data):
+        if key in SCHEMA or not _looks_like_ours(key):
+            continue
+        guess = _suggest(key)
+        hint = f"did you mean {guess}? " if guess else ""
+        err(key, "unknown key (a typo would silently fall back to the default)",
+            f"{hint}the known keys are listed in README.md and group_data/all.py")
+
+    missing = [key for key in SCHEMA if key not in data]
+    for key in missing:
+        err(key, "missing", "keep group_data/all.py in place; it defines every default")
+
+    for key, spec in SCHEMA.items():
+        if key not in data or key == "sglang_image":
+            continue
+        value = data[key]
+        if not spec.check(value):
+            err(key, f"{value!r} is not {spec.kind}", spec.fix)
+
+    if "sglang_image" in data:
+        problem = image_problem(data["sglang_image"])
+        if problem:
+            err("sglang_image", f"{problem}; an upgrade must be a deliberate change, not drift on a restart",
+                SCHEMA["sglang_image"].fix)
+
+    if errors:
+        return errors
+
+    # Combinations that cannot work.
+    template = template_path(data["sglang_compose_template"])
+    if not template.is_file():
+        err("sglang_compose_template", f"{template} does not exist",
+            "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
+    for key, problem, fix in models.problems(data):
+        err(key, problem, fix)
+    if data["sglang_toolchain_image"]:
+        for key, problem, fix in toolchain.problems(data):
+            err(key, problem, fix)
+    home, tools = data["sglang_home"], data["sglang_tools_dir"]
+    if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
+        err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "
+            "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
+    if data["sglang_docker_source"] == "docker" and not data["sglang_docker_apt_url"]:
+        err("sglang_docker_apt_url", "empty while sglang_docker_source='docker'", "set Docker's repository URL")
+    return errors
+
+
+def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any],
+                     gpus: GpuInventory | None = None) -> list[str]:
+    """Problems between the data and the host as it is now (its snapshot)."""
+    errors: list[str] = []
+
+    def err(key: str, problem: str, fix: str) -> None:
+        errors.append(f"host {host_name}: {key}: {problem}. Fix: {fix}.")
+
+    gpus = gpus if gpus is not None else GpuInventory()
+    for key, problem, fix in plan_problems(data, gpus, derive_flags(data, gpus)):
+        err(key, problem, fix)
+
+    os_release = snapshot.get("os") or {}
+    os_problem = platforms.support_problem(os_release.get("id"), os_release.get("version"),
+                                           data["sglang_docker_source"], engine_works(snapshot.get("docker") or {}))
+    if os_problem:
+        err("os", os_problem[0], os_problem[1])
+    if not snapshot.get("python3"):
+        err("python3", "not installed; the deploy reads the host with it (one command per run)",
+            "install it first: apt-get install -y python3")
+        return errors
+
+    preflight = snapshot["account"]
+    user, group = preflight.get("user"), preflight.get("group")
+    want_uid, want_gid = data["sglang_uid"], data["sglang_gid"]
+    if want_uid is not None and user and user["uid"] != want_uid:
+        err("sglang_uid", f"the existing account sglang has uid {user['uid']}, not {want_uid}; the deploy "
+            "never re-owns files silently",
+            f"set sglang_uid = {user['uid']} for this host, or change it by hand (usermod -u {want_uid} sglang "
+            "and re-own its files) first")
+    if want_gid is not None and group and group["gid"] != want_gid:
+        err("sglang_gid", f"the existing group sglang has gid {group['gid']}, not {want_gid}",
+            f"set sglang_gid = {group['gid']} for this host, or change it by hand (groupmod -g {want_gid} sglang) "
+            "first")
+    uid_owner = preflight.get("uid_owner")
+    if want_uid is not None and not user and uid_owner:
+        err("sglang_uid", f"uid {want_uid} already belongs to the account {uid_owner!r}",
+            "choose a free uid for the fleet, or None")
+    gid_owner = preflight.get("gid_owner")
+    if want_gid is not None and not group and gid_owner:
+        err("sglang_gid", f"gid {want_gid} already belongs to the group {gid_owner!r}",
+            "choose a free gid for the fleet, or None")
+    for admin in data["sglang_admins"]:
+        if admin not in preflight.get("admins_present", ()):
+            err("sglang_admins", f"the user {admin!r} does not exist on this host",
+                f"create {admin!r} first (admins are people, the deploy does not invent them) or remove it "
+                "from sglang_admins")
+    return errors
+
+
+
+def _summary(errors: list[str]) -> str:
+    lines = "\n  - ".join(errors)
+    return f"refused before any change on any host ({len(errors)} problem(s)):\n  - {lines}"
+
+
+def raise_if(errors: list[str]) -> None:
+    if errors:
+        raise DeployDataError(_summary(errors), errors)
+
+
+def engine_works(docker: Mapping[str, Any]) -> bool:
+    """
+    A Docker engine that is up (active unit, answering socket, CLI present)
+    and has the compose v2 CLI plugin. Compose v1 was a standalone program,
+    never a plugin, so the plugin's presence means v2 or newer.
+    """
+    return bool(docker.get("cli") and docker.get("api") and docker.get("active") == "active"
+                and docker.get("compose_plugin"))
+
+
+# ---------------------------------------------------------------- the plan
+
+# The runbook's layout under the home: path below it -> mode.
+LAYOUT = {"": "750", "docker": "755", "hf-cache": "2775", "hf-cache/hub": "2775", "results": "2775"}
+# The toolchain image's build context, beside docker/Dockerfile.
+TOOLCHAIN_CONTEXT = "docker/toolchain"
+# The gate's messages and the benchmark reach the server on the host itself.
+LOCAL_URL = "http://127.0.0.1:{port}"
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: str
+    tools: str
+
+    @property
+    def docker(self) -> str:
+        return f"{self.home}/docker"
+
+    @property
+    def hub(self) -> str:
+        return f"{self.home}/hf-cache/hub"
+
+    @property
+    def token(self) -> str:
+        return f"{self.tools}/secret/hf-token"
+
+    @property
+    def toolchain_context(self) -> str:
+        return f"{self.home}/{TOOLCHAIN_CONTEXT}"
+
+    def layout(self, toolchain_image: bool) -> dict[str, str]:
+        """Each managed directory and its mode."""
+        dirs = {f"{self.home}/{sub}".rstrip("/"): mode for sub, mode in LAYOUT.items()}
+        if toolchain_image:
+            dirs[self.toolchain_context] = "755"
+        return dirs
+
+
+@dataclass(frozen=True)
+class Gate:
+    url: str
+    served_name: str
+    baseline_tok_s: float | None
+    ready_timeout: int
+    toolchain_check: str | None
+    always: bool
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    account: str
+    uid: int | None
+    gid: int | None
+    admins: tuple[str, ...]
+    paths: Paths
+    layout: dict[str, str] = field(repr=False)
+    # Docker engine and the NVIDIA runtime
+    platform: platforms.Platform | None
+    engine_works: bool
+    docker_source: str
+    docker_apt_url: str
+    apt_cache_time: int
+    gpus: GpuInventory = field(repr=False)
+    install_nvidia_toolkit: bool
+    nvidia_toolkit_apt_url: str
+    arch: str | None
+    # models
+    served: models.Model
+    kept: tuple[models.Model, ...]
+    warnings: tuple[str, ...]
+    hub_version: str
+    pip_index_url: str | None
+    hf_endpoint: str | None
+    token: bytes | None = field(repr=False)
+    prune: bool
+    # image and stack
+    image: str
+    image_archive: str | None
+    build: toolchain.BuildContext | None = field(repr=False)
+    serving_image: str
+    derived: dict[str, Derived] = field(repr=False)
+    flags: tuple[dict[str, str], ...] = field(repr=False)
+    data: Mapping[str, Any] = field(repr=False)   # the judged data, for the templates' plain values
+    compose_template: str
+    gate: Gate
+    venv_module: bool   # the host's python3 can make the pull's venv
+    # the rendered files (render.py), set once the rest of the plan is known
+    compose: str = field(default="", repr=False)
+    scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def keep(self) -> list[str]:
+        return [model.pinned for model in self.kept]
+
+
+def snapshot_spec(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the snapshot of a host reads, from its (already judged) data."""
+    paths = Paths(data["sglang_home"], data["sglang_tools_dir"])
+    return {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
+            "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
+            "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
+
+
+def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> HostPlan:
+    """The host's plan; raises DeployDataError naming every problem."""
+    raise_if(check_data(name, data))
+    gpus = parse_snapshot(snapshot.get("gpus"))
+    raise_if(check_host_state(name, data, snapshot, gpus))
+    paths = Paths(data["sglang_home"], data["sglang_tools_dir"])
+    served = models.served(data)
+    build = toolchain.build_context(data, data["sglang_image"]) if data["sglang_toolchain_image"] else None
+    derived = derive_flags(data, gpus)
+    os_release = snapshot.get("os") or {}
+    plan = HostPlan(
+        name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
+        admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
+        platform=platforms.lookup(os_release.get("id"), os_release.get("version")),
+        engine_works=engine_works(snapshot.get("docker") or {}), docker_source=data["sglang_docker_source"],
+        docker_apt_url=data["sglang_docker_apt_url"], apt_cache_time=data["sglang_apt_cache_time"],
+        gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
+        nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
+        served=served, kept=tuple(models.kept(data)), warnings=tuple(models.warnings(data)),
+        hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
+        hf_endpoint=data["sglang_hf_endpoint"], token=models.control_token(data),
+        prune=data["sglang_prune_models"],
+        image=data["sglang_image"], image_archive=data["sglang_image_archive"], build=build,
+        serving_image=build.tag if build else data["sglang_image"],
+        derived=derived, flags=tuple(launch_flags(data, derived, served)),
+        data=dict(data),
+        gate=Gate(url=LOCAL_URL.format(port=data["sglang_port"]), served_name=served.served_name,
+                  baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
+                  toolchain_check=toolchain.check_command() if build else None,
+                  always=data["sglang_validate"] == "always"),
+        compose_template=data["sglang_compose_template"],
+        venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
+    )
+    return replace(plan, compose=render.compose_yaml(plan), scripts=render.scripts(plan))
+
+
+# ---------------------------------------------------------------- preflight: every host, once
+
+_plans: dict[int, dict[str, HostPlan]] = {}
+
+
+def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:
+    from . import factcache
+    from .snapshot import Snapshot
+
+    data = host.data.dict()
+    errors = check_data(host.name, data)
+    if errors:
+        return None, errors
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(data), sort_keys=True))
+    try:
+        return resolve(host.name, data, snapshot), []
+    except DeployDataError as error:
+        return None, error.problems
+
+
+def preflight(host, inventory) -> None:
+    """
+    Resolve every host being deployed, at once and in parallel (one snapshot
+    each), and refuse the run before anything executes when any host has a
+    problem. Called at the top of deploy.py; later calls reuse the plans.
+    """
+    import gevent
+
+    key = id(host.state)
+    if key not in _plans:
+        hosts = inventory.get_active_hosts() or list(inventory)
+        jobs = [gevent.spawn(_resolve_host, h) for h in hosts]
+        gevent.joinall(jobs, raise_error=True)
+        errors = [problem for job in jobs for problem in job.value[1]]
+        raise_if(errors)
+        _plans[key] = {h.name: job.value[0] for h, job in zip(hosts, jobs)}
+
+
+def plan_of(host) -> HostPlan:
+    """This host's plan, resolved by preflight()."""
+    return _plans[id(host.state)][host.name]

@@ -1,0 +1,79 @@
+"""Ships the host-side programs (sglang_infra/hostside/) to the hosts.
+
+A program there may import its neighbours (`from . import manifest`). On a
+host there is no sglang_infra package, so `program()` bundles the entry
+module with every neighbour it imports, transitively, into one
+self-contained Python source: a few lines register the neighbours as
+modules, then the entry runs as __main__. The same text is run with
+`python3 -c` (the snapshot), written into a script (the gate and the
+validation scripts) or uploaded (the pull).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+HOSTSIDE = Path(__file__).resolve().parent / "hostside"
+PACKAGE = "sglang_infra.hostside"
+
+_BOOT = '''\
+# {entry}.py from sglang_infra/hostside, bundled with {neighbours} by sglang_infra/ship.py.
+import sys as _sys, types as _types
+for _name in ("sglang_infra", "{package}"):
+    _sys.modules.setdefault(_name, _types.ModuleType(_name)).__path__ = []
+for _name, _source in {sources}:
+    _module = _types.ModuleType("{package}." + _name)
+    _module.__package__ = "{package}"
+    _sys.modules[_module.__name__] = _module
+    exec(compile(_source, "hostside/" + _name + ".py", "exec"), _module.__dict__)
+    setattr(_sys.modules["{package}"], _name, _module)
+_main = _types.ModuleType("__main__")
+_main.__package__ = "{package}"
+_sys.modules["__main__"] = _main
+exec(compile({entry_source}, "hostside/{entry}.py", "exec"), _main.__dict__)
+'''
+
+
+def _source(name: str) -> str:
+    return (HOSTSIDE / f"{name}.py").read_text(encoding="utf-8")
+
+
+def _neighbours(source: str) -> list[str]:
+    """Modules of this folder that ``source`` imports (`from . import a` or `from .a import b`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found += [node.module] if node.module else [alias.name for alias in node.names]
+    return found
+
+
+def _load_order(entry: str) -> list[str]:
+    """Every neighbour ``entry`` needs, each after the ones it imports itself."""
+    order: list[str] = []
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        if name in order:
+            return
+        if name in trail:
+            raise ValueError(f"hostside modules import each other in a cycle: {' -> '.join(trail + (name,))}")
+        for neighbour in _neighbours(_source(name)):
+            visit(neighbour, trail + (name,))
+        order.append(name)
+
+    visit(entry, ())
+    return order[:-1]
+
+
+@lru_cache(maxsize=None)
+def program(entry: str) -> str:
+    """The self-contained source of hostside/<entry>.py."""
+    neighbours = _load_order(entry)
+    if not neighbours:
+        return _source(entry)
+    return _BOOT.format(
+        entry=entry, package=PACKAGE, neighbours=", ".join(neighbours) or "nothing",
+        sources=repr(tuple((name, _source(name)) for name in neighbours)),
+        entry_source=repr(_source(entry)),
+    )

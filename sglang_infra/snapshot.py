@@ -1,0 +1,35 @@
+"""The Snapshot fact: the one read of a host (hostside/snapshot.py, shipped
+inline by ship.py), as one remote command. Every operation compares the plan
+against this document; factcache reads it once per host until a command
+changes that host.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from pyinfra.api import FactBase
+
+from . import factcache, ship
+
+# A host without python3 still says what it is, so the preflight can name the problem.
+_WITHOUT_PYTHON = (
+    "command -v python3 >/dev/null 2>&1 || { . /etc/os-release 2>/dev/null; "
+    "printf '{\"python3\": null, \"os\": {\"id\": \"%s\", \"version\": \"%s\"}}\\n' \"$ID\" \"$VERSION_ID\"; exit 0; }"
+)
+
+
+class Snapshot(FactBase):
+    """Everything the deploy compares against, as one JSON document (see hostside/snapshot.py)."""
+
+    def command(self, spec: str):
+        return f"{_WITHOUT_PYTHON}; exec python3 -c {shlex.quote(ship.program('snapshot'))} {shlex.quote(spec)}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+def current(host) -> dict:
+    """This host's snapshot as it is now (read again after any command changed the host)."""
+    return factcache.current(host, Snapshot)
