@@ -45,7 +45,7 @@ def current(host, fact_cls):
     read with (the snapshot, first read by the preflight): from the cache, or
     read anew after a command changed the host.
     """
-    return get(host, fact_cls, **_arguments[(id(host.state), host.name, fact_cls)])
+    return get(host, fact_cls, **_arguments.get((id(host.state), host.name, fact_cls), {}))
 
 
 def invalidate(host) -> None:

@@ -110,6 +110,17 @@ def _http_url(value: Any) -> bool:
     return isinstance(value, str) and re.match(r"^https?://[^\s/]+(/[^\s]*)?$", value) is not None
 
 
+def _index_url(value: Any) -> bool:
+    """None, or an http(s) URL whose only placeholder is {cuda_flavor}."""
+    if value is None:
+        return True
+    try:
+        expanded = value.format(cuda_flavor="cu130") if isinstance(value, str) else None
+    except (KeyError, IndexError, ValueError):
+        return False
+    return _http_url(expanded)
+
+
 def _release(value: Any) -> bool:
     return isinstance(value, str) and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", value) is not None
 
@@ -189,8 +200,7 @@ SCHEMA: dict[str, Key] = {
                                "use a nvidia-cuda-nvcc release, e.g. '13.3.73'"),
     "sglang_pip_index_url": Key("None or an http(s) URL", _optional(_http_url),
                                 "use your index's simple URL, or None for pip's default"),
-    "sglang_flashinfer_index_url": Key("None or an http(s) URL (may contain {cuda_flavor})",
-                                       _optional(lambda v: _http_url(str(v).replace("{cuda_flavor}", "cu130"))),
+    "sglang_flashinfer_index_url": Key("None or an http(s) URL whose only placeholder is {cuda_flavor}", _index_url,
                                        "use flashinfer's wheel index, e.g. 'https://flashinfer.ai/whl/{cuda_flavor}'"),
     "sglang_extra_ca_bundle": Key("None or a path to a PEM file on the control machine",
                                   _optional(lambda v: isinstance(v, str) and v != ""),

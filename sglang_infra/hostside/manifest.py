@@ -70,12 +70,17 @@ def problems(repo_dir, data):
             continue
         link, rel = link_target(repo_dir, data["commit"], relpath, blob)
         try:
-            if os.readlink(link) != rel:
-                out.append("wrong link for " + relpath)
-                continue
+            target = os.readlink(link)
+        except OSError:
+            out.append("missing link for " + relpath)
+            continue
+        if target != rel:
+            out.append("wrong link for " + relpath)
+            continue
+        try:
             st = os.lstat(os.path.join(repo_dir, "blobs", blob))
         except OSError:
-            out.append("missing link or blob for " + relpath)
+            out.append("missing blob for " + relpath)
             continue
         if not (st.st_mode & 0o170000 == 0o100000):
             out.append("blob of " + relpath + " is not a regular file")

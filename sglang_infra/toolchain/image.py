@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .. import ship
 from ..render import render_template
-from .pins import flashinfer_index_url, nvcc_release, pins
+from .pins import _require_valid, flashinfer_index_url, nvcc_release, pins
 from .pip import pip_index_options
 
 TEMPLATE = "templates/Dockerfile.j2"

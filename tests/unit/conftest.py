@@ -38,6 +38,17 @@ class FakeHost:
         return f"/tmp/pyinfra-{hashlib.sha1(key.encode()).hexdigest()}"
 
 
+def _short(text: str) -> str:
+    """A shipped host program inside a command, as <hostside/NAME.py>: fixtures stay readable."""
+    import shlex
+
+    from sglang_infra import ship
+
+    for path in ship.HOSTSIDE.glob("*.py"):
+        text = text.replace(shlex.quote(ship.program(path.stem)), f"<hostside/{path.name}>")
+    return text
+
+
 def command_text(command) -> str:
     if isinstance(command, FileUploadCommand) and isinstance(command.src, str):
         return f"upload {command.src} {command.dest}"
@@ -45,10 +56,10 @@ def command_text(command) -> str:
         content = command.src.getvalue()
         return f"upload {command.dest} sha256={hashlib.sha256(content).hexdigest()}"
     if isinstance(command, StringCommand):
-        return str(command)
+        return _short(str(command))
     if isinstance(command, FunctionCommand):
-        return f"function {command.function.__name__}{tuple(command.args)}"
-    return str(command).strip()
+        return _short(f"function {command.function.__name__}{tuple(command.args)}")
+    return _short(str(command).strip())
 
 
 def load_cases(kind: str) -> list[tuple[str, dict]]:
@@ -67,3 +78,28 @@ def pinned_defaults() -> dict:
     data["sglang_models"] = {key: {**entry, "revision": hashlib.sha1(key.encode()).hexdigest()}
                              for key, entry in data["sglang_models"].items()}
     return data
+
+
+def nvidia_smi(case: str | None) -> dict | None:
+    """The snapshot's gpus section from a recorded (or hand-written) nvidia-smi output, None for no GPU."""
+    if case is None:
+        return None
+    base = FIXTURES / "nvidia-smi"
+    return {"query": (base / f"{case}.query.csv").read_text().splitlines(),
+            "topo": (base / f"{case}.topo.txt").read_text().splitlines(), "runtimes": ["nvidia", "runc"]}
+
+
+def converged_snapshot(case: str | None = "rtx4090-2gpu-node", **sections) -> dict:
+    """A snapshot of a converged Debian 13 host: what plan.resolve needs from a host."""
+    docker = {"cli": "/usr/bin/docker", "api": True, "active": "active", "enabled": "enabled",
+              "compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose", "images": {}, "runtimes": ["runc"]}
+    return {"python3": "/usr/bin/python3", "os": {"id": "debian", "version": "13", "arch": "amd64"},
+            "account": {"user": None, "group": None, "supplementary": [], "password_locked": None,
+                        "extra_groups": {}, "admins_present": [], "uid_owner": None, "gid_owner": None},
+            "docker": docker, "gpus": nvidia_smi(case), "tools": {"venv_module": True}, **sections}
+
+
+def plan_for(data: dict, case: str | None = "rtx4090-2gpu-node", **sections):
+    from sglang_infra.plan import resolve
+
+    return resolve("gpu-01", data, converged_snapshot(case, **sections))

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import pinned_defaults
 from harness import PROJECT_DIR
-from sglang_infra.gpus import GpuInventory, derive_flags, parse_fact_output, parse_query, parse_topo, plan_problems
+from sglang_infra.gpus import GpuInventory, derive_flags, parse_query, parse_snapshot, parse_topo, plan_problems
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 DEFAULTS = pinned_defaults()
@@ -17,9 +17,8 @@ AWQ = "QuantTrio/Qwen3.6-35B-A3B-AWQ"
 def inventory(case: str, runtime: bool = True) -> GpuInventory:
     query = (FIXTURES / f"{case}.query.csv").read_text().splitlines()
     topo = (FIXTURES / f"{case}.topo.txt").read_text().splitlines()
-    runtimes = ['{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'] if runtime else \
-        ['{"runc":{"path":"runc"}}']
-    return parse_fact_output(["@query", *query, "@topo", *topo, "@runtimes", *runtimes])
+    runtimes = ["nvidia", "runc"] if runtime else ["runc"]
+    return parse_snapshot({"query": query, "topo": topo, "runtimes": runtimes})
 
 
 def test_recorded_h200():
@@ -51,7 +50,7 @@ def test_eight_nvlinked_h100s():
 
 
 def test_no_gpu_host_reads_nothing():
-    inv = parse_fact_output([])
+    inv = parse_snapshot(None)
     assert inv.count == 0 and inv.links == {} and not inv.nvidia_runtime
 
 

@@ -10,6 +10,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -19,10 +20,13 @@ from huggingface_hub import scan_cache_dir, snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
-from sglang_infra import cachestate, hfpull
+from sglang_infra import ship
+from sglang_infra.hostside import cachestate, hfpull
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "sglang_infra" / "hfpull.py"
+# The program as hosts get it: bundled with its neighbours by the loader.
+SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-")) / "hfpull.py"
+SCRIPT.write_text(ship.program("hfpull"))
 PYTHON = sys.executable
 TOKEN = "hf_standinSECRETtoken0123456789"
 OFFLINE_ENDPOINT = "http://127.0.0.1:9"  # nothing listens: any request would fail

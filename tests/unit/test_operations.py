@@ -40,7 +40,7 @@ SECRET_DIR = "/var/lib/sglang-tools/secret"
 
 def secret_facts(sha: str | None, owner="sglang", mode="600"):
     files = {} if sha is None else {"hf-token": {"owner": owner, "group": owner, "mode": mode, "sha256": sha}}
-    return {"DirectoryFiles": files}
+    return {"Snapshot": {"files": {SECRET_DIR: files}}}
 
 
 def test_the_token_is_uploaded_private_and_only_when_it_differs():
@@ -68,16 +68,14 @@ def test_without_a_token_the_token_file_is_removed():
 def test_image_archive_is_uploaded_and_loaded_once(tmp_path):
     archive = tmp_path / "standin.tar.gz"
     archive.write_bytes(b"not really an image")
-    missing = {"StackState": {"image_id": None, "hashes": {}, "containers": []}}
-    commands, _ = run("image_present", {"image": "sglang-standin:abc", "project_dir": "/opt/sglang/docker",
-                                        "archive": str(archive)}, missing)
+    missing = {"Snapshot": {"docker": {"images": {}}}}
+    commands, _ = run("image_present", {"image": "sglang-standin:abc", "archive": str(archive)}, missing)
     remote = "/var/tmp/sglang-image-" + __import__("hashlib").sha256(archive.read_bytes()).hexdigest()[:16] + ".tar"
     assert commands[0] == f"upload {archive} {remote}"
     assert commands[1].startswith(f"docker load -i {remote} >/dev/null; loaded=$?; rm -f {remote}")
     assert "does not contain sglang-standin:abc" in commands[1]
-    present = {"StackState": {"image_id": "sha256:1", "hashes": {}, "containers": []}}
-    assert run("image_present", {"image": "sglang-standin:abc", "project_dir": "/opt/sglang/docker",
-                                 "archive": str(archive)}, present)[0] == []
+    present = {"Snapshot": {"docker": {"images": {"sglang-standin:abc": {"id": "sha256:1", "labels": {}}}}}}
+    assert run("image_present", {"image": "sglang-standin:abc", "archive": str(archive)}, present)[0] == []
 
 
 def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution():
@@ -89,13 +87,13 @@ def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution(
 def test_checked_file_refuses_to_replace_a_directory():
     with pytest.raises(OperationError, match="not a regular file"):
         run("checked_file", {"dest": "/opt/sglang/docker/compose.yaml", "content": "x", "user": "sglang",
-                             "group": "sglang"}, {"DirectoryFiles": {"compose.yaml": False}})
+                             "group": "sglang"}, {"Snapshot": {"files": {"/opt/sglang/docker": {"compose.yaml": False}}}})
 
 
 def test_layout_chunks_large_repairs():
     paths = [f"/opt/sglang/hf-cache/hub/f{i}" for i in range(450)]
     commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}},
-                      {"Layout": {"dirs": {}, "drift": {"cache_file_mode": paths}}})
+                      {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths}}}})
     assert len(commands) == 3
     assert sum(c.count("/opt/sglang/hf-cache/hub/f") for c in commands) == 450
 
@@ -115,8 +113,8 @@ def test_rejected_candidate_is_removed_and_the_command_fails():
         group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
         commands, _ = run("checked_file", {"dest": str(dest), "content": "bad\n", "user": user, "group": group,
                                            "check": "grep -q good {candidate}"},
-                          {"DirectoryFiles": {dest.name: {"owner": user, "group": group, "mode": "644",
-                                                          "sha256": "0"}}})
+                          {"Snapshot": {"files": {str(dest.parent): {dest.name: {
+                              "owner": user, "group": group, "mode": "644", "sha256": "0"}}}}})
         result = subprocess.run(["sh", "-c", commands[1]], capture_output=True, text=True)
         assert result.returncode != 0
         assert "failed its check, the current file is unchanged" in result.stderr

@@ -5,11 +5,11 @@ import runpy
 
 import yaml
 
-from conftest import pinned_defaults
+from conftest import nvidia_smi, pinned_defaults, plan_for
 from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.defaults import read_defaults
-from sglang_infra.gpus import GpuInventory, derive_flags, parse_fact_output
+from sglang_infra.gpus import GpuInventory, derive_flags, parse_snapshot
 
 DEFAULTS = pinned_defaults()
 
@@ -19,15 +19,12 @@ FIXTURES = PROJECT_DIR / "tests" / "unit" / "fixtures" / "nvidia-smi"
 
 def gpus(case="rtx4090-2gpu-node"):
     """The runbook's own servers by default: two RTX 4090 on separate PCIe host bridges."""
-    if case is None:
-        return GpuInventory()
-    return parse_fact_output(["@query", *(FIXTURES / f"{case}.query.csv").read_text().splitlines(),
-                              "@topo", *(FIXTURES / f"{case}.topo.txt").read_text().splitlines(),
-                              "@runtimes", '{"nvidia":{}}'])
+    return parse_snapshot(nvidia_smi(case))
 
 
 def compose(case="rtx4090-2gpu-node", **overrides):
-    return render.compose_yaml({**DEFAULTS, **overrides}, gpus(case))
+    data = {**DEFAULTS, **({"sglang_require_gpu": False} if case is None else {}), **overrides}
+    return plan_for(data, case).compose
 
 
 def command(case="rtx4090-2gpu-node", **overrides):
@@ -46,7 +43,7 @@ def test_defaults_render_every_runbook_flag_in_order():
 def test_each_flag_carries_its_reason_from_group_data():
     text = compose()
     reasons = {d.key: d.reason for d in read_defaults()}
-    for flag in render.launch_flags(DEFAULTS, derive_flags(DEFAULTS, gpus())):
+    for flag in plan_for(DEFAULTS).flags:
         if flag["key"] in ("reasoning_parser", "tool_call_parser"):
             assert flag["reason"].endswith("[registry entry qwen3.6-35b-a3b-awq]")
         else:
@@ -101,9 +98,9 @@ def test_a_pin_change_names_another_serving_image():
 
 
 def test_the_gate_checks_the_pins_in_the_running_container_only_with_the_layer():
-    assert "docker compose exec -T sglang python3 /usr/local/share/sglang-toolchain/toolchain_check.py" in \
-        render.scripts(DEFAULTS)["gate.sh"]
-    assert "toolchain_check" not in render.scripts({**DEFAULTS, "sglang_toolchain_image": False})["gate.sh"]
+    assert '--toolchain-check "python3 /usr/local/share/sglang-toolchain/toolchain_check.py"' in \
+        plan_for(DEFAULTS).scripts["gate.sh"]
+    assert '--toolchain-check "' not in plan_for({**DEFAULTS, "sglang_toolchain_image": False}).scripts["gate.sh"]
 
 
 def test_debug_flags_are_commented_out_unless_asked():
@@ -153,8 +150,7 @@ def test_a_model_without_parsers_renders_no_parser_flags():
 
 
 def test_env_template_renders_ids():
-    import jinja2
-    text = jinja2.Template(render.env_template_source(), keep_trailing_newline=True).render(uid=995, gid=996)
+    text = render.env_file(995, 996)
     assert "SGLANG_UID=995\nSGLANG_GID=996\n" in text
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra import toolchain
+from sglang_infra import ship, toolchain
 from sglang_infra.toolchain import ToolchainError
 
-CHECK = Path(toolchain.__file__).resolve().parent / "toolchain_check.py"
+CHECK = ship.HOSTSIDE / "toolchain_check.py"
 HASH = "0123456789abcdef" * 4
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 # Docker's reference grammar for name:tag, simplified to what a local name can be.
@@ -222,19 +222,27 @@ def test_malformed_nvcc_versions(version):
 
 
 @pytest.mark.parametrize("key, url, words", [
-    ("sglang_pip_index_url", "ftp://mirror.example/simple", "not an http(s) URL"),
-    ("sglang_pip_index_url", "mirror.example/simple", "not an http(s) URL"),
-    ("sglang_pip_index_url", "http://a b/simple", "not a URL"),
-    ("sglang_flashinfer_index_url", "https://wheels.example/{cuda}", "placeholder other than {cuda_flavor}"),
-    ("sglang_flashinfer_index_url", "https://wheels.example/{}", "placeholder other than {cuda_flavor}"),
+    ("sglang_pip_index_url", "ftp://mirror.example/simple", "is not None or an http(s) URL"),
+    ("sglang_pip_index_url", "mirror.example/simple", "is not None or an http(s) URL"),
+    ("sglang_pip_index_url", "http://a b/simple", "is not None or an http(s) URL"),
+    ("sglang_flashinfer_index_url", "https://wheels.example/{cuda}", "whose only placeholder is {cuda_flavor}"),
+    ("sglang_flashinfer_index_url", "https://wheels.example/{}", "whose only placeholder is {cuda_flavor}"),
 ])
 def test_malformed_index_urls(key, url, words):
-    found_key, what, _ = only(defaults(**{key: url}))
-    assert found_key == key and words in what
+    """Judged once, with every other key's shape (sglang_infra/schema.py)."""
+    from conftest import pinned_defaults
+    from sglang_infra.plan import check_data
+
+    found = check_data("gpu-01", {**pinned_defaults(), key: url})
+    assert len(found) == 1 and found[0].startswith(f"host gpu-01: {key}: ") and words in found[0], found
 
 
 def test_index_urls_may_be_none():
-    assert toolchain.problems(defaults(sglang_pip_index_url=None, sglang_flashinfer_index_url=None)) == []
+    from conftest import pinned_defaults
+    from sglang_infra.plan import check_data
+
+    assert check_data("gpu-01", {**pinned_defaults(), "sglang_pip_index_url": None,
+                                 "sglang_flashinfer_index_url": None}) == []
 
 
 def test_ca_bundle_must_exist_and_hold_a_certificate(tmp_path, ca_file):
@@ -659,10 +667,6 @@ def test_canonical_version(a, b, same):
     finally:
         sys.path.remove(str(CHECK.parent))
     assert (toolchain_check.canonical_version(a) == toolchain_check.canonical_version(b)) is same
-
-
-def test_verify_script_is_the_checked_in_file():
-    assert toolchain.VERIFY_SCRIPT == CHECK.read_text()
 
 
 def test_an_http_index_is_also_named_trusted_or_pip_would_ignore_it():

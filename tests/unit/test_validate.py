@@ -7,7 +7,7 @@ import pytest
 from conftest import pinned_defaults
 from harness import PROJECT_DIR
 from sglang_infra.schema import image_problem
-from sglang_infra.validate import check_data, check_host_state
+from sglang_infra.plan import check_data, check_host_state
 
 DEFAULTS = pinned_defaults()
 
@@ -117,34 +117,50 @@ def test_missing_defaults_are_reported():
     assert any("sglang_image: missing" in e for e in check_data("h", data))
 
 
-@pytest.mark.parametrize("dtype,conv,ok", [
-    ("float16", "float16", True), (None, None, True), ("bfloat16", None, True),
-    ("float16", None, False), ("float16", "bfloat16", False), (None, "float16", False),
-])
-def test_fp16_and_mamba_conv_dtype_go_together(dtype, conv, ok):
-    assert (errors_for(sglang_dtype=dtype, sglang_mamba_conv_dtype=conv) == []) is ok
-
-
-def test_tp_size_cannot_exceed_reserved_gpus():
-    assert errors_for(sglang_tp_size=2, sglang_gpus=2) == []
-    assert "sglang_tp_size <= 1" in errors_for(sglang_tp_size=2, sglang_gpus=1)[0]
-
-
 def test_compose_template_must_exist():
     assert "does not exist" in errors_for(sglang_compose_template="templates/nope.j2")[0]
 
 
 FRESH = {"os_id": "debian", "os_version": "13", "user": None, "group": None, "admins_present": [],
-         "uid_owner": None, "gid_owner": None, "docker_cli": None, "docker_socket": False, "docker_active": "inactive",
-         "docker_compose_plugin": None}
-WORKING_ENGINE = {"docker_cli": "/usr/bin/docker", "docker_socket": True, "docker_active": "active",
-                  "docker_compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
+         "uid_owner": None, "gid_owner": None, "cli": None, "api": False, "active": "inactive",
+         "compose_plugin": None}
+WORKING_ENGINE = {"cli": "/usr/bin/docker", "api": True, "active": "active",
+                  "compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
+_DOCKER = ("cli", "api", "active", "compose_plugin")
+
+
+def snapshot(state: dict) -> dict:
+    """The snapshot sections the host check reads, from one flat mapping."""
+    return {"python3": "/usr/bin/python3", "os": {"id": state["os_id"], "version": state["os_version"]},
+            "docker": {k: state[k] for k in _DOCKER},
+            "account": {k: v for k, v in state.items() if k not in _DOCKER and not k.startswith("os_")}}
 
 
 def host_errors(state=None, **overrides):
     # These cases are about the OS and the account; the GPU plan has its own tests (test_gpus.py).
     data = {**DEFAULTS, "sglang_require_gpu": False, **overrides}
-    return check_host_state("gpu-01", data, {**FRESH, **(state or {})})
+    return check_host_state("gpu-01", data, snapshot({**FRESH, **(state or {})}))
+
+
+@pytest.mark.parametrize("dtype,conv,ok", [
+    ("float16", "float16", True), (None, None, True), ("bfloat16", None, True),
+    ("float16", None, False), ("float16", "bfloat16", False), (None, "float16", False),
+])
+def test_fp16_and_mamba_conv_dtype_go_together(dtype, conv, ok):
+    assert (host_errors(sglang_dtype=dtype, sglang_mamba_conv_dtype=conv) == []) is ok
+
+
+def test_tp_size_cannot_exceed_reserved_gpus():
+    assert host_errors(sglang_tp_size=2, sglang_gpus=2) == []
+    assert "sglang_tp_size <= 1" in host_errors(sglang_tp_size=2, sglang_gpus=1)[0]
+
+
+def test_a_host_without_python3_is_refused_with_the_fix():
+    state = snapshot(FRESH)
+    state["python3"] = None
+    errors = check_host_state("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, state)
+    assert errors == ["host gpu-01: python3: not installed; the deploy reads the host with it (one command per "
+                      "run). Fix: install it first: apt-get install -y python3."]
 
 
 def test_gpu_plan_is_part_of_the_host_check():

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from harness import PROJECT_DIR
-from sglang_infra import validation as v
+from sglang_infra.hostside import checks as v
 
 sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
 import standin_server  # noqa: E402

@@ -1,0 +1,217 @@
+"""The snapshot: the one read of a host (hostside/snapshot.py), run for real
+on temp trees the way the deploy ships it (python3 -c, one JSON document)."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import subprocess
+import sys
+
+import pytest
+
+from sglang_infra import ship
+from sglang_infra.plan import engine_works
+from sglang_infra.snapshot import Snapshot
+
+
+def _ids():
+    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+
+
+def read(home, tools=None, user=None, **spec) -> dict:
+    user = user or _ids()[0]
+    spec = {"user": user, "home": str(home), "tools_dir": str(tools or home.parent / "tools"), "admins": [],
+            "groups": [], "uid": None, "gid": None, "dirs": [], **spec}
+    command = Snapshot().command(spec=json.dumps(spec))
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("\n") == 1
+    return Snapshot().process(out.stdout.splitlines())
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A small home laid out as the deploy leaves it, owned by whoever runs the tests."""
+    home = tmp_path / "home"
+    hub = home / "hf-cache" / "hub"
+    (hub / "models--a--b" / "blobs").mkdir(parents=True)
+    (home / "docker").mkdir()
+    home.chmod(0o750)
+    for d in (home / "hf-cache", hub, hub / "models--a--b", hub / "models--a--b" / "blobs"):
+        d.chmod(0o2775)
+    blob = hub / "models--a--b" / "blobs" / "abc"
+    blob.write_text("x")
+    blob.chmod(0o664)
+    compose = home / "docker" / "compose.yaml"
+    compose.write_text("x")
+    compose.chmod(0o644)
+    return home
+
+
+def _dirs(tree):
+    return [str(tree), str(tree / "docker"), str(tree / "hf-cache"), str(tree / "hf-cache" / "hub")]
+
+
+def test_layout_reads_the_managed_directories_and_no_drift(tree):
+    user, group = _ids()
+    found = read(tree, dirs=_dirs(tree))["layout"]
+    assert found["drift"] == {}
+    assert found["dirs"][str(tree / "hf-cache" / "hub")] == {"owner": user, "group": group, "mode": "2775"}
+    assert set(found["dirs"]) == set(_dirs(tree))
+
+
+def test_layout_finds_each_kind_of_drift(tree):
+    hub = tree / "hf-cache" / "hub"
+    (hub / "models--a--b" / "blobs" / "abc").chmod(0o644)
+    (hub / "models--a--b").chmod(0o775)
+    (tree / "notes.txt").write_text("x")
+    (tree / "notes.txt").chmod(0o666)
+    (tree / "docker" / "compose.yaml").chmod(0o664)
+    assert read(tree, dirs=_dirs(tree))["layout"]["drift"] == {
+        "cache_file_mode": [str(hub / "models--a--b" / "blobs" / "abc")],
+        "cache_dir_mode": [str(hub / "models--a--b")],
+        "world_writable": [str(tree / "notes.txt")],
+        "docker_group_writable": [str(tree / "docker" / "compose.yaml")],
+    }
+
+
+def test_a_file_name_with_a_newline_stays_one_path(tree):
+    """A name planted in the group-writable cache cannot split into a second, chosen path."""
+    planted = tree / "hf-cache" / "hub" / "x\ncache_group=" / "etc" / "passwd"
+    planted.parent.mkdir(parents=True)
+    for d in (planted.parent, planted.parent.parent):
+        d.chmod(0o2775)
+    planted.write_text("x")
+    planted.chmod(0o644)
+    drift = read(tree, dirs=_dirs(tree))["layout"]["drift"]
+    assert drift == {"cache_file_mode": [str(planted)]}
+
+
+def test_layout_is_empty_before_the_home_exists(tmp_path):
+    found = read(tmp_path / "missing", dirs=[str(tmp_path / "missing")])["layout"]
+    assert found == {"dirs": {}, "drift": {}}
+
+
+def test_layout_ignores_symlinks_for_modes(tree):
+    snapshot = tree / "hf-cache" / "hub" / "models--a--b" / "snapshots"
+    snapshot.mkdir()
+    snapshot.chmod(0o2775)
+    (snapshot / "link").symlink_to("../blobs/abc")
+    assert read(tree, dirs=_dirs(tree))["layout"]["drift"] == {}
+
+
+def test_files_reads_owner_mode_and_hash_and_never_follows_a_link(tmp_path):
+    home = tmp_path / "home"
+    docker = home / "docker"
+    docker.mkdir(parents=True)
+    (docker / "compose.yaml").write_text("hello\n")
+    (docker / "compose.yaml").chmod(0o640)
+    (docker / ".env").write_text("")
+    (docker / ".env").chmod(0o644)
+    (docker / "sub").mkdir()
+    (docker / "link").symlink_to("compose.yaml")
+    user, group = _ids()
+    assert read(home)["files"][str(docker)] == {
+        "compose.yaml": {"owner": user, "group": group, "mode": "640",
+                         "sha256": "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"},
+        ".env": {"owner": user, "group": group, "mode": "644",
+                 "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        "sub": False,
+        "link": False,
+    }
+
+
+def test_files_of_missing_directories_are_empty(tmp_path):
+    found = read(tmp_path / "nope")["files"]
+    assert found and all(entries == {} for entries in found.values())
+
+
+def test_the_gate_stamp_is_read_and_the_digest_is_of_the_files_as_they_are(tree):
+    (tree / "docker" / ".validated").write_text("abc123\n")
+    first = read(tree)["gate"]
+    assert first["stamp"] == "abc123"
+    (tree / "docker" / "compose.yaml").write_text("changed")
+    assert read(tree)["gate"]["digest"] != first["digest"]
+
+
+def _hand_pulled_snapshot(hub, commit="a" * 40):
+    repo = hub / "models--org--model"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "b1").write_bytes(b"{}")
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    os.symlink("../../blobs/b1", repo / "snapshots" / commit / "config.json")
+    return repo
+
+
+def test_models_reads_the_cache_and_the_compose_references(tmp_path):
+    home = tmp_path / "home"
+    _hand_pulled_snapshot(home / "hf-cache" / "hub")
+    docker = home / "docker"
+    docker.mkdir()
+    (docker / "compose.yaml").write_text('    labels:\n      sglang.model: "org/model@' + "a" * 40 + '"\n')
+    (docker / "compose.yaml.good").write_text('      sglang.model: "org/model@' + "b" * 40 + '"\n')
+    found = read(home)["models"]
+    revision = found["repos"]["org/model"]["revisions"]["a" * 40]
+    assert revision["complete"] is False and revision["files"] == 1
+    assert found["referenced"] == ["org/model@" + "a" * 40, "org/model@" + "b" * 40]
+
+
+def test_models_of_a_host_without_a_cache(tmp_path):
+    assert read(tmp_path / "none")["models"] == {"repos": {}, "referenced": []}
+
+
+def test_tools_reads_the_venv_release_without_starting_it(tmp_path):
+    tools = tmp_path / "tools"
+    site = tools / "venv" / "lib" / "python3.13" / "site-packages"
+    (site / "huggingface_hub-2.4.0.dist-info").mkdir(parents=True)
+    (tools / "venv" / "bin").mkdir()
+    (tools / "venv" / "bin" / "python").write_text("#!/bin/sh\n")
+    os.chmod(tools / "venv" / "bin" / "python", 0o755)
+    found = read(tmp_path / "home", tools=tools)["tools"]
+    assert found["venv_python"] and found["hub_versions"] == ["2.4.0"] and found["secret"] is None
+    assert found["tools"]["mode"] == oct(os.stat(tools).st_mode & 0o777)[2:]
+    assert read(tmp_path / "home", tools=tmp_path / "none")["tools"]["hub_versions"] == []
+
+
+def test_account_is_read_without_the_password_hash(tmp_path):
+    user, group = _ids()
+    found = read(tmp_path, user=user)["account"]
+    assert found["user"]["name"] == user and group in found["supplementary"]
+    assert found["password_locked"] in (True, False, None)
+    assert "$" not in json.dumps(found)
+
+
+def test_a_host_without_python3_still_says_what_it_is(tmp_path):
+    command = Snapshot().command(spec="{}")
+    # A PATH with only a shell on it: no python3 to be found.
+    (tmp_path / "sh").symlink_to("/bin/sh")
+    out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, env={"PATH": str(tmp_path)})
+    found = Snapshot().process(out.stdout.splitlines())
+    assert found["python3"] is None and "id" in found["os"]
+
+
+WORKING = {"cli": "/usr/bin/docker", "api": True, "active": "active",
+           "compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
+
+
+@pytest.mark.parametrize("broken", [
+    {"compose_plugin": None},   # engine without compose v2 (v1 was never a plugin)
+    {"api": False},             # daemon not answering on its socket
+    {"active": "failed"},       # unit down
+    {"cli": None},              # no client
+])
+def test_engine_works_needs_every_part(broken):
+    assert engine_works(WORKING)
+    assert not engine_works({**WORKING, **broken})
+
+
+def test_the_loader_bundles_a_program_with_the_neighbours_it_imports():
+    source = ship.program("snapshot")
+    for neighbour in ("cachestate", "manifest", "safefs", "dockerapi", "stack", "stamp"):
+        assert f"hostside/{neighbour}.py" in source or f"'{neighbour}'" in source
+    assert ship.program("toolchain_check") == (ship.HOSTSIDE / "toolchain_check.py").read_text()
+    out = subprocess.run([sys.executable, "-c", ship.program("checks"), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "tool-calling" in out.stdout
