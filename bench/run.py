@@ -21,9 +21,12 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,20 +44,41 @@ DRIFTS = (
     "sed -i 's/--mem-fraction-static=0.85/--mem-fraction-static=0.95/' /opt/sglang/docker/compose.yaml",
     "rm /opt/sglang/docker/.env",
 )
+DEPLOY_TIMEOUT = 900  # seconds; one deploy longer than this is killed
 _COMMAND_RE = re.compile(r"^\[(?P<host>[^\]]+)\] >>> ", re.M)
 
 
-def timed_deploy(inventory: Path, *args: str) -> dict:
-    """One pyinfra run as a child process: wall seconds, peak RSS (MiB), output."""
-    started = time.perf_counter()
-    proc = subprocess.Popen([*PYINFRA, "-y", str(inventory), "deploy.py", *args], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
+def timed(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float = DEPLOY_TIMEOUT) -> dict:
+    """One child process, timed whole: wall seconds, peak RSS (MiB), exit code, output.
+
+    The output goes to a file, not a pipe: a helper the child leaves behind
+    (OpenSSH's ControlPersist master, for one) cannot hold the run open. A run
+    longer than ``timeout`` is killed (its whole process group) and reported
+    with return code -9.
+    """
+    with tempfile.TemporaryFile("w+") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        killer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
+        killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            killer.cancel()
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        output = log.read()
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "returncode": proc.returncode,
             "output": output}
+
+
+def timed_deploy(inventory: Path, *args: str, checkout: Path = ROOT) -> dict:
+    """One `pyinfra -y INVENTORY deploy.py` of ``checkout`` (this one by default), run from it and importing
+    from it, with this venv's pyinfra."""
+    return timed([*PYINFRA, "-y", str(inventory), "deploy.py", *args], cwd=checkout,
+                 env=_env({"PYTHONPATH": str(checkout)}))
 
 
 def one_round(count: int, rep: int, state_dir: Path, image: str, base: dict) -> dict:

@@ -2,7 +2,41 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    """Choose this run's prefix for Docker names once per session ($TESTBED_RUN_PREFIX overrides it).
+
+    The pytest process that owns the run (here: $TESTBED_RUN_OWNER) removes the run's Docker objects at the
+    end; pytest processes it starts (the host checks) inherit prefix and owner and leave cleanup to it."""
+    from testbed import hosts
+
+    prefix = hosts.new_run_prefix()
+    owner = os.environ.get(hosts.OWNER_ENV, "")
+    config._testbed_owns_run = (not owner.isdigit() or int(owner) == os.getpid()
+                                or not hosts.pid_alive(int(owner)))
+    if config._testbed_owns_run:
+        os.environ[hosts.OWNER_ENV] = str(os.getpid())
+    os.environ[hosts.RUN_PREFIX_ENV] = prefix
+    hosts.set_run_prefix(prefix)
+
+
+def pytest_unconfigure(config):
+    """Remove every container and volume of this run (hosts, their volumes, the run's stand-in Hub); the shared
+    network, the images and other runs' objects stay."""
+    if getattr(config, "_testbed_owns_run", False):
+        from testbed import hosts
+
+        hosts.remove_run_objects(hosts.run_prefix())
+
+
+def pytest_report_header(config):
+    from testbed import hosts
+
+    return f"testbed run prefix: {hosts.run_prefix()}"
 
 
 def pytest_addoption(parser):
@@ -18,9 +52,12 @@ def pytest_ignore_collect(collection_path, config):
 
 
 @pytest.fixture(scope="session")
-def testbed(tmp_path_factory):
+def testbed(tmp_path_factory, pytestconfig):
     from harness import Testbed
+    from testbed import hosts
 
+    if getattr(pytestconfig, "_testbed_owns_run", False):
+        hosts.remove_stale_runs()  # runs on this machine killed before their cleanup; live runs stay
     bed = Testbed(tmp_path_factory.mktemp("testbed"))
     yield bed
     bed.close()

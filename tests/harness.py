@@ -159,23 +159,34 @@ def run_host_checks(inventory: Path, report_dir: Path) -> CheckReport:
 
 
 class Testbed:
-    """Hosts started by one test session, all removed at its end."""
+    """Hosts started by one test session, all removed at its end.
+
+    Hosts are asked for by logical name ("sg-prod-1": the inventory name and hostname); their containers are
+    named with the session's run prefix (testbed.hosts.run_prefix(), set by conftest.py), so runs sharing this
+    machine never replace or remove each other's hosts."""
 
     def __init__(self, state_dir: Path):
+        # Outside pytest (no prefix chosen yet) the Testbed picks one itself and sweeps it on close.
+        self.owns_prefix = not testbed_hosts.run_prefix()
+        if self.owns_prefix:
+            testbed_hosts.set_run_prefix(testbed_hosts.new_run_prefix())
+        self.prefix = testbed_hosts.run_prefix()
         self.state_dir = state_dir
         self.image = testbed_hosts.ensure_image()
-        # Test hosts have no GPU: they run the stand-in profile, like the sandbox.
+        # Test hosts have no GPU: they run the stand-in profile, like the sandbox, from this run's stand-in Hub.
         self.standin = testbed_hosts.standin_data()
-        self.started: list[str] = []
+        self.started: list[TestHost] = []
 
     def inventory(self, path: Path, groups: dict[str, list[tuple[TestHost, dict[str, Any]]]]) -> Path:
         return write_inventory(path, groups, base=self.standin)
 
     def host(self, name: str) -> TestHost:
-        host = testbed_hosts.start_host(name, self.state_dir, image=self.image)
-        self.started.append(name)
+        host = testbed_hosts.start_host(name, self.state_dir, image=self.image, prefix=self.prefix)
+        self.started.append(host)
         return host
 
     def close(self) -> None:
-        for name in self.started:
-            testbed_hosts.remove_host(name)
+        for host in self.started:
+            testbed_hosts.remove_host(host)
+        if self.owns_prefix:
+            testbed_hosts.remove_run_objects(self.prefix)

@@ -4,12 +4,17 @@ generated model repos over the Hub's wire protocol. Test hosts pull from it
 through `sglang_hf_endpoint`; tests read its request log to count what was
 fetched. Production never points here: `sglang_hf_endpoint` defaults to
 huggingface_hub's own default, the Hub.
+
+Each test run has its own Hub container, named with the run's prefix (its
+request log and throttle are per run); the sandbox uses the unprefixed one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import os
 import subprocess
 import time
 import urllib.request
@@ -106,26 +111,32 @@ class Hub:
         self._call("/_standin/config", {"throttle_bytes_per_s": bytes_per_s})
 
 
-def ensure_hub(name: str = NAME) -> Hub:
-    """Start the stand-in Hub container unless it already runs this SPEC and server; return it."""
+def ensure_hub(name: str | None = None) -> Hub:
+    """Start the stand-in Hub container unless it already runs this SPEC and server; return it.
+
+    By default the current test run's own Hub (its prefix + NAME); outside a test run, NAME."""
+    name = name or hosts.container_name(NAME)
     tag, _ = hosts.ensure_standin_image()
     hosts.ensure_network()
-    spec_file = hosts.CACHE_DIR / "hfstandin-spec.json"
-    spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec_text = json.dumps(SPEC, sort_keys=True)
     source = (HUB_DIR / "server.py").read_bytes()
-    import hashlib
-
     fingerprint = hashlib.sha256(spec_text.encode() + source + tag.encode()).hexdigest()[:12]
+    # Named by its content, so runs (and the sandbox) never rewrite the file another Hub has mounted.
+    spec_file = hosts.CACHE_DIR / f"hfstandin-spec-{hashlib.sha256(spec_text.encode()).hexdigest()[:12]}.json"
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
     inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True)
     if inspect.returncode == 0:
         info = json.loads(inspect.stdout)[0]
         if info["State"]["Running"] and info["Config"]["Labels"].get("sglang-hfhub") == fingerprint:
             return Hub(name, info["NetworkSettings"]["Networks"][hosts.NETWORK]["IPAddress"])
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
-    spec_file.write_text(spec_text)
+    if not spec_file.exists() or spec_file.read_text() != spec_text:
+        partial = spec_file.with_name(f"{spec_file.name}.{os.getpid()}.tmp")
+        partial.write_text(spec_text)
+        os.replace(partial, spec_file)
+    prefix = name[:-len(NAME)] if name.endswith(NAME) else ""
     subprocess.run([
-        "docker", "run", "-d", "--name", name, "--label", hosts.LABEL, "--label", f"sglang-hfhub={fingerprint}",
+        "docker", "run", "-d", "--name", name, *hosts.run_labels(prefix), "--label", f"sglang-hfhub={fingerprint}",
         "--network", hosts.NETWORK, "--restart", "unless-stopped",
         "-v", f"{HUB_DIR}:/opt/hfstandin:ro", "-v", f"{spec_file}:/opt/hfstandin-spec.json:ro",
         "--entrypoint", "python3", tag,
