@@ -21,6 +21,14 @@ class Default:
     section: str
 
 
+def _segment(lines: list[str], node: ast.expr) -> str:
+    """The source of ``node`` (ast.get_source_segment splits the whole file again on every call)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first][node.col_offset:node.end_col_offset]
+    return "\n".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
+
+
 @lru_cache(maxsize=None)
 def read_defaults(path: Path = ALL_DEFAULTS) -> tuple[Default, ...]:
     text = path.read_text(encoding="utf-8")
@@ -40,8 +48,7 @@ def read_defaults(path: Path = ALL_DEFAULTS) -> tuple[Default, ...]:
             if earlier.startswith("# ---"):
                 section = earlier.lstrip("#- ").strip()
                 break
-        out.append(Default(node.targets[0].id, ast.get_source_segment(text, node.value), " ".join(reason_lines),
-                           section))
+        out.append(Default(node.targets[0].id, _segment(lines, node.value), " ".join(reason_lines), section))
     return tuple(out)
 
 

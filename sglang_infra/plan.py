@@ -285,6 +285,11 @@ def snapshot_spec(data: Mapping[str, Any]) -> dict[str, Any]:
 def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> HostPlan:
     """The host's plan; raises DeployDataError naming every problem."""
     raise_if(check_data(name, data))
+    return _resolve_judged(name, data, snapshot)
+
+
+def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> HostPlan:
+    """resolve() for data check_data already accepted."""
     gpus = parse_snapshot(snapshot.get("gpus"))
     raise_if(check_host_state(name, data, snapshot, gpus))
     paths = Paths(data["sglang_home"], data["sglang_tools_dir"])
@@ -321,6 +326,7 @@ def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> 
 # ---------------------------------------------------------------- preflight: every host, once
 
 _plans: dict[int, dict[str, HostPlan]] = {}
+_reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
 
 
 def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:
@@ -333,7 +339,7 @@ def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:
         return None, errors
     snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(data), sort_keys=True))
     try:
-        return resolve(host.name, data, snapshot), []
+        return _resolve_judged(host.name, data, snapshot), []
     except DeployDataError as error:
         return None, error.problems
 
@@ -347,13 +353,13 @@ def preflight(host, inventory) -> None:
     import gevent
 
     key = id(host.state)
-    if key not in _plans:
+    if key not in _reads:
         hosts = inventory.get_active_hosts() or list(inventory)
-        jobs = [gevent.spawn(_resolve_host, h) for h in hosts]
-        gevent.joinall(jobs, raise_error=True)
-        errors = [problem for job in jobs for problem in job.value[1]]
-        raise_if(errors)
-        _plans[key] = {h.name: job.value[0] for h, job in zip(hosts, jobs)}
+        _reads[key] = [(h, gevent.spawn(_resolve_host, h)) for h in hosts]
+    jobs = _reads[key]
+    gevent.joinall([job for _, job in jobs], raise_error=True)
+    raise_if([problem for _, job in jobs for problem in job.value[1]])
+    _plans[key] = {h.name: job.value[0] for h, job in jobs}
 
 
 def plan_of(host) -> HostPlan:

@@ -36,14 +36,16 @@ exec(compile({entry_source}, "hostside/{entry}.py", "exec"), _main.__dict__)
 '''
 
 
+@lru_cache(maxsize=None)
 def _source(name: str) -> str:
     return (HOSTSIDE / f"{name}.py").read_text(encoding="utf-8")
 
 
-def _neighbours(source: str) -> list[str]:
-    """Modules of this folder that ``source`` imports (`from . import a` or `from .a import b`)."""
+@lru_cache(maxsize=None)
+def _neighbours(name: str) -> list[str]:
+    """Modules of this folder that hostside/<name>.py imports (`from . import a` or `from .a import b`)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.parse(_source(name)).body:
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             found += [node.module] if node.module else [alias.name for alias in node.names]
     return found
@@ -58,7 +60,7 @@ def _load_order(entry: str) -> list[str]:
             return
         if name in trail:
             raise ValueError(f"hostside modules import each other in a cycle: {' -> '.join(trail + (name,))}")
-        for neighbour in _neighbours(_source(name)):
+        for neighbour in _neighbours(name):
             visit(neighbour, trail + (name,))
         order.append(name)
 

@@ -10,7 +10,9 @@ changed key fails the check run instead of being trusted.
 
 from __future__ import annotations
 
+import json
 import os
+from functools import cached_property
 from pathlib import Path
 
 import paramiko
@@ -69,6 +71,22 @@ class Target:
         # Replace testinfra's lenient client (it warns on unknown keys) with a strict one.
         self.host.backend.__dict__["client"] = _client(name, data)
         self.sudo = bool(data.get("_sudo")) and user != "root"
+
+    @cached_property
+    def snapshot(self) -> dict:
+        """One read of the host, the same the deploy makes (sglang_infra/snapshot.py)."""
+        from sglang_infra.plan import snapshot_spec
+        from sglang_infra.snapshot import Snapshot
+
+        command = Snapshot().command(spec=json.dumps(snapshot_spec(self.data), sort_keys=True))
+        return Snapshot().process(self.run(command).stdout.splitlines())
+
+    @cached_property
+    def plan(self):
+        """The host's plan, resolved from its data and its snapshot as the deploy resolves it."""
+        from sglang_infra.plan import resolve
+
+        return resolve(self.name, self.data, self.snapshot)
 
     def run(self, command: str):
         if self.sudo:

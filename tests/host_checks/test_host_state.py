@@ -6,8 +6,7 @@ import hashlib
 
 import json
 
-from sglang_infra import ACCOUNT, models, render, toolchain
-from sglang_infra.facts import GpuFacts, ModelCache
+from sglang_infra import ACCOUNT
 from sglang_infra.platforms import NOLOGIN_SHELL
 
 
@@ -98,8 +97,7 @@ def test_docker_compose_is_v2(target):
 def test_compose_yaml_is_the_rendering_of_the_data(target):
     path = f"{target.data['sglang_home']}/docker/compose.yaml"
     remote = target.run(f"sha256sum {path}").stdout.split()[0]
-    gpus = GpuFacts().process(target.run(GpuFacts().command()).stdout.splitlines())
-    assert remote == hashlib.sha256(render.compose_yaml(target.data, gpus).encode()).hexdigest()
+    assert remote == hashlib.sha256(target.plan.compose.encode()).hexdigest()
     assert _stat(target, path) == [ACCOUNT, ACCOUNT, "644"]
 
 
@@ -112,23 +110,20 @@ def test_compose_yaml_is_accepted_by_compose(target):
 def test_compose_pins_the_image(target):
     docker_dir = f"{target.data['sglang_home']}/docker"
     images = target.run(f"docker compose --project-directory {docker_dir} config --images").stdout.split()
-    assert images == [toolchain.serving_image(target.data)]
+    assert images == [target.plan.serving_image]
 
 
 def test_the_serving_image_carries_the_toolchain_pins(target):
-    if not target.data["sglang_toolchain_image"]:
+    if not target.plan.build:
         return
-    result = target.run(f"docker run --rm --entrypoint /bin/sh {toolchain.serving_image(target.data)} "
-                        f"-c '{toolchain.check_command()}'")
+    result = target.run(f"docker run --rm --entrypoint /bin/sh {target.plan.serving_image} "
+                        f"-c '{target.plan.gate.toolchain_check}'")
     assert result.rc == 0 and json.loads(result.stdout.strip().splitlines()[-1])["ok"], result.stdout
 
 
 def test_every_kept_model_is_complete_and_verified_in_the_cache(target):
-    home = target.data["sglang_home"]
-    fact = ModelCache()
-    cache = fact.process(target.run(fact.command(hub=f"{home}/hf-cache/hub", docker_dir=f"{home}/docker"))
-                         .stdout.splitlines())
-    for model in models.kept(target.data):
+    cache = target.snapshot["models"]
+    for model in target.plan.kept:
         revisions = cache["repos"].get(model.repo_id, {}).get("revisions", {})
         assert revisions.get(model.revision, {}).get("complete"), f"{model.pinned} is not complete"
 
