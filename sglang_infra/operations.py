@@ -105,7 +105,7 @@ def service_account(
 
 
 @operation()
-def layout(home: str, dirs: dict[str, str], user: str = "sglang", group: str = "sglang"):
+def layout(home: str, dirs: dict[str, str], user: str, group: str):
     """
     Ensure each of ``dirs`` ({path: octal mode}) exists as ``user:group`` with
     that mode, and that everything under ``home`` conforms: hf-cache entries
@@ -321,7 +321,7 @@ def nvidia_runtime():
 
 
 @operation()
-def pull_tools(tools_dir: str, hub_version: str, script: str, group: str = "sglang", index_url: str | None = None):
+def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_url: str | None = None):
     """
     Ensure the pull's Python environment: ``tools_dir`` (root-owned, readable
     by ``group``), a venv in it with huggingface_hub==``hub_version`` and
@@ -351,7 +351,7 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str = "sgla
 
 
 @operation()
-def secret_file(dest: str, content: bytes | None, user: str = "sglang"):
+def secret_file(dest: str, content: bytes | None, user: str):
     """
     Ensure ``dest`` holds ``content``, mode 0600 and owned by ``user``, or is
     absent when ``content`` is None. The secret is compared by its sha256 and

@@ -164,9 +164,6 @@ def build_context(data: Mapping[str, Any], base_image: str) -> BuildContext:
                         image_tag(base_image, inputs_hash))
 
 
-def render_dockerfile(data: Mapping[str, Any], base_image: str) -> str:
-    return build_context(data, base_image).dockerfile
-
 
 # The check script's text, for callers that run it without the image's copy
 def check_command() -> str:

@@ -46,22 +46,22 @@ def secret_facts(sha: str | None, owner="sglang", mode="600"):
 def test_the_token_is_uploaded_private_and_only_when_it_differs():
     token = b"hf_secret_value_1234567890"
     sha = __import__("hashlib").sha256(token).hexdigest()
-    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token}, secret_facts(None))
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"}, secret_facts(None))
     assert commands[0].startswith(f"upload {SECRET_DIR}/hf-token.upload sha256=")
     assert commands[1] == (f"chown sglang:sglang {SECRET_DIR}/hf-token.upload && chmod 600 {SECRET_DIR}/hf-token.upload"
                            f" && mv -f {SECRET_DIR}/hf-token.upload {SECRET_DIR}/hf-token")
     assert all("hf_secret_value" not in c for c in commands)
-    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token}, secret_facts(sha))
+    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"}, secret_facts(sha))
     assert commands == [] and fake.noops
-    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token},
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"},
                       secret_facts(sha, mode="644"))
     assert len(commands) == 2
 
 
 def test_without_a_token_the_token_file_is_removed():
-    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None}, secret_facts("ab"))
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None, "user": "sglang"}, secret_facts("ab"))
     assert commands == [f"rm -f {SECRET_DIR}/hf-token"]
-    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None}, secret_facts(None))
+    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None, "user": "sglang"}, secret_facts(None))
     assert commands == [] and fake.noops
 
 
@@ -92,7 +92,7 @@ def test_checked_file_refuses_to_replace_a_directory():
 
 def test_layout_chunks_large_repairs():
     paths = [f"/opt/sglang/hf-cache/hub/f{i}" for i in range(450)]
-    commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}},
+    commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
                       {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths}}}})
     assert len(commands) == 3
     assert sum(c.count("/opt/sglang/hf-cache/hub/f") for c in commands) == 450

@@ -276,7 +276,7 @@ def lines(text: str) -> list[str]:
 def test_dockerfile_with_defaults():
     context = toolchain.build_context(defaults(), BASE)
     text = context.dockerfile
-    assert text == toolchain.render_dockerfile(defaults(), BASE)
+    assert text == toolchain.build_context(defaults(), BASE).dockerfile
     ls = lines(text)
     assert ls[[i for i, l in enumerate(ls) if l and not l.startswith("#")][0]] == f"FROM {BASE}"
     assert f'LABEL sglang.toolchain.inputs="{context.inputs_hash}" \\' in ls
@@ -326,18 +326,18 @@ def test_dockerfile_with_ca_bundle(ca_file):
 def test_dockerfile_index_options():
     data = defaults(sglang_pip_index_url="http://127.0.0.1:8080/simple/",
                     sglang_flashinfer_index_url="http://127.0.0.1:8081/{cuda_flavor}/?a=1&b=2")
-    ls = lines(toolchain.render_dockerfile(data, BASE))
+    ls = lines(toolchain.build_context(data, BASE).dockerfile)
     assert "--index-url http://127.0.0.1:8080/simple/ \\" in ls
     assert "--extra-index-url 'http://127.0.0.1:8081/cu130/?a=1&b=2' \\" in ls  # shell-quoted
-    text = toolchain.render_dockerfile(defaults(sglang_flashinfer_index_url=None), BASE)
+    text = toolchain.build_context(defaults(sglang_flashinfer_index_url=None), BASE).dockerfile
     assert "index-url" not in text
 
 
 def test_render_refuses_bad_data_and_bad_base():
     with pytest.raises(ToolchainError, match="sglang_flashinfer_versions"):
-        toolchain.render_dockerfile(defaults(sglang_flashinfer_versions={"flashinfer-cubin": "0.6.13"}), BASE)
+        toolchain.build_context(defaults(sglang_flashinfer_versions={"flashinfer-cubin": "0.6.13"}), BASE).dockerfile
     with pytest.raises(ValueError, match="image reference"):
-        toolchain.render_dockerfile(defaults(), "sglang\nRUN rm -rf /")
+        toolchain.build_context(defaults(), "sglang\nRUN rm -rf /").dockerfile
 
 
 def test_build_context_writes_its_files(tmp_path, ca_file):
