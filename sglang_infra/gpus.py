@@ -164,9 +164,13 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
                          "sglang_require_gpu = False only for a stand-in sandbox"))
     tp = derived["sglang_tp_size"].value
     reserved = data["sglang_gpus"]
+    usable = reserved if reserved != "all" else count
     if reserved != "all" and tp > reserved:
         problems.append(("sglang_tp_size", f"{tp} is larger than sglang_gpus={reserved}, so the model cannot be split",
                          f"set sglang_tp_size <= {reserved} or reserve more GPUs"))
+    elif usable and usable % tp:
+        problems.append(("sglang_tp_size", f"{tp} does not divide the {usable} GPU(s) reserved, so some would idle "
+                         "or the split fails", f"use a divisor of {usable}, or 'derive'"))
     elif count and tp > count:
         problems.append(("sglang_tp_size", f"{tp} is more than the {count} GPU(s) nvidia-smi found",
                          f"set sglang_tp_size to at most {count}, or 'derive'"))

@@ -60,8 +60,20 @@ class Model:
         return f"{self.repo_id}@{self.revision}"
 
 
+def _hub_accepts(repo_id: str) -> bool:
+    """huggingface_hub's own rule for repo ids (no '--' or '..', length, edges), so a pull never crashes on one."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return False
+    return True
+
+
 def is_commit(value: Any) -> bool:
-    return isinstance(value, str) and bool(_COMMIT_RE.match(value))
+    return isinstance(value, str) and bool(_COMMIT_RE.fullmatch(value))
 
 
 def entry(data: Mapping[str, Any], key: str) -> Model:
@@ -116,7 +128,7 @@ def _entry_problems(key: str, raw: Any) -> list[tuple[str, str]]:
             else:
                 out.append((f"entry {key!r} lacks {name!r} ({kind})", f"add {name!r}: {example}"))
     value = raw.get("repo_id")
-    if value is not None and not (isinstance(value, str) and _REPO_ID_RE.match(value)):
+    if value is not None and not (isinstance(value, str) and _REPO_ID_RE.fullmatch(value) and _hub_accepts(value)):
         out.append((f"entry {key!r}: repo_id {value!r} is not {FIELDS['repo_id'][1]}", "use e.g. 'org/name'"))
     value = raw.get("revision")
     if value is not None and not is_commit(value):
@@ -127,7 +139,7 @@ def _entry_problems(key: str, raw: Any) -> list[tuple[str, str]]:
         out.append((f"entry {key!r}: role {value!r} is not {FIELDS['role'][1]}", "use 'production' or 'quality'"))
     for name in ("served_name", "reasoning_parser", "tool_call_parser"):
         value = raw.get(name)
-        if value is not None and not (isinstance(value, str) and _WORD_RE.match(value)):
+        if value is not None and not (isinstance(value, str) and _WORD_RE.fullmatch(value)):
             out.append((f"entry {key!r}: {name} {value!r} is not {FIELDS[name][1]}", f"use e.g. {FIELDS[name][2]}"))
     value = raw.get("baseline_tok_s")
     if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
@@ -180,7 +192,7 @@ def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if key in checked:
             continue
         checked.add(key)
-        if not _KEY_RE.match(key):
+        if not _KEY_RE.fullmatch(key):
             out.append((data_key, f"registry key {key!r} must be lower-case letters, digits, '.', '_' or '-'",
                         "rename the entry"))
         for problem, fix in _entry_problems(key, registry[key]):

@@ -26,7 +26,7 @@ from . import ACCOUNT, models, platforms, toolchain
 from .gpus import Derived, GpuInventory, derive_flags, parse_snapshot, plan_problems
 from . import render
 from .render import launch_flags, template_path
-from .schema import SCHEMA, image_problem
+from .schema import SCHEMA, image_problem, system_dir_problem
 
 class DeployDataError(PyinfraError):
     """Raised while preparing the deploy; pyinfra prints it and exits non-zero."""
@@ -98,6 +98,10 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
         for key, problem, fix in toolchain.problems(data):
             err(key, problem, fix)
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
+    for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
+        problem = system_dir_problem(path)
+        if problem:
+            err(key, problem, "use a directory of its own, e.g. '/opt/sglang' or '/var/lib/sglang-tools'")
     if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
         err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "
             "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")

@@ -82,8 +82,8 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    # A JSON string is a valid YAML double-quoted scalar.
-    env.filters["q"] = lambda value: json.dumps(str(value))
+    # A JSON string is a valid YAML double-quoted scalar; compose interpolates every value, so a `$` is doubled.
+    env.filters["q"] = lambda value: json.dumps(str(value)).replace("$", "$$")
     return env
 
 

@@ -52,7 +52,7 @@ def _one_of(*choices: Any) -> Callable[[Any], bool]:
 
 
 def _flag_word(value: Any) -> bool:
-    return isinstance(value, str) and bool(_FLAG_VALUE_RE.match(value))
+    return isinstance(value, str) and bool(_FLAG_VALUE_RE.fullmatch(value))
 
 
 def _abs_path(value: Any) -> bool:
@@ -60,7 +60,7 @@ def _abs_path(value: Any) -> bool:
         isinstance(value, str) and value.startswith("/") and value != "/"
         and "//" not in value and not value.endswith("/")
         and all(part not in (".", "..") for part in value.split("/"))
-        and re.match(r"^[A-Za-z0-9_./-]+$", value) is not None
+        and re.fullmatch(r"^[A-Za-z0-9_./-]+$", value) is not None
     )
 
 
@@ -76,7 +76,7 @@ def image_problem(value: Any) -> str | None:
     """Why an image reference is not a pinned one, or None when it is."""
     if not isinstance(value, str) or not value:
         return "it must be a string such as 'lmsysorg/sglang:v0.5.16'"
-    match = _IMAGE_RE.match(value)
+    match = _IMAGE_RE.fullmatch(value)
     if not match:
         return f"{value!r} is not a valid image reference"
     if match["digest"]:
@@ -91,7 +91,7 @@ def image_problem(value: Any) -> str | None:
 def _usernames(value: Any) -> bool:
     return (
         isinstance(value, (list, tuple))
-        and all(isinstance(v, str) and _USER_RE.match(v) and v not in ("root", "sglang") for v in value)
+        and all(isinstance(v, str) and _USER_RE.fullmatch(v) and v not in ("root", "sglang") for v in value)
         and len(set(value)) == len(value)
     )
 
@@ -100,14 +100,46 @@ def _gpus(value: Any) -> bool:
     return value == "all" or (_is_int(value) and 1 <= value <= 64)
 
 
+# Set by the deploy itself (templates/compose.yaml.j2, and the toolchain image's ENV): sglang_extra_env may not
+# set them again. A test keeps this list equal to what the templates render.
+DEPLOY_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "HF_MODULES_CACHE", "XDG_CACHE_HOME", "SGLANG_MAMBA_CONV_DTYPE",
+              "CUDA_HOME", "PATH")
+
+
 def _env_mapping(value: Any) -> bool:
     return isinstance(value, dict) and all(
-        isinstance(k, str) and re.match(r"^[A-Z_][A-Z0-9_]*$", k) and isinstance(v, str) and "\n" not in v
+        isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and k not in DEPLOY_ENV
+        and isinstance(v, str) and "\n" not in v and "\0" not in v
         for k, v in value.items())
 
 
+# System directories: the deploy chowns and chmods its home and tools directory, so neither may be one of
+# these (nor a directory below the world-writable or virtual ones).
+SYSTEM_DIRS = frozenset({
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found", "/media",
+    "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/var",
+    "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/local",
+    "/usr/local/bin", "/usr/local/etc", "/usr/local/include", "/usr/local/lib", "/usr/local/sbin",
+    "/usr/local/share", "/usr/local/src", "/usr/sbin", "/usr/share", "/usr/src", "/var/backups", "/var/cache",
+    "/var/lib", "/var/local", "/var/lock", "/var/log", "/var/mail", "/var/opt", "/var/run", "/var/spool",
+    "/var/tmp", "/var/lib/docker",
+})
+NO_DIRS_BELOW = ("/dev/", "/proc/", "/sys/", "/run/", "/tmp/", "/var/tmp/", "/etc/", "/boot/", "/usr/", "/root/",
+                 "/var/lib/docker/")
+
+
+def system_dir_problem(path: str) -> str | None:
+    """Why ``path`` must not be a directory the deploy owns, or None."""
+    if path in SYSTEM_DIRS:
+        return f"{path} is a system directory, which the deploy would re-own and re-mode"
+    below = next((top for top in NO_DIRS_BELOW if path.startswith(top)), None)
+    if below:
+        return f"{path} is below {below.rstrip('/')}, which is the system's (or world-writable)"
+    return None
+
+
 def _http_url(value: Any) -> bool:
-    return isinstance(value, str) and re.match(r"^https?://[^\s/]+(/[^\s]*)?$", value) is not None
+    return isinstance(value, str) and re.fullmatch(r"^https?://[^\s/]+(/[^\s]*)?$", value) is not None
 
 
 def _index_url(value: Any) -> bool:
@@ -122,11 +154,11 @@ def _index_url(value: Any) -> bool:
 
 
 def _release(value: Any) -> bool:
-    return isinstance(value, str) and re.match(r"^[0-9]+(\.[0-9]+){1,3}$", value) is not None
+    return isinstance(value, str) and re.fullmatch(r"^[0-9]+(\.[0-9]+){1,3}$", value) is not None
 
 
 def _https_url(value: Any) -> bool:
-    return isinstance(value, str) and re.match(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
+    return isinstance(value, str) and re.fullmatch(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
 
 SCHEMA: dict[str, Key] = {
@@ -151,7 +183,8 @@ SCHEMA: dict[str, Key] = {
     "sglang_image_archive": Key("None or a path to an image archive on the control machine",
                                 _optional(lambda v: isinstance(v, str) and os.path.isfile(v)),
                                 "point at an existing `docker save` file, or None to pull from the registry"),
-    "sglang_extra_env": Key("a mapping of environment variable names to strings", _env_mapping,
+    "sglang_extra_env": Key("a mapping of environment variable names to one-line strings, none of them one the "
+                            f"deploy sets ({', '.join(DEPLOY_ENV)})", _env_mapping,
                             "use e.g. {'NCCL_P2P_DISABLE': '1'}"),
     "sglang_validate": Key("'on-change' or 'always'", _one_of("on-change", "always"),
                            "use 'on-change', or 'always' to validate on every run"),

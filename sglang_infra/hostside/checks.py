@@ -28,9 +28,34 @@ import urllib.request
 # The failure the runbook saw: reasoning_content full of one repeated
 # character or phrase, next to a structurally clean tool call. Thresholds:
 MAX_CHAR_RUN = 20         # one non-space character this many times in a row is a loop ("!!!!!!!!...")
-MAX_PHRASE_REPEATS = 6    # a 1-12 word phrase repeated back to back this many times is a loop
+MAX_PHRASE_REPEATS = 6    # any run of words repeated back to back this many times is a loop
+SENTENCE_WORDS = 8        # a run of at least this many words (a sentence) ...
+MAX_SENTENCE_REPEATS = 3  # ... is a loop already at this many repeats, however long it is
 MAX_PATTERN_REPEATS = 8   # a 2-24 character pattern repeated back to back this many times is a loop
-_PHRASE_MAX_WORDS = 12
+MAX_SAME_TOOL_CALLS = 1   # the same call (name and arguments) more than once in one answer is a loop
+
+
+def _repeated_block(words: list[str]) -> tuple[list[str], int] | None:
+    """The shortest run of words repeated back to back often enough to be a loop, and how many times.
+
+    For each period p, a stretch where every word equals the word p places later is a block of p words
+    repeated; nothing bounds the block's length, so a long sentence said again and again is found too.
+    """
+    n = len(words)
+    for period in range(1, n // 2 + 1):
+        need = MAX_PHRASE_REPEATS if period < SENTENCE_WORDS else MAX_SENTENCE_REPEATS
+        if period * need > n:
+            continue
+        run = 0
+        for i in range(n - period):
+            run = run + 1 if words[i] == words[i + period] else 0
+            if run >= (need - 1) * period:
+                start = i - run + 1
+                end = i + period
+                while end + 1 < n and words[end + 1] == words[end + 1 - period]:
+                    end += 1
+                return words[start:start + period], (end - start + 1) // period
+    return None
 
 
 def repetition_problem(text: str | None) -> str | None:
@@ -46,16 +71,11 @@ def repetition_problem(text: str | None) -> str | None:
             return f"the pattern {pattern.group(1)!r} repeats {times} times in a row"
     # Words, and runs of one punctuation character as a single token (runs are the rule above's business).
     words = [m.group(0) for m in re.finditer(r"\w+|([^\w\s])\1*", text.lower())]
-    for size in range(1, _PHRASE_MAX_WORDS + 1):
-        i = 0
-        while i + 2 * size <= len(words):
-            count, j = 1, i + size
-            while j + size <= len(words) and words[j:j + size] == words[i:i + size]:
-                count, j = count + 1, j + size
-            if count >= MAX_PHRASE_REPEATS:
-                phrase = " ".join(words[i:i + size])
-                return f"the phrase {phrase!r} repeats {count} times in a row"
-            i = j if count > 1 else i + 1
+    found = _repeated_block(words)
+    if found:
+        phrase = " ".join(found[0])
+        shown = phrase if len(phrase) <= 80 else phrase[:77] + "..."
+        return f"the phrase {shown!r} repeats {found[1]} times in a row"
     return None
 
 
@@ -137,12 +157,21 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
         problem = schema_problem(arguments, schemas[name])
         if problem:
             problems.append(f"the arguments of {name} do not match its schema: {problem}")
+    seen: dict[str, int] = {}
+    for call in calls:
+        function = call.get("function") or {}
+        same = json.dumps([function.get("name"), function.get("arguments")])
+        seen[same] = seen.get(same, 0) + 1
+    for same, count in seen.items():
+        if count > MAX_SAME_TOOL_CALLS:
+            problems.append(f"tool_calls repeats the same call {count} times: {same[:120]}")
     content = message.get("content") or ""
     if _RAW_MARKUP.search(content):
         problems.append(f"raw tool-call markup left in content: {content[:120]!r}")
-    loop = repetition_problem(message.get("reasoning_content"))
-    if loop:
-        problems.append(f"reasoning_content is a repetition loop: {loop}")
+    for field in ("reasoning_content", "content"):
+        loop = repetition_problem(message.get(field))
+        if loop:
+            problems.append(f"{field} is a repetition loop: {loop}")
     return problems
 
 
@@ -151,6 +180,24 @@ def _post(url: str, payload: dict, timeout: float):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     return urllib.request.urlopen(request, timeout=timeout)
+
+
+MAX_ANSWER_BYTES = 16 << 20  # far above any real answer to the checks' prompts
+
+
+def _read_bounded(reply, deadline: float) -> bytes:
+    """The whole body, or OSError when it is not complete by ``deadline`` or grows past MAX_ANSWER_BYTES."""
+    parts, size = [], 0
+    while True:
+        if time.monotonic() > deadline:
+            raise OSError("the answer did not finish in time")
+        block = reply.read1(65536)
+        if not block:
+            return b"".join(parts)
+        size += len(block)
+        if size > MAX_ANSWER_BYTES:
+            raise OSError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+        parts.append(block)
 
 
 def _chat_url(base: str) -> str:
@@ -163,7 +210,7 @@ def check_tool_calling(url: str, model: str, timeout: float) -> dict:
     started = time.monotonic()
     try:
         with _post(_chat_url(url), payload, timeout) as reply:
-            response = json.load(reply)
+            response = json.loads(_read_bounded(reply, started + timeout))
     except urllib.error.HTTPError as error:
         body = error.read().decode(errors="replace")[:200]
         return {"check": "tool_calling", "ok": False, "problems": [f"HTTP {error.code} from the server: {body}"]}
@@ -197,6 +244,9 @@ def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict
     try:
         with _post(_chat_url(url), payload, timeout) as reply:
             for raw in reply:
+                if time.monotonic() - started > timeout:
+                    out["error"] = f"the stream did not finish within {timeout:g} s"
+                    return
                 line = raw.decode().strip()
                 if not line.startswith("data:"):
                     continue
@@ -222,9 +272,13 @@ def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeo
     threads = [threading.Thread(target=_one_stream, args=(url, model, max_tokens, timeout, o)) for o in outs]
     started = time.monotonic()
     for thread in threads:
+        thread.daemon = True   # a request that never ends must not keep the check alive
         thread.start()
-    for thread in threads:
-        thread.join(timeout + 5)
+    deadline = started + timeout + 5
+    for thread, out in zip(threads, outs):
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            out["error"] = f"no complete answer within {timeout:g} s"
     wall = time.monotonic() - started
     errors = [o["error"] for o in outs if "error" in o]
     tokens = sum(o.get("tokens", 0) for o in outs if "error" not in o)
@@ -240,6 +294,8 @@ def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeo
     problems = []
     if errors:
         problems.append(f"{len(errors)} of {concurrency} requests failed: {errors[0]}")
+    elif tokens == 0:
+        problems.append("the server answered every request with no output tokens")
     if baseline:
         floor = baseline * min_fraction
         result["ratio_to_baseline"] = round(throughput / baseline, 3)
@@ -302,7 +358,7 @@ def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: 
             payload = {"model": model, "messages": [{"role": "user", "content": READY_PROMPT}],
                        "max_tokens": 16, "temperature": 0}
             with _post(_chat_url(url), payload, timeout=_left(deadline, 60)) as reply:
-                answer = json.load(reply)
+                answer = json.loads(_read_bounded(reply, min(deadline, time.monotonic() + 60)))
             if answer.get("choices"):
                 return {"check": "ready", "ok": True, "problems": [],
                         "seconds": round(time.monotonic() - started, 1)}

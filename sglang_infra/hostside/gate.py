@@ -12,15 +12,21 @@
 """
 
 import argparse
+import hashlib
 import os
-import shutil
+import stat
 import socket
 import subprocess
 import sys
+import time
 
 from . import checks, stack, stamp
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
+# Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
+# compose's own commands take seconds. The gate as a whole ends within --ready-timeout plus this.
+CHECKS_BUDGET = 900
+COMMAND_TIMEOUT = 120
 
 
 def say(line):
@@ -28,10 +34,36 @@ def say(line):
 
 
 def copy(source, dest):
-    """cp -p: content, mode, times and owner (the gate runs as root; the files belong to the account)."""
-    shutil.copy2(source, dest)
+    """
+    cp -p, atomically and checked: the content goes to a new file beside
+    ``dest`` (never through a symlink), is flushed to disk and read back,
+    and only then takes the name, with the source's mode and owner (the gate
+    runs as root; the files belong to the account). A full disk raises
+    instead of leaving a truncated copy.
+    """
+    with open(source, "rb") as handle:
+        content = handle.read()
     owner = os.stat(source)
-    os.chown(dest, owner.st_uid, owner.st_gid)
+    tmp = f"{dest}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        with open(tmp, "rb") as handle:
+            if hashlib.sha256(handle.read()).digest() != hashlib.sha256(content).digest():
+                raise OSError(f"{tmp} does not read back as {source}")
+        os.chown(tmp, owner.st_uid, owner.st_gid)
+        os.chmod(tmp, stat.S_IMODE(owner.st_mode))
+        os.utime(tmp, ns=(owner.st_atime_ns, owner.st_mtime_ns))
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 class Gate:
@@ -41,7 +73,12 @@ class Gate:
         self.docker_dir = os.path.join(args.home, "docker")
 
     def compose(self, *words):
-        return subprocess.run(["docker", "compose", *words], cwd=self.docker_dir, capture_output=True, text=True)
+        try:
+            return subprocess.run(["docker", "compose", *words], cwd=self.docker_dir, capture_output=True, text=True,
+                                  timeout=COMMAND_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(words, 124, "", f"docker compose {words[0]} took over "
+                                                               f"{COMMAND_TIMEOUT} s")
 
     def gone(self):
         found = stack.container()
@@ -68,8 +105,15 @@ class Gate:
                 say(reason)
                 return reason
             say("toolchain check passed")
+        deadline = time.monotonic() + CHECKS_BUDGET
         for script in stamp.SCRIPTS:
-            found = subprocess.run(["bash", os.path.join(self.home, script)], capture_output=True, text=True)
+            try:
+                found = subprocess.run(["bash", os.path.join(self.home, script)], capture_output=True, text=True,
+                                       timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                reason = f"{script}: did not finish within the gate's {CHECKS_BUDGET} s for the checks"
+                say(reason)
+                return reason
             lines = (found.stdout + found.stderr).strip().splitlines()
             summary = [line for line in lines if line.startswith("{")][-1:]
             if found.returncode != 0:
@@ -92,11 +136,19 @@ class Gate:
     def run(self):
         failed = self.validate()
         if failed is None:
-            self.keep(".good")
+            try:
+                self.keep(".good")
+            except OSError as error:
+                say(f"FAILED: the checks passed, but the known-good copy could not be saved ({error}); "
+                    "nothing was stamped, the previous known-good config is kept")
+                return 1
             self.stamp()
             say("passed; this config is now the last known-good one")
             return 0
-        self.keep(".failed")
+        try:
+            self.keep(".failed")
+        except OSError as error:
+            say(f"could not keep the failed config as *.failed ({error})")
         good = [os.path.join(self.docker_dir, name + ".good") for name in ("compose.yaml", ".env")]
         if not all(os.path.isfile(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")

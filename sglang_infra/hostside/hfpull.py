@@ -172,7 +172,18 @@ class FileLock:
 
     def try_acquire(self) -> bool:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o664)
+        try:
+            # Never through a symlink planted in the group-writable cache.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o664)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise PullError(f"{self.path} is a symlink, not a lock file; it is never followed. Remove it "
+                                f"(rm {self.path}) and run again", EXIT_LOCKED) from e
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PullError(f"{self.path} is not a regular file, so it is no lock; remove it and run again",
+                            EXIT_LOCKED)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -187,10 +198,11 @@ class FileLock:
         if not same:
             os.close(fd)
             return False
-        try:
-            os.fchmod(fd, 0o664)
-        except OSError:
-            pass  # someone else's lock file; group-writable already or not ours to change
+        if os.fstat(fd).st_uid == os.geteuid():
+            try:
+                os.fchmod(fd, 0o664)
+            except OSError:
+                pass
         self.fd = fd
         return True
 

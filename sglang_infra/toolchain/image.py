@@ -66,7 +66,7 @@ def _docker_quote(value: str) -> str:
 
 
 def _check_base_image(base_image: str) -> None:
-    if not isinstance(base_image, str) or not _IMAGE_REF.match(base_image):
+    if not isinstance(base_image, str) or not _IMAGE_REF.fullmatch(base_image):
         raise ValueError(f"base image {base_image!r} is not an image reference")
 
 

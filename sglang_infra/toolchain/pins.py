@@ -44,7 +44,7 @@ class ToolchainError(ValueError):
 
 def cuda_major(flavor: str) -> int:
     """'cu130' -> 13, 'cu129' -> 12."""
-    match = _FLAVOR.match(flavor) if isinstance(flavor, str) else None
+    match = _FLAVOR.fullmatch(flavor) if isinstance(flavor, str) else None
     if not match:
         raise ValueError(f"CUDA flavour {flavor!r} is not of the form cuXYZ (e.g. cu130)")
     return int(match.group(1))
@@ -53,7 +53,7 @@ def cuda_major(flavor: str) -> int:
 def jit_cache_version(version: str, cuda_flavor: str) -> str:
     """flashinfer-jit-cache's version: the flashinfer release with the CUDA flavour as local label."""
     cuda_major(cuda_flavor)
-    if not isinstance(version, str) or not _RELEASE.match(version):
+    if not isinstance(version, str) or not _RELEASE.fullmatch(version):
         raise ValueError(f"flashinfer version {version!r} is not a release like 0.6.14 or 0.6.14.post1")
     return f"{version}+{cuda_flavor}"
 
@@ -98,7 +98,7 @@ def _problems_flavors(data, out) -> bool:
     ok = True
     for key in ("sglang_cuda_flavor", "sglang_image_cuda_flavor"):
         value = data.get(key)
-        if not (isinstance(value, str) and _FLAVOR.match(value)):
+        if not (isinstance(value, str) and _FLAVOR.fullmatch(value)):
             out.append((key, f"{value!r} is not a CUDA flavour of the form cuXYZ",
                         "write it as flashinfer's wheel index names it, e.g. cu130 for CUDA 13.0"))
             ok = False
@@ -122,7 +122,7 @@ def _problems_flavors(data, out) -> bool:
 
 def _problems_flashinfer(data, out) -> None:
     base = data.get("sglang_flashinfer_version")
-    base_ok = isinstance(base, str) and bool(_RELEASE.match(base))
+    base_ok = isinstance(base, str) and bool(_RELEASE.fullmatch(base))
     if isinstance(base, str) and "+" in base:
         out.append(("sglang_flashinfer_version",
                     f"{base!r} has a local version label; the jit-cache's +cuXYZ label comes from "
@@ -144,7 +144,7 @@ def _problems_flashinfer(data, out) -> None:
             out.append(("sglang_flashinfer_versions", f"{name!r} is not one of {', '.join(FLASHINFER_PACKAGES)}",
                         "remove it"))
             overrides_ok = False
-        elif not (isinstance(version, str) and _RELEASE.match(version)):
+        elif not (isinstance(version, str) and _RELEASE.fullmatch(version)):
             out.append(("sglang_flashinfer_versions",
                         f"{name}: {version!r} is not a release like 0.6.14 (without a local label)",
                         "write the plain release; the jit-cache's +cuXYZ comes from sglang_cuda_flavor"))
@@ -152,7 +152,7 @@ def _problems_flashinfer(data, out) -> None:
     if not (base_ok and overrides_ok):
         return
     versions = flashinfer_versions(data)
-    flavor_ok = isinstance(data.get("sglang_cuda_flavor"), str) and _FLAVOR.match(data["sglang_cuda_flavor"])
+    flavor_ok = isinstance(data.get("sglang_cuda_flavor"), str) and _FLAVOR.fullmatch(data["sglang_cuda_flavor"])
     shown = {name: (jit_cache_version(v, data["sglang_cuda_flavor"]) if name == JIT_CACHE and flavor_ok else v)
              for name, v in versions.items()}
     for name in FLASHINFER_PACKAGES:
@@ -168,7 +168,7 @@ def _problems_flashinfer(data, out) -> None:
 
 def _problems_nvcc(data, out, flavors_ok: bool) -> None:
     version = data.get("sglang_nvcc_version")
-    if not (isinstance(version, str) and _NVCC_VERSION.match(version)):
+    if not (isinstance(version, str) and _NVCC_VERSION.fullmatch(version)):
         out.append(("sglang_nvcc_version", f"{version!r} is not an {NVCC_PACKAGE} release like 13.3.73",
                      f"pin a release of {NVCC_PACKAGE} (the CUDA 13 package)"))
         return
@@ -198,7 +198,10 @@ def _problems_ca(data, out) -> None:
         out.append(("sglang_extra_ca_bundle", f"{path} cannot be read on the control machine: "
                     f"{error.strerror or error}", fix))
         return
-    if "BEGIN CERTIFICATE" not in text:
+    if "PRIVATE KEY" in text:
+        out.append(("sglang_extra_ca_bundle", f"{path} holds a private key; it would be copied into the image "
+                    "and onto every host", "point it at the CA certificates alone"))
+    elif "BEGIN CERTIFICATE" not in text:
         out.append(("sglang_extra_ca_bundle", f"{path} holds no PEM certificate (no BEGIN CERTIFICATE line)", fix))
 
 

@@ -319,6 +319,33 @@ def test_pull_waits_for_the_repo_lock_then_fails_clearly(tmp_path):
     assert r.err.count("\n") == 1 and "another pull of org/m holds" in r.err and "Traceback" not in r.err
 
 
+def test_a_planted_lock_symlink_is_never_followed_nor_waited_on(tmp_path):
+    """A member of the group links the repo's lock to a file the account owns: the pull refuses at once."""
+    target = tmp_path / "compose.yaml"
+    target.write_text("services: {}\n")
+    target.chmod(0o644)
+    lock = repo_dir(tmp_path, "org/m") / hfpull.PULL_LOCK
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.symlink_to(target)
+    started = time.monotonic()
+    r = pull(tmp_path, "org/m", "a" * 40, None, "--lock-wait", "30")
+    assert r.rc == hfpull.EXIT_LOCKED, r
+    assert time.monotonic() - started < 20
+    assert f"{lock} is a symlink, not a lock file" in r.err and "Traceback" not in r.err
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_a_lock_file_of_another_owner_keeps_its_mode(tmp_path, monkeypatch):
+    path = tmp_path / "x.lock"
+    path.write_text("")
+    path.chmod(0o600)
+    monkeypatch.setattr(hfpull.os, "geteuid", lambda: os.getuid() + 1)
+    lock = hfpull.FileLock(str(path))
+    assert lock.try_acquire()
+    lock.release()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
 def test_unsafe_repo_paths_are_refused():
     for bad in ("../x", "/etc/passwd", "a/../../b", "a//b", "a\\b", ""):
         with pytest.raises(hfpull.VerifyError):

@@ -108,3 +108,12 @@ def test_prune_plan_keeps_kept_and_referenced_revisions():
     }, "referenced": ["b/two@" + "3" * 40]}
     plan = prune_plan(cache, ["A/One@" + "1" * 40])
     assert plan == [("a/one", "2" * 40, 20), ("c/three", "4" * 40, 40)]
+
+
+@pytest.mark.parametrize("repo_id", ["a--b/model", "org/x..y", "org/name.git", "-org/name", "org/" + "n" * 97,
+                                     "QuantTrio/Qwen3.6-27B-AWQ\n"])
+def test_a_repo_id_huggingface_hub_rejects_is_refused_up_front(repo_id):
+    registry = {**DEFAULTS["sglang_models"]}
+    registry["qwen3.6-35b-a3b-awq"] = {**registry["qwen3.6-35b-a3b-awq"], "repo_id": repo_id}
+    errors = errors_for(sglang_models=registry)
+    assert any("repo_id" in e for e in errors), errors

@@ -116,7 +116,7 @@ def test_service_shape():
     assert service["pull_policy"] == "never"
     assert service["ipc"] == "host"
     assert service["ports"] == ["127.0.0.1:31000:31000"]
-    assert service["volumes"] == ["/opt/sglang/hf-cache:/hf-cache"]
+    assert service["volumes"] == ["/opt/sglang/hf-cache:/hf-cache:ro", "cache:/var/cache/sglang"]
     assert service["environment"]["HF_HOME"] == "/hf-cache"
     assert service["healthcheck"]["start_period"] == "900s"
     assert "31000/health" in service["healthcheck"]["test"][-1]
@@ -165,3 +165,26 @@ def test_readme_variables_table_mirrors_group_data():
     rows = {m[0]: m[1] for m in re.findall(r"^\| `((?:sglang|ssh)_\w+)` \| `([^`]*)` \|", readme, re.M)}
     # Multi-line defaults (the registry) appear on one line in the table.
     assert rows == {d.key: " ".join(d.default_source.split()) for d in read_defaults()}
+
+
+def test_the_server_reads_the_cache_read_only_and_writes_elsewhere():
+    service = yaml.safe_load(compose())["services"]["sglang"]
+    assert "/opt/sglang/hf-cache:/hf-cache:ro" in service["volumes"]
+    assert service["environment"]["XDG_CACHE_HOME"].startswith("/var/cache/sglang")
+    assert service["environment"]["HF_MODULES_CACHE"].startswith("/var/cache/sglang/")
+
+
+def test_a_dollar_in_any_value_reaches_the_container_as_it_was_written():
+    """compose interpolates $VAR in every value; a literal $ must be doubled."""
+    text = compose(sglang_extra_env={"NCCL_SOCKET_IFNAME": "=$HOME"})
+    assert '"=$$HOME"' in text
+    assert yaml.safe_load(text)["services"]["sglang"]["environment"]["NCCL_SOCKET_IFNAME"] == "=$$HOME"
+
+
+def test_extra_env_may_not_set_what_the_deploy_sets():
+    from sglang_infra.schema import DEPLOY_ENV
+
+    rendered = set(yaml.safe_load(compose())["services"]["sglang"]["environment"])
+    image_env = {line.split("=")[0].split()[-1] for line in plan_for(DEFAULTS).build.dockerfile.splitlines()
+                 if line.startswith("ENV ") or line.strip().startswith("PATH=")}
+    assert rendered | image_env == set(DEPLOY_ENV)

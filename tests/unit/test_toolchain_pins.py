@@ -676,3 +676,10 @@ def test_an_http_index_is_also_named_trusted_or_pip_would_ignore_it():
         "--index-url http://mirror.internal:8080/simple", "--extra-index-url https://wheels.example/cu130",
         "--trusted-host mirror.internal:8080"]
     assert pip_index_options(None, None) == []
+
+
+def test_a_ca_bundle_holding_a_private_key_is_refused(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text(PEM + "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----\n")
+    key, what, _ = only(defaults(sglang_extra_ca_bundle=str(bundle)))
+    assert key == "sglang_extra_ca_bundle" and "private key" in what

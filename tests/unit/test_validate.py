@@ -203,3 +203,39 @@ def test_fixed_ids_taken_by_others_are_refused():
 def test_missing_admins_are_named():
     errors = host_errors({"admins_present": ["alice"]}, sglang_admins=["alice", "bob"])
     assert len(errors) == 1 and "the user 'bob' does not exist" in errors[0]
+
+
+@pytest.mark.parametrize("key,value", [
+    ("sglang_home", "/opt/sglang\n"), ("sglang_image", "lmsysorg/sglang:v0.5.16\n"),
+    ("sglang_hf_endpoint", "https://hub.example\n"), ("sglang_huggingface_hub_version", "2.4.0\n"),
+    ("sglang_cuda_graph_backend_prefill", "disabled\n"), ("sglang_extra_env", {"A\n": "1"}),
+    ("sglang_pip_index_url", "https://pypi.example/simple\n"),
+])
+def test_a_trailing_newline_never_passes_a_pattern(key, value):
+    errors = errors_for(**{key: value})
+    assert errors and errors[0].startswith(f"host gpu-01: {key}: ")
+
+
+@pytest.mark.parametrize("key", ["sglang_home", "sglang_tools_dir"])
+@pytest.mark.parametrize("path", ["/etc", "/usr", "/var", "/opt", "/home", "/tmp", "/root", "/var/lib",
+                                  "/tmp/sglang", "/usr/local/sglang", "/var/lib/docker"])
+def test_system_directories_are_refused(key, path):
+    other = {"sglang_home": "/srv/sglang-home", "sglang_tools_dir": "/srv/sglang-tools"}
+    errors = errors_for(**{**other, key: path})
+    assert any(e.startswith(f"host gpu-01: {key}: {path} is") for e in errors), errors
+
+
+def test_own_directories_pass():
+    assert errors_for(sglang_home="/srv/sglang", sglang_tools_dir="/var/lib/sglang-tools") == []
+
+
+@pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "0"}, {"HF_HOME": "/x"}, {"SGLANG_MAMBA_CONV_DTYPE": "x"},
+                                 {"CUDA_HOME": "/x"}, {"1BAD": "x"}, {"A-B": "x"}, {"OK": "two\nlines"}])
+def test_extra_env_refuses_the_deploys_own_keys_and_bad_names(env):
+    errors = errors_for(sglang_extra_env=env)
+    assert len(errors) == 1 and errors[0].startswith("host gpu-01: sglang_extra_env: ")
+
+
+def test_tp_size_must_divide_the_reserved_gpus():
+    assert "does not divide the 4 GPU(s) reserved" in host_errors(sglang_tp_size=3, sglang_gpus=4)[0]
+    assert host_errors(sglang_tp_size=2, sglang_gpus=4) == []

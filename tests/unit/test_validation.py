@@ -39,6 +39,11 @@ LOOPS = [
     ("Paris Paris Paris Paris Paris Paris Paris Paris Paris", "repeats"),
     ("so the answer is so the answer is so the answer is so the answer is so the answer is so the answer is",
      "repeats"),
+    # A 20-word sentence said 30 times: no phrase-length limit hides it.
+    (" ".join(["The user wants the weather in Paris so I should call the weather tool with the city and unit now."]
+              * 30), "repeats 30 times"),
+    ("Fine. " + "I will now call get_weather for Paris in celsius as the user asked me to do today. " * 3,
+     "repeats 3 times"),
 ]
 
 
@@ -246,3 +251,112 @@ def test_ready_times_out_on_a_server_that_never_loads(standin):
 def test_ready_times_out_when_nothing_listens():
     result = v.wait_ready(f"http://127.0.0.1:{free_port()}", "m", timeout=0.5, every=10, poll=0.1)
     assert not result["ok"] and "URLError" in result["problems"][0]
+
+
+def test_a_sentence_said_twice_is_not_yet_a_loop():
+    sentence = "The user wants the weather in Paris so I should call the weather tool with the city."
+    assert v.repetition_problem(f"{sentence} {sentence}") is None
+
+
+def test_a_loop_in_content_fails_the_check():
+    message = {"content": "Sure! " * 40, "tool_calls": [call('{"city": "Paris", "unit": "celsius"}')]}
+    problems = v.tool_call_problems(response(message), [v.WEATHER_TOOL])
+    assert any(p.startswith("content is a repetition loop") for p in problems), problems
+
+
+def test_forty_identical_tool_calls_fail_the_check():
+    message = {"content": "", "tool_calls": [call('{"city": "Paris", "unit": "celsius"}')] * 40}
+    problems = v.tool_call_problems(response(message), [v.WEATHER_TOOL])
+    assert any("repeats the same call 40 times" in p for p in problems), problems
+
+
+# ---------------------------------------------------------------- servers that never finish, on loopback
+class _Misbehaving:
+    """A loopback server that answers /health but whose completions never end (or carry no tokens)."""
+
+    def __init__(self, mode: str):
+        import http.server
+        import threading
+
+        self.stop = threading.Event()
+        stop, outer = self.stop, self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream" if body.get("stream") else "application/json")
+                self.end_headers()
+                if mode == "no_tokens":
+                    chunk = {"choices": [], "usage": {"completion_tokens": 0}}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+                    return
+                for _ in range(600):   # at most 30 s, then the test server gives up by itself
+                    if stop.is_set():
+                        return
+                    try:
+                        self.wfile.write(b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+                                         if body.get("stream") else b" ")
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    time.sleep(0.05)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        outer.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def misbehaving():
+    made = []
+
+    def start(mode):
+        made.append(_Misbehaving(mode))
+        return made[-1].url
+
+    yield start
+    for server in made:
+        server.close()
+
+
+def test_a_stream_that_never_finishes_is_an_error_not_a_pass(misbehaving):
+    started = time.monotonic()
+    result = v.run_benchmark(misbehaving("endless"), "m", concurrency=2, max_tokens=4, timeout=1.5, baseline=None,
+                             min_fraction=0.8, results_dir=None)
+    assert not result["ok"] and result["errors"] == 2, result
+    assert time.monotonic() - started < 10
+
+
+def test_a_benchmark_with_no_output_tokens_fails_even_without_a_baseline(misbehaving):
+    result = v.run_benchmark(misbehaving("no_tokens"), "m", concurrency=2, max_tokens=4, timeout=5, baseline=None,
+                             min_fraction=0.8, results_dir=None)
+    assert not result["ok"] and "no output tokens" in result["problems"][0], result
+
+
+def test_a_tool_call_answer_that_never_ends_is_bounded(misbehaving):
+    started = time.monotonic()
+    result = v.check_tool_calling(misbehaving("endless"), "m", timeout=1.5)
+    assert not result["ok"] and time.monotonic() - started < 10
+
+
+def test_the_readiness_wait_ends_within_its_timeout_when_completions_never_return(misbehaving):
+    started = time.monotonic()
+    result = v.wait_ready(misbehaving("endless"), "m", timeout=2, every=10, poll=0.1)
+    assert not result["ok"] and time.monotonic() - started < 2 + 1.5, result
