@@ -22,15 +22,11 @@ from .toolchain import pip_index_options
 
 q = shlex.quote
 
-# Drift categories the snapshot lists (hostside/snapshot.py, layout), each with the fix the layout operation applies.
-DRIFT_FIXES = {
-    "cache_group": "chgrp -h {group}",     # entry in hf-cache lost the shared group
-    "cache_file_mode": "chmod g+rw",       # file in hf-cache lost group read/write
-    "cache_dir_mode": "chmod g+rwxs",      # directory in hf-cache lost group rwx or setgid
-    "owner": "chown -h {user}:{group}",    # entry outside hf-cache not owned by the account
-    "world_writable": "chmod o-w",         # anything under home writable by everyone
-    "docker_group_writable": "chmod g-w",  # docker/ content must not be group-writable
-}
+# Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
+DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
+                    "docker_group_writable")
+# Paths per repair command, so a large repair never exceeds the remote's argument limit.
+REPAIR_CHUNK = 200
 
 
 @operation()
@@ -116,18 +112,17 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
     """
     found = current(host)["layout"]
     changed = False
+    program = q(ship.program("repair"))
     for path, mode in dirs.items():
         if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:
             changed = True
-            yield f"install -d -o {q(user)} -g {q(group)} -m {mode} {q(path)}"
-    for category, template in DRIFT_FIXES.items():
+            yield f"python3 -c {program} dir={mode} {q(home)} {q(user)} {q(group)} {q(path)}"
+    for category in DRIFT_CATEGORIES:
         paths = found["drift"].get(category, [])
-        fix = template.format(user=q(user), group=q(group))
-        # Chunked so a large repair never exceeds the remote's argument limit.
-        for start in range(0, len(paths), 200):
+        for start in range(0, len(paths), REPAIR_CHUNK):
             changed = True
-            chunk = " ".join(q(p) for p in paths[start:start + 200])
-            yield f"{fix} -- {chunk}"
+            chunk = " ".join(q(p) for p in paths[start:start + REPAIR_CHUNK])
+            yield f"python3 -c {program} {category} {q(home)} {q(user)} {q(group)} {chunk}"
     if not changed:
         host.noop(f"{home} and everything under it already conform")
 

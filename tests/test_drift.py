@@ -35,7 +35,15 @@ DRIFTS = {
     ".env deleted": "rm /opt/sglang/docker/.env",
     "world-writable file": "touch /opt/sglang/notes.txt && chown sglang:sglang /opt/sglang/notes.txt && "
                            "chmod 666 /opt/sglang/notes.txt",
+    # A group member's names and links, aimed at root: a file whose name holds a newline and the text of a
+    # drift line, and a link to /etc/passwd, both with the wrong group.
+    "hostile names": (
+        f"d=\"{HUB}/x\ncache_group=\"; mkdir -p \"$d/etc\" && echo x > \"$d/etc/passwd\" && "
+        f"chown -R root:root \"$d\" && chmod 2775 \"$d\" \"$d/etc\" && chmod 644 \"$d/etc/passwd\" && "
+        f"ln -s /etc/passwd {HUB}/passwd-link && chown -h root:root {HUB}/passwd-link"
+    ),
 }
+PASSWD = "stat -c '%U %G %a' /etc/passwd"
 STACK_OP = "tasks/stack.py | Ensure the stack runs the current compose.yaml (no restart when nothing changed)"
 GATE_OP = ("tasks/validation.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh "
            "(rolled back if not)")
@@ -52,6 +60,7 @@ def drifted(testbed, workdir):
     inventory = testbed.inventory(workdir / "drift.py", {"production": [(host, {})]})
     converge = run_deploy(inventory)
     assert converge.returncode == 0, converge.output[-3000:]
+    passwd = host.exec(PASSWD).stdout
     for command in DRIFTS.values():
         host.exec(command)
     edited = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
@@ -65,7 +74,7 @@ def drifted(testbed, workdir):
     checks_after = run_host_checks(inventory, workdir)
     third = run_deploy(inventory)
     restarted = host.exec("docker inspect -f '{{.State.StartedAt}}' sglang-sglang-1").stdout.strip() != started
-    return dict(host=host, inventory=inventory, edited=edited, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
+    return dict(host=host, inventory=inventory, edited=edited, passwd=passwd, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
                 checks_before=checks_before, repair=repair, repair_commands=repair_commands,
                 checks_after=checks_after, third=third, restarted=restarted)
 
@@ -103,13 +112,21 @@ def test_repair_run_reports_exactly_what_it_fixed(drifted):
 
 
 def test_repair_commands_name_each_drifted_path(drifted):
-    """Run with -v, the layout repair echoes one command per drifted path and nothing else."""
+    """Run with -vv, the layout repair echoes one command per kind of drift, naming each drifted path."""
     commands = drifted["repair_commands"]
-    assert "install -d -o sglang -g sglang -m 2775 /opt/sglang/hf-cache/hub" in commands
-    assert f"chgrp -h sglang -- {HUB}/models--org--m {HUB}/models--org--m/blobs {HUB}/models--org--m/blobs/abc" \
-        in commands
-    assert "chmod o-w -- /opt/sglang/notes.txt" in commands
-    assert f"chown -h sglang:sglang -- {COMPOSE}" in commands
+    assert "dir=2775 /opt/sglang sglang sglang /opt/sglang/hf-cache/hub" in commands
+    assert (f"cache_group /opt/sglang sglang sglang {HUB}/models--org--m {HUB}/models--org--m/blobs "
+            f"{HUB}/models--org--m/blobs/abc") in commands
+    assert "world_writable /opt/sglang sglang sglang /opt/sglang/notes.txt" in commands
+    assert f"owner /opt/sglang sglang sglang {COMPOSE}" in commands
+
+
+def test_hostile_names_never_steer_root(drifted):
+    """The newline name and the link to /etc/passwd are repaired as what they are; /etc/passwd is untouched."""
+    host = drifted["host"]
+    assert host.exec(PASSWD).stdout == drifted["passwd"] == "root root 644\n"
+    assert host.exec(f"stat -c '%G %a' \"{HUB}/x\ncache_group=/etc/passwd\"").stdout.split() == ["sglang", "664"]
+    assert host.exec(f"stat -c '%G' {HUB}/passwd-link").stdout.strip() == "sglang"
 
 
 def test_repair_restarts_nothing(drifted):

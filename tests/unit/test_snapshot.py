@@ -215,3 +215,65 @@ def test_the_loader_bundles_a_program_with_the_neighbours_it_imports():
     assert ship.program("toolchain_check") == (ship.HOSTSIDE / "toolchain_check.py").read_text()
     out = subprocess.run([sys.executable, "-c", ship.program("checks"), "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "tool-calling" in out.stdout
+
+
+# ---------------------------------------------------------------- the repair, run for real on temp trees
+def repair(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ship.program("repair"), *map(str, args)], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_repair_fixes_a_newline_name_and_nothing_it_points_to(tree, tmp_path):
+    user, group = _ids()
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0\n")
+    victim.chmod(0o644)
+    planted = tree / "hf-cache" / "hub" / "x\ncache_group=" / "etc" / "passwd"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("x")
+    planted.chmod(0o644)
+    link = tree / "hf-cache" / "hub" / "link"
+    link.symlink_to(victim)
+    assert repair("cache_file_mode", tree, user, group, planted, link).returncode == 0
+    assert oct(planted.stat().st_mode & 0o777) == "0o664"
+    assert oct(victim.stat().st_mode & 0o777) == "0o644"
+
+
+def test_repair_never_walks_through_a_directory_swapped_for_a_symlink(tree, tmp_path):
+    """Between the snapshot and the repair, a group member replaces a directory with a link to /etc."""
+    user, group = _ids()
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "shadow").write_text("secret\n")
+    (outside / "shadow").chmod(0o600)
+    swapped = tree / "hf-cache" / "hub" / "models--a--b" / "blobs"
+    (swapped / "abc").unlink()
+    swapped.rmdir()
+    swapped.symlink_to(outside)
+    result = repair("cache_file_mode", tree, user, group, swapped / "shadow")
+    assert result.returncode == 0 and "skipped" in result.stderr
+    assert oct((outside / "shadow").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_managed_directory_replaced_by_a_symlink_is_refused_not_followed(tree, tmp_path):
+    user, group = _ids()
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    outside.chmod(0o755)
+    hub = tree / "hf-cache" / "hub"
+    import shutil
+
+    shutil.rmtree(hub)
+    hub.symlink_to(outside)
+    result = repair("dir=2775", tree, user, group, hub)
+    assert result.returncode == 1 and f"{hub} is not a directory" in result.stderr
+    assert oct(outside.stat().st_mode & 0o7777) == "0o755"
+
+
+def test_managed_directories_are_made_with_their_mode(tmp_path):
+    user, group = _ids()
+    home = tmp_path / "home"
+    assert repair("dir=750", home, user, group, home).returncode == 0
+    assert repair("dir=2775", home, user, group, home / "results").returncode == 0
+    assert oct((home / "results").stat().st_mode & 0o7777) == "0o2775"
+    assert oct(home.stat().st_mode & 0o7777) == "0o750"
