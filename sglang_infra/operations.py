@@ -365,9 +365,12 @@ def secret_file(dest: str, content: bytes | None, user: str):
         host.noop(f"{dest} already holds the configured token")
         return
     upload = f"{dest}.upload"
-    # Uploaded inside a directory only the account can enter, then made private before it takes the name.
-    yield FileUploadCommand(BytesIO(content), upload, remote_temp_filename=f"{upload}.tmp")
-    yield f"chown {q(user)}:{q(user)} {q(upload)} && chmod 600 {q(upload)} && mv -f {q(upload)} {q(dest)}"
+    # Through the command's stdin, as root, straight into a directory only the account can enter: never on a
+    # command line, never in a file the SSH login writes (an SFTP upload under a sudo login goes via /tmp).
+    yield StringCommand(
+        f"umask 077 && head -c {len(content)} > {q(upload)} && chown {q(user)}:{q(user)} {q(upload)} && "
+        f"chmod 600 {q(upload)} && mv -f {q(upload)} {q(dest)}",
+        _stdin=content.decode())
 
 
 def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,

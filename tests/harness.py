@@ -180,8 +180,9 @@ class Testbed:
     def inventory(self, path: Path, groups: dict[str, list[tuple[TestHost, dict[str, Any]]]]) -> Path:
         return write_inventory(path, groups, base=self.standin)
 
-    def host(self, name: str) -> TestHost:
-        host = testbed_hosts.start_host(name, self.state_dir, image=self.image, prefix=self.prefix)
+    def host(self, name: str, login: str = "root") -> TestHost:
+        """A fresh host; ``login`` "deploy" reaches it as a non-root user with passwordless sudo."""
+        host = testbed_hosts.start_host(name, self.state_dir, image=self.image, prefix=self.prefix, login=login)
         self.started.append(host)
         return host
 

@@ -55,6 +55,10 @@ RUN_FLAGS = [
 ]
 
 
+# The non-root login every test host has, with passwordless sudo (TestHost.login).
+LOGIN_USER = "deploy"
+
+
 class TestbedError(RuntimeError):
     pass
 
@@ -302,6 +306,7 @@ class TestHost:
     ssh_key: Path
     known_hosts: Path
     container: str = field(default="")   # the Docker container name: the run prefix + name
+    login: str = "root"                  # "root", or LOGIN_USER: a non-root login with passwordless sudo
 
     def __post_init__(self):
         if not self.container:
@@ -314,10 +319,12 @@ class TestHost:
     def host_data(self) -> dict:
         return {
             "ssh_hostname": self.address,
-            "ssh_user": "root",
+            "ssh_user": self.login,
             "ssh_key": str(self.ssh_key),
             "ssh_known_hosts_file": str(self.known_hosts),
             "ssh_strict_host_key_checking": "yes",
+            # Real servers mostly: a personal login that becomes root through passwordless sudo.
+            **({"_sudo": True} if self.login != "root" else {}),
         }
 
     def to_json(self) -> dict:
@@ -335,7 +342,7 @@ def _wait_for(predicate, what: str, timeout: float = 90, interval: float = 0.5):
     raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def start_host(name: str, state_dir: Path, image: str | None = None, *, prefix: str | None = None) -> TestHost:
+def start_host(name: str, state_dir: Path, image: str | None = None, login: str = "root", *, prefix: str | None = None) -> TestHost:
     """Start (or replace) one host container and return how to reach it over SSH.
 
     ``name`` is the logical name (inventory name and hostname); the container and its volume are named with
@@ -352,7 +359,7 @@ def start_host(name: str, state_dir: Path, image: str | None = None, *, prefix: 
         "--network", NETWORK, *RUN_FLAGS, "-v", f"{container}-docker:/var/lib/docker",
         image, "/sbin/init",
     ])
-    host = TestHost(name, "", key, state_dir / f"known_hosts.{name}", container)
+    host = TestHost(name, "", key, state_dir / f"known_hosts.{name}", container, login)
     pubkey = Path(f"{key}.pub").read_text()
     _wait_for(lambda: host.exec("systemctl is-system-running", check=False).stdout.strip()
               in ("running", "degraded"), f"systemd to finish booting in {name}")
@@ -360,6 +367,14 @@ def start_host(name: str, state_dir: Path, image: str | None = None, *, prefix: 
         "systemd-machine-id-setup >/dev/null 2>&1; ssh-keygen -A >/dev/null; "
         f"install -d -m 700 /root/.ssh && printf '%s' '{pubkey.strip()}' > /root/.ssh/authorized_keys && "
         "chmod 600 /root/.ssh/authorized_keys && systemctl reset-failed ssh.service; systemctl restart ssh"
+    )
+    # Every host also has the non-root login LOGIN_USER, with the same key and passwordless sudo.
+    host.exec(
+        f"useradd --create-home --shell /bin/bash {LOGIN_USER} && "
+        f"install -d -m 700 -o {LOGIN_USER} -g {LOGIN_USER} /home/{LOGIN_USER}/.ssh && "
+        f"install -m 600 -o {LOGIN_USER} -g {LOGIN_USER} /root/.ssh/authorized_keys /home/{LOGIN_USER}/.ssh/ && "
+        f"echo '{LOGIN_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{LOGIN_USER} && "
+        f"chmod 440 /etc/sudoers.d/{LOGIN_USER}"
     )
     inspect = json.loads(_run(["docker", "inspect", container]).stdout)[0]
     host.address = inspect["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]

@@ -46,16 +46,20 @@ def secret_facts(sha: str | None, owner="sglang", mode="600"):
 def test_the_token_is_uploaded_private_and_only_when_it_differs():
     token = b"hf_secret_value_1234567890"
     sha = __import__("hashlib").sha256(token).hexdigest()
-    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"}, secret_facts(None))
-    assert commands[0].startswith(f"upload {SECRET_DIR}/hf-token.upload sha256=")
-    assert commands[1] == (f"chown sglang:sglang {SECRET_DIR}/hf-token.upload && chmod 600 {SECRET_DIR}/hf-token.upload"
-                           f" && mv -f {SECRET_DIR}/hf-token.upload {SECRET_DIR}/hf-token")
-    assert all("hf_secret_value" not in c for c in commands)
+    fake = FakeHost(secret_facts(None))
+    with mock.patch.object(operations, "host", fake):
+        raw = list(operations.secret_file._inner(dest=f"{SECRET_DIR}/hf-token", content=token, user="sglang"))
+    factcache.invalidate(fake)
+    assert [command_text(c) for c in raw] == [
+        f"umask 077 && head -c {len(token)} > {SECRET_DIR}/hf-token.upload && chown sglang:sglang "
+        f"{SECRET_DIR}/hf-token.upload && chmod 600 {SECRET_DIR}/hf-token.upload && "
+        f"mv -f {SECRET_DIR}/hf-token.upload {SECRET_DIR}/hf-token"]
+    assert raw[0].connector_arguments["_stdin"] == token.decode()
     commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"}, secret_facts(sha))
     assert commands == [] and fake.noops
     commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"},
                       secret_facts(sha, mode="644"))
-    assert len(commands) == 2
+    assert len(commands) == 1
 
 
 def test_without_a_token_the_token_file_is_removed():
