@@ -171,6 +171,9 @@ sglang_benchmark_max_tokens = 256
 # benchmark.sh fails below this fraction of the model's baseline: room for run-to-run noise, not for a regression.
 sglang_benchmark_min_fraction = 0.8
 
+# Apply again a config that already failed its gate on a host (kept there as compose.yaml.failed); off, so a cron'd re-run does not repeat the outage (recreate, wait, fail, roll back) until the data changes.
+sglang_retry_failed = False
+
 # ---------------------------------------------------------------- Launch flags
 
 # The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.

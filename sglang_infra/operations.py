@@ -287,6 +287,23 @@ def _run_streamed(state, host, command: str) -> bool:
 
 
 @operation()
+def not_failed_before(failed: str, sha: str, retry: bool = False):
+    """
+    Refuse, on this host only, to apply again the config (sha256 ``sha``)
+    that already failed its gate here (the gate kept it as ``failed``),
+    unless ``retry``: the host keeps serving its last known-good config and
+    the run fails for it, saying how to go on.
+    """
+    if retry or (_file(failed) or {}).get("sha256") != sha:
+        host.noop("this config has not failed its gate on this host")
+        return
+    message = (f"refused: this config failed its gate on this host before (kept as {failed}); the host keeps "
+               "serving its last known-good config. Change the data, or run again with "
+               "--data sglang_retry_failed=True")
+    yield f"echo {q(message)} >&2; exit 1"
+
+
+@operation()
 def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate

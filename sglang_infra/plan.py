@@ -228,6 +228,7 @@ class Gate:
     ready_timeout: int
     toolchain_check: str | None
     always: bool
+    retry_failed: bool
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
         gate=Gate(url=LOCAL_URL.format(port=data["sglang_port"]), served_name=served.served_name,
                   baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
                   toolchain_check=toolchain.check_command() if build else None,
-                  always=data["sglang_validate"] == "always"),
+                  always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"]),
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
     )

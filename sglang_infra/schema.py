@@ -194,6 +194,8 @@ SCHEMA: dict[str, Key] = {
     "sglang_benchmark_max_tokens": Key("an integer 1-32768", _int_range(1, 32768), "use e.g. 256"),
     "sglang_benchmark_min_fraction": Key("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1,
                                          "use a fraction such as 0.8"),
+    "sglang_retry_failed": Key("True or False", lambda v: isinstance(v, bool),
+                               "use True for one run to apply a config that failed its gate again"),
     "sglang_compose_template": Key("a template path relative to the project", lambda v: isinstance(v, str) and v != "",
                                    "name a file under templates/, e.g. 'templates/compose.yaml.j2'"),
     # models (entries and choices are judged by sglang_infra/models.py)

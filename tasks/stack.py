@@ -8,11 +8,19 @@ import hashlib
 
 from pyinfra import host
 
-from sglang_infra.operations import account_env_file, checked_file, stack_up
+from sglang_infra.operations import account_env_file, checked_file, not_failed_before, stack_up
 from sglang_infra.plan import plan_of
 
 plan = plan_of(host)
 docker_dir = plan.paths.docker
+compose_sha = hashlib.sha256(plan.compose.encode()).hexdigest()
+
+not_failed_before(
+    name="Ensure this compose.yaml is not one that already failed its gate here (unless sglang_retry_failed)",
+    failed=f"{docker_dir}/compose.yaml.failed",
+    sha=compose_sha,
+    retry=plan.gate.retry_failed,
+)
 
 account_env_file(
     name=f"Ensure {docker_dir}/.env carries the {plan.account} account's real uid and gid",
@@ -35,5 +43,5 @@ stack_up(
     project_dir=docker_dir,
     image=plan.serving_image,
     model=plan.served.pinned,
-    compose_sha=hashlib.sha256(plan.compose.encode()).hexdigest(),
+    compose_sha=compose_sha,
 )

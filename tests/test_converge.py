@@ -16,7 +16,9 @@ FIXED_ID = 950  # the quality group pins the account's ids, as a fleet would
 
 @pytest.fixture(scope="module")
 def fleet(testbed, workdir):
-    hosts = {name: testbed.host(name) for name in (*PRODUCTION, *QUALITY)}
+    # sg-prod-2 is reached as a non-root login with passwordless sudo, as real servers mostly are.
+    hosts = {name: testbed.host(name, login="deploy" if name == "sg-prod-2" else "root")
+             for name in (*PRODUCTION, *QUALITY)}
     for host in hosts.values():
         host.exec("useradd --create-home --shell /bin/bash alice")
     inventory = testbed.inventory(workdir / "fleet.py", {

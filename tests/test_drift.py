@@ -56,7 +56,7 @@ EXPECTED_DRY = EXPECTED_REPAIRS | {STACK_OP, GATE_OP}
 
 @pytest.fixture(scope="module")
 def drifted(testbed, workdir):
-    host = testbed.host(HOST)
+    host = testbed.host(HOST, login="deploy")
     inventory = testbed.inventory(workdir / "drift.py", {"production": [(host, {})]})
     converge = run_deploy(inventory)
     assert converge.returncode == 0, converge.output[-3000:]

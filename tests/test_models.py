@@ -206,7 +206,8 @@ def test_an_orphaned_partial_from_a_hand_pull_is_adopted(fresh, hub):
 
 
 def test_a_gated_repo_needs_the_token_and_the_token_stays_in_its_file(testbed, workdir, hub):
-    host = testbed.host("sg-models-3")
+    # The gated-repo host logs in as a non-root user with sudo: the token travels through sudo.
+    host = testbed.host("sg-models-3", login="deploy")
     data = {"sglang_cached_models": ["gated-chat"]}
     inventory = testbed.inventory(workdir / "models_gated.py", {"production": [(host, data)]})
     refused = run_deploy(inventory)

@@ -33,7 +33,8 @@ def sha(host, path) -> str:
 
 @pytest.fixture(scope="module")
 def served(testbed, workdir):
-    hosts = {name: testbed.host(name) for name in (CANARY, OTHER)}
+    # The second host is reached as a non-root login with passwordless sudo.
+    hosts = {name: testbed.host(name, login="deploy" if name == OTHER else "root") for name in (CANARY, OTHER)}
     inventory = testbed.inventory(workdir / "serve.py", {"production": [(h, {}) for h in hosts.values()]})
     first = run_deploy(inventory)
     assert first.returncode == 0, first.output[-4000:]
@@ -111,6 +112,18 @@ def test_failure_is_caught_and_the_host_rolls_back(served, rerun, mode):
     assert sha(host, f"{DOCKER}/compose.yaml") == good
     assert f"STANDIN_FAILURE: \"{mode}\"" in host.exec(f"cat {DOCKER}/compose.yaml.failed").stdout
     assert json.loads(host.exec("bash /opt/sglang/test_tool_calling.sh").stdout)["ok"]
+
+
+def test_a_config_that_failed_is_not_applied_again(served, rerun):
+    """The last failure's data, run again (as a cron'd re-run would): refused on that host, nothing restarted."""
+    hosts, inventory, _ = served
+    host = hosts[CANARY]
+    before = (started_at(host), results(host), sha(host, f"{DOCKER}/compose.yaml"))
+    result = run_deploy(inventory, "--limit", CANARY, *failing(list(FAILURES)[-1]))
+    assert result.returncode != 0
+    assert "refused: this config failed its gate on this host before" in result.output, result.output[-3000:]
+    assert "--data sglang_retry_failed=True" in result.output
+    assert (started_at(host), results(host), sha(host, f"{DOCKER}/compose.yaml")) == before
 
 
 def test_after_a_rollback_the_good_data_restarts_and_validates_nothing(served, rerun):
