@@ -12,6 +12,15 @@ inventory=inventory.py
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then inventory=$1; shift; fi
 pyinfra=.venv/bin/pyinfra
 [ -x "$pyinfra" ] || pyinfra=pyinfra
+python=.venv/bin/python
+[ -x "$python" ] || python=python3
+
+# A canary that matches no host would "pass" and let every host through: refuse it first.
+if ! canaries=$("$python" -m sglang_infra.fleet match "$inventory" "$canary"); then
+  echo "rollout: refused, the canary matches no host; nothing was deployed" >&2
+  exit 1
+fi
+echo "rollout: canary hosts: $canaries" >&2
 
 echo "rollout: canary step on $canary" >&2
 if ! "$pyinfra" -y --limit "$canary" "$inventory" deploy.py "$@"; then

@@ -23,12 +23,9 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def _load_inventory(path: str):
-    from pyinfra.api import State
-    from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory
+    from sglang_infra import fleet
 
-    ctx_state.set(State())
-    return make_inventory(str(Path(path).resolve()), cwd=str(PROJECT_DIR))
+    return fleet.load(path)
 
 
 def _hosts(config):

@@ -1,0 +1,49 @@
+"""The inventory as pyinfra itself reads it, for the scripts around the deploy.
+
+    python3 -m sglang_infra.fleet match INVENTORY PATTERN   the hosts --limit PATTERN would take; exit 1 if none
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def load(path: str):
+    """pyinfra's Inventory of ``path`` (group_data included), without connecting to anything."""
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    ctx_state.set(State())
+    return make_inventory(str(Path(path).resolve()), cwd=str(PROJECT_DIR))
+
+
+def matching(inventory, pattern: str) -> list[str]:
+    """The host names ``--limit pattern`` selects: a group's hosts, else host names matching the glob."""
+    # pyinfra's own rule for --limit and --exclude, so the two never disagree.
+    from pyinfra_cli.cli import _get_inventory_pattern_matches
+
+    return sorted(host.name for host in _get_inventory_pattern_matches(inventory, [pattern], "--limit"))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] != "match":
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    inventory_path, pattern = argv[1], argv[2]
+    inventory = load(inventory_path)
+    names = matching(inventory, pattern)
+    if not names:
+        groups = sorted(name for name in inventory.groups if name != "all")
+        print(f"'{pattern}' matches no host of {inventory_path}: name one of its hosts "
+              f"({', '.join(h.name for h in inventory)}) or groups ({', '.join(groups) or 'none'})", file=sys.stderr)
+        return 1
+    print(" ".join(names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

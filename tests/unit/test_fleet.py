@@ -1,0 +1,42 @@
+"""The inventory as the scripts around the deploy read it (pyinfra's own --limit rule)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness import PROJECT_DIR
+
+
+def write(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('production = [("gpu-01", {}), ("gpu-02", {})]\nquality = ["gpu-03"]\n'
+                         'canary = ["gpu-01"]\n')
+    return inventory
+
+
+def match(inventory, pattern):
+    return subprocess.run([sys.executable, "-m", "sglang_infra.fleet", "match", str(inventory), pattern],
+                          cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
+
+
+def test_a_group_a_name_and_a_glob_match_as_limit_does(tmp_path):
+    inventory = write(tmp_path)
+    assert match(inventory, "canary").stdout.split() == ["gpu-01"]
+    assert match(inventory, "production").stdout.split() == ["gpu-01", "gpu-02"]
+    assert match(inventory, "gpu-0[23]").stdout.split() == ["gpu-02", "gpu-03"]
+
+
+def test_a_pattern_that_matches_nothing_says_what_there_is(tmp_path):
+    result = match(write(tmp_path), "canry")
+    assert result.returncode == 1
+    assert "'canry' matches no host" in result.stderr and "gpu-01, gpu-02, gpu-03" in result.stderr
+    assert all(group in result.stderr for group in ("canary", "production", "quality"))
+
+
+def test_rollout_refuses_a_canary_that_matches_no_host(tmp_path):
+    result = subprocess.run(["bash", "scripts/rollout.sh", "--canary", "canry", str(write(tmp_path))],
+                            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "rollout: refused, the canary matches no host; nothing was deployed" in result.stderr
+    assert "canary step" not in result.stderr
