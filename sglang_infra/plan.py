@@ -20,7 +20,10 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+import click
+from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra_cli.exceptions import CliError
 
 from . import ACCOUNT, models, platforms, toolchain
 from .gpus import Derived, GpuInventory, derive_flags, parse_snapshot, plan_problems
@@ -28,12 +31,19 @@ from . import render
 from .render import launch_flags, template_path
 from .schema import SCHEMA, image_problem, system_dir_problem
 
-class DeployDataError(PyinfraError):
-    """Raised while preparing the deploy; pyinfra prints it and exits non-zero."""
+class DeployDataError(CliError, PyinfraError):
+    """
+    Raised while preparing the deploy. As a CliError, pyinfra's command line
+    passes it through untouched (pyinfra_cli/cli.py) and exits non-zero; its
+    own show() prints the tool's message alone, without a source path.
+    """
 
     def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(message)
         self.problems = problems or [message]
+
+    def show(self, file=None):
+        logger.warning(f"--> {click.style('refused', 'red', bold=True)}: {self.message}")
 
 
 def _looks_like_ours(key: str) -> bool:

@@ -90,6 +90,22 @@ def test_validate_always_runs_the_gate_without_a_restart(served, rerun):
     assert results(host) == count + 1
 
 
+@pytest.mark.parametrize("how", ["docker compose stop", "docker compose restart"])
+def test_every_start_or_restart_is_followed_by_the_gate(served, rerun, how):
+    """A container stopped (or restarted) behind the deploy's back: the next run starts it and runs the gate."""
+    hosts, inventory, _ = served
+    host = hosts[CANARY]
+    count = results(host)
+    host.exec(f"cd {DOCKER} && {how}")
+    result = run_deploy(inventory, "--limit", CANARY)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "tasks/validation.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh " \
+           "(rolled back if not)" in result.changed(CANARY)
+    assert results(host) == count + 1
+    again = run_deploy(inventory, "--limit", CANARY)
+    assert again.returncode == 0 and again.changed(CANARY) == []
+
+
 FAILURES = {
     "repetition_loop": "test_tool_calling.sh: tool_calling FAILED: reasoning_content is a repetition loop",
     "tool_call_as_text": "test_tool_calling.sh: tool_calling FAILED: finish_reason is 'stop'",

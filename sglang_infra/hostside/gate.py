@@ -130,7 +130,7 @@ class Gate:
     def stamp(self):
         found = stack.container()
         stack.write_private(os.path.join(self.docker_dir, stamp.STAMP),
-                            stamp.digest(self.home, found and found["image_id"]) + "\n",
+                            stamp.digest(self.home, found) + "\n",
                             os.path.join(self.docker_dir, "compose.yaml"))
 
     def run(self):

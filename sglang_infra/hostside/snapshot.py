@@ -303,7 +303,7 @@ def read(spec):
         "tools": tools(tools_dir),
         "stack": running,
         "gate": {"stamp": stamp.read(home),
-                 "digest": stamp.digest(home, container and container["image_id"])},
+                 "digest": stamp.digest(home, container)},
     }
 
 

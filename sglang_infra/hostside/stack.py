@@ -22,8 +22,12 @@ RECORD = ".stack"
 
 
 def container():
-    """The service's container as the engine reports it, or None."""
-    return dockerapi.compose_containers(PROJECT).get(SERVICE)
+    """The service's container as the engine reports it (with when it last started), or None."""
+    found = dockerapi.compose_containers(PROJECT).get(SERVICE)
+    if found is not None:
+        details = dockerapi.get(f"/containers/{found['id']}/json") or {}
+        found["started_at"] = (details.get("State") or {}).get("StartedAt")
+    return found
 
 
 def file_digests(docker_dir):
