@@ -46,19 +46,28 @@ class DeployDataError(CliError, PyinfraError):
         logger.warning(f"--> {click.style('refused', 'red', bold=True)}: {self.message}")
 
 
-def _looks_like_ours(key: str) -> bool:
-    lowered = key.lower().replace("-", "_")
-    if lowered.startswith("sglang") or lowered.startswith("sgl_"):
-        return True
-    return bool(difflib.get_close_matches(lowered, SCHEMA, n=1, cutoff=0.85))
+# Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
+SITE_PREFIX = "site_"
 
 
-def _suggest(key: str) -> str | None:
+def pyinfra_keys() -> frozenset[str]:
+    """pyinfra's own data keys, from its own tables: the global arguments and every connector's data."""
+    from pyinfra.api.arguments import all_global_arguments
+    from pyinfra.api.connectors import get_all_connectors
+
+    keys = {name for name, _ in all_global_arguments()}
+    for connector in get_all_connectors().values():
+        keys.update(getattr(connector, "data_meta", {}) or {})
+    return frozenset(keys)
+
+
+def _suggest(key: str, known: frozenset[str]) -> str | None:
     normal = key.lower().replace("-", "_")
-    prefixed = sorted(k for k in SCHEMA if k.startswith(normal))
-    if prefixed:
-        return prefixed[0]
-    close = difflib.get_close_matches(normal, SCHEMA, n=1, cutoff=0.6)
+    for candidate in (normal, f"sglang_{normal}", f"_{normal}"):
+        prefixed = sorted(k for k in known if k.startswith(candidate))
+        if prefixed:
+            return prefixed[0]
+    close = difflib.get_close_matches(normal, known, n=1, cutoff=0.6)
     return close[0] if close else None
 
 
@@ -69,13 +78,15 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     def err(key: str, problem: str, fix: str) -> None:
         errors.append(f"host {host_name}: {key}: {problem}. Fix: {fix}.")
 
+    theirs = pyinfra_keys()
     for key in sorted(data):
-        if key in SCHEMA or not _looks_like_ours(key):
+        if key in SCHEMA or key in theirs or key.startswith(SITE_PREFIX):
             continue
-        guess = _suggest(key)
+        guess = _suggest(key, frozenset(SCHEMA) | theirs)
         hint = f"did you mean {guess}? " if guess else ""
-        err(key, "unknown key (a typo would silently fall back to the default)",
-            f"{hint}the known keys are listed in README.md and group_data/all.py")
+        err(key, "unknown key: neither this project's, nor pyinfra's own (a typo would silently fall back to the "
+                 "default)", f"{hint}the known keys are listed in README.md and group_data/all.py; keys of your "
+                             f"own start with {SITE_PREFIX}")
 
     missing = [key for key in SCHEMA if key not in data]
     for key in missing:

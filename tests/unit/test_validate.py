@@ -107,8 +107,16 @@ def test_unknown_keys_are_refused_with_a_suggestion(typo, suggestion):
     assert errors[0].startswith(f"host gpu-01: {typo}: unknown key")
 
 
-def test_unrelated_keys_are_left_to_pyinfra():
-    assert errors_for(ssh_user="deploy", _sudo=True, ssh_port=2222) == []
+def test_pyinfras_own_keys_and_site_keys_pass():
+    assert errors_for(ssh_user="deploy", _sudo=True, ssh_port=2222, _sudo_user="x", site_rack="b7") == []
+
+
+@pytest.mark.parametrize("key,suggestion", [("sudo", "_sudo"), ("mem_fraction_static", "sglang_mem_fraction_static"),
+                                            ("ssh_usr", "ssh_user")])
+def test_any_other_key_is_refused_with_the_close_match(key, suggestion):
+    errors = errors_for(**{key: 1})
+    assert len(errors) == 1 and errors[0].startswith(f"host gpu-01: {key}: unknown key")
+    assert f"did you mean {suggestion}?" in errors[0] and "start with site_" in errors[0]
 
 
 def test_missing_defaults_are_reported():
