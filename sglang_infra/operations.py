@@ -5,6 +5,7 @@ and yields commands only for the difference; otherwise it calls host.noop.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shlex
@@ -17,10 +18,34 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import render, ship
 from .platforms import NOLOGIN_SHELL
-from .snapshot import current
+from .snapshot import Unreadable, current
 from .toolchain import pip_index_options
 
 q = shlex.quote
+
+
+
+def _failed(state, host, message: str) -> bool:
+    host.log_styled(message, fg="red", log_func=logger.error)
+    return False
+
+
+def snapshot_operation(func):
+    """
+    pyinfra's @operation, for an operation that reads the snapshot. pyinfra
+    does not catch an exception raised while an operation makes its commands,
+    so a host that stopped answering would crash the whole run; instead that
+    host gets one failing command, and the other hosts go on.
+    """
+    @functools.wraps(func)
+    def guarded(*args, **kwargs):
+        try:
+            yield from func(*args, **kwargs)
+        except Unreadable as error:
+            yield FunctionCommand(_failed, (str(error),), {})
+
+    return operation()(guarded)
+
 
 # Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
 DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
@@ -29,7 +54,7 @@ DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner",
 REPAIR_CHUNK = 200
 
 
-@operation()
+@snapshot_operation
 def service_account(
     user: str,
     home: str,
@@ -100,7 +125,7 @@ def service_account(
         yield f"usermod --append --groups {q(user)} {q(admin)}"
 
 
-@operation()
+@snapshot_operation
 def layout(home: str, dirs: dict[str, str], user: str, group: str):
     """
     Ensure each of ``dirs`` ({path: octal mode}) exists as ``user:group`` with
@@ -127,7 +152,7 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
         host.noop(f"{home} and everything under it already conform")
 
 
-@operation()
+@snapshot_operation
 def docker_service():
     """Ensure the Docker engine's systemd unit is enabled and running."""
     state = current(host)["docker"]
@@ -183,7 +208,7 @@ def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check:
     yield " && ".join(steps)
 
 
-@operation()
+@snapshot_operation
 def checked_file(dest: str, content: str, user: str, group: str, mode: str = "644", check: str | None = None):
     """
     Ensure ``dest`` holds ``content`` with the given owner and mode. A new
@@ -195,7 +220,7 @@ def checked_file(dest: str, content: str, user: str, group: str, mode: str = "64
     yield from _swap_in(dest, content.encode(), user, group, mode, check)
 
 
-@operation()
+@snapshot_operation
 def account_env_file(dest: str, user: str, mode: str = "640"):
     """
     Ensure ``dest`` is templates/env.j2 rendered with the account's real
@@ -213,7 +238,7 @@ def account_env_file(dest: str, user: str, mode: str = "640"):
     yield from _swap_in(dest, content.encode(), user, user, mode, None)
 
 
-@operation()
+@snapshot_operation
 def image_present(image: str, archive: str | None = None):
     """
     Ensure ``image`` is on the host: from ``archive`` (a `docker save` file on
@@ -245,7 +270,7 @@ def _image_id(image: str) -> str | None:
     return (current(host)["docker"]["images"].get(image) or {}).get("id")
 
 
-@operation()
+@snapshot_operation
 def stack_up(project_dir: str, image: str, model: str, compose_sha: str):
     """
     Ensure the stack runs the current compose.yaml (``compose_sha``) from
@@ -286,7 +311,7 @@ def _run_streamed(state, host, command: str) -> bool:
     return status
 
 
-@operation()
+@snapshot_operation
 def not_failed_before(failed: str, sha: str, retry: bool = False):
     """
     Refuse, on this host only, to apply again the config (sha256 ``sha``)
@@ -303,7 +328,7 @@ def not_failed_before(failed: str, sha: str, retry: bool = False):
     yield f"echo {q(message)} >&2; exit 1"
 
 
-@operation()
+@snapshot_operation
 def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
@@ -323,7 +348,7 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
     yield FunctionCommand(_run_streamed, (f"bash {q(gate)}",), {})
 
 
-@operation()
+@snapshot_operation
 def nvidia_runtime():
     """Ensure Docker lists the nvidia runtime (configured by nvidia-ctk, then a Docker restart)."""
     if "nvidia" in current(host)["docker"]["runtimes"]:
@@ -332,7 +357,7 @@ def nvidia_runtime():
     yield "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"
 
 
-@operation()
+@snapshot_operation
 def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_url: str | None = None):
     """
     Ensure the pull's Python environment: ``tools_dir`` (root-owned, readable
@@ -362,7 +387,7 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
     yield from _swap_in(f"{tools_dir}/hfpull.py", script.encode(), "root", group, "644", None)
 
 
-@operation()
+@snapshot_operation
 def secret_file(dest: str, content: bytes | None, user: str):
     """
     Ensure ``dest`` holds ``content``, mode 0600 and owned by ``user``, or is
@@ -409,7 +434,7 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
     return None
 
 
-@operation()
+@snapshot_operation
 def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str,
                  endpoint: str | None = None, token_file: str | None = None):
     """
@@ -439,7 +464,7 @@ def prune_plan(cache: dict, keep: Iterable[str]) -> list[tuple[str, str, int]]:
     return plan
 
 
-@operation()
+@snapshot_operation
 def models_pruned(hub: str, keep: list[str], tools_dir: str):
     """
     Ensure the cache holds no revision other than ``keep`` ("org/name@commit")
@@ -461,7 +486,7 @@ def models_pruned(hub: str, keep: list[str], tools_dir: str):
     yield FunctionCommand(_run_streamed, ("cd / && " + " ".join(q(a) for a in args),), {})
 
 
-@operation()
+@snapshot_operation
 def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: str, check: str,
                     label: str = "sglang.toolchain.inputs"):
     """

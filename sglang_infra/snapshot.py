@@ -30,6 +30,19 @@ class Snapshot(FactBase):
         return json.loads("\n".join(output))
 
 
+class Unreadable(Exception):
+    """The host did not answer the snapshot's command (operations.py turns it into this host's failure)."""
+
+
 def current(host) -> dict:
-    """This host's snapshot as it is now (read again after any command changed the host)."""
-    return factcache.current(host, Snapshot)
+    """
+    This host's snapshot as it is now (read again after any command changed
+    the host). A host that cannot be read (it stopped answering) fails alone:
+    pyinfra logs the fact error and returns None, which becomes Unreadable
+    and then this host's failure (operations.py), not a crash of the whole run.
+    """
+    found = factcache.current(host, Snapshot)
+    if found is None:
+        factcache.invalidate(host)
+        raise Unreadable(f"could not read the host {host.name} (see the error above)")
+    return found

@@ -124,3 +124,14 @@ def test_rejected_candidate_is_removed_and_the_command_fails():
         assert "failed its check, the current file is unchanged" in result.stderr
         assert dest.read_text() == "good\n"
         assert not candidate.exists()
+
+
+def test_a_host_that_stops_answering_fails_alone():
+    """pyinfra gives None for a fact it could not read; the operation then yields one failing command for that
+    host instead of raising, which would crash the run for every host."""
+    commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
+                      {"Snapshot": None})
+    assert commands == ["function _failed('could not read the host unit-test-host (see the error above)',)"]
+    logged = []
+    host = mock.Mock(log_styled=lambda message, **kwargs: logged.append(message))
+    assert operations._failed(None, host, "gone") is False and logged == ["gone"]
