@@ -18,12 +18,12 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Mapping
 
 import click
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra_cli.exceptions import CliError
 
 from . import ACCOUNT, models, platforms, toolchain
 from .gpus import Derived, GpuInventory, derive_flags, parse_snapshot, plan_problems
@@ -31,19 +31,29 @@ from . import render
 from .render import launch_flags, template_path
 from .schema import SCHEMA, image_problem, system_dir_problem
 
-class DeployDataError(CliError, PyinfraError):
-    """
-    Raised while preparing the deploy. As a CliError, pyinfra's command line
-    passes it through untouched (pyinfra_cli/cli.py) and exits non-zero; its
-    own show() prints the tool's message alone, without a source path.
-    """
+class DeployDataError(PyinfraError):
+    """Raised while preparing the deploy, naming every problem; pyinfra exits non-zero."""
 
     def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(message)
+        self.message = message
         self.problems = problems or [message]
 
     def show(self, file=None):
         logger.warning(f"--> {click.style('refused', 'red', bold=True)}: {self.message}")
+
+
+@lru_cache(maxsize=1)
+def _refusal() -> type:
+    """
+    DeployDataError as pyinfra's CliError too: its command line passes a
+    CliError through untouched (pyinfra_cli/cli.py) and our show() prints the
+    tool's message alone, without a source path. Made on first use, because
+    importing pyinfra_cli monkey-patches threading for the whole process.
+    """
+    from pyinfra_cli.exceptions import CliError
+
+    return type("DeployRefused", (DeployDataError, CliError), {"show": DeployDataError.show})
 
 
 # Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
@@ -189,7 +199,7 @@ def _summary(errors: list[str]) -> str:
 
 def raise_if(errors: list[str]) -> None:
     if errors:
-        raise DeployDataError(_summary(errors), errors)
+        raise _refusal()(_summary(errors), errors)
 
 
 def engine_works(docker: Mapping[str, Any]) -> bool:

@@ -54,6 +54,8 @@ CASES = {
                                 "sglang_cached_models", "use 'qwen3.6-27b-awq-int4' (cyankiwi/Qwen3.6-27B-AWQ-INT4)"),
     "unknown model": ({"sglang_model": "someone/new-model"}, BAD, "sglang_model",
                       "add an entry for it marked 'unvetted': True"),
+    "key that is neither ours nor pyinfra's": ({"sudo": True}, BAD, "sudo", "did you mean _sudo?"),
+    "system directory as home": ({"sglang_home": "/etc"}, BAD, "sglang_home", "/etc is a system directory"),
     "one flashinfer package apart": (
         {"sglang_toolchain_image": True, "sglang_flashinfer_versions": {"flashinfer-jit-cache": "0.6.13"}}, BAD,
         "sglang_flashinfer_versions", "flashinfer-jit-cache is set to 0.6.13+cu130, but flashinfer-python is "
@@ -85,6 +87,8 @@ def test_bad_input_is_refused_and_no_host_changes(testbed, hosts, baseline, work
     assert fix in result.output
     assert "Fix:" in result.output
     assert "refused before any change on any host" in result.output
+    # The tool's own message, not pyinfra's internals (a source path and line number).
+    assert "pyinfra error" not in result.output and "plan.py" not in result.output
     assert result.statuses == {}, "an operation started"
     assert fingerprints(hosts) == baseline
 

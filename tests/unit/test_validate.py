@@ -247,3 +247,23 @@ def test_extra_env_refuses_the_deploys_own_keys_and_bad_names(env):
 def test_tp_size_must_divide_the_reserved_gpus():
     assert "does not divide the 4 GPU(s) reserved" in host_errors(sglang_tp_size=3, sglang_gpus=4)[0]
     assert host_errors(sglang_tp_size=2, sglang_gpus=4) == []
+
+
+def test_a_refusal_is_shown_as_the_tools_own_message():
+    """pyinfra's command line passes a CliError through; ours prints no source path or line number. In a child
+    process: importing pyinfra's command line monkey-patches threading."""
+    import subprocess
+    import sys
+
+    from harness import PROJECT_DIR
+
+    code = ("import logging; logging.basicConfig()\n"
+            "from pyinfra_cli.exceptions import CliError\n"
+            "from sglang_infra.plan import DeployDataError, raise_if\n"
+            "try:\n    raise_if(['host gpu-01: sglang_port: bad. Fix: use a port number.'])\n"
+            "except DeployDataError as refused:\n    assert isinstance(refused, CliError)\n    refused.show()\n")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "refused before any change on any host (1 problem(s))" in shown.stderr
+    assert "plan.py" not in shown.stderr and " line " not in shown.stderr

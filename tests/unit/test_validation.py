@@ -185,7 +185,7 @@ def test_standin_refuses_flags_sglang_does_not_know():
 
 def test_tool_calling_check_passes_on_a_healthy_server(standin):
     result = v.check_tool_calling(standin(), "qwen-test", timeout=10)
-    assert result["ok"], result
+    assert result["ok"], result["problems"]
     assert result["tool_calls"] == 1 and result["reasoning_chars"] > 50
 
 
@@ -207,7 +207,7 @@ def test_tool_calling_check_reports_an_unknown_model(standin):
 def test_benchmark_measures_and_passes_against_its_baseline(standin, tmp_path):
     result = v.run_benchmark(standin(rate=400), "qwen-test", concurrency=8, max_tokens=40, timeout=30,
                              baseline=1000, min_fraction=0.5, results_dir=str(tmp_path))
-    assert result["ok"], result
+    assert result["ok"], result["problems"]
     assert result["output_tokens"] == 8 * 40 and result["errors"] == 0
     assert 0 < result["ttft_p50_s"] <= result["ttft_p99_s"] < 1
     assert abs(result["tok_per_s"] - result["output_tokens"] / result["seconds"]) < 0.02 * result["tok_per_s"]
