@@ -119,6 +119,9 @@ sglang_hf_token_file = None
 # Remove cached revisions that this host neither serves nor keeps (through huggingface_hub's cache API); off because a re-download costs hours.
 sglang_prune_models = False
 
+# Seconds a pull waits for another pull of the same repo or blob (an admin's hand pull included) before it fails, naming the lock and its holder: a large shard over a slow link can take this long.
+sglang_pull_lock_wait = 1800
+
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"
 

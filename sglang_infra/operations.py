@@ -416,9 +416,9 @@ def secret_file(dest: str, content: bytes | None, user: str):
 
 
 def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
-                 token_file: str | None) -> str:
+                 token_file: str | None, lock_wait: int) -> str:
     args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
-            "--repo-id", repo_id, "--revision", revision]
+            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait)]
     if endpoint:
         args += ["--endpoint", endpoint]
     if token_file:
@@ -435,7 +435,7 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 
 @snapshot_operation
-def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str,
+def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int,
                  endpoint: str | None = None, token_file: str | None = None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
@@ -449,7 +449,7 @@ def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str,
     if found and found.get("complete"):
         host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache")
         return
-    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file)
+    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait)
     yield FunctionCommand(_run_streamed, (command,), {})
 
 

@@ -288,6 +288,7 @@ class HostPlan:
     hub_version: str
     pip_index_url: str | None
     hf_endpoint: str | None
+    pull_lock_wait: int
     token: bytes | None = field(repr=False)
     prune: bool
     # image and stack
@@ -343,7 +344,8 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
         nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
         served=served, kept=tuple(models.kept(data)), warnings=tuple(models.warnings(data)),
         hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
-        hf_endpoint=data["sglang_hf_endpoint"], token=models.control_token(data),
+        hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
+        token=models.control_token(data),
         prune=data["sglang_prune_models"],
         image=data["sglang_image"], image_archive=data["sglang_image_archive"], build=build,
         serving_image=build.tag if build else data["sglang_image"],

@@ -216,6 +216,8 @@ SCHEMA: dict[str, Key] = {
                                 "point at a file holding only the token, or None to use HF_TOKEN"),
     "sglang_prune_models": Key("True or False", lambda v: isinstance(v, bool),
                                "use True to remove unreferenced revisions, False to keep everything"),
+    "sglang_pull_lock_wait": Key("an integer number of seconds 0-86400", _int_range(0, 86400),
+                                 "use seconds, e.g. 1800"),
     "sglang_tools_dir": Key("an absolute path outside sglang_home", _abs_path,
                             "use e.g. '/var/lib/sglang-tools'"),
     "sglang_huggingface_hub_version": Key("a release such as '2.4.0'", _release,

@@ -52,6 +52,7 @@ for model in plan.kept:
         repo_id=model.repo_id,
         revision=model.revision,
         tools_dir=tools,
+        lock_wait=plan.pull_lock_wait,
         endpoint=plan.hf_endpoint,
         token_file=token if plan.token else None,
         _sudo=True,

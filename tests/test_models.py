@@ -205,6 +205,25 @@ def test_an_orphaned_partial_from_a_hand_pull_is_adopted(fresh, hub):
     assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
 
 
+def test_a_planted_lock_symlink_ends_the_pull_at_once_and_says_why(fresh):
+    """A group member links the pull's lock of a repo the host is about to keep to a file root owns."""
+    host, inventory = fresh
+    repo = f"{HUB}/models--standin-org--tiny-chat-quality"
+    lock = f"{repo}/.sglang-pull.lock"
+    host.exec(f"mkdir -p {repo} && ln -s /opt/sglang/docker/compose.yaml {lock}")
+    before = host.exec("stat -c '%U %G %a' /opt/sglang/docker/compose.yaml").stdout
+    started = time.monotonic()
+    result = run_deploy(inventory, "--data", 'sglang_cached_models=["qwen3.6-27b-awq-int4"]')
+    assert time.monotonic() - started < 120
+    assert result.returncode != 0
+    assert f"{lock} is a symlink, not a lock file" in result.output, result.output[-3000:]
+    assert f"rm {lock}" in result.output
+    assert host.exec("stat -c '%U %G %a' /opt/sglang/docker/compose.yaml").stdout == before
+    host.exec(f"rm {lock}")
+    again = run_deploy(inventory, "--data", 'sglang_cached_models=["qwen3.6-27b-awq-int4"]')
+    assert again.returncode == 0, again.output[-3000:]
+
+
 def test_a_gated_repo_needs_the_token_and_the_token_stays_in_its_file(testbed, workdir, hub):
     # The gated-repo host logs in as a non-root user with sudo: the token travels through sudo.
     host = testbed.host("sg-models-3", login="deploy")

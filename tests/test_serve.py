@@ -112,6 +112,8 @@ FAILURES = {
     "slow": "benchmark.sh: benchmark FAILED",
     "crash_at_start": "the container is not running",
     "never_ready": "ready FAILED: not ready after 12 s (waiting for health, last answer 503)",
+    # /health answers but no completion ever returns: the wait still ends at sglang_ready_timeout (12 s here).
+    "never_completes": "ready FAILED: not ready after 12 s (waiting for completion",
 }
 
 

@@ -235,6 +235,33 @@ class FileLock:
         self.release()
 
 
+def _held_by(path: str) -> str:
+    holder = lock_holder(path)
+    return f", held by {holder}" if holder else ""
+
+
+def lock_holder(path: str) -> str | None:
+    """Who holds the flock on ``path`` ("pid 123 (hf download ...)"), read from /proc/locks, or None."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
+            pid = fields[4]
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+            except OSError:
+                command = "?"
+            return f"pid {pid} ({command})"
+    return None
+
+
 def is_locked(path: str) -> bool:
     """True if someone holds an flock on `path` (a missing file is not locked)."""
     try:
@@ -351,8 +378,9 @@ class Puller:
         lock = FileLock(os.path.join(self.repo_dir, PULL_LOCK))
         if not lock.acquire(self.lock_wait, on_wait=lambda: say(
                 f"pull {self.repo_id}: another pull holds {lock.path}; waiting up to {self.lock_wait:.0f} s")):
-            raise PullError(f"another pull of {self.repo_id} holds {lock.path} (waited {self.lock_wait:.0f} s)",
-                            EXIT_LOCKED)
+            raise PullError(f"another pull of {self.repo_id} holds {lock.path}"
+                            f"{_held_by(lock.path)}; waited {self.lock_wait:.0f} s (sglang_pull_lock_wait). "
+                            "Let it finish or stop it, then run again", EXIT_LOCKED)
         try:
             return self._run_locked()
         except BaseException:
@@ -485,8 +513,9 @@ class Puller:
         lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
         if not lock.acquire(self.lock_wait, on_wait=lambda: say(
                 f"pull {self.repo_id}: blob {etag[:12]} is being downloaded by another process; waiting")):
-            raise PullError(f"blob {etag} of {self.repo_id} stayed locked by another download "
-                            f"for {self.lock_wait:.0f} s", EXIT_LOCKED)
+            raise PullError(f"blob {etag} of {self.repo_id} stayed locked ({lock.path}"
+                            f"{_held_by(lock.path)}) by another download for {self.lock_wait:.0f} s "
+                            "(sglang_pull_lock_wait). Let it finish or stop it, then run again", EXIT_LOCKED)
         return lock
 
     def _ensure_blob(self, blob: Blob, blob_path: str, trust: dict, index: int, path: str) -> None:

@@ -22,6 +22,8 @@ Behaviour is set by environment variables, which compose passes through:
       slow               decodes at 10 tok/s per request, far below any baseline
       crash_at_start     exits with an error before listening
       never_ready        /health answers 503 forever
+      never_completes    /health answers 200, but a completion never comes back (the connection is held, then
+                         dropped after NEVER_SECONDS)
 
 Production defaults never reference this file or its image.
 """
@@ -37,7 +39,8 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready")
+FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready", "never_completes")
+NEVER_SECONDS = 600  # "never", for any test's timeout; the wait still ends by itself
 REASONING = ("The user wants the current weather for a city. I have a get_weather tool whose parameters are "
              "a city and a unit. Both are stated in the request, so I will call the tool directly and report "
              "the result afterwards.")
@@ -180,6 +183,11 @@ def make_handler(standin: StandIn):
                 return
             if request.get("model") not in (standin.served, None):
                 self._error(404, f"The model `{request.get('model')}` does not exist.", "NotFoundError")
+                return
+            if standin.failure == "never_completes":
+                for _ in range(NEVER_SECONDS):
+                    time.sleep(1)
+                self.close_connection = True
                 return
             message, finish, pieces = standin.completion(request)
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages) + 12

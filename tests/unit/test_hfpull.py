@@ -317,6 +317,8 @@ def test_pull_waits_for_the_repo_lock_then_fails_clearly(tmp_path):
         lock.release()
     assert r.rc == hfpull.EXIT_LOCKED, r
     assert r.err.count("\n") == 1 and "another pull of org/m holds" in r.err and "Traceback" not in r.err
+    # The lock's path and its holder (this test process), and the key that sets the wait.
+    assert f"{lock.path}, held by pid {os.getpid()}" in r.err and "sglang_pull_lock_wait" in r.err
 
 
 def test_a_planted_lock_symlink_is_never_followed_nor_waited_on(tmp_path):
