@@ -125,3 +125,31 @@ def test_sandbox_inventory_targets_the_sandbox_state(testbed, fleet, workdir):
     assert result.returncode == 0, result.output[-3000:]
     assert result.hosts() == {"sg-prod-1"}
     assert result.changed("sg-prod-1") == []
+
+
+def _checks_with(testbed, workdir, name, host, strict, known_hosts):
+    inventory = testbed.inventory(workdir / f"checks_{strict}.py", {"production": [(host, {
+        "sglang_admins": ["alice"], "ssh_strict_host_key_checking": strict, "ssh_known_hosts_file": str(known_hosts)})]})
+    return run_host_checks(inventory, workdir)
+
+
+def test_the_checks_connect_as_the_deploy_does_with_accept_new(testbed, fleet, workdir):
+    """A host not yet in known_hosts, under accept-new: the deploy connects, so do the checks."""
+    hosts = fleet[0]
+    empty = workdir / "known_hosts.empty"
+    empty.write_text("")
+    report = _checks_with(testbed, workdir, "sg-prod-1", hosts["sg-prod-1"], "accept-new", empty)
+    assert report.returncode == 0 and report.passed("sg-prod-1"), report.output[-3000:]
+    assert empty.read_text() == ""  # read-only: nothing learned is saved
+
+
+def test_an_unknown_host_key_is_one_line_with_the_fix(testbed, fleet, workdir):
+    hosts = fleet[0]
+    empty = workdir / "known_hosts.none"
+    empty.write_text("")
+    report = _checks_with(testbed, workdir, "sg-prod-1", hosts["sg-prod-1"], "yes", empty)
+    assert report.returncode != 0
+    lines = [line for line in report.output.splitlines() if line.startswith("host sg-prod-1:")]
+    assert len(lines) == 1 and "its SSH host key is unknown" in lines[0] and "ssh-keyscan" in lines[0], \
+        report.output[-3000:]
+    assert "Traceback" not in report.output and "ERROR at setup" not in report.output

@@ -34,26 +34,76 @@ def _hosts(config):
     return [(h.name, h.data.dict()) for h in inventory]
 
 
+# Every host is connected to once, before any check: a host that cannot be reached gets one line saying why,
+# and the run fails; the checks run on the others.
+_clients: dict[str, paramiko.SSHClient] = {}
+_unreachable: dict[str, str] = {}
+
+
 def pytest_generate_tests(metafunc):
     if "target" in metafunc.fixturenames:
-        hosts = _hosts(metafunc.config)
+        hosts = []
+        for name, data in _hosts(metafunc.config):
+            if name not in _clients and name not in _unreachable:
+                try:
+                    _clients[name] = _client(name, data)
+                except Exception as error:  # each reason becomes one line below
+                    _unreachable[name] = _reason(name, data, error)
+            if name in _clients:
+                hosts.append((name, data))
         metafunc.parametrize("target", hosts, ids=[name for name, _ in hosts], indirect=True, scope="module")
 
 
+def pytest_terminal_summary(terminalreporter):
+    for line in _unreachable.values():
+        terminalreporter.write_line(line, red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _unreachable:
+        session.exitstatus = 1
+
+
+def _known_hosts(data: dict) -> str:
+    return data.get("ssh_known_hosts_file") or os.path.expanduser("~/.ssh/known_hosts")
+
+
+def _reason(name: str, data: dict, error: Exception) -> str:
+    address = data.get("ssh_hostname") or name
+    known = _known_hosts(data)
+    if isinstance(error, paramiko.BadHostKeyException):
+        return (f"host {name}: its SSH host key CHANGED (it is not the one in {known}). Fix: ask why; if the server "
+                f"was rebuilt, ssh-keygen -f {known} -R {address}, then add the new key after checking it")
+    if isinstance(error, paramiko.SSHException) and "not found in known_hosts" in str(error):
+        return (f"host {name}: its SSH host key is unknown (not in {known}, and ssh_strict_host_key_checking is "
+                f"'yes'). Fix: check the fingerprint, then ssh-keyscan {address} >> {known}")
+    if isinstance(error, paramiko.AuthenticationException):
+        return (f"host {name}: authentication refused for {data.get('ssh_user') or 'the default user'}. "
+                "Fix: check ssh_user and ssh_key for this host")
+    return f"host {name}: unreachable ({type(error).__name__}: {error}). Fix: check ssh_hostname and ssh_port"
+
+
 def _client(name: str, data: dict) -> paramiko.SSHClient:
+    """Connected as the deploy connects: the host's ssh_* data, with the deploy's defaults."""
     client = paramiko.SSHClient()
-    known_hosts = data.get("ssh_known_hosts_file") or os.path.expanduser("~/.ssh/known_hosts")
-    if Path(known_hosts).exists():
+    strict = data.get("ssh_strict_host_key_checking", "accept-new")
+    known_hosts = _known_hosts(data)
+    if strict not in ("no", "off", False) and Path(known_hosts).exists():
         client.load_host_keys(known_hosts)
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    # yes: only known keys; accept-new: unknown keys too, but a changed one is refused (paramiko raises on a
+    # known host whose key differs, whatever the policy); no: anything. Read-only: nothing is saved.
+    client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict in ("yes", "on", True)
+                                       else paramiko.AutoAddPolicy())
     client.connect(
         data.get("ssh_hostname") or name,
         port=int(data.get("ssh_port") or 22),
         username=data.get("ssh_user") or None,
         key_filename=data.get("ssh_key") or None,
+        password=data.get("ssh_password") or None,
+        passphrase=data.get("ssh_key_password") or None,
         timeout=15,
-        allow_agent=True,
-        look_for_keys=data.get("ssh_key") is None,
+        allow_agent=data.get("ssh_allow_agent", True),
+        look_for_keys=data.get("ssh_look_for_keys", data.get("ssh_key") is None),
     )
     return client
 
@@ -66,7 +116,7 @@ class Target:
         user = data.get("ssh_user")
         self.host = testinfra.get_host(f"paramiko://{user + '@' if user else ''}{address}")
         # Replace testinfra's lenient client (it warns on unknown keys) with a strict one.
-        self.host.backend.__dict__["client"] = _client(name, data)
+        self.host.backend.__dict__["client"] = _clients[name]
         self.sudo = bool(data.get("_sudo")) and user != "root"
 
     @cached_property
