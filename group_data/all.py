@@ -188,7 +188,7 @@ sglang_mamba_conv_dtype = "derive"
 # Without an explicit ratio the Mamba/KV split can leave zero request slots (max_num_reqs=0), as seen with the FP8 release.
 sglang_mamba_full_memory_ratio = 0.9
 
-# Caps SGLang's static pools (weights + Mamba/KV) at 85% of GPU memory, leaving explicit headroom instead of auto-sizing.
+# Caps SGLang's static pools (weights + Mamba/KV) at this fraction ({value}) of GPU memory, leaving explicit headroom instead of auto-sizing.
 sglang_mem_fraction_static = 0.85
 
 # Oversized input is cut instead of rejected; note that SGLang gives no signal that truncation happened.

@@ -66,7 +66,8 @@ def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived], model:
         if from_entry:
             reason = f"{_ENTRY_REASONS[key]} [registry entry {model.key}]"
         else:
-            reason = why[key] + (f" [{derived[key].source}]" if key in derived else "")
+            # A reason that states the number takes it from the value rendered beside it.
+            reason = why[key].replace("{value}", str(value)) + (f" [{derived[key].source}]" if key in derived else "")
         flags.append({"arg": arg, "reason": reason, "key": key})
     return flags
 

@@ -47,7 +47,8 @@ def test_each_flag_carries_its_reason_from_group_data():
         if flag["key"] in ("reasoning_parser", "tool_call_parser"):
             assert flag["reason"].endswith("[registry entry qwen3.6-35b-a3b-awq]")
         else:
-            assert flag["reason"].startswith(reasons[flag["key"]])
+            value = flag["arg"].split("=", 1)[1] if "=" in flag["arg"] else "True"
+            assert flag["reason"].startswith(reasons[flag["key"]].replace("{value}", value))
         assert f"      # {flag['reason']}\n      - \"{flag['arg']}\"\n" in text
 
 
@@ -188,3 +189,19 @@ def test_extra_env_may_not_set_what_the_deploy_sets():
     image_env = {line.split("=")[0].split()[-1] for line in plan_for(DEFAULTS).build.dockerfile.splitlines()
                  if line.startswith("ENV ") or line.strip().startswith("PATH=")}
     assert rendered | image_env == set(DEPLOY_ENV)
+
+
+def test_no_comment_contradicts_the_value_beside_it():
+    """Every numeric flag rendered with a non-default value: its comment never states the default instead."""
+    changed = {"sglang_mem_fraction_static": 0.8, "sglang_mamba_full_memory_ratio": 0.7,
+               "sglang_context_length": 131072, "sglang_tp_size": 1}
+    defaults = {d.key: d for d in read_defaults()}
+    flags = {flag["key"]: flag for flag in plan_for({**DEFAULTS, **changed}).flags}
+    for key, value in changed.items():
+        default = eval(defaults[key].default_source) if defaults[key].default_source[0].isdigit() else None
+        reason = flags[key]["reason"]
+        assert flags[key]["arg"].endswith(f"={value}")
+        if isinstance(default, (int, float)):
+            forms = {str(default), f"{default * 100:g}%"} - {str(value), f"{value * 100:g}%"}
+            assert not any(form in reason for form in forms), (key, reason)
+    assert "(0.8)" in flags["sglang_mem_fraction_static"]["reason"]
