@@ -18,6 +18,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import render, ship
 from .platforms import NOLOGIN_SHELL
+from .hostside.units import human
 from .snapshot import Unreadable, current
 from .toolchain import pip_index_options
 
@@ -478,7 +479,7 @@ def models_pruned(hub: str, keep: list[str], tools_dir: str):
         host.noop("the cache holds only revisions this host serves or keeps")
         return
     for repo_id, commit, size in plan:
-        logger.info(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({size / 2**30:.2f} GiB) is not kept")
+        logger.info(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({human(size)}) is not kept")
     keep_all = sorted({*keep, *cache.get("referenced", [])})
     args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
     for pinned in keep_all:

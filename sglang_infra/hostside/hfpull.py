@@ -46,6 +46,7 @@ import time
 from urllib.parse import urljoin, urlsplit
 
 from . import manifest
+from .units import human
 
 import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, scan_cache_dir, set_client_factory
@@ -101,14 +102,6 @@ class VerifyError(PullError):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def mib(n: int) -> str:

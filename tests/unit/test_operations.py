@@ -135,3 +135,19 @@ def test_a_host_that_stops_answering_fails_alone():
     logged = []
     host = mock.Mock(log_styled=lambda message, **kwargs: logged.append(message))
     assert operations._failed(None, host, "gone") is False and logged == ["gone"]
+
+
+def test_sizes_read_in_human_units_everywhere():
+    from sglang_infra.hostside import hfpull
+    from sglang_infra.hostside.units import human
+
+    assert (human(0), human(1536), human(15_728_722), human(3 * 2**40)) == ("0 B", "1.5 KiB", "15.0 MiB", "3.0 TiB")
+    assert hfpull.human is human  # the pull prints with the same formatter
+
+
+def test_the_prune_preview_says_a_small_revision_is_small():
+    name, case = next(c for c in CASES if c[0] == "models_pruned.unkept_revisions")
+    logged = []
+    with mock.patch.object(operations.logger, "info", logged.append):
+        run(case["op"], case["args"], case["facts"])
+    assert logged and all("(0.00 GiB)" not in line and "B)" in line for line in logged), logged
