@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -24,6 +25,7 @@ from testbed import hosts
 
 HUB_DIR = Path(__file__).resolve().parent.parent / "hfstandin"
 NAME = "sglang-hfhub"
+SPEC_NAME = "spec.json"
 PORT = 8080
 GATED_TOKEN = "hf_standinGatedToken0123456789abcdef"
 
@@ -121,26 +123,37 @@ def ensure_hub(name: str | None = None) -> Hub:
     spec_text = json.dumps(SPEC, sort_keys=True)
     source = (HUB_DIR / "server.py").read_bytes()
     fingerprint = hashlib.sha256(spec_text.encode() + source + tag.encode()).hexdigest()[:12]
-    # Named by its content, so runs (and the sandbox) never rewrite the file another Hub has mounted.
-    spec_file = hosts.CACHE_DIR / f"hfstandin-spec-{hashlib.sha256(spec_text.encode()).hexdigest()[:12]}.json"
-    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    # A directory named by its content (runs and the sandbox never rewrite what another Hub has mounted), holding
+    # the spec. A directory, not a file, is mounted: when a cleaner (systemd-tmpfiles) removes a mounted file
+    # and dockerd restarts the Hub, Docker makes the missing source a directory, and the Hub could never read it.
+    spec_dir = hosts.CACHE_DIR / f"hfstandin-spec-{hashlib.sha256(spec_text.encode()).hexdigest()[:12]}"
+    spec_file = spec_dir / SPEC_NAME
+    ok = spec_dir.is_dir() and not spec_dir.is_symlink() and spec_file.is_file() and \
+        spec_file.read_text() == spec_text
     inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True)
     if inspect.returncode == 0:
         info = json.loads(inspect.stdout)[0]
-        if info["State"]["Running"] and info["Config"]["Labels"].get("sglang-hfhub") == fingerprint:
+        if ok and info["State"]["Running"] and info["Config"]["Labels"].get("sglang-hfhub") == fingerprint:
             return Hub(name, info["NetworkSettings"]["Networks"][hosts.NETWORK]["IPAddress"])
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
-    if not spec_file.exists() or spec_file.read_text() != spec_text:
-        partial = spec_file.with_name(f"{spec_file.name}.{os.getpid()}.tmp")
+    if not ok:
+        # Whatever is in the way (a leftover, or what Docker made of a missing mount source) is replaced.
+        if spec_dir.is_symlink() or (spec_dir.exists() and not spec_dir.is_dir()):
+            spec_dir.unlink()
+        elif spec_dir.is_dir():
+            shutil.rmtree(spec_dir)
+        spec_dir.mkdir(parents=True)
+        partial = spec_dir / f".{SPEC_NAME}.{os.getpid()}.tmp"
         partial.write_text(spec_text)
         os.replace(partial, spec_file)
     prefix = name[:-len(NAME)] if name.endswith(NAME) else ""
     subprocess.run([
         "docker", "run", "-d", "--name", name, *hosts.run_labels(prefix), "--label", f"sglang-hfhub={fingerprint}",
         "--network", hosts.NETWORK, "--restart", "unless-stopped",
-        "-v", f"{HUB_DIR}:/opt/hfstandin:ro", "-v", f"{spec_file}:/opt/hfstandin-spec.json:ro",
+        "-v", f"{HUB_DIR}:/opt/hfstandin:ro", "-v", f"{spec_dir}:/opt/hfstandin-spec:ro",
         "--entrypoint", "python3", tag,
-        "/opt/hfstandin/server.py", "--spec", "/opt/hfstandin-spec.json", "--host", "0.0.0.0", "--port", str(PORT),
+        "/opt/hfstandin/server.py", "--spec", f"/opt/hfstandin-spec/{SPEC_NAME}", "--host", "0.0.0.0",
+        "--port", str(PORT),
     ], check=True, capture_output=True, text=True)
     info = json.loads(subprocess.run(["docker", "inspect", name], check=True, capture_output=True,
                                      text=True).stdout)[0]
