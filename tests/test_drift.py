@@ -70,7 +70,8 @@ def drifted(testbed, workdir):
     shell_after_dry = host.exec("getent passwd sglang").stdout.strip().split(":")[-1]
     checks_before = run_host_checks(inventory, workdir)
     repair = run_deploy(inventory, "-vv")
-    repair_commands = "\n".join(line.split(">>> ", 1)[1] for line in repair.output.splitlines() if ">>> " in line)
+    # -vv echoes every command after ">>> "; a repair command carries its program, so it spans several lines.
+    repair_commands = repair.output[repair.output.find(">>> "):]
     checks_after = run_host_checks(inventory, workdir)
     third = run_deploy(inventory)
     restarted = host.exec("docker inspect -f '{{.State.StartedAt}}' sglang-sglang-1").stdout.strip() != started
