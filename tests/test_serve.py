@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy
+from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 CANARY, OTHER = "sg-serve-1", "sg-serve-2"
 DOCKER = "/opt/sglang/docker"
@@ -91,12 +91,18 @@ def test_validate_always_runs_the_gate_without_a_restart(served, rerun):
 
 
 @pytest.mark.parametrize("how", ["docker compose stop", "docker compose restart"])
-def test_every_start_or_restart_is_followed_by_the_gate(served, rerun, how):
+def test_every_start_or_restart_is_followed_by_the_gate(served, rerun, workdir, how):
     """A container stopped (or restarted) behind the deploy's back: the next run starts it and runs the gate."""
     hosts, inventory, _ = served
     host = hosts[CANARY]
     count = results(host)
     host.exec(f"cd {DOCKER} && {how}")
+    if how == "docker compose stop":
+        checks = run_host_checks(inventory, workdir)
+        assert checks.returncode != 0
+        assert {"test_the_server_container_runs_and_is_not_unhealthy", "test_the_api_answers_with_the_served_model",
+                "test_the_last_gate_passed_for_what_runs_now"} <= checks.failed(CANARY), checks.output[-3000:]
+        assert checks.failed(OTHER) == set()
     result = run_deploy(inventory, "--limit", CANARY)
     assert result.returncode == 0, result.output[-3000:]
     assert "tasks/validation.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh " \

@@ -25,8 +25,9 @@ def container():
     """The service's container as the engine reports it (with when it last started), or None."""
     found = dockerapi.compose_containers(PROJECT).get(SERVICE)
     if found is not None:
-        details = dockerapi.get(f"/containers/{found['id']}/json") or {}
-        found["started_at"] = (details.get("State") or {}).get("StartedAt")
+        details = (dockerapi.get(f"/containers/{found['id']}/json") or {}).get("State") or {}
+        found["started_at"] = details.get("StartedAt")
+        found["health"] = (details.get("Health") or {}).get("Status")   # starting, healthy, unhealthy or None
     return found
 
 

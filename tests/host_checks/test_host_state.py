@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 
 import json
 
@@ -144,3 +145,31 @@ def test_env_file_carries_the_account_ids(target):
                   if line and not line.startswith("#"))
     assert values == {"SGLANG_UID": uid, "SGLANG_GID": gid}
     assert _stat(target, path) == [ACCOUNT, ACCOUNT, "640"]
+
+
+# ---------------------------------------------------------------- serving: what the operator relies on
+def test_the_server_container_runs_and_is_not_unhealthy(target):
+    found = target.snapshot["stack"]["container"]
+    assert found is not None, "no server container"
+    assert found["state"] == "running", f"the server container is {found['state']} ({found['status']})"
+    # Docker's first healthcheck runs 30 s after a start; until then it says "starting" (the API check below
+    # is the proof meanwhile).
+    assert found["health"] != "unhealthy", f"Docker reports the server unhealthy ({found['status']})"
+
+
+def test_the_api_answers_with_the_served_model(target):
+    probe = ("import json, sys, urllib.request\n"
+             "base = sys.argv[1]\n"
+             "urllib.request.urlopen(base + '/health', timeout=10).read()\n"
+             "print(json.dumps([m['id'] for m in json.load(urllib.request.urlopen(base + '/v1/models', timeout=10))"
+             "['data']]))\n")
+    result = target.run(f"python3 -c {shlex.quote(probe)} {target.plan.gate.url}")
+    assert result.rc == 0, f"the API does not answer on {target.plan.gate.url}: {result.stderr.strip()[-300:]}"
+    assert target.plan.gate.served_name in json.loads(result.stdout), result.stdout
+
+
+def test_the_last_gate_passed_for_what_runs_now(target):
+    gate = target.snapshot["gate"]
+    assert gate["stamp"] is not None, "the gate never passed on this host"
+    assert gate["stamp"] == gate["digest"], ("the last gate record is not for the config and container running now "
+                                             "(changed, restarted or rolled back since); run the deploy")
