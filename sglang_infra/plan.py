@@ -382,6 +382,18 @@ def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:
         return None, error.problems
 
 
+def _overrides(host) -> str | None:
+    """Which of our keys this host's own inventory data (or --data) sets over group_data, said at the start."""
+    inventory = host.inventory
+    parts = []
+    for source, values in (("its inventory data", inventory.get_host_data(host.name)),
+                           ("--data", inventory.get_override_data())):
+        keys = sorted(key for key in (values or {}) if key in SCHEMA)
+        if keys:
+            parts.append(f"{source} sets {', '.join(keys)}")
+    return f"[{host.name}] over group_data, {'; '.join(parts)}" if parts else None
+
+
 def preflight(host, inventory) -> None:
     """
     Resolve every host being deployed, at once and in parallel (one snapshot
@@ -393,6 +405,10 @@ def preflight(host, inventory) -> None:
     key = id(host.state)
     if key not in _reads:
         hosts = inventory.get_active_hosts() or list(inventory)
+        for each in hosts:
+            said = _overrides(each)
+            if said:
+                logger.info(said)
         _reads[key] = [(h, gevent.spawn(_resolve_host, h)) for h in hosts]
     jobs = _reads[key]
     gevent.joinall([job for _, job in jobs], raise_error=True)

@@ -53,11 +53,19 @@ def _wheel_index() -> str:
     return index.url
 
 
+# The only keys the sandbox sets over group_data: what the stand-ins need (README, "Stand-ins"). Everything
+# else comes from group_data, so an edit there shows on the next run.
+PROFILE_KEYS = ("sglang_require_gpu", "sglang_image", "sglang_image_archive", "sglang_models", "sglang_hf_endpoint",
+                "sglang_flashinfer_index_url", "sglang_extra_ca_bundle")
+
+
 def _profile() -> dict:
-    """The stand-in profile, with the toolchain image on: the sandbox runs the whole deploy."""
+    """The stand-in profile: no GPU, the stand-in server's image, the stand-in Hub's registry and endpoint, the
+    stand-in wheel index and this machine's CA for the toolchain image (which stays on, as in group_data)."""
     ca = hosts.DEFAULT_CA_BUNDLE
-    return {**hosts.standin_data(), "sglang_toolchain_image": True, "sglang_flashinfer_index_url": _wheel_index(),
-            "sglang_extra_ca_bundle": ca if Path(ca).is_file() else None}
+    profile = {**hosts.standin_data(), "sglang_flashinfer_index_url": _wheel_index(),
+               "sglang_extra_ca_bundle": ca if Path(ca).is_file() else None}
+    return {key: profile[key] for key in PROFILE_KEYS}
 
 
 def up(fresh: bool = False) -> None:

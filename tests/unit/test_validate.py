@@ -267,3 +267,17 @@ def test_a_refusal_is_shown_as_the_tools_own_message():
     assert shown.returncode == 0, shown.stderr
     assert "refused before any change on any host (1 problem(s))" in shown.stderr
     assert "plan.py" not in shown.stderr and " line " not in shown.stderr
+
+
+def test_the_run_names_what_a_hosts_own_data_sets_over_group_data():
+    from types import SimpleNamespace
+
+    from sglang_infra.plan import _overrides
+
+    inventory = SimpleNamespace(get_host_data=lambda name: {"ssh_user": "x", "sglang_image": "a:b"},
+                                get_override_data=lambda: {"sglang_port": 1})
+    host = SimpleNamespace(name="gpu-01", inventory=inventory)
+    assert _overrides(host) == "[gpu-01] over group_data, its inventory data sets sglang_image; --data sets sglang_port"
+    quiet = SimpleNamespace(name="gpu-02", inventory=SimpleNamespace(get_host_data=lambda name: {"ssh_user": "x"},
+                                                                     get_override_data=lambda: {}))
+    assert _overrides(quiet) is None
