@@ -126,6 +126,31 @@ def service_account(
         yield f"usermod --append --groups {q(user)} {q(admin)}"
 
 
+# What each drift category expects, for --diff.
+EXPECTED = {"cache_group": "group {group}", "cache_file_mode": "group read and write",
+            "cache_dir_mode": "group rwx and setgid", "owner": "{user}:{group}", "world_writable": "not world-writable",
+            "docker_group_writable": "not group-writable"}
+DIFF_PATHS = 50  # drifted paths shown under --diff; the rest are counted
+
+
+def _show_drift(found: dict, dirs: dict[str, str], user: str, group: str) -> None:
+    if not _diff_wanted():
+        return
+    for path, mode in dirs.items():
+        now = found["dirs"].get(path)
+        if now != {"owner": user, "group": group, "mode": mode}:
+            shown = f"{now['owner']}:{now['group']} {now['mode']}" if now else "missing"
+            host.log(f"Will fix {path}: {shown} -> {user}:{group} {mode}", logger.info)
+    details = found.get("details", {})
+    listed = [(category, path) for category in DRIFT_CATEGORIES for path in found["drift"].get(category, [])]
+    for category, path in listed[:DIFF_PATHS]:
+        now = details.get(path)
+        shown = f"{now[0]}:{now[1]} {now[2]}" if now else "?"
+        host.log(f"Will fix {path!r}: {shown} -> {EXPECTED[category].format(user=user, group=group)}", logger.info)
+    if len(listed) > DIFF_PATHS:
+        host.log(f"... and {len(listed) - DIFF_PATHS} more drifted entries", logger.info)
+
+
 @snapshot_operation
 def layout(home: str, dirs: dict[str, str], user: str, group: str):
     """
@@ -139,6 +164,7 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
     found = current(host)["layout"]
     changed = False
     program = q(ship.program("repair"))
+    _show_drift(found, dirs, user, group)
     for path, mode in dirs.items():
         if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:
             changed = True
@@ -169,6 +195,23 @@ def _file(path: str):
     return current(host)["files"].get(os.path.dirname(path), {}).get(os.path.basename(path))
 
 
+def _diff_wanted() -> bool:
+    return bool(getattr(getattr(host.state, "config", None), "DIFF", False))
+
+
+def _show_diff(dest: str, current, content: bytes) -> None:
+    """Under --diff, as pyinfra's own files operations do: the unified diff between the host's copy and ours."""
+    if not _diff_wanted():
+        return
+    from pyinfra.facts.files import FileContents
+    from pyinfra.operations.util.files import generate_color_diff
+
+    host.log(f"Will {'modify' if current else 'create'} {dest}", logger.info)
+    old = [line + "\n" for line in (host.get_fact(FileContents, path=dest) or [])] if current else []
+    for line in generate_color_diff(old, content.decode(errors="replace").splitlines(keepends=True)):
+        logger.info("  %s", line)
+
+
 def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):
     """
     Upload ``content`` next to ``dest``, run ``check`` on it (with {candidate}
@@ -192,6 +235,7 @@ def _swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check:
             host.noop(f"{dest} is already up to date")
         return
 
+    _show_diff(dest, current, content)
     candidate = f"{dest}.candidate"
     yield FileUploadCommand(BytesIO(content), candidate,
                             remote_temp_filename=host.get_temp_filename(candidate))
@@ -249,6 +293,8 @@ def image_present(image: str, archive: str | None = None):
     if image in current(host)["docker"]["images"]:
         host.noop(f"{image} is already on the host")
         return
+    if _diff_wanted():
+        host.log(f"Will {'load' if archive else 'pull'} {image}: it is not on the host", logger.info)
     if not archive:
         yield f"docker pull {q(image)}"
         return
@@ -450,6 +496,9 @@ def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wai
     if found and found.get("complete"):
         host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache")
         return
+    if _diff_wanted():
+        state = "missing" if not found else f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
+        host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
     command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait)
     yield FunctionCommand(_run_streamed, (command,), {})
 

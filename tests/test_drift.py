@@ -66,6 +66,7 @@ def drifted(testbed, workdir):
     edited = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
     started = host.exec("docker inspect -f '{{.State.StartedAt}}' sglang-sglang-1").stdout.strip()
     dry = run_dry(inventory)
+    diff = run_dry(inventory, "--diff")
     after_dry = host.exec(f"sha256sum {COMPOSE}").stdout.split()[0]
     shell_after_dry = host.exec("getent passwd sglang").stdout.strip().split(":")[-1]
     checks_before = run_host_checks(inventory, workdir)
@@ -75,7 +76,7 @@ def drifted(testbed, workdir):
     checks_after = run_host_checks(inventory, workdir)
     third = run_deploy(inventory)
     restarted = host.exec("docker inspect -f '{{.State.StartedAt}}' sglang-sglang-1").stdout.strip() != started
-    return dict(host=host, inventory=inventory, edited=edited, passwd=passwd, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
+    return dict(host=host, inventory=inventory, edited=edited, passwd=passwd, diff=diff, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
                 checks_before=checks_before, repair=repair, repair_commands=repair_commands,
                 checks_after=checks_after, third=third, restarted=restarted)
 
@@ -104,6 +105,15 @@ def test_dry_run_changes_nothing(drifted):
 ])
 def test_host_checks_catch_the_drift(drifted, check):
     assert check in drifted["checks_before"].failed(HOST)
+
+
+def test_dry_run_with_diff_shows_what_differs(drifted):
+    code, _, output = drifted["diff"]
+    assert code == 0, output[-3000:]
+    assert f"Will modify {COMPOSE}" in output
+    assert "--mem-fraction-static=0.95" in output and "--mem-fraction-static=0.85" in output
+    assert f"Will fix {HUB}: sglang:sglang 775 -> sglang:sglang 2775" in output
+    assert f"Will fix '{HUB}/models--org--m/blobs/abc': root:root 644 -> group sglang" in output
 
 
 def test_repair_run_reports_exactly_what_it_fixed(drifted):

@@ -32,6 +32,7 @@ COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-p
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
 COMMAND_TIMEOUT = 30  # seconds, for nvidia-smi and systemctl
+MAX_DETAILS = 1000    # drifted entries whose owner and mode travel along (for --diff)
 
 
 def _run(*argv):
@@ -184,12 +185,15 @@ def layout(spec):
         if stat.S_ISDIR(st.st_mode):
             owner, owner_group = _names(st)
             dirs[path] = {"owner": owner, "group": owner_group, "mode": format(stat.S_IMODE(st.st_mode), "o")}
-    drift = {}
+    drift, details = {}, {}
     if not (_user(user) and _group(group) and os.path.isdir(home) and not os.path.islink(home)):
-        return {"dirs": dirs, "drift": drift}
+        return {"dirs": dirs, "drift": drift, "details": details}
 
-    def add(category, path):
+    def add(category, path, st=None):
         drift.setdefault(category, []).append(path)
+        if st is not None and len(details) < MAX_DETAILS:
+            owner_, group_ = _names(st)
+            details[path] = [owner_, group_, format(stat.S_IMODE(st.st_mode), "o")]
 
     try:
         if os.lstat(home).st_mode & 0o002:
@@ -203,21 +207,21 @@ def layout(spec):
         in_cache = path.startswith(cache + "/")
         if in_cache:
             if owner_group != group:
-                add("cache_group", path)
+                add("cache_group", path, st)
             if not link and not directory and mode & 0o060 != 0o060:
-                add("cache_file_mode", path)
+                add("cache_file_mode", path, st)
             if directory and mode & 0o2070 != 0o2070:
-                add("cache_dir_mode", path)
+                add("cache_dir_mode", path, st)
         elif not (path == cache or path == results or path.startswith(results + "/")):
             if owner != user or owner_group != group:
-                add("owner", path)
+                add("owner", path, st)
         if not link and mode & 0o002:
-            add("world_writable", path)
+            add("world_writable", path, st)
         if path.startswith(docker_dir + "/") and not link and mode & 0o020:
-            add("docker_group_writable", path)
+            add("docker_group_writable", path, st)
     for paths in drift.values():
         paths.sort()
-    return {"dirs": dirs, "drift": drift}
+    return {"dirs": dirs, "drift": drift, "details": details}
 
 
 def files(directory):

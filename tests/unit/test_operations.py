@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -151,3 +152,27 @@ def test_the_prune_preview_says_a_small_revision_is_small():
     with mock.patch.object(operations.logger, "info", logged.append):
         run(case["op"], case["args"], case["facts"])
     assert logged and all("(0.00 GiB)" not in line and "B)" in line for line in logged), logged
+
+
+def test_diff_shows_the_file_diff_and_each_drifted_path(monkeypatch):
+    """Under --diff, as pyinfra's files operations do: what differs, not only that something does."""
+    logged = []
+    fake = FakeHost({"Snapshot": {"files": {"/opt/sglang/docker": {"compose.yaml": {
+        "owner": "sglang", "group": "sglang", "mode": "644", "sha256": "0"}}},
+        "layout": {"dirs": {"/opt/sglang/hf-cache/hub": {"owner": "sglang", "group": "sglang", "mode": "775"}},
+                   "drift": {"cache_file_mode": ["/opt/sglang/hf-cache/hub/a"]},
+                   "details": {"/opt/sglang/hf-cache/hub/a": ["alice", "sglang", "644"]}}},
+        "FileContents": ["services:", "  old: 1"]})
+    fake.state.config = SimpleNamespace(DIFF=True)
+    fake.log = lambda message, log_func=None: logged.append(message)
+    monkeypatch.setattr(operations.logger, "info", lambda fmt, *args: logged.append(fmt % args if args else fmt))
+    with mock.patch.object(operations, "host", fake):
+        list(operations.checked_file._inner(dest="/opt/sglang/docker/compose.yaml", content="services:\n  new: 2\n",
+                                            user="sglang", group="sglang"))
+        list(operations.layout._inner(home="/opt/sglang", dirs={"/opt/sglang/hf-cache/hub": "2775"},
+                                      user="sglang", group="sglang"))
+    factcache.invalidate(fake)
+    text = "\n".join(logged)
+    assert "Will modify /opt/sglang/docker/compose.yaml" in text and "old: 1" in text and "new: 2" in text
+    assert "Will fix /opt/sglang/hf-cache/hub: sglang:sglang 775 -> sglang:sglang 2775" in text
+    assert "Will fix '/opt/sglang/hf-cache/hub/a': alice:sglang 644 -> group read and write" in text

@@ -92,7 +92,7 @@ def test_a_file_name_with_a_newline_stays_one_path(tree):
 
 def test_layout_is_empty_before_the_home_exists(tmp_path):
     found = read(tmp_path / "missing", dirs=[str(tmp_path / "missing")])["layout"]
-    assert found == {"dirs": {}, "drift": {}}
+    assert found == {"dirs": {}, "drift": {}, "details": {}}
 
 
 def test_layout_ignores_symlinks_for_modes(tree):
@@ -277,3 +277,11 @@ def test_managed_directories_are_made_with_their_mode(tmp_path):
     assert repair("dir=2775", home, user, group, home / "results").returncode == 0
     assert oct((home / "results").stat().st_mode & 0o7777) == "0o2775"
     assert oct(home.stat().st_mode & 0o7777) == "0o750"
+
+
+def test_drifted_entries_carry_their_owner_and_mode_for_diff(tree):
+    user, group = _ids()
+    blob = tree / "hf-cache" / "hub" / "models--a--b" / "blobs" / "abc"
+    blob.chmod(0o640)
+    found = read(tree, dirs=_dirs(tree))["layout"]
+    assert found["details"] == {str(blob): [user, group, "640"]}
