@@ -163,6 +163,15 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
             "install it first: apt-get install -y python3")
         return errors
 
+    existing = snapshot.get("existing") or {}
+    for key, found, owners in (("sglang_home", existing.get("home"), (ACCOUNT,)),
+                               ("sglang_tools_dir", existing.get("tools"), ("root",))):
+        if found and (not found["directory"] or (not found["empty"] and found["owner"] not in owners)):
+            what = "is not a directory" if not found["directory"] else \
+                f"already exists with content and belongs to {found['owner']}"
+            err(key, f"{data[key]} {what}; the deploy would take it over (re-own and re-mode it)",
+                f"choose a directory of its own, or, if this one is meant for it, chown it to "
+                f"{owners[0]} first")
     preflight = snapshot["account"]
     user, group = preflight.get("user"), preflight.get("group")
     want_uid, want_gid = data["sglang_uid"], data["sglang_gid"]

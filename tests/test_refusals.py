@@ -24,6 +24,8 @@ def hosts(testbed):
     # The bad host already has an sglang account, made by hand with other ids.
     made[BAD].exec("groupadd --system --gid 1234 sglang && useradd --system --uid 1234 --gid 1234 "
                    "--home-dir /opt/sglang --no-create-home --shell /usr/sbin/nologin sglang")
+    # A directory of someone else's, with content, that data could name as the home.
+    made[BAD].exec("mkdir -p /srv/data && echo x > /srv/data/notes && chown -R nobody:nogroup /srv/data")
     # The alien host claims to be an operating system the deploy does not support.
     made[ALIEN].exec("sed -i -e 's/^ID=.*/ID=rocky/' -e 's/^VERSION_ID=.*/VERSION_ID=\"9.4\"/' /etc/os-release")
     return made
@@ -56,6 +58,8 @@ CASES = {
                       "add an entry for it marked 'unvetted': True"),
     "key that is neither ours nor pyinfra's": ({"sudo": True}, BAD, "sudo", "did you mean _sudo?"),
     "system directory as home": ({"sglang_home": "/etc"}, BAD, "sglang_home", "/etc is a system directory"),
+    "someone else's directory as home": ({"sglang_home": "/srv/data"}, BAD, "sglang_home",
+                                         "/srv/data already exists with content and belongs to nobody"),
     "one flashinfer package apart": (
         {"sglang_toolchain_image": True, "sglang_flashinfer_versions": {"flashinfer-jit-cache": "0.6.13"}}, BAD,
         "sglang_flashinfer_versions", "flashinfer-jit-cache is set to 0.6.13+cu130, but flashinfer-python is "

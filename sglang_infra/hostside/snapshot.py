@@ -280,6 +280,21 @@ def tools(tools_dir):
     }
 
 
+def adopted(path):
+    """An existing directory's owner and whether it has entries: the deploy refuses to adopt a stranger's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    owner, group = _names(st)
+    try:
+        with os.scandir(path) as entries:
+            empty = next(entries, None) is None
+    except OSError:
+        empty = True
+    return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": empty}
+
+
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, "docker")
@@ -301,6 +316,7 @@ def read(spec):
         "docker": engine,
         "gpus": found_gpus,
         "layout": layout(spec),
+        "existing": {"home": adopted(home), "tools": adopted(tools_dir)},
         "files": {d: files(d) for d in (home, docker_dir, os.path.join(docker_dir, "toolchain"), tools_dir,
                                         os.path.join(tools_dir, "secret"))},
         "models": models(home),

@@ -281,3 +281,20 @@ def test_the_run_names_what_a_hosts_own_data_sets_over_group_data():
     quiet = SimpleNamespace(name="gpu-02", inventory=SimpleNamespace(get_host_data=lambda name: {"ssh_user": "x"},
                                                                      get_override_data=lambda: {}))
     assert _overrides(quiet) is None
+
+
+@pytest.mark.parametrize("key,existing,owner,refused", [
+    ("sglang_home", {"owner": "bob", "group": "bob", "directory": True, "empty": False}, None, True),
+    ("sglang_home", {"owner": "bob", "group": "bob", "directory": True, "empty": True}, None, False),
+    ("sglang_home", {"owner": "sglang", "group": "sglang", "directory": True, "empty": False}, None, False),
+    ("sglang_home", {"owner": "root", "group": "root", "directory": False, "empty": True}, None, True),
+    ("sglang_tools_dir", {"owner": "bob", "group": "bob", "directory": True, "empty": False}, None, True),
+    ("sglang_tools_dir", {"owner": "root", "group": "sglang", "directory": True, "empty": False}, None, False),
+])
+def test_an_existing_directory_of_someone_else_is_not_adopted(key, existing, owner, refused):
+    state = snapshot(FRESH)
+    state["existing"] = {"home" if key == "sglang_home" else "tools": existing}
+    errors = check_host_state("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, state)
+    assert bool(errors) is refused, errors
+    if refused:
+        assert errors[0].startswith(f"host gpu-01: {key}: ") and "Fix: choose a directory of its own" in errors[0]
