@@ -65,6 +65,9 @@ sglang_healthcheck_start_period = 900
 # Extra environment for the server container (e.g. NCCL settings); the launch flags' own variables are set by the deploy.
 sglang_extra_env = {}
 
+# File on the control machine holding the API key clients must send (Authorization: Bearer); None leaves the API open to whoever reaches sglang_bind_address:sglang_port. It reaches the server in a 0600 config file, never on a command line.
+sglang_api_key_file = None
+
 # Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented out.
 sglang_debug_logging = False
 

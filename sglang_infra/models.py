@@ -227,8 +227,13 @@ def control_token(data: Mapping[str, Any], environ: Mapping[str, str] | None = N
 
     path = data.get("sglang_hf_token_file")
     if path:
-        with open(path, "rb") as handle:
-            token = handle.read().strip()
-    else:
-        token = (environ if environ is not None else os.environ).get("HF_TOKEN", "").strip().encode()
-    return token or None
+        return read_secret(path)
+    return (environ if environ is not None else os.environ).get("HF_TOKEN", "").strip().encode() or None
+
+
+def read_secret(path: str | None) -> bytes | None:
+    """A secret kept in a file on the control machine (a token, an API key), stripped; never logged."""
+    if not path:
+        return None
+    with open(path, "rb") as handle:
+        return handle.read().strip() or None

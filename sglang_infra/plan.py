@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
@@ -128,6 +129,12 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     if data["sglang_toolchain_image"]:
         for key, problem, fix in toolchain.problems(data):
             err(key, problem, fix)
+    if data["sglang_api_key_file"]:
+        key_text = models.read_secret(data["sglang_api_key_file"]) or b""
+        if not re.fullmatch(rb"[A-Za-z0-9._~+/=-]{16,512}", key_text):
+            err("sglang_api_key_file", f"{data['sglang_api_key_file']} does not hold one API key of 16-512 "
+                "letters, digits or ._~+/=- (a client sends it in an HTTP header)",
+                "put only the key in the file, e.g. from `openssl rand -hex 32`")
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
     for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
         problem = system_dir_problem(path)
@@ -223,8 +230,9 @@ def engine_works(docker: Mapping[str, Any]) -> bool:
 
 # ---------------------------------------------------------------- the plan
 
-# The runbook's layout under the home: path below it -> mode.
-LAYOUT = {"": "750", "docker": "755", "hf-cache": "2775", "hf-cache/hub": "2775", "results": "2775"}
+# The runbook's layout under the home: path below it -> mode (docker/secrets: the server's private config).
+LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775", "hf-cache/hub": "2775",
+          "results": "2775"}
 # The toolchain image's build context, beside docker/Dockerfile.
 TOOLCHAIN_CONTEXT = "docker/toolchain"
 # The gate's messages and the benchmark reach the server on the host itself.
@@ -249,6 +257,15 @@ class Paths:
         return f"{self.tools}/secret/hf-token"
 
     @property
+    def secrets(self) -> str:
+        """The server's private config (the API key), mounted read-only into the container."""
+        return f"{self.home}/docker/secrets"
+
+    @property
+    def server_config(self) -> str:
+        return f"{self.secrets}/server.yaml"
+
+    @property
     def toolchain_context(self) -> str:
         return f"{self.home}/{TOOLCHAIN_CONTEXT}"
 
@@ -263,6 +280,7 @@ class Paths:
 @dataclass(frozen=True)
 class Gate:
     url: str
+    api_key_file: str | None    # on the host; the checks read the key from it
     served_name: str
     baseline_tok_s: float | None
     ready_timeout: int
@@ -299,6 +317,7 @@ class HostPlan:
     hf_endpoint: str | None
     pull_lock_wait: int
     token: bytes | None = field(repr=False)
+    api_key: bytes | None = field(repr=False)
     prune: bool
     # image and stack
     image: str
@@ -318,6 +337,11 @@ class HostPlan:
     @property
     def keep(self) -> list[str]:
         return [model.pinned for model in self.kept]
+
+
+def server_config(api_key: bytes | None) -> bytes | None:
+    """The server's private config file (SGLang's --config YAML; a JSON string is a YAML scalar), or None."""
+    return None if api_key is None else b"api-key: " + json.dumps(api_key.decode()).encode() + b"\n"
 
 
 def snapshot_spec(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -354,13 +378,15 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
         served=served, kept=tuple(models.kept(data)), warnings=tuple(models.warnings(data)),
         hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
         hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
-        token=models.control_token(data),
+        token=models.control_token(data), api_key=models.read_secret(data["sglang_api_key_file"]),
         prune=data["sglang_prune_models"],
         image=data["sglang_image"], image_archive=data["sglang_image_archive"], build=build,
         serving_image=build.tag if build else data["sglang_image"],
         derived=derived, flags=tuple(launch_flags(data, derived, served)),
         data=dict(data),
-        gate=Gate(url=LOCAL_URL.format(port=data["sglang_port"]), served_name=served.served_name,
+        gate=Gate(url=LOCAL_URL.format(port=data["sglang_port"]),
+                  api_key_file=paths.server_config if data["sglang_api_key_file"] else None,
+                  served_name=served.served_name,
                   baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
                   toolchain_check=toolchain.check_command() if build else None,
                   always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"]),

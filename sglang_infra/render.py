@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .plan import HostPlan
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# Where the container sees docker/secrets (the server's private config, with the API key).
+SECRETS_IN_CONTAINER = "/etc/sglang-secrets"
 
 # (data key, SGLang flag), in the runbook's order. A None or False value
 # leaves the flag out; True renders the bare switch.
@@ -117,6 +119,7 @@ def compose_yaml(plan: HostPlan) -> str:
         flags=plan.flags,
         reasons=reasons(),
         mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,
+        secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         gpu_reservation=plan.gpus.count > 0,
     )
 
@@ -128,7 +131,8 @@ def env_file(uid: int, gid: int) -> str:
 def scripts(plan: HostPlan) -> dict[str, str]:
     """The validation scripts and the gate, by file name under sglang_home."""
     gate = plan.gate
-    context = dict(_values(plan), url=gate.url, served_model=gate.served_name, baseline=gate.baseline_tok_s,
+    context = dict(_values(plan), url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
+                   baseline=gate.baseline_tok_s,
                    checks_program=ship.program("checks"), gate_program=ship.program("gate"),
                    toolchain_check=gate.toolchain_check)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}

@@ -210,6 +210,10 @@ SCHEMA: dict[str, Key] = {
                                 "use e.g. ['qwen3.6-27b-awq-int4'], or []"),
     "sglang_hf_endpoint": Key("None or an http(s) URL", _optional(_http_url),
                               "use the mirror's base URL, e.g. 'https://hub.example.internal', or None for the Hub"),
+    "sglang_api_key_file": Key("None or a readable file on the control machine",
+                               _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
+                                         and os.access(v, os.R_OK)),
+                               "point at a file holding only the API key, or None for an open API"),
     "sglang_hf_token_file": Key("None or a readable file on the control machine",
                                 _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
                                           and os.access(v, os.R_OK)),

@@ -8,8 +8,8 @@ import hashlib
 
 from pyinfra import host
 
-from sglang_infra.operations import account_env_file, checked_file, not_failed_before, stack_up
-from sglang_infra.plan import plan_of
+from sglang_infra.operations import account_env_file, checked_file, not_failed_before, secret_file, stack_up
+from sglang_infra.plan import plan_of, server_config
 
 plan = plan_of(host)
 docker_dir = plan.paths.docker
@@ -20,6 +20,13 @@ not_failed_before(
     failed=f"{docker_dir}/compose.yaml.failed",
     sha=compose_sha,
     retry=plan.gate.retry_failed,
+)
+
+secret_file(
+    name=f"Ensure {plan.paths.server_config} holds the API key from sglang_api_key_file (0600), or is absent",
+    dest=plan.paths.server_config,
+    content=server_config(plan.api_key),
+    user=plan.account,
 )
 
 account_env_file(

@@ -176,9 +176,24 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------- HTTP
+# Set from --api-key-file: the server's API key, read from its file (never passed on a command line).
+_HEADERS = {}
+
+
+def use_api_key_file(path):
+    """Send the key in ``path`` (a YAML line `api-key: KEY`, the server's own config file) with every request."""
+    if not path:
+        return
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "api-key":
+                _HEADERS["Authorization"] = "Bearer " + json.loads(value.strip())
+
+
 def _post(url: str, payload: dict, timeout: float):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+                                     headers={"Content-Type": "application/json", **_HEADERS}, method="POST")
     return urllib.request.urlopen(request, timeout=timeout)
 
 
@@ -393,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--url", required=True)
         p.add_argument("--model", required=True)
         p.add_argument("--timeout", type=float, default=300)
+        p.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
         if name == "benchmark":
             p.add_argument("--concurrency", type=int, default=8)
             p.add_argument("--max-tokens", type=int, default=256)
@@ -400,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--min-fraction", type=float, default=0.8)
             p.add_argument("--results-dir", default=None)
     args = parser.parse_args(argv)
+    use_api_key_file(args.api_key_file)
     if args.check == "tool-calling":
         result = check_tool_calling(args.url, args.model, args.timeout)
     elif args.check == "ready":

@@ -177,7 +177,10 @@ def main(argv=None):
     parser.add_argument("--model", required=True)
     parser.add_argument("--ready-timeout", type=float, required=True)
     parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
-    return Gate(parser.parse_args(argv)).run()
+    parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
+    args = parser.parse_args(argv)
+    checks.use_api_key_file(args.api_key_file)
+    return Gate(args).run()
 
 
 if __name__ == "__main__":

@@ -158,12 +158,16 @@ def test_the_server_container_runs_and_is_not_unhealthy(target):
 
 
 def test_the_api_answers_with_the_served_model(target):
+    # With an API key, it is read on the host from the server's own config file, never put on a command line.
     probe = ("import json, sys, urllib.request\n"
-             "base = sys.argv[1]\n"
+             "base, headers = sys.argv[1], {}\n"
+             "for line in (open(sys.argv[2]) if len(sys.argv) > 2 else []):\n"
+             "    if line.startswith('api-key:'): headers['Authorization'] = 'Bearer ' + json.loads(line[8:])\n"
              "urllib.request.urlopen(base + '/health', timeout=10).read()\n"
-             "print(json.dumps([m['id'] for m in json.load(urllib.request.urlopen(base + '/v1/models', timeout=10))"
-             "['data']]))\n")
-    result = target.run(f"python3 -c {shlex.quote(probe)} {target.plan.gate.url}")
+             "models = urllib.request.urlopen(urllib.request.Request(base + '/v1/models', headers=headers), timeout=10)\n"
+             "print(json.dumps([m['id'] for m in json.load(models)['data']]))\n")
+    key_file = target.plan.gate.api_key_file or ""
+    result = target.run(f"python3 -c {shlex.quote(probe)} {target.plan.gate.url} {key_file}")
     assert result.rc == 0, f"the API does not answer on {target.plan.gate.url}: {result.stderr.strip()[-300:]}"
     assert target.plan.gate.served_name in json.loads(result.stdout), result.stdout
 

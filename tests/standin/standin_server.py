@@ -70,7 +70,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log-level")
     p.add_argument("--log-requests", action="store_true")
     p.add_argument("--log-requests-level", type=int)
-    return p.parse_args(argv)
+    p.add_argument("--api-key")
+    p.add_argument("--config", help="a YAML file of flags (key: value), merged as SGLang's --config does")
+    args = p.parse_args(argv)
+    if args.config:
+        # SGLang merges a config file's entries as if they were flags; the stand-in knows the one it is sent.
+        with open(args.config, encoding="utf-8") as handle:
+            for line in handle:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "api-key":
+                    args.api_key = json.loads(value.strip())
+                elif sep:
+                    raise SystemExit(f"stand-in: --config: unknown key {key.strip()!r}")
+    return args
 
 
 def example_value(name: str, schema: dict):
@@ -150,7 +162,17 @@ def make_handler(standin: StandIn):
         def _error(self, code: int, message: str, kind: str) -> None:
             self._json(code, {"object": "error", "message": message, "type": kind, "param": None, "code": code})
 
+        def _authorized(self) -> bool:
+            """With --api-key, every /v1 route wants `Authorization: Bearer <key>` (401 otherwise), as SGLang's."""
+            key = standin.args.api_key
+            if not key or self.headers.get("Authorization") == f"Bearer {key}":
+                return True
+            self._error(401, "Unauthorized", "AuthenticationError")
+            return False
+
         def do_GET(self):
+            if self.path.startswith("/v1/") and not self._authorized():
+                return
             if self.path == "/health":
                 if standin.ready():
                     self.send_response(200)
@@ -167,6 +189,8 @@ def make_handler(standin: StandIn):
                 self._error(404, f"no route {self.path}", "NotFoundError")
 
         def do_POST(self):
+            if not self._authorized():
+                return
             if self.path != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}", "NotFoundError")
                 return

@@ -205,3 +205,23 @@ def test_no_comment_contradicts_the_value_beside_it():
             forms = {str(default), f"{default * 100:g}%"} - {str(value), f"{value * 100:g}%"}
             assert not any(form in reason for form in forms), (key, reason)
     assert "(0.8)" in flags["sglang_mem_fraction_static"]["reason"]
+
+
+def test_an_api_key_reaches_the_server_as_a_mounted_file_never_as_text(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("k3y-0123456789abcdef\n")
+    plan = plan_for({**DEFAULTS, "sglang_api_key_file": str(key_file)})
+    service = yaml.safe_load(plan.compose)["services"]["sglang"]
+    assert "--config=/etc/sglang-secrets/server.yaml" in service["command"]
+    assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
+    assert "k3y-0123456789abcdef" not in plan.compose + "".join(plan.scripts.values())
+    for script in ("test_tool_calling.sh", "benchmark.sh", "gate.sh"):
+        assert '--api-key-file "/opt/sglang/docker/secrets/server.yaml"' in plan.scripts[script], script
+    from sglang_infra.plan import server_config
+    assert server_config(plan.api_key) == b'api-key: "k3y-0123456789abcdef"\n'
+
+
+def test_without_an_api_key_nothing_of_it_is_rendered():
+    plan = plan_for(DEFAULTS)
+    assert "--config=" not in plan.compose and "sglang-secrets" not in plan.compose
+    assert "--api-key-file \"" not in plan.scripts["test_tool_calling.sh"]

@@ -298,3 +298,14 @@ def test_an_existing_directory_of_someone_else_is_not_adopted(key, existing, own
     assert bool(errors) is refused, errors
     if refused:
         assert errors[0].startswith(f"host gpu-01: {key}: ") and "Fix: choose a directory of its own" in errors[0]
+
+
+@pytest.mark.parametrize("key,ok", [("0123456789abcdef0123", True), ("short", False), ("has space inside 12345", False),
+                                    ("two\nlines-0123456789", False)])
+def test_an_api_key_file_holds_one_header_safe_key(tmp_path, key, ok):
+    path = tmp_path / "key"
+    path.write_text(key + "\n")
+    errors = errors_for(sglang_api_key_file=str(path))
+    assert (errors == []) is ok, errors
+    if not ok:
+        assert errors[0].startswith("host gpu-01: sglang_api_key_file: ") and key not in errors[0]

@@ -360,3 +360,28 @@ def test_the_readiness_wait_ends_within_its_timeout_when_completions_never_retur
     started = time.monotonic()
     result = v.wait_ready(misbehaving("endless"), "m", timeout=2, every=10, poll=0.1)
     assert not result["ok"] and time.monotonic() - started < 2 + 1.5, result
+
+
+def test_with_an_api_key_the_checks_send_it_and_the_server_refuses_without(tmp_path):
+    port = free_port()
+    config = tmp_path / "server.yaml"
+    config.write_text('api-key: "secret-key-0123456789"\n')
+    server = standin_server.serve_in_thread(
+        ["--model-path", "org/model", "--served-model-name", "qwen-test", "--host", "127.0.0.1", "--port", str(port),
+         "--tool-call-parser", "qwen3_coder", "--config", str(config)],
+        {"STANDIN_LOAD_SECONDS": "0"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/v1/models", timeout=5)
+        assert refused.value.code == 401
+        assert get(url + "/health")[0] == 200  # readiness needs no key, as in SGLang
+        try:
+            v.use_api_key_file(str(config))
+            assert v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
+        finally:
+            v._HEADERS.clear()
+        assert not v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
+    finally:
+        server.shutdown()
+        server.server_close()
