@@ -318,13 +318,15 @@ def _image_id(image: str) -> str | None:
 
 
 @snapshot_operation
-def stack_up(project_dir: str, image: str, model: str, compose_sha: str):
+def stack_up(project_dir: str, image: str, model: str, compose_sha: str, recreate_if=None):
     """
     Ensure the stack runs the current compose.yaml (``compose_sha``) from
     ``image``: `docker compose up -d` only when the service has no running
     container, or its container is not the one the last `up` recorded for
     the files as they are (hostside/stack.py), or it runs another image. A
-    model switch recreates (--force-recreate). Otherwise nothing is restarted.
+    model switch recreates (--force-recreate), and so does ``recreate_if()``
+    being true when it runs (the server's private config changed: compose
+    cannot see a file's content). Otherwise nothing is restarted.
     """
     snapshot = current(host)
     stack, found = snapshot["stack"], snapshot["stack"]["container"]
@@ -340,11 +342,14 @@ def stack_up(project_dir: str, image: str, model: str, compose_sha: str):
         reasons.append("the container was not started from compose.yaml and .env as they are")
     elif found["image_id"] != _image_id(image):
         reasons.append(f"the container runs another image than {image}")
+    forced = bool(recreate_if is not None and host.state.is_executing and recreate_if())
+    if forced:
+        reasons.append("the server's private config changed")
     if not reasons:
         host.noop("the stack already runs the current compose.yaml")
         return
     switched = found is not None and found["labels"].get("sglang.model") not in (None, model)
-    force = " --force-recreate" if switched else ""
+    force = " --force-recreate" if switched or forced else ""
     yield (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
            f"python3 -c {q(ship.program('stack'))} {q(project_dir)}")
 

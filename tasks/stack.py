@@ -22,7 +22,7 @@ not_failed_before(
     retry=plan.gate.retry_failed,
 )
 
-secret_file(
+server_secrets = secret_file(
     name=f"Ensure {plan.paths.server_config} holds the API key from sglang_api_key_file (0600), or is absent",
     dest=plan.paths.server_config,
     content=server_config(plan.api_key),
@@ -51,4 +51,5 @@ stack_up(
     image=plan.serving_image,
     model=plan.served.pinned,
     compose_sha=compose_sha,
+    recreate_if=server_secrets.did_change,
 )

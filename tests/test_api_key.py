@@ -60,6 +60,15 @@ def test_a_rerun_changes_nothing(keyed):
     assert again.returncode == 0 and again.changed(NAME) == [], again.output[-3000:]
 
 
+def test_a_new_key_restarts_the_server_and_the_gate_follows(keyed, workdir):
+    host, inventory, _ = keyed
+    (workdir / "api-key").write_text("rotated-0123456789abcdef0123\n")
+    result = run_deploy(inventory)
+    assert result.returncode == 0, result.output[-3000:]
+    assert f"gate[{NAME}]: passed" in result.output
+    assert "rotated-0123456789abcdef0123" in host.exec(f"cat {CONFIG}").stdout
+
+
 def test_without_the_key_the_file_goes_and_the_api_is_open(keyed, testbed, workdir):
     host, _, _ = keyed
     inventory = testbed.inventory(workdir / "apikey_open.py", {"production": [(host, {})]})

@@ -176,3 +176,16 @@ def test_diff_shows_the_file_diff_and_each_drifted_path(monkeypatch):
     assert "Will modify /opt/sglang/docker/compose.yaml" in text and "old: 1" in text and "new: 2" in text
     assert "Will fix /opt/sglang/hf-cache/hub: sglang:sglang 775 -> sglang:sglang 2775" in text
     assert "Will fix '/opt/sglang/hf-cache/hub/a': alice:sglang 644 -> group read and write" in text
+
+
+def test_a_changed_private_config_recreates_the_stack():
+    """compose cannot see the API key file's content: when it changed, the stack is recreated."""
+    name, case = next(c for c in CASES if c[0] == "stack_up.noop")
+    fake = FakeHost(case["facts"], executing=True)
+    with mock.patch.object(operations, "host", fake):
+        commands = [command_text(c) for c in operations.stack_up._inner(**case["args"], recreate_if=lambda: True)]
+        unchanged = [command_text(c) for c in operations.stack_up._inner(**case["args"], recreate_if=lambda: False)]
+    factcache.invalidate(fake)
+    assert commands == ["cd /opt/sglang/docker && docker compose up -d --remove-orphans --force-recreate && "
+                        "python3 -c <hostside/stack.py> /opt/sglang/docker"]
+    assert unchanged == []
