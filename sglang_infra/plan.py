@@ -129,6 +129,11 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     if data["sglang_toolchain_image"]:
         for key, problem, fix in toolchain.problems(data):
             err(key, problem, fix)
+    endpoint = data["sglang_hf_endpoint"]
+    if endpoint and endpoint.startswith("http://") and models.control_token(data):
+        err("sglang_hf_endpoint", f"{endpoint} is plain http, and a Hub token is configured (HF_TOKEN or "
+            "sglang_hf_token_file): the token would cross the network in clear",
+            "use the mirror's https URL, or run without a token for it")
     if data["sglang_api_key_file"]:
         key_text = models.read_secret(data["sglang_api_key_file"]) or b""
         if not re.fullmatch(rb"[A-Za-z0-9._~+/=-]{16,512}", key_text):

@@ -227,13 +227,21 @@ def test_a_planted_lock_symlink_ends_the_pull_at_once_and_says_why(fresh):
 def test_a_gated_repo_needs_the_token_and_the_token_stays_in_its_file(testbed, workdir, hub):
     # The gated-repo host logs in as a non-root user with sudo: the token travels through sudo.
     host = testbed.host("sg-models-3", login="deploy")
-    data = {"sglang_cached_models": ["gated-chat"]}
+    # A token never crosses the network in clear: this host pulls from the Hub's HTTPS listener, whose test CA
+    # it trusts; over plain http the run is refused before any change.
+    host.exec(standin_hub.Hub.trust_command())
+    token = standin_hub.GATED_TOKEN
+    plain = testbed.inventory(workdir / "models_gated_http.py", {"production": [(host, {
+        "sglang_cached_models": ["gated-chat"]})]})
+    cleartext = run_deploy(plain, env={"HF_TOKEN": token})
+    assert cleartext.returncode != 0 and "sglang_hf_endpoint: http://" in cleartext.output
+    assert "the token would cross the network in clear" in cleartext.output and cleartext.statuses == {}
+    data = {"sglang_cached_models": ["gated-chat"], "sglang_hf_endpoint": hub.https_url}
     inventory = testbed.inventory(workdir / "models_gated.py", {"production": [(host, data)]})
     refused = run_deploy(inventory)
     assert refused.returncode != 0
     assert re.search(r"\[sg-models-3\].*pull failed: GatedRepo", refused.output), refused.output[-3000:]
 
-    token = standin_hub.GATED_TOKEN
     allowed = run_deploy(inventory, "-vvv", env={"HF_TOKEN": token})
     assert allowed.returncode == 0, allowed.output[-3000:]
     assert token not in allowed.output and token not in refused.output

@@ -54,6 +54,7 @@ import json
 import re
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -370,6 +371,11 @@ class _Server(ThreadingHTTPServer):
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
+        if listener == "tls":
+            # The Hub API over HTTPS, as the real Hub and a serious mirror serve it.
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*hub.tls[:2])
+            self.socket = context.wrap_socket(self.socket, server_side=True)
 
     def handle_error(self, request, client_address):
         error = sys.exc_info()[1]
@@ -890,8 +896,9 @@ class StandinHub:
 
     def __init__(self, spec: dict | str | Path, host: str = "127.0.0.1", port: int = 0, *,
                  lfs_redirect: bool = False, cdn_port: int = 0, cdn_base_url: str | None = None,
-                 access_log: bool = True, log_stream=None):
+                 access_log: bool = True, log_stream=None, tls: tuple[str, str, int] | None = None):
         self._repos = build_repos(spec)
+        self.tls = tls  # (certificate, key, port) of an HTTPS listener for the Hub API, or None
         self.host = host
         self.port = port
         self.lfs_redirect = lfs_redirect
@@ -916,7 +923,8 @@ class StandinHub:
         if self._servers:
             return self
         self._stopping.clear()
-        listeners = [("hub", self.port)] + ([("cdn", self.cdn_port)] if self.lfs_redirect else [])
+        listeners = [("hub", self.port)] + ([("cdn", self.cdn_port)] if self.lfs_redirect else []) + \
+            ([("tls", self.tls[2])] if self.tls else [])
         try:
             for listener, port in listeners:
                 self._servers.append(_Server((self.host, port), self, listener))
@@ -1104,13 +1112,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cdn-base-url", default=None, help="base URL clients reach the second listener at")
     parser.add_argument("--throttle", type=int, default=None, help="file body rate, bytes per second")
     parser.add_argument("--quiet", action="store_true", help="no access log")
+    parser.add_argument("--tls-cert", default=None, help="with --tls-key: also serve the Hub API over HTTPS")
+    parser.add_argument("--tls-key", default=None)
+    parser.add_argument("--tls-port", type=int, default=8443)
     args = parser.parse_args(argv)
 
     if args.print_commits:
         print(json.dumps(commit_map(build_repos(args.spec)), indent=1, sort_keys=True), flush=True)
         return 0
     hub = StandinHub(args.spec, args.host, args.port, lfs_redirect=args.lfs_redirect, cdn_port=args.cdn_port,
-                     cdn_base_url=args.cdn_base_url, access_log=not args.quiet)
+                     cdn_base_url=args.cdn_base_url, access_log=not args.quiet,
+                     tls=(args.tls_cert, args.tls_key, args.tls_port) if args.tls_cert else None)
     if args.throttle:
         hub.set_throttle(args.throttle)
     if args.write_commits:

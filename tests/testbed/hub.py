@@ -87,6 +87,74 @@ def file_bytes(repo_id: str, commit: str, path: str) -> bytes:
     return _server_module().StandinHub(SPEC).file_bytes(repo_id, commit, path)
 
 
+TLS_PORT = 8443
+CA_DIR = hosts.CACHE_DIR / "hfstandin-ca"
+
+
+def test_ca() -> tuple[Path, Path]:
+    """This machine's CA for the stand-in Hub's HTTPS listener (tests only), made once: (certificate, key)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    cert, key = CA_DIR / "ca.pem", CA_DIR / "ca.key"
+    if cert.is_file() and key.is_file():
+        return cert, key
+    CA_DIR.mkdir(parents=True, exist_ok=True)
+    private = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sglang-testbed stand-in CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    issued = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(private.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+              .not_valid_after(now + datetime.timedelta(days=3650))
+              .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+              .sign(private, hashes.SHA256()))
+    key.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    cert.write_bytes(issued.public_bytes(serialization.Encoding.PEM))
+    return cert, key
+
+
+def _server_certificate(hostname: str) -> Path:
+    """A directory holding cert.pem and key.pem for ``hostname`` (the Hub container's name on the test network),
+    signed by test_ca()."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    directory = hosts.CACHE_DIR / f"hfstandin-tls-{hostname}"
+    ca_cert_path, ca_key_path = test_ca()
+    signed_by = directory / "ca.pem"   # which CA signed it: a CA made anew means a new certificate
+    if all((directory / n).is_file() for n in ("cert.pem", "key.pem", "ca.pem")) and \
+            signed_by.read_bytes() == ca_cert_path.read_bytes():
+        return directory
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_path.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), None)
+    private = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    issued = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
+              .issuer_name(ca_cert.subject).public_key(private.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+              .not_valid_after(now + datetime.timedelta(days=3650))
+              .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname)]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    if directory.exists() and not directory.is_dir():
+        directory.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "key.pem").write_bytes(private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (directory / "cert.pem").write_bytes(issued.public_bytes(serialization.Encoding.PEM))
+    signed_by.write_bytes(ca_cert_path.read_bytes())
+    return directory
+
+
 class Hub:
     """A running stand-in Hub container, seen from the control machine."""
 
@@ -94,6 +162,16 @@ class Hub:
         self.name = name
         self.address = address
         self.url = f"http://{address}:{PORT}"
+        # The same Hub API over HTTPS, by the container's name (Docker's DNS on the test network), with a
+        # certificate from test_ca(): hosts that pull with a token use it after trusting that CA.
+        self.https_url = f"https://{name}:{TLS_PORT}"
+
+    @staticmethod
+    def trust_command() -> str:
+        """A shell command that makes a test host trust test_ca() (the pull's client uses the system store)."""
+        pem = test_ca()[0].read_text()
+        return (f"printf '%s' '{pem}' > /usr/local/share/ca-certificates/sglang-testbed-hub.crt && "
+                "update-ca-certificates >/dev/null")
 
     def _call(self, path: str, body: dict | None = None):
         data = None if body is None else json.dumps(body).encode()
@@ -122,7 +200,8 @@ def ensure_hub(name: str | None = None) -> Hub:
     hosts.ensure_network()
     spec_text = json.dumps(SPEC, sort_keys=True)
     source = (HUB_DIR / "server.py").read_bytes()
-    fingerprint = hashlib.sha256(spec_text.encode() + source + tag.encode()).hexdigest()[:12]
+    fingerprint = hashlib.sha256(spec_text.encode() + source + tag.encode() + b"tls").hexdigest()[:12]
+    tls_dir = _server_certificate(name)
     # A directory named by its content (runs and the sandbox never rewrite what another Hub has mounted), holding
     # the spec. A directory, not a file, is mounted: when a cleaner (systemd-tmpfiles) removes a mounted file
     # and dockerd restarts the Hub, Docker makes the missing source a directory, and the Hub could never read it.
@@ -151,9 +230,11 @@ def ensure_hub(name: str | None = None) -> Hub:
         "docker", "run", "-d", "--name", name, *hosts.run_labels(prefix), "--label", f"sglang-hfhub={fingerprint}",
         "--network", hosts.NETWORK, "--restart", "unless-stopped",
         "-v", f"{HUB_DIR}:/opt/hfstandin:ro", "-v", f"{spec_dir}:/opt/hfstandin-spec:ro",
+        "-v", f"{tls_dir}:/opt/hfstandin-tls:ro",
         "--entrypoint", "python3", tag,
         "/opt/hfstandin/server.py", "--spec", f"/opt/hfstandin-spec/{SPEC_NAME}", "--host", "0.0.0.0",
-        "--port", str(PORT),
+        "--port", str(PORT), "--tls-cert", "/opt/hfstandin-tls/cert.pem", "--tls-key", "/opt/hfstandin-tls/key.pem",
+        "--tls-port", str(TLS_PORT),
     ], check=True, capture_output=True, text=True)
     info = json.loads(subprocess.run(["docker", "inspect", name], check=True, capture_output=True,
                                      text=True).stdout)[0]

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -464,3 +465,24 @@ def test_cli_prints_commits_and_serves_until_sigterm(tmp_path):
         server.stdout.close()
         server.stderr.close()
     assert f'"GET /api/models/{REPO}" 200' in err and "Traceback" not in err
+
+
+def test_the_hub_api_over_https_with_the_test_ca(tmp_path, monkeypatch):
+    """The stand-in's HTTPS listener (for pulls with a token), trusted through the testbed's own CA."""
+    import ssl
+
+    from testbed import hosts
+    from testbed import hub as testbed_hub
+
+    monkeypatch.setattr(hosts, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(testbed_hub, "CA_DIR", tmp_path / "ca")
+    tls_dir = testbed_hub._server_certificate("localhost")
+    with StandinHub(SPEC, tls=(str(tls_dir / "cert.pem"), str(tls_dir / "key.pem"), 0)) as running:
+        port = next(server.server_address[1] for server in running._servers if server.listener == "tls")
+        context = ssl.create_default_context(cafile=str(testbed_hub.test_ca()[0]))
+        with urllib.request.urlopen(f"https://localhost:{port}/api/models/{REPO}", context=context,
+                                    timeout=10) as reply:
+            assert json.load(reply)["id"] == REPO
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"https://localhost:{port}/api/models/{REPO}",
+                                   context=ssl.create_default_context(), timeout=10)

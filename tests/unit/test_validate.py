@@ -309,3 +309,13 @@ def test_an_api_key_file_holds_one_header_safe_key(tmp_path, key, ok):
     assert (errors == []) is ok, errors
     if not ok:
         assert errors[0].startswith("host gpu-01: sglang_api_key_file: ") and key not in errors[0]
+
+
+def test_a_token_is_never_sent_over_plain_http(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("hf_0123456789\n")
+    errors = errors_for(sglang_hf_endpoint="http://mirror.internal:8080", sglang_hf_token_file=str(token))
+    assert len(errors) == 1 and errors[0].startswith("host gpu-01: sglang_hf_endpoint: http://mirror.internal:8080 "
+                                                     "is plain http") and "hf_0123" not in errors[0]
+    assert errors_for(sglang_hf_endpoint="https://mirror.internal", sglang_hf_token_file=str(token)) == []
+    assert errors_for(sglang_hf_endpoint="http://mirror.internal:8080") == []   # no token, nothing to leak
