@@ -177,3 +177,11 @@ def test_the_last_gate_passed_for_what_runs_now(target):
     assert gate["stamp"] is not None, "the gate never passed on this host"
     assert gate["stamp"] == gate["digest"], ("the last gate record is not for the config and container running now "
                                              "(changed, restarted or rolled back since); run the deploy")
+
+
+def test_the_server_reads_the_model_cache_read_only(target):
+    found = target.snapshot["stack"]["container"]
+    assert found is not None, "no server container"
+    mounts = json.loads(target.run(f"docker inspect -f '{{{{json .Mounts}}}}' {found['id']}").stdout)
+    cache = [m for m in mounts if m["Destination"] == "/hf-cache"]
+    assert cache and cache[0]["RW"] is False, cache
