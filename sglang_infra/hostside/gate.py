@@ -12,7 +12,6 @@
 """
 
 import argparse
-import hashlib
 import os
 import stat
 import socket
@@ -20,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from . import checks, stack, stamp
+from . import checks, safefs, stack, stamp
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
@@ -35,35 +34,15 @@ def say(line):
 
 def copy(source, dest):
     """
-    cp -p, atomically and checked: the content goes to a new file beside
-    ``dest`` (never through a symlink), is flushed to disk and read back,
-    and only then takes the name, with the source's mode and owner (the gate
-    runs as root; the files belong to the account). A full disk raises
-    instead of leaving a truncated copy.
+    cp -p, atomically and checked (safefs.write_atomic): content, mode, times
+    and owner (the gate runs as root; the files belong to the account). A
+    full disk raises instead of leaving a truncated copy.
     """
     with open(source, "rb") as handle:
         content = handle.read()
-    owner = os.stat(source)
-    tmp = f"{dest}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        with open(tmp, "rb") as handle:
-            if hashlib.sha256(handle.read()).digest() != hashlib.sha256(content).digest():
-                raise OSError(f"{tmp} does not read back as {source}")
-        os.chown(tmp, owner.st_uid, owner.st_gid)
-        os.chmod(tmp, stat.S_IMODE(owner.st_mode))
-        os.utime(tmp, ns=(owner.st_atime_ns, owner.st_mtime_ns))
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    st = os.stat(source)
+    safefs.write_atomic(dest, content, stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid),
+                        times=(st.st_atime_ns, st.st_mtime_ns), verify=True)
 
 
 class Gate:

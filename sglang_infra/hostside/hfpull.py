@@ -46,6 +46,7 @@ import time
 from urllib.parse import urljoin, urlsplit
 
 from . import manifest
+from .safefs import write_atomic
 from .units import human
 
 import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
@@ -127,24 +128,6 @@ def hash_file(path: str, lfs: bool) -> str:
                 break
             h.update(chunk)
     return h.hexdigest()
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o664) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def safe_relpath(path: str) -> str:

@@ -37,13 +37,8 @@ def file_digests(docker_dir):
 
 def write_private(path, text, like):
     """Replace ``path`` with ``text`` (never through a symlink), owned like the file ``like``."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    owner = os.stat(like)
-    os.chown(tmp, owner.st_uid, owner.st_gid)
-    os.replace(tmp, path)
+    st = os.stat(like)
+    safefs.write_atomic(path, text.encode(), 0o644, owner=(st.st_uid, st.st_gid))
 
 
 def record(docker_dir):
