@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import ROOT, _COMMAND_RE, parse_output, testbed, timed, timed_deploy, write_inventory  # noqa: E402
+from run import ROOT, _COMMAND_RE, parse_output, publish, testbed, timed, timed_deploy, write_inventory  # noqa: E402
 
 ANSIBLE_DIR = HERE / "ansible"
 PLAYBOOK = ANSIBLE_DIR / "layout.yml"
@@ -413,13 +413,9 @@ def main() -> int:
         "ansible": ansible_version, "samples": samples, "summary": summary, "ratios": ratios,
         "targets": targets, "wall_s": time.monotonic() - started,
     }, indent=2, default=str) + "\n")
-    (out / "compare.md").write_text(text + "\n")
-    print(text)
-    failures = [s for s in samples if any(s.get(f"{label}_rerun_changes") for label in [*labels, "ansible"])]
-    if failures:
-        print(f"compare: {len(failures)} round(s) had a re-run that changed something: {failures}", file=sys.stderr)
-        return 1
-    return 0
+    return publish(out / "compare.md", text,
+                   [s for s in samples if any(s.get(f"{label}_rerun_changes") for label in [*labels, "ansible"])],
+                   "compare: {} round(s) had a re-run that changed something: {}")
 
 
 if __name__ == "__main__":

@@ -189,11 +189,16 @@ def main() -> int:
     (out / "bench.json").write_text(json.dumps({"counts": counts, "reps": args.reps, "samples": samples,
                                                  "summary": table, "wall_s": time.monotonic() - started},
                                                 indent=2, default=str) + "\n")
-    (out / "bench.md").write_text(text + "\n")
+    return publish(out / "bench.md", text, [s for s in samples if s["rerun_changes"] or s["changes_after_repair"]],
+                   "bench: {} round(s) were not idempotent: {}")
+
+
+def publish(markdown_path: Path, text: str, failures: list, message: str) -> int:
+    """Write and print the table; exit non-zero, saying why, when a round was not idempotent."""
+    markdown_path.write_text(text + "\n")
     print(text)
-    failures = [s for s in samples if s["rerun_changes"] or s["changes_after_repair"]]
     if failures:
-        print(f"bench: {len(failures)} round(s) were not idempotent: {failures}", file=sys.stderr)
+        print(message.format(len(failures), failures), file=sys.stderr)
         return 1
     return 0
 
