@@ -162,6 +162,9 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
     touched, and the commands name them.
     """
     found = current(host)["layout"]
+    if found.get("unnamed"):
+        logger.warning(f"[{host.name}] {found['unnamed']} drifted entries under {home} have names that are not UTF-8; "
+                       f"they are left as they are: find {home} -name '*[! -~]*' shows them")
     changed = False
     program = q(ship.program("repair"))
     _show_drift(found, dirs, user, group)

@@ -185,11 +185,17 @@ def layout(spec):
         if stat.S_ISDIR(st.st_mode):
             owner, owner_group = _names(st)
             dirs[path] = {"owner": owner, "group": owner_group, "mode": format(stat.S_IMODE(st.st_mode), "o")}
-    drift, details = {}, {}
+    drift, details, unnamed = {}, {}, []
     if not (_user(user) and _group(group) and os.path.isdir(home) and not os.path.islink(home)):
-        return {"dirs": dirs, "drift": drift, "details": details}
+        return {"dirs": dirs, "drift": drift, "details": details, "unnamed": 0}
 
     def add(category, path, st=None):
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            # A name that is not UTF-8 cannot travel in a command; it is counted and left for a person.
+            unnamed.append(category)
+            return
         drift.setdefault(category, []).append(path)
         if st is not None and len(details) < MAX_DETAILS:
             owner_, group_ = _names(st)
@@ -221,7 +227,7 @@ def layout(spec):
             add("docker_group_writable", path, st)
     for paths in drift.values():
         paths.sort()
-    return {"dirs": dirs, "drift": drift, "details": details}
+    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed)}
 
 
 def files(directory):

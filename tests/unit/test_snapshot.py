@@ -92,7 +92,7 @@ def test_a_file_name_with_a_newline_stays_one_path(tree):
 
 def test_layout_is_empty_before_the_home_exists(tmp_path):
     found = read(tmp_path / "missing", dirs=[str(tmp_path / "missing")])["layout"]
-    assert found == {"dirs": {}, "drift": {}, "details": {}}
+    assert found == {"dirs": {}, "drift": {}, "details": {}, "unnamed": 0}
 
 
 def test_layout_ignores_symlinks_for_modes(tree):
@@ -285,3 +285,16 @@ def test_drifted_entries_carry_their_owner_and_mode_for_diff(tree):
     blob.chmod(0o640)
     found = read(tree, dirs=_dirs(tree))["layout"]
     assert found["details"] == {str(blob): [user, group, "640"]}
+
+
+def test_a_name_that_is_not_utf8_is_counted_not_sent(tree):
+    """Such a name could not travel in a command; one planted by a group member must not crash the run."""
+    import os as _os
+
+    hub = str(tree / "hf-cache" / "hub").encode()
+    bad = hub + b"/bad-\xff-name"
+    with open(bad, "wb") as handle:
+        handle.write(b"x")
+    _os.chmod(bad, 0o644)
+    found = read(tree, dirs=_dirs(tree))["layout"]
+    assert found["unnamed"] == 1 and found["drift"] == {}
