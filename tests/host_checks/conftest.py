@@ -89,7 +89,8 @@ def _client(name: str, data: dict) -> paramiko.SSHClient:
     strict = data.get("ssh_strict_host_key_checking", "accept-new")
     known_hosts = _known_hosts(data)
     if strict not in ("no", "off", False) and Path(known_hosts).exists():
-        client.load_host_keys(known_hosts)
+        # Loaded as known keys only: with load_host_keys(), paramiko's AutoAddPolicy would write new keys back.
+        client.get_host_keys().load(known_hosts)
     # yes: only known keys; accept-new: unknown keys too, but a changed one is refused (paramiko raises on a
     # known host whose key differs, whatever the policy); no: anything. Read-only: nothing is saved.
     client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict in ("yes", "on", True)
