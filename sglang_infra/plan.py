@@ -246,33 +246,23 @@ LOCAL_URL = "http://127.0.0.1:{port}"
 
 @dataclass(frozen=True)
 class Paths:
+    """Every path the deploy uses on a host, worked out once from the home and the tools directory."""
+
     home: str
     tools: str
+    docker: str
+    hub: str
+    token: str               # the Hub token, in the tools directory's private secret/
+    secrets: str             # the server's private config (the API key), mounted read-only into the container
+    server_config: str
+    toolchain_context: str
 
-    @property
-    def docker(self) -> str:
-        return f"{self.home}/docker"
-
-    @property
-    def hub(self) -> str:
-        return f"{self.home}/hf-cache/hub"
-
-    @property
-    def token(self) -> str:
-        return f"{self.tools}/secret/hf-token"
-
-    @property
-    def secrets(self) -> str:
-        """The server's private config (the API key), mounted read-only into the container."""
-        return f"{self.home}/docker/secrets"
-
-    @property
-    def server_config(self) -> str:
-        return f"{self.secrets}/server.yaml"
-
-    @property
-    def toolchain_context(self) -> str:
-        return f"{self.home}/{TOOLCHAIN_CONTEXT}"
+    @classmethod
+    def of(cls, home: str, tools: str) -> "Paths":
+        return cls(home=home, tools=tools, docker=f"{home}/docker", hub=f"{home}/hf-cache/hub",
+                   token=f"{tools}/secret/hf-token", secrets=f"{home}/docker/secrets",
+                   server_config=f"{home}/docker/secrets/server.yaml",
+                   toolchain_context=f"{home}/{TOOLCHAIN_CONTEXT}")
 
     def layout(self, toolchain_image: bool) -> dict[str, str]:
         """Each managed directory and its mode."""
@@ -351,7 +341,7 @@ def server_config(api_key: bytes | None) -> bytes | None:
 
 def snapshot_spec(data: Mapping[str, Any]) -> dict[str, Any]:
     """What the snapshot of a host reads, from its (already judged) data."""
-    paths = Paths(data["sglang_home"], data["sglang_tools_dir"])
+    paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"])
     return {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
             "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
             "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
@@ -367,7 +357,7 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
     """resolve() for data check_data already accepted."""
     gpus = parse_snapshot(snapshot.get("gpus"))
     raise_if(check_host_state(name, data, snapshot, gpus))
-    paths = Paths(data["sglang_home"], data["sglang_tools_dir"])
+    paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"])
     served = models.served(data)
     build = toolchain.build_context(data, data["sglang_image"]) if data["sglang_toolchain_image"] else None
     derived = derive_flags(data, gpus)
