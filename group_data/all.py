@@ -125,6 +125,9 @@ sglang_prune_models = False
 # Seconds a pull waits for another pull of the same repo or blob (an admin's hand pull included) before it fails, naming the lock and its holder: a large shard over a slow link can take this long.
 sglang_pull_lock_wait = 1800
 
+# The lock written by scripts/lock.sh (a path relative to the inventory's directory, or absolute): when the file exists, models are pulled at its commits and verified against its sha256 per file, the image is pulled by its digest and the toolchain wheels are installed with --require-hashes; when it does not exist, the pins above are used as they are. None ignores any lock.
+sglang_lock = "sglang.lock"
+
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shlex
 from io import BytesIO
@@ -357,11 +358,13 @@ def stack_up(project_dir: str, image: str, model: str, compose_sha: str, recreat
            f"python3 -c {q(ship.program('stack'))} {q(project_dir)}")
 
 
-def _run_streamed(state, host, command: str) -> bool:
+def _run_streamed(state, host, command: str, _stdin: str | None = None) -> bool:
     """Run a long command (the gate, a pull) with its progress streamed to the operator, prefixed with the host's name."""
     # The operation's own connector arguments (_sudo and friends) apply to this command too.
     arguments = {key: value for key, value in (host.current_op_global_arguments or {}).items()
                  if key in CONNECTOR_ARGUMENT_KEYS}
+    if _stdin is not None:
+        arguments["_stdin"] = _stdin
     status, _ = host.run_shell_command(StringCommand(command), print_output=True, **arguments)
     return status
 
@@ -471,9 +474,11 @@ def secret_file(dest: str, content: bytes | None, user: str):
 
 
 def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
-                 token_file: str | None, lock_wait: int) -> str:
+                 token_file: str | None, lock_wait: int, locked: bool = False) -> str:
     args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
             "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait)]
+    if locked:
+        args.append("--locked-stdin")
     if endpoint:
         args += ["--endpoint", endpoint]
     if token_file:
@@ -491,24 +496,31 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 @snapshot_operation
 def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int,
-                 endpoint: str | None = None, token_file: str | None = None):
+                 endpoint: str | None = None, token_file: str | None = None, locked=None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
-    cache ``hub``. Decided from the cache alone (the ModelCache fact): a
-    complete revision costs no request to the Hub. Otherwise hfpull.py
-    fetches only what is missing, resuming partial files, and marks the
-    snapshot complete only after every file matches the Hub's size and hash.
+    cache ``hub``. Decided from the cache alone (the snapshot): a complete
+    revision costs no request to the Hub. Otherwise hfpull.py fetches only
+    what is missing, resuming partial files, and marks the snapshot complete
+    only after every file matches the Hub's size and hash, and with
+    ``locked`` (the lock's record, lock.LockedModel) the lock's sha256 of
+    every file too: until then a complete revision whose content digest is
+    not the lock's counts as not pulled.
     """
     cache = current(host)["models"]
     found = _revision_state(cache, repo_id, revision)
-    if found and found.get("complete"):
-        host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache")
+    matches = found and found.get("complete") and (locked is None or found.get("content") == locked.content)
+    if matches:
+        host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache"
+                  + (" (as the lock records it)" if locked is not None else ""))
         return
     if _diff_wanted():
-        state = "missing" if not found else f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
+        state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
+            f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
-    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait)
-    yield FunctionCommand(_run_streamed, (command,), {})
+    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait, locked is not None)
+    stdin = {"_stdin": json.dumps(locked.record())} if locked is not None else {}
+    yield FunctionCommand(_run_streamed, (command,), stdin)
 
 
 def prune_plan(cache: dict, keep: Iterable[str]) -> list[tuple[str, str, int]]:

@@ -27,6 +27,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from . import ACCOUNT, models, platforms, toolchain
+from . import lock as lockfile
 from .gpus import Derived, GpuInventory, derive_flags, parse_snapshot, plan_problems
 from . import render
 from .render import launch_flags, template_path
@@ -119,6 +120,15 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
     if errors:
         return errors
 
+    # The lock, when there is one: its commits stand in for a registry revision of None.
+    try:
+        lock = lock_of(data)
+    except lockfile.LockError as error:
+        err("sglang_lock", str(error).split(". Fix: ")[0], str(error).split(". Fix: ")[-1])
+        return errors
+    if lock is not None:
+        data = lockfile.with_commits(lock, data)
+
     # Combinations that cannot work.
     template = template_path(data["sglang_compose_template"])
     if not template.is_file():
@@ -126,8 +136,14 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
             "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
     for key, problem, fix in models.problems(data):
         err(key, problem, fix)
+    toolchain_ok = True
     if data["sglang_toolchain_image"]:
         for key, problem, fix in toolchain.problems(data):
+            toolchain_ok = False
+            err(key, problem, fix)
+    if lock is not None:
+        pins = toolchain.pins(data) if data["sglang_toolchain_image"] and toolchain_ok else None
+        for key, problem, fix in lockfile.problems(lock, data, pins):
             err(key, problem, fix)
     endpoint = data["sglang_hf_endpoint"]
     if endpoint and endpoint.startswith("http://") and models.control_token(data):
@@ -211,6 +227,11 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
                 "from sglang_admins")
     return errors
 
+
+
+def lock_of(data: Mapping[str, Any]) -> lockfile.Lock | None:
+    """The lock this host's data names (`sglang_lock`, beside the inventory), or None when there is none."""
+    return lockfile.load(lockfile.path_for(data["sglang_lock"], lockfile.inventory_dir()))
 
 
 def _summary(errors: list[str]) -> str:
@@ -307,6 +328,8 @@ class HostPlan:
     served: models.Model
     kept: tuple[models.Model, ...]
     warnings: tuple[str, ...]
+    lock: lockfile.Lock | None = field(repr=False)
+    locked: Mapping[str, lockfile.LockedModel] = field(repr=False)   # kept models' lock records, by key
     hub_version: str
     pip_index_url: str | None
     hf_endpoint: str | None
@@ -357,9 +380,17 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
     """resolve() for data check_data already accepted."""
     gpus = parse_snapshot(snapshot.get("gpus"))
     raise_if(check_host_state(name, data, snapshot, gpus))
+    lock = lock_of(data)
+    if lock is not None:
+        data = lockfile.with_commits(lock, data)
     paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"])
     served = models.served(data)
-    build = toolchain.build_context(data, data["sglang_image"]) if data["sglang_toolchain_image"] else None
+    kept = tuple(models.kept(data))
+    image = data["sglang_image"]
+    if lock is not None and not data["sglang_image_archive"]:
+        image = lock.pinned_image(image) or image
+    build = toolchain.build_context(data, image, wheel_hashes=lock.wheels if lock else None,
+                                    tag_from=data["sglang_image"]) if data["sglang_toolchain_image"] else None
     derived = derive_flags(data, gpus)
     os_release = snapshot.get("os") or {}
     plan = HostPlan(
@@ -370,13 +401,14 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
         docker_apt_url=data["sglang_docker_apt_url"], apt_cache_time=data["sglang_apt_cache_time"],
         gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
         nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
-        served=served, kept=tuple(models.kept(data)), warnings=tuple(models.warnings(data)),
+        served=served, kept=kept, warnings=tuple(models.warnings(data)),
+        lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
         hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
         hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
         token=models.control_token(data), api_key=models.read_secret(data["sglang_api_key_file"]),
         prune=data["sglang_prune_models"],
-        image=data["sglang_image"], image_archive=data["sglang_image_archive"], build=build,
-        serving_image=build.tag if build else data["sglang_image"],
+        image=image, image_archive=data["sglang_image_archive"], build=build,
+        serving_image=build.tag if build else image,
         derived=derived, flags=tuple(launch_flags(data, derived, served)),
         data=dict(data),
         gate=Gate(url=LOCAL_URL.format(port=data["sglang_port"]),

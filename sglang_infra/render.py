@@ -116,6 +116,7 @@ def compose_yaml(plan: HostPlan) -> str:
         plan.data["sglang_compose_template"], **_values(plan),
         model=plan.served,
         serving_image=plan.serving_image,
+        built_from=plan.build.base_image if plan.build else None,
         flags=plan.flags,
         reasons=reasons(),
         mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,

@@ -4,8 +4,9 @@ compose file can point at them.
 The pull runs on the host as the sglang account, with huggingface_hub from a
 venv under sglang_tools_dir (never under the home), through
 sglang_infra/hostside/hfpull.py: resumable, verified against the Hub's sizes
-and hashes, a snapshot marked complete only when every file is. A revision
-that is already complete costs no request to the Hub.
+and hashes (and, with a lock, the lock's sha256 of every file), a snapshot
+marked complete only when every file is. A revision that is already complete
+costs no request to the Hub.
 """
 
 from pyinfra import host, logger
@@ -55,6 +56,7 @@ for model in plan.kept:
         lock_wait=plan.pull_lock_wait,
         endpoint=plan.hf_endpoint,
         token_file=token if plan.token else None,
+        locked=plan.locked.get(model.key),
         _sudo=True,
         _sudo_user=plan.account,
     )

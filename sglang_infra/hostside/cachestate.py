@@ -26,8 +26,12 @@ def _refs(refs_dir):
 
 def _verified(repo_dir, data):
     found = manifest.problems(repo_dir, data)
+    try:
+        content = manifest.content_digest(data["files"])
+    except (KeyError, TypeError, ValueError):
+        content = None
     return {"complete": not found, "verified": not found, "files": len(data["files"]),
-            "size": manifest.size(data), "problems": found}
+            "size": manifest.size(data), "problems": found, "content": content}
 
 
 def _check_unverified(snap_dir):

@@ -115,19 +115,24 @@ def say(line: str) -> None:
 
 def hash_file(path: str, lfs: bool) -> str:
     """sha256 of the content for LFS files; git's blob sha1 for regular files."""
+    return hashes(path, lfs)[0]
+
+
+def hashes(path: str, lfs: bool) -> tuple[str, str]:
+    """(the blob name's hash, the content's sha256), in one read: for an LFS file both are its sha256; for a
+    regular file the first is git's blob sha1."""
     size = os.path.getsize(path)
-    if lfs:
-        h = hashlib.sha256()
-    else:
-        h = hashlib.sha1()
-        h.update(b"blob %d\0" % size)
+    content = hashlib.sha256()
+    git = None if lfs else hashlib.sha1(b"blob %d\0" % size)
     with open(path, "rb") as f:
         while True:
             chunk = f.read(CHUNK)
             if not chunk:
                 break
-            h.update(chunk)
-    return h.hexdigest()
+            content.update(chunk)
+            if git is not None:
+                git.update(chunk)
+    return (git or content).hexdigest(), content.hexdigest()
 
 
 def safe_relpath(path: str) -> str:
@@ -276,6 +281,8 @@ class Blob:
     size: int
     lfs: bool
     paths: list[str]
+    locked: str | None = None  # the content sha256 the lock (sglang.lock) records for it
+    sha256: str | None = None  # the content sha256, once verified
 
 
 @dataclasses.dataclass
@@ -327,6 +334,8 @@ class Puller:
         self.stats = Stats()
         self.commit: str | None = None
         self.progress: Progress | None = None
+        self.expect: dict | None = None  # the lock's files ({path: {"size", "sha256", ...}}), see expect_lock()
+        self.expect_digest: str | None = None
 
     # -- auth: the token only ever lives in request headers
     def _token_arg(self):
@@ -399,10 +408,21 @@ class Puller:
             "changed": s.changed,
         }
 
+    def expect_lock(self, locked: dict) -> None:
+        """Verify every file against a lock's record ({"commit", "files": [{"path", "size", "sha256",
+        "git_blob"?}]}), not only against what the endpoint says: a mirror cannot swap content."""
+        if locked.get("commit") != self.revision:
+            raise PullError(f"the lock records commit {locked.get('commit')}, the pull asks for {self.revision}",
+                            EXIT_USAGE)
+        self.expect = {f["path"]: f for f in locked["files"]}
+        self.expect_digest = manifest.content_digest(locked["files"])
+
     def _fast_path(self, commit: str) -> bool:
         found = manifest.load(self.repo_dir, commit)
         if found is None or manifest.problems(self.repo_dir, found):
             return False
+        if self.expect is not None and manifest.content_digest(found["files"]) != self.expect_digest:
+            return False  # verified against the endpoint, but not (yet) against the lock
         self.commit = commit
         self.stats.files = len(found["files"])
         self.stats.bytes_total = sum(int(e["size"]) for e in found["files"])
@@ -460,9 +480,45 @@ class Puller:
         blobs = sorted(by_name.values(), key=lambda b: b.paths[0])
         for b in blobs:
             b.paths.sort()
+        if self.expect is not None:
+            self._against_lock(blobs)
         self.stats.files = sum(len(b.paths) for b in blobs)
         self.stats.bytes_total = sum(b.size * len(b.paths) for b in blobs)
         return blobs
+
+    def _against_lock(self, blobs: list[Blob]) -> None:
+        """The endpoint's listing must be the lock's, file by file, before a byte is fetched."""
+        listed = {p: b for b in blobs for p in b.paths}
+        extra, missing = sorted(set(listed) - set(self.expect)), sorted(set(self.expect) - set(listed))
+        if extra or missing:
+            raise VerifyError("the endpoint's file list differs from the lock's: "
+                              + "; ".join(filter(None, (extra and f"not in the lock: {', '.join(extra[:5])}",
+                                                        missing and f"missing: {', '.join(missing[:5])}"))))
+        for path in sorted(listed):
+            blob, want = listed[path], self.expect[path]
+            if blob.size != int(want["size"]):
+                raise VerifyError(f"{path}: the endpoint lists {blob.size} bytes, the lock {want['size']}")
+            if blob.lfs and blob.name != want["sha256"]:
+                raise VerifyError(f"{path}: the endpoint lists sha256 {blob.name}, the lock {want['sha256']}")
+            if not blob.lfs and want.get("git_blob") and blob.name != want["git_blob"]:
+                raise VerifyError(f"{path}: the endpoint lists git blob {blob.name}, the lock {want['git_blob']}")
+            if blob.locked not in (None, want["sha256"]):
+                raise VerifyError(f"{path}: the lock records two contents for one blob {blob.name}")
+            blob.locked = want["sha256"]
+
+    def _verify(self, blob: Blob, file_path: str) -> str | None:
+        """Why the file is not the blob (size, the hash it is named by, the lock's sha256), or None; then
+        its content sha256 is recorded on the blob."""
+        size = os.path.getsize(file_path)
+        if size != blob.size:
+            return f"size {size} != {blob.size}"
+        named, content = hashes(file_path, blob.lfs)
+        if named != blob.name:
+            return f"{'sha256' if blob.lfs else 'git-sha1'} mismatch"
+        if blob.locked and content != blob.locked:
+            return f"sha256 {content} differs from the lock's {blob.locked}"
+        blob.sha256 = content
+        return None
 
     # -- per blob
     def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
@@ -502,10 +558,13 @@ class Puller:
         except FileNotFoundError:
             st = None
         if st is not None:
-            if trust.get(blob.name) == (st.st_size, st.st_mtime_ns) and st.st_size == blob.size:
+            size, mtime, content = trust.get(blob.name, (None, None, None))
+            recorded = (size, mtime) == (st.st_size, st.st_mtime_ns) and size == blob.size
+            if recorded and content and blob.locked in (None, content):
+                blob.sha256 = content
                 p.file_line(index, path, f"present {human(blob.size)} (verified by an earlier pull)")
                 return
-            if st.st_size == blob.size and stat.S_ISREG(st.st_mode) and hash_file(blob_path, blob.lfs) == blob.name:
+            if stat.S_ISREG(st.st_mode) and self._verify(blob, blob_path) is None:
                 p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
                 return
             p.file_line(index, path, "blob on disk is wrong (size or hash); fetching it again")
@@ -621,11 +680,9 @@ class Puller:
         for attempt in (1, 2):
             if have < blob.size:
                 self._fetch(blob, partial, have, index, path)
-            size = os.path.getsize(partial)
-            if size == blob.size and hash_file(partial, blob.lfs) == blob.name:
+            what = self._verify(blob, partial)
+            if what is None:
                 return
-            what = f"size {size} != {blob.size}" if size != blob.size else \
-                f"{'sha256' if blob.lfs else 'git-sha1'} mismatch"
             os.unlink(partial)
             if attempt == 2:
                 raise VerifyError(f"{path}: {what} after a full download from byte 0")
@@ -749,7 +806,7 @@ class Puller:
             if st.st_size != blob.size:
                 raise VerifyError(f"blob {blob.name} changed size while pulling")
             for p in blob.paths:
-                files.append(manifest.entry(p, blob.name, blob.size, st.st_mtime_ns, blob.lfs))
+                files.append(manifest.entry(p, blob.name, blob.size, st.st_mtime_ns, blob.lfs, blob.sha256))
         data = manifest.document(self.repo_id, commit, files, int(time.time()))
         old = manifest.load(self.repo_dir, commit)
         if old is not None and old.get("files") == data["files"] and old.get("repo_id") == self.repo_id:
@@ -940,6 +997,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", default=None)
     p.add_argument("--lock-wait", type=float, default=DEFAULT_LOCK_WAIT,
                    help="seconds to wait for another pull of the same repo (default 1800)")
+    p.add_argument("--locked-stdin", action="store_true",
+                   help="read the lock's record of this revision (JSON) from stdin and verify every file against it")
     q = sub.add_parser("prune", help="delete every cached model revision not kept")
     q.add_argument("--cache-dir", required=True)
     q.add_argument("--keep", action="append", default=[], metavar="ORG/NAME@COMMIT")
@@ -971,6 +1030,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         token = read_token(args.token_file)
         puller = Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait)
+        if args.locked_stdin:
+            try:
+                puller.expect_lock(json.loads(sys.stdin.read(manifest.MAX_BYTES)))
+            except (ValueError, KeyError, TypeError) as e:
+                raise PullError(f"the lock's record on stdin is not usable: {e}", EXIT_USAGE)
         result = puller.run()
     except KeyboardInterrupt:
         print(f"pull interrupted {where}", file=sys.stderr, flush=True)

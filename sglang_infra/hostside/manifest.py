@@ -7,6 +7,7 @@ file's snapshot link points at its blob and the blob keeps the recorded size
 and mtime, so checking it costs one stat per file.
 """
 
+import hashlib
 import json
 import os
 
@@ -20,9 +21,20 @@ def path(repo_dir, commit):
     return os.path.join(repo_dir, MANIFEST_DIR, commit + ".json")
 
 
-def entry(relpath, blob, size, mtime_ns, lfs):
-    """One file of a manifest."""
-    return {"path": relpath, "blob": blob, "size": size, "mtime_ns": mtime_ns, "lfs": lfs}
+def entry(relpath, blob, size, mtime_ns, lfs, sha256):
+    """One file of a manifest; ``sha256`` is the content's (for an LFS file, its blob name)."""
+    return {"path": relpath, "blob": blob, "size": size, "mtime_ns": mtime_ns, "lfs": lfs, "sha256": sha256}
+
+
+def content_digest(files):
+    """One sha256 over every file's path, size and content sha256: what a lock records for a revision
+    (sglang_infra/lock.py). None when a file has no sha256 (a manifest from before sha256 was recorded)."""
+    lines = []
+    for item in sorted(files, key=lambda e: e["path"]):
+        if not item.get("sha256"):
+            return None
+        lines.append(f"{item['path']}\0{int(item['size'])}\0{item['sha256']}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def document(repo_id, commit, files, verified_at):
@@ -103,7 +115,7 @@ def size(data):
 
 
 def trusted_blobs(repo_dir):
-    """blob name -> (size, mtime_ns) recorded by any earlier verified pull of this repo."""
+    """blob name -> (size, mtime_ns, content sha256 or None) recorded by any earlier verified pull of this repo."""
     trust = {}
     mdir = os.path.join(repo_dir, MANIFEST_DIR)
     try:
@@ -116,7 +128,8 @@ def trusted_blobs(repo_dir):
         data = load(repo_dir, name[:-5])
         for item in (data or {}).get("files", []):
             try:
-                trust[item["blob"]] = (int(item["size"]), int(item["mtime_ns"]))
+                sha256 = item.get("sha256") or (item["blob"] if item.get("lfs") else None)
+                trust[item["blob"]] = (int(item["size"]), int(item["mtime_ns"]), sha256)
             except (KeyError, TypeError, ValueError):
                 continue
     return trust

@@ -29,6 +29,8 @@ PIP_CA_TMP = "/tmp/sglang-pip-ca.pem"
 CHECK_NAME = "toolchain_check.py"
 EXPECTED_NAME = "expected.json"
 CA_NAME = "sglang-extra-ca.crt"
+REQUIREMENTS_NAME = "requirements.txt"   # with a lock only: every pin with the sha256 of its wheels
+REQUIREMENTS_TMP = "/tmp/sglang-requirements.txt"
 
 # For the one pip run: install into a Python marked externally managed (the
 # image is the environment), and never stop to ask or to warn about root.
@@ -49,14 +51,26 @@ def expected(data: Mapping[str, Any]) -> dict[str, Any]:
             "cuda_home": CUDA_HOME}
 
 
-def context_files(data: Mapping[str, Any]) -> dict[str, bytes]:
-    """The build context besides the Dockerfile: the check script, its expectations, the CA if any."""
+def hashed_requirements(data: Mapping[str, Any], wheel_hashes: Mapping[str, Any]) -> str:
+    """A pip requirements file: every pin with the sha256 of each wheel the lock recorded for it."""
+    lines = []
+    for name, version in pins(data).items():
+        hashes = [f"--hash=sha256:{sha}" for _, sha in wheel_hashes[f"{name}=={version}"]]
+        lines.append(" \\\n    ".join([f"{name}=={version}", *hashes]))
+    return "\n".join(lines) + "\n"
+
+
+def context_files(data: Mapping[str, Any], wheel_hashes: Mapping[str, Any] | None = None) -> dict[str, bytes]:
+    """The build context besides the Dockerfile: the check script, its expectations, the CA if any, and with
+    a lock the hashed requirements."""
     files = {
         CHECK_NAME: ship.program("toolchain_check").encode(),
         EXPECTED_NAME: (json.dumps(expected(data), indent=2, sort_keys=True) + "\n").encode(),
     }
     if data["sglang_extra_ca_bundle"]:
         files[CA_NAME] = Path(data["sglang_extra_ca_bundle"]).read_bytes()
+    if wheel_hashes is not None:
+        files[REQUIREMENTS_NAME] = hashed_requirements(data, wheel_hashes).encode()
     return files
 
 
@@ -70,7 +84,7 @@ def _check_base_image(base_image: str) -> None:
         raise ValueError(f"base image {base_image!r} is not an image reference")
 
 
-def _render(data: Mapping[str, Any], base_image: str, inputs_hash: str | None) -> str:
+def _render(data: Mapping[str, Any], base_image: str, inputs_hash: str | None, hashed: bool = False) -> str:
     _check_base_image(base_image)
     pinned = pins(data)
     index_options = pip_index_options(data["sglang_pip_index_url"], flashinfer_index_url(data))
@@ -93,6 +107,7 @@ def _render(data: Mapping[str, Any], base_image: str, inputs_hash: str | None) -
         pip_env=([f"PIP_CERT={PIP_CA_TMP}"] if data["sglang_extra_ca_bundle"] else []) + list(PIP_ENV),
         index_options=index_options,
         requirements=[shlex.quote(f"{name}=={version}") for name, version in pinned.items()],
+        hashed_requirements=(REQUIREMENTS_NAME, REQUIREMENTS_TMP) if hashed else None,
         cuda_home=CUDA_HOME,
     )
 
@@ -150,18 +165,23 @@ class BuildContext:
         return directory
 
 
-def build_context(data: Mapping[str, Any], base_image: str) -> BuildContext:
+def build_context(data: Mapping[str, Any], base_image: str, wheel_hashes: Mapping[str, Any] | None = None,
+                  tag_from: str | None = None) -> BuildContext:
     """Everything `docker build` needs, with the inputs hash and the tag it names.
 
     The hash is taken over the Dockerfile without its own inputs label (it
     cannot contain its own hash) and the other context files; the final
-    Dockerfile then records that hash in the label.
+    Dockerfile then records that hash in the label. With ``wheel_hashes``
+    (a lock's, "name==version" -> ((file, sha256), ...)) pip installs with
+    --require-hashes; ``tag_from`` names the tag when ``base_image`` is a
+    digest of it.
     """
     _require_valid(data)
-    files = context_files(data)
-    inputs_hash = build_inputs_hash(_render(data, base_image, None), files)
-    return BuildContext(base_image, _render(data, base_image, inputs_hash), files, inputs_hash,
-                        image_tag(base_image, inputs_hash))
+    files = context_files(data, wheel_hashes)
+    hashed = wheel_hashes is not None
+    inputs_hash = build_inputs_hash(_render(data, base_image, None, hashed), files)
+    return BuildContext(base_image, _render(data, base_image, inputs_hash, hashed), files, inputs_hash,
+                        image_tag(tag_from or base_image, inputs_hash))
 
 
 

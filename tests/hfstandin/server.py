@@ -31,6 +31,7 @@ Test-only control endpoints live under /_standin/ and are never recorded:
   POST /_standin/reset      clear the request log
   GET|POST /_standin/config throttle and fault injection
   GET  /_standin/commits    {repo_id: {branch or index: commit}}
+  POST /_standin/tamper     {"repo_id", "revision", "path", "offset"?}: flip one byte of that file, consistently
   GET  /_standin/health     {"ok": true}
 
 Spec: {"repos": [{"repo_id": "org/name", "gated": false, "tokens": [...],
@@ -607,6 +608,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(400, {"error": str(error)})
         elif name == "commits" and method in ("GET", "HEAD"):
             self._send_json(200, hub.commits())
+        elif name == "tamper" and method == "POST":
+            try:
+                request = json.loads(body or b"{}")
+                self._send_json(200, hub.tamper(request["repo_id"], request["revision"], request["path"],
+                                                int(request.get("offset", 0))))
+            except (ValueError, KeyError, TypeError) as error:
+                self._send_json(400, {"error": f"tamper wants repo_id, revision and path: {error}"})
         elif name == "health" and method in ("GET", "HEAD"):
             self._send_json(200, {"ok": True})
         else:
@@ -1033,6 +1041,21 @@ class StandinHub:
     def reset(self) -> None:
         with self._lock:
             self._log = []
+
+    def tamper(self, repo_id: str, revision: str | int, path: str, offset: int = 0) -> dict:
+        """Flip one byte of a file of one commit, the way a mirror that rewrote content would serve it: the
+        commit id stays, while the listing, the ETag and the bytes all describe the new content consistently,
+        so only a client holding the original sha256 (a lock) can tell. Returns the file's new metadata."""
+        with self._lock:
+            commit = self._repos[repo_id].by_oid[self.commit(repo_id, revision)]
+            old = commit.files[path]
+            data = bytearray(old.data)
+            data[offset % len(data)] ^= 0x01
+            entry = FileEntry(path, bytes(data), old.lfs)
+            commit.files = {**commit.files, path: entry}  # a new dict: other commits sharing the old one keep it
+            if entry.lfs:
+                self._lfs_objects[entry.sha256] = entry.data
+        return self.file_meta(repo_id, commit.oid, path)
 
     def config(self) -> dict:
         with self._lock:

@@ -187,6 +187,11 @@ class Hub:
     def reset(self) -> None:
         self._call("/_standin/reset", {})
 
+    def tamper(self, repo_id: str, revision: str, path: str, offset: int = 0) -> dict:
+        """Flip one byte of a file on this Hub, consistently (see StandinHub.tamper); its new metadata."""
+        return self._call("/_standin/tamper", {"repo_id": repo_id, "revision": revision, "path": path,
+                                               "offset": offset})
+
     def set_throttle(self, bytes_per_s: int | None) -> None:
         self._call("/_standin/config", {"throttle_bytes_per_s": bytes_per_s})
 

@@ -44,7 +44,8 @@ def make_revision(cache: Path, repo_id: str, commit: str, files: dict[str, bytes
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
         st = blob.stat()
-        entries.append({"path": path, "blob": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "lfs": lfs})
+        entries.append({"path": path, "blob": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "lfs": lfs,
+                        "sha256": hashlib.sha256(data).hexdigest()})
     if manifest:
         (repo / ".sglang").mkdir(exist_ok=True)
         (repo / ".sglang" / f"{commit}.json").write_text(json.dumps(
@@ -80,8 +81,12 @@ def test_verified_revision_and_ignored_entries(tmp_path):
     entry = state["repos"]["org/m"]
     assert entry["folder"] == "models--org--m"
     assert entry["refs"] == {"main": C1, "refs/pr/1": C1}
+    # The content digest a lock records (sglang_infra/lock.py): path, size and sha256 of each file, in path order.
+    content = hashlib.sha256(b"".join(b"%s\0%d\0%s\n" % (p.encode(), len(FILES[p]), hashlib.sha256(
+        FILES[p]).hexdigest().encode()) for p in sorted(FILES))).hexdigest()
     assert entry["revisions"] == {C1: {"complete": True, "verified": True, "files": 3,
-                                       "size": sum(len(d) for d in FILES.values()), "problems": []}}
+                                       "size": sum(len(d) for d in FILES.values()), "problems": [],
+                                       "content": content}}
     assert entry["partials"] == [{"name": "a" * 64 + ".0badf00d.incomplete", "size": 10}]
 
 
