@@ -25,8 +25,8 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """Remove every container and volume of this run (hosts, their volumes, the run's stand-in Hub); the shared
-    network, the images and other runs' objects stay."""
+    """Remove every container and volume of this run (hosts, their volumes, the run's stand-in Hub and registry)
+    and this machine's trust in that registry; the shared network, the images and other runs' objects stay."""
     if getattr(config, "_testbed_owns_run", False):
         from testbed import hosts
 

@@ -7,10 +7,10 @@ Every host gets its own SSH host keys, and the control side pins them in a
 known_hosts file, so host-key checking stays on in tests as in production.
 
 Test runs can share a machine: every Docker object a test run creates (host
-containers, their volumes, the stand-in Hub) is named with the run's prefix
-(run_prefix(), e.g. "t3f9a1c-") and labelled with it, while the logical name
-(the inventory host name and the container's --hostname) stays as the tests
-write it. Outside a test run (the sandbox, bench/run.py) the prefix is empty.
+containers, their volumes, the stand-in Hub, the registry) is named with the
+run's prefix (run_prefix(), e.g. "t3f9a1c-") and labelled with it, while the
+logical name (the inventory host name and the container's --hostname) stays as
+the tests write it. Outside a test run (the sandbox, bench/run.py) the prefix is empty.
 The test network and the images are shared by all runs.
 """
 
@@ -128,26 +128,33 @@ def pid_alive(pid: int) -> bool:
 def remove_stale_runs() -> list[str]:
     """Remove the objects of runs that were killed before their cleanup: those whose owner process ran on this
     machine (same hostname) and is gone. Runs still alive, and runs of other machines, are left alone."""
-    stale = set()
+    from testbed import registry
+
+    owners = []   # (run prefix, owner) of every labelled object and every registry this machine trusts
     try:
         for kind in ("container", "volume"):
             listed = _run(["docker", kind, "ls", *(["-a"] if kind == "container" else []),
                            "--filter", f"label={OWNER_LABEL}", "--format",
                            f'{{{{.Label "{RUN_LABEL}"}}}} {{{{.Label "{OWNER_LABEL}"}}}}'], check=False)
-            for line in listed.stdout.splitlines():
-                prefix, _, owner = line.strip().partition(" ")
-                host, _, pid = owner.rpartition(":")
-                if prefix and prefix != _run_prefix and host == socket.gethostname() and pid.isdigit() \
-                        and not pid_alive(int(pid)):
-                    stale.add(prefix)
+            owners += [tuple(line.strip().partition(" ")[::2]) for line in listed.stdout.splitlines()]
     except (OSError, subprocess.TimeoutExpired):
         return []
+    owners += registry.trusted_runs().values()
+    stale = set()
+    for prefix, owner in owners:
+        host, _, pid = owner.rpartition(":")
+        if prefix and prefix != _run_prefix and host == socket.gethostname() and pid.isdigit() \
+                and not pid_alive(int(pid)):
+            stale.add(prefix)
     return [name for prefix in sorted(stale) for name in remove_run_objects(prefix)]
 
 
 def remove_run_objects(prefix: str | None = None) -> list[str]:
-    """Remove every container and volume of one run (never the shared network or images); return their names.
+    """Remove every container and volume of one run (never the shared network or images), then what trusting
+    its registry left on this machine (certs.d entries, image references under its address); return their names.
     Refuses the empty prefix: unprefixed objects belong to the sandbox."""
+    from testbed import registry
+
     prefix = _run_prefix if prefix is None else prefix
     if not prefix:
         return []
@@ -163,7 +170,7 @@ def remove_run_objects(prefix: str | None = None) -> list[str]:
                 removed += names
     except (OSError, subprocess.TimeoutExpired):
         pass  # no Docker here (unit tests only): nothing of this run to remove
-    return removed
+    return removed + registry.forget_run(prefix)
 
 
 LOCK_DIR = Path("/var/tmp/sglang-testbed-locks")

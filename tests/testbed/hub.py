@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from testbed import hosts
+from testbed import hosts, tls
 
 HUB_DIR = Path(__file__).resolve().parent.parent / "hfstandin"
 NAME = "sglang-hfhub"
@@ -88,70 +88,30 @@ def file_bytes(repo_id: str, commit: str, path: str) -> bytes:
 
 
 TLS_PORT = 8443
-CA_DIR = hosts.CACHE_DIR / "hfstandin-ca"
+CA_DIR = tls.CA_DIR
 
 
 def test_ca() -> tuple[Path, Path]:
-    """This machine's CA for the stand-in Hub's HTTPS listener (tests only), made once: (certificate, key)."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    cert, key = CA_DIR / "ca.pem", CA_DIR / "ca.key"
-    if cert.is_file() and key.is_file():
-        return cert, key
-    CA_DIR.mkdir(parents=True, exist_ok=True)
-    private = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sglang-testbed stand-in CA")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    issued = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(private.public_key())
-              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-              .not_valid_after(now + datetime.timedelta(days=3650))
-              .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-              .sign(private, hashes.SHA256()))
-    key.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    cert.write_bytes(issued.public_bytes(serialization.Encoding.PEM))
-    return cert, key
+    """The testbed's CA (tls.test_ca()), which signs the stand-in Hub's HTTPS listener: (certificate, key)."""
+    return tls.test_ca(CA_DIR)
 
 
 def _server_certificate(hostname: str) -> Path:
     """A directory holding cert.pem and key.pem for ``hostname`` (the Hub container's name on the test network),
     signed by test_ca()."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
     directory = hosts.CACHE_DIR / f"hfstandin-tls-{hostname}"
-    ca_cert_path, ca_key_path = test_ca()
+    ca = test_ca()
     signed_by = directory / "ca.pem"   # which CA signed it: a CA made anew means a new certificate
     if all((directory / n).is_file() for n in ("cert.pem", "key.pem", "ca.pem")) and \
-            signed_by.read_bytes() == ca_cert_path.read_bytes():
+            signed_by.read_bytes() == ca[0].read_bytes():
         return directory
-    ca_cert = x509.load_pem_x509_certificate(ca_cert_path.read_bytes())
-    ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), None)
-    private = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    issued = (x509.CertificateBuilder()
-              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
-              .issuer_name(ca_cert.subject).public_key(private.public_key())
-              .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-              .not_valid_after(now + datetime.timedelta(days=3650))
-              .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname)]), critical=False)
-              .sign(ca_key, hashes.SHA256()))
+    cert, key = tls.issue(ca, hostname, dns_names=[hostname])
     if directory.exists() and not directory.is_dir():
         directory.unlink()
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "key.pem").write_bytes(private.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    (directory / "cert.pem").write_bytes(issued.public_bytes(serialization.Encoding.PEM))
-    signed_by.write_bytes(ca_cert_path.read_bytes())
+    (directory / "key.pem").write_bytes(key)
+    (directory / "cert.pem").write_bytes(cert)
+    signed_by.write_bytes(ca[0].read_bytes())
     return directory
 
 
