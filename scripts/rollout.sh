@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
 # Canary rollout: deploy and validate the canary first (a host or a group of
 # the inventory), and stop before every other host when it fails.
-#   scripts/rollout.sh [--canary HOST_OR_GROUP] [INVENTORY] [pyinfra options ...]
+#   scripts/rollout.sh [--canary HOST_OR_GROUP] [--lock [--update SPEC ...]] [INVENTORY] [pyinfra options ...]
 # Default canary: the inventory's `canary` group. Options such as
 # --data key=value apply to both steps.
+# --lock: resolve the lock (scripts/lock.sh, with any --update SPEC) into
+# LOCK.candidate, deploy the canary against it, and only when the canary's
+# gate passed move it over the lock and deploy every other host against that
+# same lock. A failed canary leaves the lock as it was.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 canary=canary
-if [ "${1:-}" = "--canary" ]; then canary=${2:?--canary needs a host or group}; shift 2; fi
+lock=0
+updates=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --canary) canary=${2:?--canary needs a host or group}; shift 2 ;;
+    --lock) lock=1; shift ;;
+    --update) lock=1; updates+=(--update "${2:?--update needs KEY[@REVISION], image or wheels}"); shift 2 ;;
+    *) break ;;
+  esac
+done
 inventory=inventory.py
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then inventory=$1; shift; fi
 pyinfra=.venv/bin/pyinfra
@@ -22,10 +35,26 @@ if ! canaries=$("$python" -m sglang_infra.fleet match "$inventory" "$canary"); t
 fi
 echo "rollout: canary hosts: $canaries" >&2
 
+canary_data=()
+candidate=
+if [ "$lock" = 1 ]; then
+  if ! candidate=$("$python" -m sglang_infra.lockgen "$inventory" --candidate "${updates[@]}"); then
+    echo "rollout: the lock could not be resolved; nothing was deployed" >&2
+    exit 1
+  fi
+  canary_data=(--data "sglang_lock=$candidate")
+fi
+
 echo "rollout: canary step on $canary" >&2
-if ! "$pyinfra" -y --limit "$canary" "$inventory" deploy.py "$@"; then
-  echo "rollout: the canary ($canary) failed; stopped before the other hosts, which were not touched" >&2
+if ! "$pyinfra" -y --limit "$canary" "$inventory" deploy.py "${canary_data[@]}" "$@"; then
+  [ -n "$candidate" ] && rm -f "$candidate"
+  echo "rollout: the canary ($canary) failed; stopped before the other hosts, which were not touched" \
+       "${candidate:+(the lock was left as it was)}" >&2
   exit 1
+fi
+if [ -n "$candidate" ]; then
+  mv -f "$candidate" "${candidate%.candidate}"
+  echo "rollout: the canary passed on ${candidate%.candidate}; it is the lock now" >&2
 fi
 echo "rollout: the canary ($canary) passed; deploying the other hosts" >&2
 exec "$pyinfra" -y --exclude "$canary" "$inventory" deploy.py "$@"

@@ -96,16 +96,21 @@ def path_for(setting: str | None, inventory_dir: str | None) -> str | None:
 
 
 def inventory_dir() -> str | None:
-    """The directory of the inventory file of this pyinfra run (from its command line), or None."""
-    import click
+    """The directory of this pyinfra run's inventory file, or None (not a pyinfra run, or hosts given on the
+    command line). Read from the run's command line with pyinfra's own parser: deploy files are loaded in a
+    greenlet, where click's context of the run is not visible."""
+    import sys
 
-    context = click.get_current_context(silent=True)
-    while context is not None:
-        inventory = (context.params or {}).get("inventory")
-        if inventory:
-            return os.path.dirname(os.path.abspath(inventory)) if os.path.exists(inventory) else None
-        context = context.parent
-    return None
+    if "pyinfra_cli.cli" not in sys.modules:
+        return None   # not pyinfra's command line (importing it would patch threading for the whole process)
+    from pyinfra_cli.cli import cli
+
+    try:
+        context = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True)
+    except Exception:  # not pyinfra's command line
+        return None
+    inventory = context.params.get("inventory")
+    return os.path.dirname(os.path.abspath(inventory)) if inventory and os.path.isfile(inventory) else None
 
 
 # ---------------------------------------------------------------- reading

@@ -375,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--update", action="append", default=[], metavar="SPEC",
                         help="KEY, KEY@REVISION, 'image' or 'wheels': resolve it again")
     parser.add_argument("--out", default=None, help="the lock file (default: the hosts' sglang_lock)")
+    parser.add_argument("--candidate", action="store_true",
+                        help="write LOCK.candidate instead, starting from LOCK, and print its path (rollout.sh "
+                             "--lock moves it over LOCK once the canary passed)")
     args = parser.parse_args(argv)
     try:
         hosts = _hosts_data(args.inventory)
@@ -393,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise LockGenError(str(error)) from None
             raise
         doc = generate(hosts, old, args.update)
+        if args.candidate:
+            out += ".candidate"
+            Path(out).unlink(missing_ok=True)
     except (LockGenError, lockfile.LockError) as error:
         say(f"refused, nothing written: {error}")
         return 1
@@ -402,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     changed = write(out, doc)
     say(f"{out} {'written' if changed else 'unchanged'}: {len(doc['models'])} model(s), {len(doc['images'])} "
         f"image(s), {len(doc['wheels'])} wheel pin(s)")
+    if args.candidate:
+        print(os.path.abspath(out))
     return 0
 
 

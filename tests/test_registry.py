@@ -4,10 +4,8 @@ upstream shows as a new digest; a run's cleanup takes its trust entry and no oth
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import tarfile
 import time
 
 import pytest
@@ -30,18 +28,6 @@ def pushed(registry, measure):
     digest = registry.push(hosts.ensure_standin_image()[0], REPOSITORY, "v1")
     measure(f"registry: pushing the stand-in image (first push): {time.monotonic() - started:.1f} s")
     return digest
-
-
-def tiny_image(ref: str, content: str) -> str:
-    """A one-file image made locally (docker import), named ``ref``: a push that takes no time."""
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        info = tarfile.TarInfo("content")
-        info.size = len(content.encode())
-        tar.addfile(info, io.BytesIO(content.encode()))
-    subprocess.run(["docker", "import", "-", ref], input=archive.getvalue(), check=True, capture_output=True,
-                   timeout=60)
-    return ref
 
 
 def test_push_returns_the_digest_the_registry_serves(registry, pushed):
@@ -76,8 +62,8 @@ def test_a_host_pulls_the_image_by_digest(testbed, registry, pushed, measure):
 
 
 def test_a_tag_moved_upstream_shows_as_a_new_digest(registry):
-    first = registry.push(tiny_image(f"{registry.address}/sglang/moving:first", "one"), "sglang/moving", "latest")
-    moved = registry.push(tiny_image(f"{registry.address}/sglang/moving:second", "two"), "sglang/moving", "latest")
+    first = registry.push(testbed_registry.tiny_image(f"{registry.address}/sglang/moving:first", "one"), "sglang/moving", "latest")
+    moved = registry.push(testbed_registry.tiny_image(f"{registry.address}/sglang/moving:second", "two"), "sglang/moving", "latest")
     assert moved != first
     assert registry.digest("sglang/moving", "latest") == moved
 
@@ -86,7 +72,7 @@ def test_a_runs_cleanup_removes_its_trust_and_image_references_only(registry):
     other_run = f"{hosts.run_prefix()}other-"
     other = testbed_registry.ensure_registry(f"{other_run}{testbed_registry.NAME}")
     try:
-        local = other.push(tiny_image(f"{other.address}/sglang/other:local", "other"), "sglang/other", "v1")
+        local = other.push(testbed_registry.tiny_image(f"{other.address}/sglang/other:local", "other"), "sglang/other", "v1")
         assert local.startswith("sha256:")
         hosts.remove_run_objects(other_run)
         assert not (testbed_registry.CERTS_D / other.address).exists()

@@ -270,3 +270,15 @@ def ensure_registry(name: str | None = None) -> Registry:
         logs = _run(["docker", "logs", "--tail", "20", name], check=False)
         raise TestbedError(f"{error}: {logs.stderr[-2000:]}") from None
     return registry
+
+
+def tiny_image(ref: str, content: str) -> str:
+    """A one-file image made locally (docker import), named ``ref``: a push that takes no time."""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo("content")
+        info.size = len(content.encode())
+        tar.addfile(info, io.BytesIO(content.encode()))
+    subprocess.run(["docker", "import", "-", ref], input=archive.getvalue(), check=True, capture_output=True,
+                   timeout=60)
+    return ref
