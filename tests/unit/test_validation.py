@@ -205,11 +205,13 @@ def test_tool_calling_check_reports_an_unknown_model(standin):
 
 
 def test_benchmark_measures_and_passes_against_its_baseline(standin, tmp_path):
+    # A bar far below the 8 x 400 tok/s the stand-in is told to decode: the pass must not depend on how busy
+    # this machine is (a loaded 2-core machine was seen below 500 tok/s); the slow case below fails at 10 tok/s.
     result = v.run_benchmark(standin(rate=400), "qwen-test", concurrency=8, max_tokens=40, timeout=30,
-                             baseline=1000, min_fraction=0.5, results_dir=str(tmp_path))
+                             baseline=400, min_fraction=0.25, results_dir=str(tmp_path))
     assert result["ok"], result["problems"]
     assert result["output_tokens"] == 8 * 40 and result["errors"] == 0
-    assert 0 < result["ttft_p50_s"] <= result["ttft_p99_s"] < 1
+    assert 0 < result["ttft_p50_s"] <= result["ttft_p99_s"] < 5
     assert abs(result["tok_per_s"] - result["output_tokens"] / result["seconds"]) < 0.02 * result["tok_per_s"]
     assert result["tok_per_s"] <= 8 * 400  # the stand-in never decodes faster than it was told
     assert json.loads(open(result["result_file"]).read())["tok_per_s"] == result["tok_per_s"]
