@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import time
 
 import pytest
 
-from harness import run_deploy
+from harness import PROJECT_DIR, _env, run_deploy
 from testbed import hosts as testbed_hosts
 from wheelindex import WheelIndex, build_wheels
 
@@ -56,16 +57,17 @@ def index(tmp_path_factory):
         yield served
 
 
+def toolchain_data(index) -> dict:
+    return {"sglang_toolchain_image": True, "sglang_flashinfer_index_url": index.url,
+            "sglang_extra_ca_bundle": CA_BUNDLE}
+
+
 @pytest.fixture(scope="module")
 def built(testbed, workdir, index, measure):
     host = testbed.host(NAME)
     host.exec(SYSTEM_NVCC)
     system_before = host.exec(SYSTEM_STATE).stdout
-    inventory = testbed.inventory(workdir / "toolchain.py", {"production": [(host, {
-        "sglang_toolchain_image": True,
-        "sglang_flashinfer_index_url": index.url,
-        "sglang_extra_ca_bundle": CA_BUNDLE,
-    })]})
+    inventory = testbed.inventory(workdir / "toolchain.py", {"production": [(host, toolchain_data(index))]})
     started = time.monotonic()
     first = run_deploy(inventory)
     assert first.returncode == 0, first.output[-5000:]
@@ -143,3 +145,37 @@ def test_the_hosts_own_toolkit_is_untouched(built):
     host, _, _, system_before = built
     assert host.exec(SYSTEM_STATE).stdout == system_before
     assert "release 12.0" in host.exec("nvcc --version").stdout
+
+
+def test_a_locked_wheel_whose_bytes_changed_fails_the_build_and_the_old_image_keeps_serving(testbed, built, index,
+                                                                                           tmp_path):
+    """With a lock the build installs with --require-hashes: other bytes under the same file name and version
+    (flashinfer-jit-cache, which only the stand-in index serves) fail the build; the right bytes build."""
+    host, _, _, _ = built
+    index.serve(flashinfer("0.6.14"))
+    # The same host and data in an inventory of its own directory, where the lock is written beside it.
+    inventory = testbed.inventory(tmp_path / "toolchain.py", {"production": [(host, toolchain_data(index))]})
+    locked = subprocess.run(["bash", "scripts/lock.sh", str(inventory)], cwd=PROJECT_DIR, env=_env(),
+                            capture_output=True, text=True, timeout=600)
+    assert locked.returncode == 0, locked.stderr
+    wheels = json.loads((tmp_path / "sglang.lock").read_text())["wheels"]
+    assert [f["file"] for f in wheels["flashinfer-jit-cache==0.6.14+cu130"]] == [
+        "flashinfer_jit_cache-0.6.14+cu130-1-py3-none-any.whl"]
+    assert wheels["nvidia-cuda-nvcc==13.3.73"]   # from pip's default index, hashed as it lists them
+    before = serving(host)
+    try:
+        index.serve(flashinfer("0.6.14"), rebuilt=["flashinfer-jit-cache"])
+        refused = run_deploy(inventory)
+    finally:
+        index.serve(flashinfer("0.6.14"))
+    assert refused.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in refused.output, \
+        refused.output[-4000:]
+    assert serving(host) == before
+    built_ok = run_deploy(inventory)
+    assert built_ok.returncode == 0, built_ok.output[-4000:]
+    image, _ = serving(host)
+    assert image != before[0] and image.startswith("sglang-serving:")
+    assert "--require-hashes" in host.exec(f"cat {DOCKER}/Dockerfile").stdout
+    report = json.loads(in_stack(host, CHECK).stdout.strip().splitlines()[-1])
+    assert report["ok"] and report["packages"]["flashinfer-jit-cache"] == "0.6.14+cu130"

@@ -119,6 +119,25 @@ def test_pip_installs_the_stand_ins_and_refuses_a_wheel_that_lies(index, tmp_pat
         index.serve(GOOD)
 
 
+def test_the_lock_records_every_wheel_of_the_exact_pin_with_its_sha256(index):
+    """scripts/lock.sh's wheel step against pypiserver: the file and the sha256 of its bytes, exact versions only."""
+    import hashlib
+
+    from sglang_infra import lockgen
+
+    try:
+        index.serve({**GOOD, "flashinfer-python": "0.6.14+rebuilt"})
+        found = lockgen.resolve_wheels("flashinfer-jit-cache", "0.6.14+cu130", [index.url])
+        wheel = index.directory / "flashinfer_jit_cache-0.6.14+cu130-1-py3-none-any.whl"
+        assert found == ((wheel.name, hashlib.sha256(wheel.read_bytes()).hexdigest()),)
+        with pytest.raises(lockgen.LockGenError, match=r"no index serves a wheel of flashinfer-python==0.6.14"):
+            lockgen.resolve_wheels("flashinfer-python", "0.6.14", [index.url])   # 0.6.14+rebuilt is not 0.6.14
+        index.serve(GOOD, rebuilt=["flashinfer-jit-cache"])
+        assert lockgen.resolve_wheels("flashinfer-jit-cache", "0.6.14+cu130", [index.url])[0][1] != found[0][1]
+    finally:
+        index.serve(GOOD)
+
+
 # ---------------------------------------------------------------- the image build (Docker)
 
 @pytest.fixture(scope="module")

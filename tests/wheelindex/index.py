@@ -85,7 +85,8 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def _wheel_bytes(name: str, version: str, metadata_version: str, build_tag: str | None) -> bytes:
+def _wheel_bytes(name: str, version: str, metadata_version: str, build_tag: str | None,
+                 rebuilt: bool = False) -> bytes:
     module = MODULES.get(_canonical(name), _wheel_name(name))
     dist_info = f"{_wheel_name(name)}-{version}.dist-info"
     wheel_lines = ["Wheel-Version: 1.0", "Generator: sglang-infra stand-in index",
@@ -96,6 +97,7 @@ def _wheel_bytes(name: str, version: str, metadata_version: str, build_tag: str 
         f"{module}/__init__.py": (
             f'"""STAND-IN for {name} {version} (tests only: no kernels, no torch)."""\n'
             f"{STAND_IN_MARK}\n__version__ = {metadata_version!r}\n"
+            + ("# rebuilt: other bytes under the same name and version\n" if rebuilt else "")
         ).encode(),
         f"{dist_info}/METADATA": (
             "Metadata-Version: 2.1\n"
@@ -122,12 +124,14 @@ def _wheel_bytes(name: str, version: str, metadata_version: str, build_tag: str 
 
 def build_wheels(directory: Path | str, packages: Mapping[str, str], *,
                  metadata_version_override: Mapping[str, str] | None = None,
-                 build_tag: str | None = DEFAULT_BUILD_TAG) -> list[Path]:
+                 build_tag: str | None = DEFAULT_BUILD_TAG, rebuilt: Iterable[str] = ()) -> list[Path]:
     """Write one stand-in wheel per {distribution name: version} into directory.
 
     metadata_version_override {name: version} makes that wheel's METADATA (and
     its module's __version__) claim another version than its filename: the
     "index hands out a wheel that is not what it says" case, which pip refuses.
+    rebuilt names packages whose wheel gets other bytes under the same file
+    name and version: what a lock's hash catches.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -138,7 +142,8 @@ def build_wheels(directory: Path | str, packages: Mapping[str, str], *,
     written = []
     for name, version in packages.items():
         path = directory / wheel_filename(name, version, build_tag)
-        path.write_bytes(_wheel_bytes(name, version, overrides.get(_canonical(name), version), build_tag))
+        path.write_bytes(_wheel_bytes(name, version, overrides.get(_canonical(name), version), build_tag,
+                                      _canonical(name) in {_canonical(n) for n in rebuilt}))
         written.append(path)
     return written
 
