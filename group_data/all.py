@@ -125,6 +125,9 @@ sglang_prune_models = False
 # Seconds a pull waits for another pull of the same repo or blob (an admin's hand pull included) before it fails, naming the lock and its holder: a large shard over a slow link can take this long.
 sglang_pull_lock_wait = 1800
 
+# Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each connection, not the link, so shards come side by side and a large file as byte ranges.
+sglang_pull_workers = 8
+
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"
 

@@ -471,9 +471,9 @@ def secret_file(dest: str, content: bytes | None, user: str):
 
 
 def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
-                 token_file: str | None, lock_wait: int) -> str:
+                 token_file: str | None, lock_wait: int, workers: int) -> str:
     args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
-            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait)]
+            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait), "--workers", str(workers)]
     if endpoint:
         args += ["--endpoint", endpoint]
     if token_file:
@@ -490,14 +490,15 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 
 @snapshot_operation
-def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int,
+def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
                  endpoint: str | None = None, token_file: str | None = None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
     cache ``hub``. Decided from the cache alone (the ModelCache fact): a
     complete revision costs no request to the Hub. Otherwise hfpull.py
-    fetches only what is missing, resuming partial files, and marks the
-    snapshot complete only after every file matches the Hub's size and hash.
+    fetches only what is missing, resuming partial files, ``workers`` files
+    and connections at a time, and marks the snapshot complete only after
+    every file matches the Hub's size and hash.
     """
     cache = current(host)["models"]
     found = _revision_state(cache, repo_id, revision)
@@ -507,7 +508,7 @@ def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wai
     if _diff_wanted():
         state = "missing" if not found else f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
-    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait)
+    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait, workers)
     yield FunctionCommand(_run_streamed, (command,), {})
 
 

@@ -222,6 +222,8 @@ SCHEMA: dict[str, Key] = {
                                "use True to remove unreferenced revisions, False to keep everything"),
     "sglang_pull_lock_wait": Key("an integer number of seconds 0-86400", _int_range(0, 86400),
                                  "use seconds, e.g. 1800"),
+    "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
+                               "use e.g. 8; 1 fetches one file at a time over one connection"),
     "sglang_tools_dir": Key("an absolute path outside sglang_home", _abs_path,
                             "use e.g. '/var/lib/sglang-tools'"),
     "sglang_huggingface_hub_version": Key("a release such as '2.4.0'", _release,
