@@ -83,7 +83,7 @@ def test_the_large_shard_came_in_parallel_ranges_and_was_verified(pulled):
     gets = resolve_gets(requests, SHARD)
     assert sorted(g["range"] for g in gets) == planned(SHARD_SIZE) and len(gets) == WORKERS
     assert {g["status"] for g in gets} == {206} and sum(g["bytes_sent"] for g in gets) == SHARD_SIZE
-    assert f"file 3/4 {SHARD} fetched and verified" in first.output
+    assert re.search(rf"file \d/4 {SHARD} fetched and verified", first.output)
     assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
 
 

@@ -94,7 +94,6 @@ CHUNK = 1024 * 1024
 MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts of one range without progress
 MAX_GET_ATTEMPTS = 50  # total GET attempts for one range, whatever the progress
 RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
-CHECKPOINT_EVERY = 0.5  # seconds between records of a ranged file's progress (its sidecar)
 DEFAULT_WORKERS = 8  # files and connections at once, as huggingface_hub's snapshot_download
 MAX_WORKERS = 64
 MAX_TREE_ENTRIES = 200_000
@@ -343,13 +342,8 @@ class Progress:
 
 class _Job:
     """One blob being fetched: the partial's descriptor, its ranges (start, end, bytes done)
-    and their sidecar, and where the Hub serves it. Range workers write with pwrite at their
-    own offsets; the counts change under the lock, and the sidecar is rewritten at most every
-    CHECKPOINT_EVERY seconds (and when the fetch ends, however it ends).
-
-    A count recorded here may run ahead of the disk only after a power cut (the data is
-    fsynced every FSYNC_EVERY bytes, the sidecar at every record); the hash check then
-    fails and the file is fetched again from byte 0, as for any other bad partial."""
+    and their sidecar (ranges.py), and where the Hub serves it. Range workers write with
+    pwrite at their own offsets, then their own count line in the sidecar."""
 
     def __init__(self, puller: "Puller", blob: Blob, partial: str, fd: int, spans: list, index: int, path: str,
                  location: str, headers: dict):
@@ -358,11 +352,11 @@ class _Job:
         self.location: str | None = location
         self.headers = headers
         self.sidecar = partial + ranges.SIDECAR
+        self.counts: int | None = None  # the sidecar, open for its count lines
+        self.count_at: list[int] = []  # where each range's count line is
         self.lock = threading.Lock()  # spans
-        self.save_lock = threading.Lock()  # one sidecar write at a time, in order
         self.where_lock = threading.Lock()
         self.stop = threading.Event()  # a sibling range failed, or the server ignores ranges
-        self.saved = time.monotonic()
 
     @property
     def split(self) -> bool:
@@ -376,26 +370,20 @@ class _Job:
         """A file fetched as ranges gets its sidecar first, then its full length; one fetched as a
         single stream keeps its length equal to what it holds."""
         if self.split:
-            self.save()
+            write_atomic(self.sidecar, ranges.document(self.spans, self.blob.size))
+            self.count_at = [ranges.count_offset(self.spans, self.blob.size, k) for k in range(len(self.spans))]
+            self.counts = os.open(self.sidecar, os.O_WRONLY | os.O_NOFOLLOW)
             os.ftruncate(self.fd, self.blob.size)
         else:
             os.ftruncate(self.fd, self.spans[0][2])
 
-    def save(self) -> None:
-        with self.save_lock:
-            with self.lock:
-                text = ranges.document(self.spans, self.blob.size)
-                self.saved = time.monotonic()
-            write_atomic(self.sidecar, text.encode())
-
     def advance(self, k: int, n: int) -> None:
+        """Range k wrote n more bytes (already in the partial): count them, in the sidecar too."""
         with self.lock:
             self.spans[k][2] += n
-            due = self.split and time.monotonic() - self.saved >= CHECKPOINT_EVERY
-            if due:
-                self.saved = time.monotonic()
-        if due:
-            self.save()
+            done = self.spans[k][2]
+            if self.counts is not None:
+                os.pwrite(self.counts, ranges.count_line(done), self.count_at[k])
 
     def rewind(self) -> None:
         """The server answered a resumed single stream with the whole file: keep it from byte 0."""
@@ -410,6 +398,7 @@ class _Job:
         with self.lock:
             lost = ranges.done(self.spans)
             self.spans = [[0, self.blob.size, 0]]
+            self._close_counts()
         _unlink(self.sidecar)
         os.ftruncate(self.fd, 0)
         self.stop.clear()
@@ -428,14 +417,15 @@ class _Job:
     def stopped(self) -> bool:
         return self.stop.is_set() or self.puller.stop.is_set()
 
+    def _close_counts(self) -> None:
+        if self.counts is not None:
+            os.close(self.counts)
+            self.counts = None
+
     def close(self) -> None:
         try:
-            if self.split:
-                try:
-                    self.save()  # the exact counts, for the next run
-                except OSError:
-                    pass
-            elif os.fstat(self.fd).st_size == 0:
+            self._close_counts()
+            if not self.split and os.fstat(self.fd).st_size == 0:
                 os.unlink(self.partial)  # nothing worth resuming
         finally:
             os.close(self.fd)

@@ -4,9 +4,18 @@ A file of at least two RANGE_MIN is fetched as several ranges over several
 connections (one connection is throttled by the Hub or its CDN; a link is
 not), each range written at its own offset into the one partial
 `blobs/<etag>.incomplete`. What each range holds so far is kept in a small
-sidecar, `<etag>.incomplete.ranges`, replaced atomically, so a killed pull
-resumes every range where its last record left it. A range is written front
-to back, so one number per range, its bytes done, says what it holds.
+sidecar, `<etag>.incomplete.ranges`, so a killed pull resumes every range
+where it stopped. A range is written front to back, so one number per range,
+its bytes done, says what it holds.
+
+The sidecar is the plan (one JSON line: the size and each range's start and
+end), written atomically (a new file renamed over the name) when the ranges
+are planned, then one fixed-width line per range holding its bytes done,
+rewritten in place by a single small pwrite after every chunk of data the
+range writes: a kill loses at most the chunk being written, never a count
+ahead of its data. (After a power cut a count may be ahead of data that never
+reached the disk; the hash check then fails and the file is fetched again
+from byte 0, as any bad partial is.)
 
 A partial with no sidecar is a prefix: huggingface_hub's own temp files, a
 pull before ranges, or a small file fetched as one range (those never get a
@@ -15,7 +24,7 @@ written before the partial is grown to its full size, and its counts are
 clipped to that length when read.
 
 Plain data (lists of [start, end, done]) in, plain data out: the pull does
-the I/O, this module only decides.
+the I/O, this module only decides and formats.
 """
 
 import json
@@ -24,6 +33,7 @@ RANGE_MIN = 1 << 20      # the smallest range worth a request of its own; a file
 RANGE_MAX = 1 << 30      # the largest: a slow connection on a huge file holds back at most this much
 RANGE_ALIGN = 64 << 10   # range lengths are multiples of this
 SIDECAR = ".ranges"      # appended to the partial's name
+SLOT = 21                # bytes of one count line: 20 digits and a newline
 MAX_SIDECAR_BYTES = 1 << 20
 
 
@@ -55,15 +65,19 @@ def prefix(ranges, have):
 
 
 def parse(text, size):
-    """The ranges of a sidecar's text for a blob of ``size`` bytes, or None
-    when it is not one (unreadable, another size, gaps or overlaps)."""
+    """The ranges a sidecar's text records for a blob of ``size`` bytes, or
+    None when it is not one (unreadable, another size, gaps or overlaps)."""
     try:
-        data = json.loads(text)
-        ranges = [[int(v) for v in r] for r in data["ranges"]]
-        if data["size"] != size or not ranges or any(len(r) != 3 for r in ranges):
+        lines = (text.decode() if isinstance(text, bytes) else text).split("\n")
+        data = json.loads(lines[0])
+        bounds = [[int(v) for v in r] for r in data["ranges"]]
+        counts = lines[1:1 + len(bounds)]
+        if data["size"] != size or not bounds or any(len(r) != 2 for r in bounds) or len(counts) != len(bounds) \
+                or any(len(c) != SLOT - 1 or not c.isdigit() for c in counts):
             return None
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
+    ranges = [[start, end, int(count)] for (start, end), count in zip(bounds, counts)]
     at = 0
     for start, end, done in ranges:
         if start != at or end < start or not 0 <= done <= end - start:
@@ -72,9 +86,25 @@ def parse(text, size):
     return ranges if at == size else None
 
 
+def plan_line(ranges, size):
+    """The sidecar's first line: the size and every range's bounds."""
+    return (json.dumps({"size": size, "ranges": [[start, end] for start, end, _ in ranges]},
+                       separators=(",", ":")) + "\n").encode()
+
+
+def count_line(done):
+    """One range's fixed-width line of bytes done (SLOT bytes)."""
+    return b"%0*d\n" % (SLOT - 1, done)
+
+
 def document(ranges, size):
-    """A sidecar's text."""
-    return json.dumps({"size": size, "ranges": ranges}, separators=(",", ":")) + "\n"
+    """A whole sidecar: the plan line, then a count line per range."""
+    return plan_line(ranges, size) + b"".join(count_line(done) for _, _, done in ranges)
+
+
+def count_offset(ranges, size, k):
+    """Where range k's count line starts in the sidecar."""
+    return len(plan_line(ranges, size)) + SLOT * k
 
 
 def resume(size, length, sidecar_text, workers):

@@ -36,7 +36,16 @@ def test_resume_reads_the_sidecar():
     spans = [[0, MiB, 10], [MiB, 2 * MiB, MiB], [2 * MiB, 3 * MiB, 0]]
     note = ranges.document(spans, 3 * MiB)
     assert ranges.resume(3 * MiB, 3 * MiB, note, 8) == spans
-    assert ranges.resume(3 * MiB, 3 * MiB, note.encode(), 1) == spans  # its plan, whatever the workers now
+    assert ranges.resume(3 * MiB, 3 * MiB, note, 1) == spans  # its plan, whatever the workers now
+
+
+def test_a_count_line_is_rewritten_in_place():
+    spans = ranges.plan(3 * MiB, 8)
+    note = bytearray(ranges.document(spans, 3 * MiB))
+    at = ranges.count_offset(spans, 3 * MiB, 1)
+    note[at:at + ranges.SLOT] = ranges.count_line(123_456)
+    assert ranges.parse(bytes(note), 3 * MiB)[1] == [MiB, 2 * MiB, 123_456]
+    assert len(note) == len(ranges.document(spans, 3 * MiB))
 
 
 def test_the_sidecar_never_claims_more_than_the_partial_holds():
@@ -46,13 +55,18 @@ def test_the_sidecar_never_claims_more_than_the_partial_holds():
         [0, MiB, MiB], [MiB, 2 * MiB, 200], [2 * MiB, 3 * MiB, 0]]
 
 
+COUNT = "0" * 20
+
+
 @pytest.mark.parametrize("note", [
-    "not json", '{"size": 100}', '{"size": 3145728, "ranges": []}',
-    '{"size": 999, "ranges": [[0, 999, 0]]}',                       # another size
-    '{"size": 3145728, "ranges": [[0, 1048576, 0], [1048577, 3145728, 0]]}',   # a gap
-    '{"size": 3145728, "ranges": [[0, 2097152, 0], [1048576, 3145728, 0]]}',   # an overlap
-    '{"size": 3145728, "ranges": [[0, 3145728, 4000000]]}',          # more done than the range
-    '{"size": 3145728, "ranges": [[0, 3145728, -1]]}',
+    "not json", '{"size": 100}', '{"size": 3145728, "ranges": []}', b"\xff\xfe",
+    '{"size": 999, "ranges": [[0, 999]]}\n' + COUNT,                                       # another size
+    '{"size": 3145728, "ranges": [[0, 1048576], [1048577, 3145728]]}\n' + COUNT + "\n" + COUNT,   # a gap
+    '{"size": 3145728, "ranges": [[0, 2097152], [1048576, 3145728]]}\n' + COUNT + "\n" + COUNT,   # an overlap
+    '{"size": 3145728, "ranges": [[0, 3145728]]}\n' + "9" * 20,                             # more than the range
+    '{"size": 3145728, "ranges": [[0, 3145728]]}\n' + "-" + "0" * 19,
+    '{"size": 3145728, "ranges": [[0, 3145728]]}\n' + "12",                                # a torn count line
+    '{"size": 3145728, "ranges": [[0, 1048576], [1048576, 3145728]]}\n' + COUNT,           # a count missing
 ])
 def test_a_sidecar_that_is_not_one_leaves_the_partial_a_prefix(note):
     assert ranges.parse(note, 3 * MiB) is None
