@@ -217,19 +217,24 @@ def drop_small_shard(host) -> str:
     return sha
 
 
+def deploy_with_faults(inventory, hub, **faults):
+    """One deploy while the stand-in Hub has ``faults`` (its config keys), cleared again whatever happens."""
+    hub.reset()
+    hub.configure(**faults)
+    try:
+        return run_deploy(inventory)
+    finally:
+        hub.clear_faults()
+
+
 def test_a_429_is_retried_after_the_wait_the_hub_asks_for(fresh, hub):
     host, inventory = fresh
     sha = drop_small_shard(host)
     commit = standin_hub.commits()[TINY]["main"]
-    hub.reset()
     # The Hub's rate limiter: 429 with Retry-After: 2 to the first range, and again to any request for the
     # shard in the next 2 seconds; a client retrying sooner is refused a second time.
-    hub.configure(inject_status=429, inject_count=1, retry_after=2,
-                  inject_match=f"GET /{TINY}/resolve/{commit}/{SMALL_SHARD}")
-    try:
-        result = run_deploy(inventory)
-    finally:
-        hub.clear_faults()
+    result = deploy_with_faults(inventory, hub, inject_status=429, inject_count=1, retry_after=2,
+                                inject_match=f"GET /{TINY}/resolve/{commit}/{SMALL_SHARD}")
     assert result.returncode == 0, result.output[-3000:]
     gets = resolve_gets(hub.requests(), SMALL_SHARD)
     refused = [g["range"] for g in gets if g["status"] == 429]
@@ -242,12 +247,8 @@ def test_a_429_is_retried_after_the_wait_the_hub_asks_for(fresh, hub):
 def test_a_cut_in_the_middle_of_a_range_resumes_that_range(fresh, hub):
     host, inventory = fresh
     sha = drop_small_shard(host)
-    hub.reset()
-    hub.configure(drop_after_bytes=300_000, drop_count=1, drop_range=f"bytes={1 << 20}-")
-    try:
-        result = run_deploy(inventory)
-    finally:
-        hub.clear_faults()
+    result = deploy_with_faults(inventory, hub, drop_after_bytes=300_000, drop_count=1,
+                                drop_range=f"bytes={1 << 20}-")
     assert result.returncode == 0, result.output[-3000:]
     gets = resolve_gets(hub.requests(), SMALL_SHARD)
     assert [(g["range"], g["bytes_sent"]) for g in gets if g["dropped"]] == [
@@ -262,13 +263,9 @@ def test_a_hub_error_on_one_file_stops_the_whole_pull_and_names_the_host(fresh, 
     host, inventory = fresh
     host.exec(f"rm -rf {TINY_DIR}")
     commit = standin_hub.commits()[TINY]["main"]
-    hub.reset()
-    hub.set_throttle(256 << 10)  # the large shard would take about 6 s
-    hub.configure(inject_status=404, inject_count=1, inject_match=f"HEAD /{TINY}/resolve/{commit}/{SMALL_SHARD}")
-    try:
-        failed = run_deploy(inventory)
-    finally:
-        hub.clear_faults()
+    failed = deploy_with_faults(inventory, hub, throttle_bytes_per_s=256 << 10,  # the large shard: about 6 s
+                                inject_status=404, inject_count=1,
+                                inject_match=f"HEAD /{TINY}/resolve/{commit}/{SMALL_SHARD}")
     assert failed.returncode != 0
     assert re.search(r"\[sg-models-2\].*pull failed: HTTP 404: Injected failure 404", failed.output), \
         failed.output[-3000:]

@@ -453,6 +453,14 @@ def big_file(hub, tmp_path):
     return commit, meta, partial, Path(str(partial) + ranges.SIDECAR)
 
 
+def assert_big_file_verified(cache: Path, commit: str, meta: dict) -> None:
+    """org/big's shard whole in its blob, no partial or sidecar left, the revision verified."""
+    blob = repo_dir(cache, "org/big") / "blobs" / meta["etag"]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert [n for n in os.listdir(blob.parent) if "incomplete" in n] == []
+    assert cachestate.scan(str(cache))["repos"]["org/big"]["revisions"][commit]["verified"]
+
+
 def shard_gets(hub) -> list[dict]:
     return [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
 
@@ -469,10 +477,7 @@ def test_a_large_file_comes_in_parallel_ranges_and_is_verified(hub, tmp_path):
     assert len(gets) == 3 and max(g["in_flight"] for g in gets) >= 1
     assert res["bytes_fetched"] == res["bytes_missing"] == meta["size"] + len(hub.file_bytes("org/big", commit,
                                                                                                "config.json"))
-    blob = repo_dir(tmp_path, "org/big") / "blobs" / meta["etag"]
-    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
-    assert not partial.exists() and not sidecar.exists()
-    assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+    assert_big_file_verified(tmp_path, commit, meta)
 
 
 def test_workers_1_fetches_one_stream(hub, tmp_path):
@@ -513,10 +518,7 @@ def test_kill_mid_file_then_resume_every_range_with_only_the_missing_bytes(hub, 
     assert sum(g["bytes_sent"] for g in gets) == ranges.missing(spans) == res["bytes_missing"]
     assert res["bytes_fetched"] / res["bytes_missing"] <= 1.01 and res["bytes_refetched"] == 0
     assert res["resumed_bytes"] == ranges.done(spans) and res["files_fetched"] == 1
-    blob = repo_dir(tmp_path, "org/big") / "blobs" / meta["etag"]
-    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
-    assert not partial.exists() and not sidecar.exists()
-    assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+    assert_big_file_verified(tmp_path, commit, meta)
 
 
 def test_a_single_stream_partial_is_resumed_as_a_prefix_split_into_ranges(hub, tmp_path):
