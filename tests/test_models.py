@@ -299,7 +299,7 @@ def test_an_orphaned_partial_from_a_hand_pull_is_adopted(fresh, hub):
     asked = sorted(g["range"] for g in resolve_gets(hub.requests(), SHARD))
     assert asked == sorted(ranges.header(start, end, SHARD_SIZE)
                            for start, end, done in ranges.plan(SHARD_SIZE, WORKERS, 5_000_000) if not done)
-    assert asked[0].startswith("bytes=5000000-")
+    assert any(a.startswith("bytes=5000000-") for a in asked)
     assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
     assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
 
