@@ -128,6 +128,9 @@ sglang_pull_lock_wait = 1800
 # The lock written by scripts/lock.sh (a path relative to the inventory's directory, or absolute): when the file exists, models are pulled at its commits and verified against its sha256 per file, the image is pulled by its digest and the toolchain wheels are installed with --require-hashes; when it does not exist, the pins above are used as they are. None ignores any lock.
 sglang_lock = "sglang.lock"
 
+# Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each connection, not the link, so shards come side by side and a large file as byte ranges.
+sglang_pull_workers = 8
+
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"
 

@@ -474,9 +474,9 @@ def secret_file(dest: str, content: bytes | None, user: str):
 
 
 def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
-                 token_file: str | None, lock_wait: int, locked: bool = False) -> str:
+                 token_file: str | None, lock_wait: int, workers: int, locked: bool = False) -> str:
     args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
-            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait)]
+            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait), "--workers", str(workers)]
     if locked:
         args.append("--locked-stdin")
     if endpoint:
@@ -495,17 +495,18 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 
 @snapshot_operation
-def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int,
+def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
                  endpoint: str | None = None, token_file: str | None = None, locked=None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
     cache ``hub``. Decided from the cache alone (the snapshot): a complete
     revision costs no request to the Hub. Otherwise hfpull.py fetches only
-    what is missing, resuming partial files, and marks the snapshot complete
-    only after every file matches the Hub's size and hash, and with
-    ``locked`` (the lock's record, lock.LockedModel) the lock's sha256 of
-    every file too: until then a complete revision whose content digest is
-    not the lock's counts as not pulled.
+    what is missing, resuming partial files, ``workers`` files and
+    connections at a time, and marks the snapshot complete only after every
+    file matches the Hub's size and hash, and with ``locked`` (the lock's
+    record, lock.LockedModel) the lock's sha256 of every file too: until then
+    a complete revision whose content digest is not the lock's counts as not
+    pulled.
     """
     cache = current(host)["models"]
     found = _revision_state(cache, repo_id, revision)
@@ -518,7 +519,8 @@ def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wai
         state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
             f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
-    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait, locked is not None)
+    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait, workers,
+                           locked is not None)
     stdin = {"_stdin": json.dumps(locked.record())} if locked is not None else {}
     yield FunctionCommand(_run_streamed, (command,), stdin)
 

@@ -334,6 +334,7 @@ class HostPlan:
     pip_index_url: str | None
     hf_endpoint: str | None
     pull_lock_wait: int
+    pull_workers: int
     token: bytes | None = field(repr=False)
     api_key: bytes | None = field(repr=False)
     prune: bool
@@ -405,6 +406,7 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
         hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
         hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
+        pull_workers=data["sglang_pull_workers"],
         token=models.control_token(data), api_key=models.read_secret(data["sglang_api_key_file"]),
         prune=data["sglang_prune_models"],
         image=image, image_archive=data["sglang_image_archive"], build=build,

@@ -225,6 +225,8 @@ SCHEMA: dict[str, Key] = {
     "sglang_lock": Key("None or a file name (relative to the inventory's directory, or absolute)",
                        _optional(lambda v: isinstance(v, str) and v != "" and "\0" not in v),
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
+    "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
+                               "use e.g. 8; 1 fetches one file at a time over one connection"),
     "sglang_tools_dir": Key("an absolute path outside sglang_home", _abs_path,
                             "use e.g. '/var/lib/sglang-tools'"),
     "sglang_huggingface_hub_version": Key("a release such as '2.4.0'", _release,

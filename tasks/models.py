@@ -54,6 +54,7 @@ for model in plan.kept:
         revision=model.revision,
         tools_dir=tools,
         lock_wait=plan.pull_lock_wait,
+        workers=plan.pull_workers,
         endpoint=plan.hf_endpoint,
         token_file=token if plan.token else None,
         locked=plan.locked.get(model.key),

@@ -1,6 +1,8 @@
 """Models on real hosts, pulled from the STAND-IN Hub (tests/testbed/hub.py):
-the first pull lands in huggingface_hub's cache layout; a re-run asks the Hub
-nothing; a killed pull resumes with only the missing bytes; a corrupted blob
+the first pull lands in huggingface_hub's cache layout, its large shard in
+parallel ranges; a re-run asks the Hub nothing; a killed pull resumes every
+range with only the missing bytes; a 429's Retry-After is waited out; a cut in
+the middle of a range is resumed; a Hub error stops the pull; a corrupted blob
 and an orphaned partial download are repaired; a gated repo needs the token,
 which appears nowhere but its own file; pruning keeps every referenced
 revision; an admin can still pull by hand."""
@@ -15,12 +17,17 @@ import time
 import pytest
 
 from harness import run_deploy, run_dry, start_deploy
+from sglang_infra.hostside import ranges
 from testbed import hub as standin_hub
 
 HUB = "/opt/sglang/hf-cache/hub"
 TINY = "standin-org/tiny-chat"
 TINY_DIR = f"{HUB}/models--standin-org--tiny-chat"
 SHARD = "model-00001-of-00002.safetensors"
+SHARD_SIZE = 12 << 20
+SMALL_SHARD = "model-00002-of-00002.safetensors"
+SMALL_SIZE = 3 << 20
+WORKERS = 8  # group_data's sglang_pull_workers
 ADMIN = "alice"
 
 
@@ -28,9 +35,14 @@ def pull_results(output: str) -> list[dict]:
     return [json.loads(m) for m in re.findall(r"SGLANG_PULL_RESULT (\{.*\})", output)]
 
 
-def shard_sha256() -> str:
+def shard_sha256(path: str = SHARD) -> str:
     commit = standin_hub.commits()[TINY]["main"]
-    return hashlib.sha256(standin_hub.file_bytes(TINY, commit, SHARD)).hexdigest()
+    return hashlib.sha256(standin_hub.file_bytes(TINY, commit, path)).hexdigest()
+
+
+def planned(size: int) -> list[str | None]:
+    """The Range headers a first pull asks for a file of ``size`` bytes."""
+    return sorted(ranges.header(start, end, size) for start, end, _ in ranges.plan(size, WORKERS))
 
 
 def resolve_gets(requests: list[dict], path: str) -> list[dict]:
@@ -51,11 +63,11 @@ def pulled(testbed, workdir, hub):
     hub.reset()
     first = run_deploy(inventory)
     assert first.returncode == 0, first.output[-4000:]
-    return host, inventory, first
+    return host, inventory, first, hub.requests()
 
 
 def test_first_pull_lands_in_the_hub_cache_layout(pulled):
-    host, _, first = pulled
+    host, _, first, _ = pulled
     commit = standin_hub.commits()[TINY]["main"]
     link = host.exec(f"readlink {TINY_DIR}/snapshots/{commit}/{SHARD}").stdout.strip()
     assert link == f"../../blobs/{shard_sha256()}"
@@ -64,6 +76,15 @@ def test_first_pull_lands_in_the_hub_cache_layout(pulled):
     owner = host.exec(f"stat -L -c '%G %A' {TINY_DIR}/snapshots/{commit}/{SHARD}").stdout.split()
     assert owner[0] == "sglang" and owner[1][4:6] == "rw"
     assert {r["repo_id"] for r in pull_results(first.output)} == {TINY, "standin-org/tiny-chat-quality"}
+
+
+def test_the_large_shard_came_in_parallel_ranges_and_was_verified(pulled):
+    host, _, first, requests = pulled
+    gets = resolve_gets(requests, SHARD)
+    assert sorted(g["range"] for g in gets) == planned(SHARD_SIZE) and len(gets) == WORKERS
+    assert {g["status"] for g in gets} == {206} and sum(g["bytes_sent"] for g in gets) == SHARD_SIZE
+    assert re.search(rf"file \d/4 {SHARD} fetched and verified", first.output)
+    assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
 
 
 def test_the_server_loads_the_pinned_snapshot_offline(pulled):
@@ -76,7 +97,7 @@ def test_the_server_loads_the_pinned_snapshot_offline(pulled):
 
 
 def test_a_rerun_changes_nothing_and_asks_the_hub_nothing(pulled, hub):
-    _, inventory, _ = pulled
+    _, inventory, _, _ = pulled
     hub.reset()
     again = run_deploy(inventory)
     assert again.returncode == 0, again.output[-3000:]
@@ -85,7 +106,7 @@ def test_a_rerun_changes_nothing_and_asks_the_hub_nothing(pulled, hub):
 
 
 def test_an_admin_can_pull_by_hand_into_the_shared_cache(pulled, hub):
-    host, inventory, _ = pulled
+    host, inventory, _, _ = pulled
     proc = host.exec(f"sudo -u {ADMIN} env HF_HUB_DISABLE_TELEMETRY=1 HF_HOME=/opt/sglang/hf-cache "
                      f"HF_ENDPOINT={hub.url} /var/lib/sglang-tools/venv/bin/hf download standin-org/admin-extra",
                      check=False, timeout=120)
@@ -101,7 +122,7 @@ def test_an_admin_can_pull_by_hand_into_the_shared_cache(pulled, hub):
 
 
 def test_prune_lists_then_removes_only_unreferenced_revisions(pulled, hub):
-    host, inventory, _ = pulled
+    host, inventory, _, _ = pulled
     commits = standin_hub.commits()
     # An older revision of the served repo, sharing its first shard's blob, and the admin's extra repo.
     host.exec(f"sudo -u sglang env HF_HUB_DISABLE_TELEMETRY=1 HF_ENDPOINT={hub.url} "
@@ -144,40 +165,115 @@ def fresh(testbed, workdir, hub):
     return host, inventory
 
 
-def test_a_killed_pull_resumes_with_only_the_missing_bytes(fresh, hub, workdir, measure):
+def recorded_ranges(host, sha: str, size: int) -> list[list[int]]:
+    """What a partial on the host holds, as the next pull reads it (its range sidecar, else its length)."""
+    partial = f"{TINY_DIR}/blobs/{sha}.incomplete"
+    length = int(host.exec(f"stat -c %s {partial} 2>/dev/null || echo 0", check=False).stdout.strip() or 0)
+    note = host.exec(f"cat {partial}{ranges.SIDECAR} 2>/dev/null", check=False).stdout
+    return ranges.resume(size, length, note or None, WORKERS)
+
+
+def test_a_killed_pull_resumes_every_range_with_only_the_missing_bytes(fresh, hub, workdir, measure):
     host, inventory = fresh
     host.exec(f"rm -rf {TINY_DIR}")
-    hub.set_throttle(1 << 20)
+    hub.set_throttle(256 << 10)  # per connection: the 12 MiB shard's 8 ranges take about 6 s
     try:
         deploy = start_deploy(inventory, workdir / "killed-pull.log")
-        partial = 0
+        done = 0
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and partial < (3 << 20):
-            out = host.exec(f"stat -c %s {TINY_DIR}/blobs/*.incomplete 2>/dev/null | sort -n | tail -1",
-                            check=False).stdout.strip()
-            partial = int(out or 0)
+        while time.monotonic() < deadline and done < (3 << 20):
+            done = ranges.done(recorded_ranges(host, shard_sha256(), SHARD_SIZE))
             time.sleep(0.3)
-        assert partial >= 3 << 20, "the pull never got going"
+        assert done >= 3 << 20, "the pull never got going"
         host.exec("pkill -KILL -f 'hfpull.py pull'", check=False)
         deploy.wait(timeout=300)
     finally:
         hub.set_throttle(None)
     assert deploy.returncode != 0
-    kept = int(host.exec(f"stat -c %s {TINY_DIR}/blobs/{shard_sha256()}.incomplete").stdout)
-    assert kept >= partial
+    kept = recorded_ranges(host, shard_sha256(), SHARD_SIZE)
+    assert len(kept) == WORKERS and 0 < ranges.missing(kept) < SHARD_SIZE
 
     hub.reset()
     resumed = run_deploy(inventory)
     assert resumed.returncode == 0, resumed.output[-3000:]
     gets = resolve_gets(hub.requests(), SHARD)
-    assert [g["range"] for g in gets] == [f"bytes={kept}-"]
-    assert gets[0]["bytes_sent"] == (12 << 20) - kept
+    assert sorted(g["range"] for g in gets) == sorted(
+        ranges.header(start + done, end, SHARD_SIZE) for start, end, done in kept if done < end - start)
+    assert sum(g["bytes_sent"] for g in gets) == ranges.missing(kept)
     (result,) = [r for r in pull_results(resumed.output) if r["repo_id"] == TINY]
     ratio = result["bytes_fetched"] / result["bytes_missing"]
-    measure(f"pull killed mid-file: {kept} of {12 << 20} bytes kept; the resumed pull fetched "
-            f"{result['bytes_fetched']} bytes for {result['bytes_missing']} missing (ratio {ratio:.3f})")
-    assert ratio == 1.0
+    measure(f"pull killed mid-file: {ranges.done(kept)} of {SHARD_SIZE} bytes of the shard kept in {len(kept)} "
+            f"ranges; the resumed pull fetched {result['bytes_fetched']} bytes for {result['bytes_missing']} "
+            f"missing (ratio {ratio:.3f})")
+    assert ratio <= 1.01
     assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
+    assert host.exec(f"sha256sum {TINY_DIR}/blobs/{shard_sha256()}").stdout.split()[0] == shard_sha256()
+
+
+def drop_small_shard(host) -> str:
+    """Delete the small shard's blob (its revision is then incomplete); its sha256."""
+    sha = shard_sha256(SMALL_SHARD)
+    host.exec(f"rm {TINY_DIR}/blobs/{sha}")
+    return sha
+
+
+def deploy_with_faults(inventory, hub, **faults):
+    """One deploy while the stand-in Hub has ``faults`` (its config keys), cleared again whatever happens."""
+    hub.reset()
+    hub.configure(**faults)
+    try:
+        return run_deploy(inventory)
+    finally:
+        hub.clear_faults()
+
+
+def test_a_429_is_retried_after_the_wait_the_hub_asks_for(fresh, hub):
+    host, inventory = fresh
+    sha = drop_small_shard(host)
+    commit = standin_hub.commits()[TINY]["main"]
+    # The Hub's rate limiter: 429 with Retry-After: 2 to the first range, and again to any request for the
+    # shard in the next 2 seconds; a client retrying sooner is refused a second time.
+    result = deploy_with_faults(inventory, hub, inject_status=429, inject_count=1, retry_after=2,
+                                inject_match=f"GET /{TINY}/resolve/{commit}/{SMALL_SHARD}")
+    assert result.returncode == 0, result.output[-3000:]
+    gets = resolve_gets(hub.requests(), SMALL_SHARD)
+    refused = [g["range"] for g in gets if g["status"] == 429]
+    assert refused and len(refused) == len(set(refused)), refused  # each range refused once, then waited
+    assert sorted(g["range"] for g in gets if g["status"] == 206) == planned(SMALL_SIZE)
+    assert "as the Hub asked" in result.output
+    assert host.exec(f"sha256sum {TINY_DIR}/blobs/{sha}").stdout.split()[0] == sha
+
+
+def test_a_cut_in_the_middle_of_a_range_resumes_that_range(fresh, hub):
+    host, inventory = fresh
+    sha = drop_small_shard(host)
+    result = deploy_with_faults(inventory, hub, drop_after_bytes=300_000, drop_count=1,
+                                drop_range=f"bytes={1 << 20}-")
+    assert result.returncode == 0, result.output[-3000:]
+    gets = resolve_gets(hub.requests(), SMALL_SHARD)
+    assert [(g["range"], g["bytes_sent"]) for g in gets if g["dropped"]] == [
+        (f"bytes={1 << 20}-{(2 << 20) - 1}", 300_000)]
+    assert f"bytes={(1 << 20) + 300_000}-{(2 << 20) - 1}" in [g["range"] for g in gets if not g["dropped"]]
+    (res,) = [r for r in pull_results(result.output) if r["repo_id"] == TINY]
+    assert res["bytes_refetched"] == 0 and res["bytes_fetched"] == SMALL_SIZE
+    assert host.exec(f"sha256sum {TINY_DIR}/blobs/{sha}").stdout.split()[0] == sha
+
+
+def test_a_hub_error_on_one_file_stops_the_whole_pull_and_names_the_host(fresh, hub):
+    host, inventory = fresh
+    host.exec(f"rm -rf {TINY_DIR}")
+    commit = standin_hub.commits()[TINY]["main"]
+    failed = deploy_with_faults(inventory, hub, throttle_bytes_per_s=256 << 10,  # the large shard: about 6 s
+                                inject_status=404, inject_count=1,
+                                inject_match=f"HEAD /{TINY}/resolve/{commit}/{SMALL_SHARD}")
+    assert failed.returncode != 0
+    assert re.search(r"\[sg-models-2\].*pull failed: HTTP 404: Injected failure 404", failed.output), \
+        failed.output[-3000:]
+    sent = sum(g["bytes_sent"] for g in resolve_gets(hub.requests(), SHARD))
+    assert sent < SHARD_SIZE  # its ranges ended with the failure, not when they were done
+    assert host.exec(f"test -e {TINY_DIR}/blobs/{shard_sha256()}", check=False).returncode != 0
+    again = run_deploy(inventory)
+    assert again.returncode == 0, again.output[-3000:]
 
 
 def test_a_corrupted_blob_is_fetched_again(fresh, hub):
@@ -188,7 +284,7 @@ def test_a_corrupted_blob_is_fetched_again(fresh, hub):
     repaired = run_deploy(inventory)
     assert repaired.returncode == 0, repaired.output[-3000:]
     assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
-    assert len(resolve_gets(hub.requests(), SHARD)) == 1
+    assert sorted(g["range"] for g in resolve_gets(hub.requests(), SHARD)) == planned(SHARD_SIZE)
 
 
 def test_an_orphaned_partial_from_a_hand_pull_is_adopted(fresh, hub):
@@ -200,7 +296,10 @@ def test_an_orphaned_partial_from_a_hand_pull_is_adopted(fresh, hub):
     hub.reset()
     repaired = run_deploy(inventory)
     assert repaired.returncode == 0, repaired.output[-3000:]
-    assert [g["range"] for g in resolve_gets(hub.requests(), SHARD)] == ["bytes=5000000-"]
+    asked = sorted(g["range"] for g in resolve_gets(hub.requests(), SHARD))
+    assert asked == sorted(ranges.header(start, end, SHARD_SIZE)
+                           for start, end, done in ranges.plan(SHARD_SIZE, WORKERS, 5_000_000) if not done)
+    assert any(a.startswith("bytes=5000000-") for a in asked)
     assert host.exec(f"ls {TINY_DIR}/blobs | grep -c incomplete", check=False).stdout.strip() == "0"
     assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
 

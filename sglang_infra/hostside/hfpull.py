@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Resumable, verified model pulls into huggingface_hub's own cache layout.
 
-Shipped to each host (sglang_infra/ship.py bundles it with manifest.py) and
-run there as the service account with a venv python that has huggingface_hub
-installed.
+Shipped to each host (sglang_infra/ship.py bundles it with manifest.py,
+ranges.py and the rest it imports) and run there as the service account with
+a venv python that has huggingface_hub installed.
 
     python hfpull.py pull  --cache-dir DIR --repo-id ORG/NAME --revision REV
-                           [--endpoint URL] [--token-file PATH] [--lock-wait S]
+                           [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N]
     python hfpull.py prune --cache-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
 
 Why not `hf download`: huggingface_hub writes every download to a temp file
@@ -16,8 +16,14 @@ layout (blob names, relative snapshot links, refs) and its metadata calls, and
 adds what a fleet needs:
 
 * one deterministic partial per blob (`blobs/<etag>.incomplete`) resumed with
-  an HTTP Range request; the library's own orphaned temp files are adopted as
+  HTTP Range requests; the library's own orphaned temp files are adopted as
   the resume base;
+* up to N files at once, and a large file as several byte ranges over several
+  connections, N connections in all (the Hub and its CDN throttle each
+  connection, not the link): see ranges.py for how the ranges are cut and how
+  what each holds survives a kill. The first failure stops every worker; a
+  transient one (a cut, a 5xx, a 429 with its Retry-After) is retried from the
+  range's last byte with backoff;
 * size and hash verification of every blob (sha256 for LFS files, git-sha1 for
   regular ones), with a manifest `<repo folder>/.sglang/<commit>.json` written
   only once every file of the revision is verified. A later pull whose manifest
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import email.utils
 import errno
 import fcntl
 import hashlib
@@ -42,11 +49,14 @@ import os
 import re
 import stat
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import wait as wait_futures
 from urllib.parse import urljoin, urlsplit
 
-from . import manifest
-from .safefs import write_atomic
+from . import manifest, ranges
+from .safefs import read_regular, write_atomic
 from .units import human
 
 import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
@@ -81,8 +91,11 @@ LOCK_POLL = 0.5
 PROGRESS_EVERY = 2.0
 FSYNC_EVERY = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
-MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts without progress
-MAX_GET_ATTEMPTS = 50  # total GET attempts for one blob, whatever the progress
+MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts of one range without progress
+MAX_GET_ATTEMPTS = 50  # total GET attempts for one range, whatever the progress
+RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
+DEFAULT_WORKERS = 8  # files and connections at once, as huggingface_hub's snapshot_download
+MAX_WORKERS = 64
 MAX_TREE_ENTRIES = 200_000
 STALE_PARTIAL_AGE = 24 * 3600
 
@@ -109,8 +122,12 @@ def mib(n: int) -> str:
     return f"{n / MiB:.1f}"
 
 
+_SAY = threading.Lock()
+
+
 def say(line: str) -> None:
-    print(line, flush=True)
+    with _SAY:  # whole lines, whichever worker speaks
+        print(line, flush=True)
 
 
 def hash_file(path: str, lfs: bool) -> str:
@@ -299,43 +316,155 @@ class Stats:
 
 
 class Progress:
+    """The pull's progress, one line every PROGRESS_EVERY seconds whichever worker moves it:
+    files verified, bytes on disk across every file, this run's rate and the files in flight."""
+
     def __init__(self, label: str, nfiles: int, total: int):
         self.label, self.nfiles, self.total = label, nfiles, total
-        self.done = 0  # bytes of finished files
-        self.last = time.monotonic()
+        self.files = 0  # files verified (found present or fetched)
+        self.have = 0  # bytes on disk: verified files and what partials hold
+        self.fetched = 0  # bytes received by this run
+        self.active = 0  # files being fetched now
+        self.started = self.last = time.monotonic()
+        self.lock = threading.Lock()
 
     def file_line(self, index: int, path: str, what: str) -> None:
         say(f"pull {self.label}: file {index}/{self.nfiles} {path} {what}")
 
-    def bytes_line(self, index: int, path: str, have: int, size: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < PROGRESS_EVERY:
-            return
-        self.last = now
-        say(
-            f"pull {self.label}: file {index}/{self.nfiles} {path} {mib(have)}/{mib(size)} MiB; "
-            f"total {mib(self.done + have)}/{mib(self.total)} MiB"
-        )
+    def update(self, files: int = 0, have: int = 0, fetched: int = 0, active: int = 0, force: bool = False) -> None:
+        with self.lock:
+            self.files += files
+            self.have += have
+            self.fetched += fetched
+            self.active += active
+            now = time.monotonic()
+            if not force and now - self.last < PROGRESS_EVERY:
+                return
+            self.last = now
+            rate = self.fetched / max(now - self.started, 1e-3)
+            line = (f"pull {self.label}: {self.files}/{self.nfiles} files, {mib(self.have)}/{mib(self.total)} MiB, "
+                    f"{mib(rate)} MiB/s, {self.active} downloading")
+        say(line)
+
+
+class _Job:
+    """One blob being fetched: the partial's descriptor, its ranges (start, end, bytes done)
+    and their sidecar (ranges.py), and where the Hub serves it. Range workers write with
+    pwrite at their own offsets, then their own count line in the sidecar."""
+
+    def __init__(self, puller: "Puller", blob: Blob, partial: str, fd: int, spans: list, index: int, path: str,
+                 location: str, headers: dict):
+        self.puller, self.blob, self.partial, self.fd = puller, blob, partial, fd
+        self.spans, self.index, self.path = spans, index, path
+        self.location: str | None = location
+        self.headers = headers
+        self.sidecar = partial + ranges.SIDECAR
+        self.counts: int | None = None  # the sidecar, open for its count lines
+        self.count_at: list[int] = []  # where each range's count line is
+        self.lock = threading.Lock()  # spans
+        self.where_lock = threading.Lock()
+        self.stop = threading.Event()  # a sibling range failed, or the server ignores ranges
+
+    @property
+    def split(self) -> bool:
+        return len(self.spans) > 1
+
+    def span(self, k: int) -> tuple[int, int, int]:
+        with self.lock:
+            return tuple(self.spans[k])
+
+    def grow(self) -> None:
+        """A file fetched as ranges gets its sidecar first, then its full length; one fetched as a
+        single stream keeps its length equal to what it holds."""
+        if self.split:
+            write_atomic(self.sidecar, ranges.document(self.spans, self.blob.size))
+            self.count_at = [ranges.count_offset(self.spans, self.blob.size, k) for k in range(len(self.spans))]
+            self.counts = os.open(self.sidecar, os.O_WRONLY | os.O_NOFOLLOW)
+            os.ftruncate(self.fd, self.blob.size)
+        else:
+            os.ftruncate(self.fd, self.spans[0][2])
+
+    def advance(self, k: int, n: int) -> None:
+        """Range k wrote n more bytes (already in the partial): count them, in the sidecar too."""
+        with self.lock:
+            self.spans[k][2] += n
+            done = self.spans[k][2]
+            if self.counts is not None:
+                os.pwrite(self.counts, ranges.count_line(done), self.count_at[k])
+
+    def rewind(self) -> None:
+        """The server answered a resumed single stream with the whole file: keep it from byte 0."""
+        with self.lock:
+            lost, self.spans[0][2] = self.spans[0][2], 0
+        os.ftruncate(self.fd, 0)
+        self.puller.progress.update(have=-lost)
+
+    def restart(self, why: str) -> None:
+        """The Hub ignored or refused a range request: fetch the file as one stream from byte 0."""
+        self.puller.progress.file_line(self.index, self.path, f"{why}; starting over from byte 0 as one stream")
+        with self.lock:
+            lost = ranges.done(self.spans)
+            self.spans = [[0, self.blob.size, 0]]
+            self._close_counts()
+        _unlink(self.sidecar)
+        os.ftruncate(self.fd, 0)
+        self.stop.clear()
+        self.puller.progress.update(have=-lost)
+
+    def where(self) -> tuple[str, dict]:
+        with self.where_lock:
+            if self.location is None:
+                self.location, self.headers = self.puller._file_location(self.path, self.blob)
+            return self.location, self.headers
+
+    def forget_location(self) -> None:
+        with self.where_lock:
+            self.location = None
+
+    def stopped(self) -> bool:
+        return self.stop.is_set() or self.puller.stop.is_set()
+
+    def _close_counts(self) -> None:
+        if self.counts is not None:
+            os.close(self.counts)
+            self.counts = None
+
+    def close(self) -> None:
+        try:
+            self._close_counts()
+            if not self.split and os.fstat(self.fd).st_size == 0:
+                os.unlink(self.partial)  # nothing worth resuming
+        finally:
+            os.close(self.fd)
 
 
 class Puller:
     def __init__(self, cache_dir: str, repo_id: str, revision: str, endpoint: str | None,
-                 token: str | None, lock_wait: float):
+                 token: str | None, lock_wait: float, workers: int = DEFAULT_WORKERS):
         self.cache_dir = os.path.abspath(cache_dir)
         self.repo_id = repo_id
         self.revision = revision
         self.endpoint = endpoint.rstrip("/") if endpoint else None
         self.token = token
         self.lock_wait = lock_wait
+        self.workers = workers
         self.folder = repo_folder_name(repo_id=repo_id, repo_type="model")
         self.repo_dir = os.path.join(self.cache_dir, self.folder)
         self.blobs_dir = os.path.join(self.repo_dir, "blobs")
         self.locks_dir = os.path.join(self.cache_dir, ".locks", self.folder)
         self.stats = Stats()
+        self.stats_lock = threading.Lock()
+        self.stop = threading.Event()  # set by the first failure: every worker ends at its next chunk
         self.commit: str | None = None
         self.progress: Progress | None = None
         self.expect: dict | None = None  # the lock's files ({path: {"size", "sha256", ...}}), see expect_lock()
         self.expect_digest: str | None = None
+        self._ranges: ThreadPoolExecutor | None = None
+
+    def _count(self, **amounts: int) -> None:
+        with self.stats_lock:
+            for name, n in amounts.items():
+                setattr(self.stats, name, getattr(self.stats, name) + n)
 
     # -- auth: the token only ever lives in request headers
     def _token_arg(self):
@@ -507,8 +636,9 @@ class Puller:
             blob.locked = want["sha256"]
 
     def _verify(self, blob: Blob, file_path: str) -> str | None:
-        """Why the file is not the blob (size, the hash it is named by, the lock's sha256), or None; then
-        its content sha256 is recorded on the blob."""
+        """Why the file is not the blob (its size, the hash it is named by: sha256 for an LFS file, git-sha1
+        for a regular one, and the lock's sha256), or None; then its content sha256 is recorded on the blob.
+        Called once per file, after its bytes are complete, before it is linked into the snapshot."""
         size = os.path.getsize(file_path)
         if size != blob.size:
             return f"size {size} != {blob.size}"
@@ -522,24 +652,34 @@ class Puller:
 
     # -- per blob
     def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
+        """Every blob verified and linked, up to `workers` files at a time and up to `workers`
+        connections in all (the ranges of every file share them). The first failure stops the
+        rest at once: a Hub error (gated, not found) is the same for every file."""
         label = f"{self.repo_id}@{commit[:12]}"
         self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
         trust = manifest.trusted_blobs(self.repo_dir)
-        wanted = {b.name for b in blobs}
-        self._reclaim_stale_partials(wanted)
-        index = 0
+        self._reclaim_stale_partials({b.name for b in blobs})
+        indexed, index = [], 1
         for blob in blobs:
-            index += 1
-            path0 = blob.paths[0]
-            blob_path = os.path.join(self.blobs_dir, blob.name)
-            with self._etag_lock(blob.name):
-                self._ensure_blob(blob, blob_path, trust, index, path0)
-            for k, p in enumerate(blob.paths):
-                self._link(commit, p, blob.name)
-                if k:
-                    self.progress.file_line(index + k, p, f"same content as {path0}; linked to the same blob")
-            self.progress.done += blob.size * len(blob.paths)
-            index += len(blob.paths) - 1
+            indexed.append((index, blob))
+            index += len(blob.paths)
+        with ThreadPoolExecutor(self.workers, "hfpull-file") as files, \
+                ThreadPoolExecutor(self.workers, "hfpull-range") as self._ranges:
+            gather([files.submit(self._pull_blob, blob, trust, i, commit) for i, blob in indexed], self.stop)
+        self.progress.update(force=True)
+
+    def _pull_blob(self, blob: Blob, trust: dict, index: int, commit: str) -> None:
+        if self.stop.is_set():
+            raise _Stopped()
+        path0 = blob.paths[0]
+        blob_path = os.path.join(self.blobs_dir, blob.name)
+        with self._etag_lock(blob.name):
+            self._ensure_blob(blob, blob_path, trust, index, path0)
+        for k, p in enumerate(blob.paths):
+            self._link(commit, p, blob.name)
+            if k:
+                self.progress.file_line(index + k, p, f"same content as {path0}; linked to the same blob")
+        self.progress.update(files=len(blob.paths), have=blob.size * (len(blob.paths) - 1))
 
     def _etag_lock(self, etag: str) -> FileLock:
         lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
@@ -563,26 +703,32 @@ class Puller:
             if recorded and content and blob.locked in (None, content):
                 blob.sha256 = content
                 p.file_line(index, path, f"present {human(blob.size)} (verified by an earlier pull)")
+                p.update(have=blob.size)
                 return
             if stat.S_ISREG(st.st_mode) and self._verify(blob, blob_path) is None:
                 p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
+                p.update(have=blob.size)
                 return
             p.file_line(index, path, "blob on disk is wrong (size or hash); fetching it again")
             os.unlink(blob_path)
             self.stats.changed = True
         partial = os.path.join(self.blobs_dir, f"{blob.name}.incomplete")
         have = self._adopt_orphans(blob, partial, index, path)
-        self.stats.bytes_missing += blob.size - have
-        self.stats.resumed_bytes += have
-        self._download(blob, partial, have, index, path)
+        p.update(active=1)
+        try:
+            self._download(blob, partial, have, index, path)
+        finally:
+            p.update(active=-1)
         os.chmod(partial, 0o664)
         os.replace(partial, blob_path)
-        self.stats.files_fetched += 1
+        _unlink(partial + ranges.SIDECAR)
+        self._count(files_fetched=1)
         self.stats.changed = True
-        p.bytes_line(index, path, blob.size, blob.size, force=True)
+        p.file_line(index, path, f"fetched and verified ({human(blob.size)})")
 
     def _adopt_orphans(self, blob: Blob, partial: str, index: int, path: str) -> int:
         """Keep the largest usable partial of this blob as `<etag>.incomplete`; delete the rest.
+        Its length; the ranges it holds are read from its sidecar, if it has one.
 
         Called with the blob's lock held, so no live download of huggingface_hub
         (which holds the same lock) is writing to any of these files."""
@@ -607,6 +753,8 @@ class Puller:
             deleted += 1
             freed += size
         have = 0
+        if best is None or best[2] != partial:
+            _unlink(partial + ranges.SIDECAR)  # it described a partial that is gone
         if best is not None:
             have = best[0]
             if best[2] != partial:
@@ -614,19 +762,21 @@ class Puller:
                 adopted = 1
         reclaimed = adopted + deleted
         if reclaimed:
-            self.stats.orphans_reclaimed += reclaimed
-            self.stats.orphan_bytes += freed + (have if adopted else 0)
+            self._count(orphans_reclaimed=reclaimed, orphan_bytes=freed + (have if adopted else 0))
             self.stats.changed = True
             self.progress.file_line(index, path, f"reclaimed {reclaimed} orphan partial(s): adopted {adopted} "
                                                  f"({human(have if adopted else 0)}), deleted {deleted} ({human(freed)})")
-        if have:
-            self.progress.file_line(index, path, f"resuming at {human(have)} of {human(blob.size)}")
         return have
 
     def _reclaim_stale_partials(self, wanted: set[str]) -> None:
-        """Partials of blobs outside this revision: delete only old ones nobody holds a lock on."""
+        """Partials of blobs outside this revision: delete only old ones nobody holds a lock on.
+        A range sidecar whose partial is gone goes too."""
         now = time.time()
         for name in sorted(os.listdir(self.blobs_dir)):
+            if name.endswith(".incomplete" + ranges.SIDECAR):
+                if not os.path.lexists(os.path.join(self.blobs_dir, name[:-len(ranges.SIDECAR)])):
+                    _unlink(os.path.join(self.blobs_dir, name))
+                continue
             if not name.endswith(".incomplete"):
                 continue
             etag = name.split(".", 1)[0]
@@ -647,10 +797,10 @@ class Puller:
                 continue
             try:
                 os.unlink(full)
+                _unlink(full + ranges.SIDECAR)
             finally:
                 lock.release()
-            self.stats.orphans_reclaimed += 1
-            self.stats.orphan_bytes += st.st_size
+            self._count(orphans_reclaimed=1, orphan_bytes=st.st_size)
             self.stats.changed = True
             say(f"pull {self.repo_id}: deleted stale partial {name} ({human(st.st_size)}, older than 24 h)")
 
@@ -676,104 +826,132 @@ class Puller:
         return location, headers
 
     def _download(self, blob: Blob, partial: str, have: int, index: int, path: str) -> None:
-        """Fetch into `partial` from byte `have`, then verify size and hash; one retry from 0."""
+        """Fetch what `partial` lacks (per its range sidecar, else everything after its first
+        `have` bytes), then verify size and hash; one retry from 0."""
         for attempt in (1, 2):
-            if have < blob.size:
-                self._fetch(blob, partial, have, index, path)
+            sidecar = read_regular(partial + ranges.SIDECAR, ranges.MAX_SIDECAR_BYTES)
+            spans = ranges.resume(blob.size, have, sidecar, self.workers)
+            if attempt == 1:
+                got = ranges.done(spans)
+                self._count(bytes_missing=blob.size - got, resumed_bytes=got)
+                self.progress.update(have=got)
+                if got:
+                    self.progress.file_line(index, path, f"resuming with {human(got)} of {human(blob.size)} "
+                                                         f"on disk, {len(spans)} range(s)")
+            if ranges.missing(spans):
+                self._fetch(blob, partial, spans, index, path)
             what = self._verify(blob, partial)
             if what is None:
                 return
+            self.progress.update(have=-min(os.path.getsize(partial), blob.size))
             os.unlink(partial)
+            _unlink(partial + ranges.SIDECAR)
             if attempt == 2:
                 raise VerifyError(f"{path}: {what} after a full download from byte 0")
             self.progress.file_line(index, path, f"{what}; discarding the partial and fetching from byte 0")
             have = 0
 
-    def _fetch(self, blob: Blob, partial: str, have: int, index: int, path: str) -> None:
+    def _fetch(self, blob: Blob, partial: str, spans: list, index: int, path: str) -> None:
+        """Fetch the missing part of every range, each on a connection of its own, into `partial`."""
         location, headers = self._file_location(path, blob)  # errors (gated, ...) surface before any write
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o664)
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+        job = _Job(self, blob, partial, fd, spans, index, path, location, headers)
         try:
-            with os.fdopen(fd, "r+b", buffering=0) as f:
-                self._fetch_into(f, blob, have, index, path, location, headers)
-        except BaseException:
-            if os.path.exists(partial) and os.path.getsize(partial) == 0:
-                os.unlink(partial)  # nothing worth resuming
-            raise
+            job.grow()
+            for _ in range(2):
+                todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
+                try:
+                    gather([self._ranges.submit(self._fetch_range, job, k) for k in todo], job.stop)
+                    break
+                except _Restart as e:
+                    job.restart(str(e))
+            else:
+                raise PullError(f"{path}: the Hub answered a single stream as it did the ranges")
+            os.fsync(fd)
+        finally:
+            job.close()
 
-    def _fetch_into(self, f, blob: Blob, have: int, index: int, path: str, location, headers) -> None:
-        f.truncate(have)
-        f.seek(have)
+    def _fetch_range(self, job: _Job, k: int) -> None:
+        """Range k of the job, complete: a cut or a transient error is retried from the range's
+        last byte, with backoff (or the wait the Hub asks for), a bounded number of times."""
         stalled = 0
         for _ in range(MAX_GET_ATTEMPTS):
-            if have >= blob.size:
-                break
-            if location is None:
-                location, headers = self._file_location(path, blob)
-            before = have
+            start, end, before = job.span(k)
+            if before >= end - start:
+                return
+            if job.stopped():
+                raise _Stopped()
             try:
-                have = self._get_range(location, headers, f, have, blob, index, path)
-                break
+                self._get_range(job, k)
+                if job.span(k)[2] < end - start:
+                    raise _Retryable("the response ended early")
             except (httpx2.TransportError, _Retryable) as e:
-                if isinstance(e, _Retryable) and e.restart:
-                    f.seek(0)
-                    f.truncate(0)
-                have = f.tell()
-                stalled = 0 if have > before else stalled + 1
+                done = job.span(k)[2]
+                stalled = 0 if done > before else stalled + 1
                 if stalled >= MAX_STALLED_ATTEMPTS:
                     raise
                 if isinstance(e, _Retryable) and e.refresh:
-                    location = None  # e.g. an expired signed location
-                wait = min(8.0, 0.5 * 2.0 ** stalled)
+                    job.forget_location()  # e.g. an expired signed location
+                asked = e.retry_after if isinstance(e, _Retryable) else None
+                wait = asked if asked is not None else min(8.0, 0.5 * 2.0 ** stalled)
                 why = self.redact(str(e).splitlines()[0] if str(e) else type(e).__name__)
-                say(f"pull {self.progress.label}: {path}: {why}; retrying from byte {have} in {wait:.1f} s")
-                time.sleep(wait)
-        else:
-            raise PullError(f"{path}: gave up after {MAX_GET_ATTEMPTS} attempts")
-        f.flush()
-        os.fsync(f.fileno())
+                part = f" (range {start}-{end - 1})" if job.split else ""
+                say(f"pull {self.progress.label}: {job.path}{part}: {why}; retrying from byte {start + done} "
+                    f"in {wait:.1f} s" + (" as the Hub asked" if asked is not None else ""))
+                if _pause(wait, job.stopped):
+                    raise _Stopped()
+        raise PullError(f"{job.path}: gave up after {MAX_GET_ATTEMPTS} attempts")
 
-    def _get_range(self, url: str, headers: dict, f, have: int, blob: Blob, index: int, path: str) -> int:
+    def _get_range(self, job: _Job, k: int) -> None:
+        start, end, done = job.span(k)
+        pos = start + done
+        size = job.blob.size
+        location, headers = job.where()
         h = dict(headers)
-        if have > 0:
-            h["Range"] = f"bytes={have}-"
-        p = self.progress
-        with get_session().stream("GET", url, headers=h, follow_redirects=True) as resp:
-            if resp.status_code == 416 and have > 0:
-                if have == blob.size:
-                    return have  # already complete
-                raise _Retryable("the Hub refused the resume range", refresh=False, restart=True)
+        wanted = ranges.header(pos, end, size)
+        if wanted:
+            h["Range"] = wanted
+        with get_session().stream("GET", location, headers=h, follow_redirects=True) as resp:
+            if resp.status_code == 416 and wanted:
+                raise _Restart("the Hub refused the range request")
             if resp.status_code in (408, 429, 500, 502, 503, 504):
-                raise _Retryable(f"HTTP {resp.status_code}", refresh=resp.status_code != 429)
-            if resp.status_code == 403 and urlsplit(url).hostname != urlsplit(
-                    hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)).hostname:
+                raise _Retryable(f"HTTP {resp.status_code}", refresh=resp.status_code != 429,
+                                 retry_after=retry_after(resp.headers))
+            if resp.status_code == 403 and urlsplit(location).hostname != urlsplit(
+                    hf_hub_url(self.repo_id, job.path, revision=self.commit, endpoint=self.endpoint)).hostname:
                 raise _Retryable("HTTP 403 from the file location", refresh=True)
             hf_raise_for_status(resp)
-            if have > 0 and resp.status_code == 200:
-                p.file_line(index, path, "the server ignored the Range request; starting over from byte 0")
-                f.seek(0)
-                f.truncate(0)
-                have = 0
+            if wanted and resp.status_code == 200:
+                if job.split:
+                    raise _Restart("the server ignored the Range request")
+                self.progress.file_line(job.index, job.path,
+                                        "the server ignored the Range request; starting over from byte 0")
+                job.rewind()
+                pos = 0
             elif resp.status_code == 206:
-                m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
-                if not m or int(m.group(1)) != have:
-                    raise PullError(f"{path}: the Hub answered range {resp.headers.get('Content-Range')!r} "
-                                    f"to a request from byte {have}")
+                m = re.match(r"bytes (\d+)-(\d+)/", resp.headers.get("Content-Range", ""))
+                if not m or (int(m.group(1)), int(m.group(2))) != (pos, end - 1):
+                    raise PullError(f"{job.path}: the Hub answered range {resp.headers.get('Content-Range')!r} "
+                                    f"to a request for bytes {pos}-{end - 1}")
             since_sync = 0
             for chunk in resp.iter_bytes():  # as received: an interruption loses nothing already read
+                if job.stopped():
+                    raise _Stopped()
                 if not chunk:
                     continue
-                f.write(chunk)
                 n = len(chunk)
-                have += n
+                if pos + n > end:
+                    raise VerifyError(f"{job.path}: the Hub sent more than the expected {size} bytes"
+                                      if end == size else f"{job.path}: the Hub sent more than bytes {start}-{end - 1}")
+                _pwrite_all(job.fd, chunk, pos)
+                pos += n
+                job.advance(k, n)
+                self._count(bytes_fetched=n)
+                self.progress.update(have=n, fetched=n)
                 since_sync += n
-                self.stats.bytes_fetched += n
                 if since_sync >= FSYNC_EVERY:
-                    os.fsync(f.fileno())
+                    os.fsync(job.fd)
                     since_sync = 0
-                if have > blob.size:
-                    raise VerifyError(f"{path}: the Hub sent more than the expected {blob.size} bytes")
-                p.bytes_line(index, path, have, blob.size)
-        return have
 
     # -- links, manifest, refs
     def _link(self, commit: str, path: str, blob_name: str) -> None:
@@ -830,10 +1008,82 @@ class Puller:
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, refresh: bool = False, restart: bool = False):
+    def __init__(self, message: str, refresh: bool = False, retry_after: float | None = None):
         super().__init__(message)
         self.refresh = refresh
-        self.restart = restart
+        self.retry_after = retry_after
+
+
+class _Restart(Exception):
+    """The Hub ignored or refused a range request: the file is fetched again as one stream."""
+
+
+class _Stopped(PullError):
+    """Another worker failed (its error is the one reported) or the pull was interrupted."""
+
+    def __init__(self):
+        super().__init__("stopped")
+
+
+def gather(futures: list, stop: threading.Event) -> None:
+    """Wait for every future. The first failure sets `stop` (the others end at their next
+    chunk) and is raised once all have ended; an interrupt of the waiting thread does the same."""
+    first: BaseException | None = None
+    try:
+        for future in as_completed(futures):
+            error = future.exception()
+            if error is not None:
+                stop.set()
+                if first is None or (isinstance(first, _Stopped) and not isinstance(error, _Stopped)):
+                    first = error
+    except BaseException:
+        stop.set()
+        wait_futures(futures)
+        raise
+    if first is not None:
+        raise first
+
+
+def _pause(seconds: float, stopped) -> bool:
+    """Sleep up to `seconds`, in short steps; True as soon as `stopped()` is."""
+    deadline = time.monotonic() + seconds
+    for _ in range(int(seconds / LOCK_POLL) + 2):
+        if stopped():
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(LOCK_POLL, left))
+    return stopped()
+
+
+def retry_after(headers) -> float | None:
+    """The wait a 429 or 503 asks for (seconds, or an HTTP date), capped at RETRY_AFTER_MAX; None if none."""
+    value = (headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
+            return None
+    return min(max(0.0, seconds), RETRY_AFTER_MAX)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 # --------------------------------------------------------------------------- errors
@@ -986,6 +1236,16 @@ def read_token(path: str | None) -> str | None:
     return token or None
 
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"wants an integer 1-{MAX_WORKERS}, got {text!r}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="hfpull.py", description="Resumable, verified pulls into the HF cache.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -999,6 +1259,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for another pull of the same repo (default 1800)")
     p.add_argument("--locked-stdin", action="store_true",
                    help="read the lock's record of this revision (JSON) from stdin and verify every file against it")
+    p.add_argument("--workers", type=_workers, default=DEFAULT_WORKERS,
+                   help=f"files and connections at once (default {DEFAULT_WORKERS}, at most {MAX_WORKERS})")
     q = sub.add_parser("prune", help="delete every cached model revision not kept")
     q.add_argument("--cache-dir", required=True)
     q.add_argument("--keep", action="append", default=[], metavar="ORG/NAME@COMMIT")
@@ -1029,7 +1291,8 @@ def main(argv: list[str] | None = None) -> int:
     puller = None
     try:
         token = read_token(args.token_file)
-        puller = Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait)
+        puller = Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait,
+                        args.workers)
         if args.locked_stdin:
             try:
                 puller.expect_lock(json.loads(sys.stdin.read(manifest.MAX_BYTES)))

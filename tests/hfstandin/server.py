@@ -331,14 +331,18 @@ class _ClientGone(Exception):
 
 
 CONFIG_DEFAULTS = {
-    "throttle_bytes_per_s": None,  # slow every file body down to this rate
+    "throttle_bytes_per_s": None,  # slow every file body down to this rate, each response (so each connection) alone
     "tree_page_size": None,        # paginate tree listings with a Link header
     "drop_after_bytes": None,      # cut the connection of the next file bodies after this many bytes
     "drop_count": 0,               # ... for this many responses
+    "drop_range": None,            # ... only those answering a Range header that starts with this ("bytes=1048576-")
     "inject_status": None,         # answer the next requests with this status
     "inject_count": 0,             # ... this many of them
-    "inject_match": None,          # ... only those whose path contains this string
+    "inject_match": None,          # ... only those whose "METHOD /path" contains this string
+    "retry_after": None,           # seconds: an injected status carries Retry-After, and every matching request
+                                   # gets it until they have passed, as from the Hub's rate limiter
 }
+_STRING_KEYS = ("inject_match", "drop_range")
 
 
 def _validate_config(update: object) -> dict:
@@ -347,9 +351,9 @@ def _validate_config(update: object) -> dict:
     for key, value in update.items():
         if key not in CONFIG_DEFAULTS:
             raise ValueError(f"unknown config key {key!r}")
-        if key == "inject_match":
+        if key in _STRING_KEYS:
             if value is not None and not isinstance(value, str):
-                raise ValueError("inject_match must be a string or null")
+                raise ValueError(f"{key} must be a string or null")
             continue
         nullable = key not in ("drop_count", "inject_count")
         if value is None and nullable:
@@ -357,6 +361,8 @@ def _validate_config(update: object) -> dict:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{key} must be an integer" + (" or null" if nullable else ""))
         low = {"throttle_bytes_per_s": 1, "tree_page_size": 1, "inject_status": 400}.get(key, 0)
+        if key == "retry_after" and value > 3600:
+            raise ValueError(f"{key} out of range: {value}")
         if value < low or (key == "inject_status" and value > 599):
             raise ValueError(f"{key} out of range: {value}")
     return dict(update)
@@ -480,7 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.server.hub
         view = memoryview(data)
         total = len(view)
-        drop_after = hub._take_drop(total) if file_body else None
+        drop_after = hub._take_drop(total, self.headers.get("Range")) if file_body else None
         started = time.monotonic()
         sent = 0
         while sent < total:  # at least one byte per turn; stop() and the socket timeout bound the time
@@ -545,6 +551,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         token = self._token()
         self._entry = hub._record({
+            "in_flight": hub._bodies_in_flight(self.command),
             "listener": self.server.listener,
             "method": self.command,
             "path": raw_path,
@@ -558,9 +565,10 @@ class _Handler(BaseHTTPRequestHandler):
             "dropped": False,
         })
         try:
-            injected = hub._take_injection(raw_path)
+            injected, wait = hub._take_injection(f"{self.command} {raw_path}")
             if injected is not None:
-                raise _HubError(injected, None, f"Injected failure {injected}")
+                raise _HubError(injected, None, f"Injected failure {injected}",
+                                [("Retry-After", wait)] if wait is not None else None)
             if self.command not in ("GET", "HEAD", "POST"):
                 raise _HubError(405, None, "Method not allowed")
             if self.server.listener == "cdn":
@@ -919,6 +927,7 @@ class StandinHub:
         self._log: list[dict] = []
         self._next_id = 0
         self._config = dict(CONFIG_DEFAULTS)
+        self._limited_until, self._limited_status = 0.0, None  # a Retry-After window (see retry_after)
         self._stopping = threading.Event()
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -1069,10 +1078,19 @@ class StandinHub:
                 self._config["drop_count"] = 1
             if changes.get("inject_status") is not None and "inject_count" not in changes:
                 self._config["inject_count"] = 1
+            if {"inject_status", "inject_match", "retry_after"} & set(changes):
+                self._limited_until = 0.0
             return dict(self._config)
 
     def set_throttle(self, bytes_per_s: int | None) -> None:
         self.configure(throttle_bytes_per_s=bytes_per_s)
+
+    def _bodies_in_flight(self, method: str) -> int:
+        """How many other GETs are still being answered as this one arrives (how many connections a client uses)."""
+        if method != "GET":
+            return 0
+        with self._lock:
+            return sum(1 for e in self._log if e["method"] == "GET" and not e["finished"])
 
     def _record(self, entry: dict) -> dict:
         with self._lock:
@@ -1081,21 +1099,32 @@ class StandinHub:
             self._log.append(entry)
         return entry
 
-    def _take_drop(self, length: int) -> int | None:
+    def _take_drop(self, length: int, range_header: str | None) -> int | None:
         with self._lock:
-            after = self._config["drop_after_bytes"]
+            after, wanted = self._config["drop_after_bytes"], self._config["drop_range"]
             if after is None or self._config["drop_count"] <= 0 or length <= after:
+                return None
+            if wanted is not None and not (range_header or "").replace(" ", "").startswith(wanted):
                 return None
             self._config["drop_count"] -= 1
             return after
 
-    def _take_injection(self, path: str) -> int | None:
+    def _take_injection(self, target: str) -> tuple[int | None, int | None]:
+        """(status, Retry-After seconds) to answer the request "METHOD /path" with, or (None, None)."""
         with self._lock:
             status, match = self._config["inject_status"], self._config["inject_match"]
-            if status is None or self._config["inject_count"] <= 0 or (match and match not in path):
-                return None
+            if match and match not in target:
+                return None, None
+            now = time.monotonic()
+            if now < self._limited_until:  # inside a Retry-After window: refused again, as a rate limiter does
+                return self._limited_status, max(1, round(self._limited_until - now + 0.499))
+            if status is None or self._config["inject_count"] <= 0:
+                return None, None
             self._config["inject_count"] -= 1
-            return status
+            wait = self._config["retry_after"]
+            if wait is not None:
+                self._limited_until, self._limited_status = now + wait, status
+            return status, wait
 
     def _emit(self, line: str) -> None:
         if not self.access_log:
@@ -1133,7 +1162,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="answer LFS resolves with a 302 to a second listener, like the Hub's CDN")
     parser.add_argument("--cdn-port", type=int, default=0, help="port of that second listener (0: any)")
     parser.add_argument("--cdn-base-url", default=None, help="base URL clients reach the second listener at")
-    parser.add_argument("--throttle", type=int, default=None, help="file body rate, bytes per second")
+    parser.add_argument("--throttle", type=int, default=None,
+                        help="file body rate of each response (so each connection), bytes per second")
     parser.add_argument("--quiet", action="store_true", help="no access log")
     parser.add_argument("--tls-cert", default=None, help="with --tls-key: also serve the Hub API over HTTPS")
     parser.add_argument("--tls-key", default=None)

@@ -152,8 +152,17 @@ class Hub:
         return self._call("/_standin/tamper", {"repo_id": repo_id, "revision": revision, "path": path,
                                                "offset": offset})
 
+    def configure(self, **changes) -> dict:
+        """Throttle and faults (tests/hfstandin/server.py CONFIG_DEFAULTS); returns the whole config."""
+        return self._call("/_standin/config", changes)
+
     def set_throttle(self, bytes_per_s: int | None) -> None:
-        self._call("/_standin/config", {"throttle_bytes_per_s": bytes_per_s})
+        """Each response's body (so each connection) at most this fast; None lifts it."""
+        self.configure(throttle_bytes_per_s=bytes_per_s)
+
+    def clear_faults(self) -> None:
+        self.configure(throttle_bytes_per_s=None, drop_after_bytes=None, drop_count=0, drop_range=None,
+                       inject_status=None, inject_count=0, inject_match=None, retry_after=None)
 
 
 def ensure_hub(name: str | None = None) -> Hub:

@@ -21,7 +21,7 @@ from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
 from sglang_infra import ship
-from sglang_infra.hostside import cachestate, hfpull
+from sglang_infra.hostside import cachestate, hfpull, ranges
 
 ROOT = Path(__file__).resolve().parents[2]
 # The program as hosts get it: bundled with its neighbours by the loader.
@@ -97,8 +97,8 @@ def _clean_hub(request):
     for name in ("hub", "cdn_hub"):
         if name in request.fixturenames:
             h = request.getfixturevalue(name)
-            h.configure(throttle_bytes_per_s=None, drop_after_bytes=None, drop_count=0,
-                        inject_status=None, inject_count=0, inject_match=None)
+            h.configure(throttle_bytes_per_s=None, drop_after_bytes=None, drop_count=0, drop_range=None,
+                        inject_status=None, inject_count=0, inject_match=None, retry_after=None)
             h.reset()
 
 
@@ -286,7 +286,8 @@ def test_download_that_never_verifies_fails_with_exit_4(tmp_path, monkeypatch, c
     partial = os.path.join(p.blobs_dir, blob.name + ".incomplete")
     calls = []
 
-    def fake_fetch(self, blob_, partial_, have, index, path):
+    def fake_fetch(self, blob_, partial_, spans, index, path):
+        (have,) = [done for _, _, done in spans]  # a 5-byte file is one range
         calls.append(have)
         with open(partial_, "r+b" if os.path.exists(partial_) else "wb") as f:
             f.truncate(have)
@@ -444,35 +445,172 @@ def test_branch_revision_writes_the_ref(hub, pulled):
     assert [r["path"] for r in hub.requests()] == ["/api/models/org/small/revision/main"]
 
 
-def test_kill_mid_file_then_resume_with_range(hub, tmp_path):
+def big_file(hub, tmp_path):
+    """org/big's commit, its 3 MiB shard's metadata, and where its partial and range sidecar go."""
     commit = hub.commit("org/big", "main")
     meta = hub.file_meta("org/big", commit, "model.safetensors")
     partial = repo_dir(tmp_path, "org/big") / "blobs" / f"{meta['etag']}.incomplete"
-    hub.set_throttle(1 << 20)
+    return commit, meta, partial, Path(str(partial) + ranges.SIDECAR)
+
+
+def assert_big_file_verified(cache: Path, commit: str, meta: dict) -> None:
+    """org/big's shard whole in its blob, no partial or sidecar left, the revision verified."""
+    blob = repo_dir(cache, "org/big") / "blobs" / meta["etag"]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert [n for n in os.listdir(blob.parent) if "incomplete" in n] == []
+    assert cachestate.scan(str(cache))["repos"]["org/big"]["revisions"][commit]["verified"]
+
+
+def shard_gets(hub) -> list[dict]:
+    return [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
+
+
+def test_a_large_file_comes_in_parallel_ranges_and_is_verified(hub, tmp_path):
+    commit, meta, partial, sidecar = big_file(hub, tmp_path)
+    hub.set_throttle(512 << 10)  # per connection: the ranges overlap
+
+    res = ok_pull(tmp_path, "org/big", commit, hub)
+
+    gets = shard_gets(hub)
+    assert sorted(g["range"] for g in gets) == sorted(
+        ranges.header(start, end, meta["size"]) for start, end, _ in ranges.plan(meta["size"], 8))
+    assert len(gets) == 3 and max(g["in_flight"] for g in gets) >= 1
+    assert res["bytes_fetched"] == res["bytes_missing"] == meta["size"] + len(hub.file_bytes("org/big", commit,
+                                                                                               "config.json"))
+    assert_big_file_verified(tmp_path, commit, meta)
+
+
+def test_workers_1_fetches_one_stream(hub, tmp_path):
+    commit, meta, _, _ = big_file(hub, tmp_path)
+    ok_pull(tmp_path, "org/big", commit, hub, "--workers", "1")
+    assert [g["range"] for g in shard_gets(hub)] == [None]
+    assert max(g["in_flight"] for g in resolve_gets(hub)) == 0
+
+
+def test_kill_mid_file_then_resume_every_range_with_only_the_missing_bytes(hub, tmp_path):
+    commit, meta, partial, sidecar = big_file(hub, tmp_path)
+    hub.set_throttle(256 << 10)
     proc = subprocess.Popen([PYTHON, str(SCRIPT), "pull", "--cache-dir", str(tmp_path), "--repo-id", "org/big",
                              "--revision", commit, "--endpoint", hub.url],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def recorded() -> int:
+        text = sidecar.read_bytes() if sidecar.exists() else None
+        spans = ranges.parse(text, meta["size"]) if text else None
+        return ranges.done(spans) if spans else 0
+
     try:
-        wait_for(lambda: partial.exists() and partial.stat().st_size >= 256 << 10, 30, "a partial of 256 KiB")
+        wait_for(lambda: recorded() >= 512 << 10, 30, "512 KiB recorded in the range sidecar")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-    have = partial.stat().st_size
-    assert 0 < have < meta["size"]
+    spans = ranges.resume(meta["size"], partial.stat().st_size, sidecar.read_bytes(), 8)
+    assert len(spans) == 3 and 0 < ranges.done(spans) < meta["size"]
     hub.set_throttle(None)
     hub.reset()
 
     res = ok_pull(tmp_path, "org/big", commit, hub)
 
-    (get,) = [g for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors")]
-    assert get["range"] == f"bytes={have}-" and get["status"] == 206
-    assert res["bytes_missing"] == meta["size"] - have
-    assert res["bytes_fetched"] == res["bytes_missing"] and res["bytes_refetched"] == 0
-    assert res["resumed_bytes"] == have and res["files_fetched"] == 1
-    blob = repo_dir(tmp_path, "org/big") / "blobs" / meta["etag"]
-    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
-    assert not partial.exists()
+    gets = shard_gets(hub)
+    assert sorted(g["range"] for g in gets) == sorted(
+        ranges.header(start + done, end, meta["size"]) for start, end, done in spans if done < end - start)
+    assert all(g["status"] == 206 for g in gets)
+    assert sum(g["bytes_sent"] for g in gets) == ranges.missing(spans) == res["bytes_missing"]
+    assert res["bytes_fetched"] / res["bytes_missing"] <= 1.01 and res["bytes_refetched"] == 0
+    assert res["resumed_bytes"] == ranges.done(spans) and res["files_fetched"] == 1
+    assert_big_file_verified(tmp_path, commit, meta)
+
+
+def test_a_single_stream_partial_is_resumed_as_a_prefix_split_into_ranges(hub, tmp_path):
+    """What a pull before ranges (or huggingface_hub) left: a prefix with no sidecar."""
+    commit, meta, partial, sidecar = big_file(hub, tmp_path)
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(hub.file_bytes("org/big", commit, "model.safetensors")[:1_000_000])
+
+    res = ok_pull(tmp_path, "org/big", commit, hub)
+
+    asked = sorted(g["range"] for g in shard_gets(hub))
+    assert asked == sorted(ranges.header(s, e, meta["size"]) for s, e, d in ranges.plan(meta["size"], 8, 1_000_000)
+                           if d < e - s)
+    assert len(asked) == 2 and any(a.startswith("bytes=1000000-") for a in asked)
+    assert res["resumed_bytes"] == 1_000_000 and res["bytes_refetched"] == 0
+    assert not partial.exists() and not sidecar.exists()
+
+
+def test_a_cut_in_the_middle_of_one_range_resumes_that_range_from_its_last_byte(hub, tmp_path):
+    commit, meta, _, _ = big_file(hub, tmp_path)
+    hub.configure(drop_after_bytes=300_000, drop_count=1, drop_range=f"bytes={1 << 20}-")
+
+    res = ok_pull(tmp_path, "org/big", commit, hub)
+
+    cut = [g for g in shard_gets(hub) if g["dropped"]]
+    assert [(g["range"], g["bytes_sent"]) for g in cut] == [(f"bytes={1 << 20}-{(2 << 20) - 1}", 300_000)]
+    others = sorted(g["range"] for g in shard_gets(hub) if not g["dropped"])
+    assert others == sorted([f"bytes={(1 << 20) + 300_000}-{(2 << 20) - 1}", f"bytes=0-{(1 << 20) - 1}",
+                             f"bytes={2 << 20}-"])
+    assert res["bytes_refetched"] == 0
     assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+
+
+def test_a_server_ignoring_ranges_gets_the_file_as_one_stream(hub, tmp_path, monkeypatch):
+    commit, meta, _, sidecar = big_file(hub, tmp_path)
+    import hfstandin.server as server
+    monkeypatch.setattr(server, "_parse_range", lambda header, size: None)
+
+    r = pull(tmp_path, "org/big", commit, hub)
+
+    assert r.rc == 0, r
+    assert "the server ignored the Range request; starting over from byte 0 as one stream" in r.out
+    assert [g["range"] for g in shard_gets(hub)][-1] is None
+    assert not sidecar.exists()
+    assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+
+
+def test_a_429_waits_as_long_as_retry_after_asks(hub, tmp_path):
+    commit = hub.commit("org/other", "main")
+    hub.configure(inject_status=429, inject_count=1, retry_after=2,
+                  inject_match=f"GET /org/other/resolve/{commit}/w.safetensors")
+
+    r = pull(tmp_path, "org/other", commit, hub)
+
+    assert r.rc == 0, r
+    statuses = [g["status"] for g in resolve_gets(hub) if g["path"].endswith("/w.safetensors")]
+    assert statuses == [429, 200]  # a retry inside the window would have been refused again
+    assert "HTTP 429; retrying from byte 0 in 2.0 s as the Hub asked" in r.out
+
+
+def test_a_hub_error_on_one_file_stops_the_whole_pull(hub, tmp_path):
+    commit = hub.commit("org/small", "main")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    hub.set_throttle(64 << 10)  # model.safetensors would take about 5 s
+    hub.configure(inject_status=404, inject_count=1, inject_match=f"GET /org/small/resolve/{commit}/model-2.")
+
+    r = pull(tmp_path, "org/small", commit, hub)
+
+    assert r.rc == hfpull.EXIT_REMOTE, r
+    assert r.err.startswith("pull failed: ") and "404" in r.err and r.err.count("\n") == 1, r
+    sent = sum(g["bytes_sent"] for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors"))
+    assert sent < meta["size"]  # the other downloads ended with it
+    assert not (repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]).exists()
+    assert not (repo_dir(tmp_path, "org/small") / ".sglang" / f"{commit}.json").exists()
+
+
+@pytest.mark.parametrize("value, seconds", [("3", 3.0), ("0", 0.0), ("100000", hfpull.RETRY_AFTER_MAX),
+                                            ("soon", None), ("", None)])
+def test_retry_after_is_read_and_capped(value, seconds):
+    assert hfpull.retry_after({"Retry-After": value}) == seconds
+
+
+def test_retry_after_as_an_http_date():
+    from email.utils import formatdate
+
+    assert 5 <= hfpull.retry_after({"Retry-After": formatdate(time.time() + 10, usegmt=True)}) <= 10
+    assert hfpull.retry_after({"Retry-After": formatdate(time.time() - 10, usegmt=True)}) == 0.0
+
+
+def test_workers_out_of_range_is_a_usage_error(tmp_path):
+    r = pull(tmp_path, "org/big", "main", None, "--workers", "0")
+    assert r.rc == hfpull.EXIT_USAGE and "--workers" in r.err
 
 
 def small_shard(hub, tmp_path):

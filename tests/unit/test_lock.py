@@ -228,7 +228,7 @@ def test_a_complete_revision_with_other_content_than_the_lock_is_pulled_again(hu
     state = {"complete": True, "verified": True, "files": 3, "size": 1, "problems": [], "content": "0" * 64}
     facts = {"Snapshot": {"models": {"repos": {REPO: {"revisions": {locked.commit: state}}}}}}
     args = dict(hub="/opt/sglang/hf-cache/hub", repo_id=REPO, revision=locked.commit, tools_dir="/t", lock_wait=5,
-                locked=locked)
+                workers=8, locked=locked)
 
     def run(facts):
         fake = FakeHost(facts)
