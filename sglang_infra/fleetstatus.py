@@ -167,7 +167,7 @@ def _connect_errors(output: str, names: list[str]) -> dict[str, str]:
     for line in _ANSI.sub("", output).splitlines():
         match = re.match(r"^\[(?P<name>[^\]]+)\]\s+(?P<what>.+)$", line.strip())
         if match and match["name"] in names and match["name"] not in found \
-                and not match["what"].startswith(("Connected", "Ready:")):
+                and not match["what"].startswith(("Connected", "Ready:", "over group_data")):
             found[match["name"]] = match["what"].strip()
     return found
 
@@ -190,7 +190,7 @@ def collect(inventory: str) -> list[dict]:
     # No row at all: pyinfra stopped before the deploy file (every host failed to connect).
     seen = {row["host"] for row in rows}
     rows += [status.unanswered(name, "could not connect") for name in names if name not in seen]
-    errors = _connect_errors(output, [row["host"] for row in rows if not row["reachable"]])
+    errors = _connect_errors(output, [row["host"] for row in rows if row.get("unreachable") == "could not connect"])
     for row in rows:
         if not row["reachable"] and row["host"] in errors:
             row["unreachable"] = errors[row["host"]]

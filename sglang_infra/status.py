@@ -193,10 +193,10 @@ def drifted(state, host) -> list[str]:
 
 
 def rows(state) -> list[dict]:
-    noted = _noted.get(id(state), {})
     out = []
     for host in state.inventory:
-        found = noted.get(host.name)
+        # keyed by the host's own State: deploy.py's `state` is pyinfra's context proxy, another object
+        found = _noted.get(id(host.state), {}).get(host.name)
         if host not in state.activated_hosts:
             out.append(unanswered(host.name, "could not connect"))
         elif found is None or found["snapshot"] is None or host in state.failed_hosts:
