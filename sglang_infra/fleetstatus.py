@@ -2,7 +2,8 @@
 
     python3 -m sglang_infra.fleetstatus [INVENTORY] [--json]
 
-It runs `pyinfra INVENTORY deploy.py --dry` with SGLANG_STATUS_REPORT set:
+It runs `pyinfra INVENTORY deploy.py --dry --json` (--json: pyinfra asks no
+"continue?" when a host fails to connect) with SGLANG_STATUS_REPORT set:
 one snapshot per host, read in parallel (with its report section), every
 task planned and nothing executed (status.py writes the rows). This module
 judges each row and prints the table (or JSON) and the fleet's summary line.
@@ -182,7 +183,7 @@ def collect(inventory: str) -> list[dict]:
         out = os.path.join(tmp, "report.json")
         env.update({status.ENV: out, "PYINFRA_PROGRESS": "off",
                     "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_DIR), env.get("PYTHONPATH"))))})
-        proc = subprocess.run([sys.executable, "-m", "pyinfra", inventory, "deploy.py", "--dry"],
+        proc = subprocess.run([sys.executable, "-m", "pyinfra", inventory, "deploy.py", "--dry", "--json"],
                               cwd=PROJECT_DIR, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                               timeout=RUN_TIMEOUT)
         rows = json.loads(Path(out).read_text())["hosts"] if os.path.exists(out) else []

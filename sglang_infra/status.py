@@ -199,7 +199,7 @@ def rows(state) -> list[dict]:
         found = _noted.get(id(host.state), {}).get(host.name)
         if host not in state.activated_hosts:
             out.append(unanswered(host.name, "could not connect"))
-        elif found is None or found["snapshot"] is None or host in state.failed_hosts:
+        elif found is None or host in state.failed_hosts:   # pyinfra fails a host whose snapshot it cannot read
             out.append(unanswered(host.name, "connected, but the snapshot could not be read"))
         elif found["plan"] is None:
             out.append(unanswered(host.name, refused=found["problems"], snapshot=found["snapshot"]))
