@@ -363,12 +363,15 @@ def server_config(api_key: bytes | None) -> bytes | None:
     return None if api_key is None else b"api-key: " + json.dumps(api_key.decode()).encode() + b"\n"
 
 
-def snapshot_spec(data: Mapping[str, Any]) -> dict[str, Any]:
-    """What the snapshot of a host reads, from its (already judged) data."""
+def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, Any]:
+    """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too."""
     paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"])
-    return {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
+    spec = {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
             "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
             "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
+    if report:
+        spec["report"] = True
+    return spec
 
 
 def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> HostPlan:
@@ -431,19 +434,22 @@ _plans: dict[int, dict[str, HostPlan]] = {}
 _reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
 
 
-def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:
+def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str], dict | None]:
+    """The host's plan (or None), its problems, and its snapshot (None when it was not read)."""
     from . import factcache
     from .snapshot import Snapshot
 
     data = host.data.dict()
     errors = check_data(host.name, data)
     if errors:
-        return None, errors
-    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(data), sort_keys=True))
+        return None, errors, None
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(data, report), sort_keys=True))
+    if snapshot is None:
+        return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return _resolve_judged(host.name, data, snapshot), []
+        return _resolve_judged(host.name, data, snapshot), [], snapshot
     except DeployDataError as error:
-        return None, error.problems
+        return None, error.problems, snapshot
 
 
 def _overrides(host) -> str | None:
@@ -458,14 +464,19 @@ def _overrides(host) -> str | None:
     return f"[{host.name}] over group_data, {'; '.join(parts)}" if parts else None
 
 
-def preflight(host, inventory) -> None:
+def preflight(host, inventory) -> bool:
     """
     Resolve every host being deployed, at once and in parallel (one snapshot
     each), and refuse the run before anything executes when any host has a
     problem. Called at the top of deploy.py; later calls reuse the plans.
+    True: go on with this host's tasks. Only a status report (status.py)
+    gets False, for a host it reports as refused or unreadable instead.
     """
     import gevent
 
+    from . import status
+
+    report = bool(status.requested())
     key = id(host.state)
     if key not in _reads:
         hosts = inventory.get_active_hosts() or list(inventory)
@@ -473,11 +484,16 @@ def preflight(host, inventory) -> None:
             said = _overrides(each)
             if said:
                 logger.info(said)
-        _reads[key] = [(h, gevent.spawn(_resolve_host, h)) for h in hosts]
+        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report)) for h in hosts]
     jobs = _reads[key]
     gevent.joinall([job for _, job in jobs], raise_error=True)
-    raise_if([problem for _, job in jobs for problem in job.value[1]])
+    if report:
+        for each, job in jobs:
+            status.note(host.state, each.name, *job.value)
+    else:
+        raise_if([problem for _, job in jobs for problem in job.value[1]])
     _plans[key] = {h.name: job.value[0] for h, job in jobs}
+    return _plans[key].get(host.name) is not None
 
 
 def plan_of(host) -> HostPlan:

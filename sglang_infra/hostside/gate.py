@@ -9,9 +9,12 @@
    fail: keep them as *.failed, restore the last known-good config, recreate,
    validate again, and exit non-zero saying so (1: rolled back, 2: the
    rollback failed too and the host needs a person).
+Either way, the outcome is recorded in docker/.last-gate (stamp.LAST): when,
+pass or fail and why, and the benchmark's figures (scripts/status.sh).
 """
 
 import argparse
+import json
 import os
 import stat
 import socket
@@ -26,6 +29,8 @@ LOG_LINES = 40  # of the server's log, shown when it never became ready
 # compose's own commands take seconds. The gate as a whole ends within --ready-timeout plus this.
 CHECKS_BUDGET = 900
 COMMAND_TIMEOUT = 120
+# benchmark.sh's summary fields kept in the gate's record.
+BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "ok", "result_file")
 
 
 def say(line):
@@ -50,6 +55,7 @@ class Gate:
         self.args = args
         self.home = args.home
         self.docker_dir = os.path.join(args.home, "docker")
+        self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
 
     def compose(self, *words):
         try:
@@ -67,6 +73,7 @@ class Gate:
 
     def validate(self):
         """None when everything passed, else the reason."""
+        self.benchmark = None
         ready = checks.wait_ready(self.args.url, self.args.model, self.args.ready_timeout, gone=self.gone)
         if not ready["ok"]:
             say(f"ready FAILED: {'; '.join(ready['problems'])}")
@@ -95,6 +102,8 @@ class Gate:
                 return reason
             lines = (found.stdout + found.stderr).strip().splitlines()
             summary = [line for line in lines if line.startswith("{")][-1:]
+            if script == "benchmark.sh" and summary:
+                self.benchmark = benchmark_fields(summary[0])
             if found.returncode != 0:
                 reason = f"{script}: {([l for l in lines if not l.startswith('{')][-1:] or ['no output'])[0]}"
                 say(reason)
@@ -112,16 +121,29 @@ class Gate:
                             stamp.digest(self.home, found) + "\n",
                             os.path.join(self.docker_dir, "compose.yaml"))
 
+    def record(self, failed, benchmark, rolled_back=None):
+        """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
+        text = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passed": failed is None,
+                           "reason": failed, "rolled_back": rolled_back, "benchmark": benchmark}, sort_keys=True)
+        try:
+            stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
+                                os.path.join(self.docker_dir, "compose.yaml"))
+        except OSError as error:
+            say(f"could not record the outcome in {stamp.LAST} ({error})")
+
     def run(self):
         failed = self.validate()
+        tried = self.benchmark
         if failed is None:
             try:
                 self.keep(".good")
             except OSError as error:
                 say(f"FAILED: the checks passed, but the known-good copy could not be saved ({error}); "
                     "nothing was stamped, the previous known-good config is kept")
+                self.record(f"the known-good copy could not be saved ({error})", tried)
                 return 1
             self.stamp()
+            self.record(None, tried)
             say("passed; this config is now the last known-good one")
             return 0
         try:
@@ -131,6 +153,7 @@ class Gate:
         good = [os.path.join(self.docker_dir, name + ".good") for name in ("compose.yaml", ".env")]
         if not all(os.path.isfile(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
+            self.record(failed, tried)
             return 1
         say(f"FAILED: {failed}. Rolling back to the last known-good config")
         for path in good:
@@ -138,6 +161,7 @@ class Gate:
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir)
         again = self.validate()
+        self.record(failed, tried, rolled_back=again is None)
         if again is None:
             self.stamp()
             say(f"FAILED: {failed}. Rolled back to the last known-good config, which serves and validates again; "
@@ -146,6 +170,15 @@ class Gate:
         say(f"FAILED: {failed}. The rollback to the last known-good config ALSO failed ({again}); "
             "the host needs a person")
         return 2
+
+
+def benchmark_fields(line):
+    """The figures of benchmark.sh's JSON summary line that the record keeps (None if it is not JSON)."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return {key: found.get(key) for key in BENCHMARK_FIELDS} if isinstance(found, dict) else None
 
 
 def main(argv=None):

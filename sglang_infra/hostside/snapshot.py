@@ -10,7 +10,8 @@ Sections: os, account, docker (engine, images, runtimes), gpus (nvidia-smi's
 own output, parsed on the control side), layout (the managed directories and
 the drifted entries below the home), files (owner, mode and sha256 of the
 files the deploy writes), models (cachestate.py), tools (the pull's venv),
-stack (stack.py) and gate (stamp.py).
+stack (stack.py) and gate (stamp.py); with "report": true in the spec also
+report (report.py), what scripts/status.sh shows beyond the deploy's needs.
 """
 
 import glob
@@ -26,7 +27,7 @@ import stat
 import subprocess
 import sys
 
-from . import cachestate, dockerapi, safefs, stack, stamp
+from . import cachestate, dockerapi, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -315,7 +316,7 @@ def read(spec):
     found_gpus = gpus()
     if found_gpus is not None:
         found_gpus["runtimes"] = engine["runtimes"]
-    return {
+    found = {
         "python3": sys.executable,
         "os": _os_release(),
         "account": account(spec),
@@ -332,6 +333,9 @@ def read(spec):
         "gate": {"stamp": stamp.read(home),
                  "digest": stamp.digest(home, container)},
     }
+    if spec.get("report"):
+        found["report"] = report.read(home, engine)
+    return found
 
 
 if __name__ == "__main__":
