@@ -55,6 +55,10 @@ RUN_FLAGS = [
 ]
 
 
+# Seconds a host may take to boot: about 5 s on an idle machine; over 90 s was seen while another run's image
+# builds loaded both cores.
+BOOT_TIMEOUT = 300
+
 # The non-root login every test host has, with passwordless sudo (TestHost.login).
 LOGIN_USER = "deploy"
 
@@ -369,7 +373,7 @@ def start_host(name: str, state_dir: Path, image: str | None = None, login: str 
     host = TestHost(name, "", key, state_dir / f"known_hosts.{name}", container, login)
     pubkey = Path(f"{key}.pub").read_text()
     _wait_for(lambda: host.exec("systemctl is-system-running", check=False).stdout.strip()
-              in ("running", "degraded"), f"systemd to finish booting in {name}")
+              in ("running", "degraded"), f"systemd to finish booting in {name}", timeout=BOOT_TIMEOUT)
     host.exec(
         "systemd-machine-id-setup >/dev/null 2>&1; ssh-keygen -A >/dev/null; "
         f"install -d -m 700 /root/.ssh && printf '%s' '{pubkey.strip()}' > /root/.ssh/authorized_keys && "
