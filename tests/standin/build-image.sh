@@ -24,8 +24,10 @@ ca=${STANDIN_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp "$ca" "$root/tmp/build-ca.crt"
 echo "stand-in: pip install $SGLANG_ROUTER_PIN (the real gateway)" >&2
-chroot "$root" env PIP_CERT=/tmp/build-ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 \
-  pip install --quiet --no-cache-dir --break-system-packages "$SGLANG_ROUTER_PIN" >"$work/pip.log" 2>&1 \
+# env -i: this machine's own pip and CA variables name paths that mean something else inside the root.
+chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PIP_DISABLE_PIP_VERSION_CHECK=1 \
+  pip install --quiet --no-cache-dir --break-system-packages --cert /tmp/build-ca.crt "$SGLANG_ROUTER_PIN" \
+  >"$work/pip.log" 2>&1 \
   || { tail -n 30 "$work/pip.log" >&2; exit 1; }
 rm -f "$root/tmp/build-ca.crt" "$root/etc/resolv.conf"
 rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/* "$root"/var/cache/apt/* \
