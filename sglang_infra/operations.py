@@ -602,6 +602,19 @@ def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: st
     yield FunctionCommand(_run_streamed, (f"if {build}; then {verify}; else {failed}; fi",), {})
 
 
+@operation()
+def fleet_barrier(reason: str):
+    """
+    An ordering point that changes nothing. pyinfra orders operations by each
+    host's own sequence: a router-only host, which runs no gate, gives no
+    reason to run its gateway operations after the workers' gates. Every host
+    calls this at the same place (tasks/router.py), so everything before it on
+    any host runs before everything after it on any host.
+    """
+    host.noop(reason)
+    yield from ()
+
+
 def _fleet_snapshot(name: str) -> dict | None:
     """Another host's snapshot as it is now (read again after its own commands ran), None when unreadable."""
     from . import factcache
@@ -609,7 +622,8 @@ def _fleet_snapshot(name: str) -> dict | None:
 
     try:
         return factcache.current(host.inventory.get_host(name), Snapshot)
-    except Exception:   # a host lost mid-run, or not reachable: its worker counts as not validated
+    except Exception as error:   # a host lost mid-run, or not reachable: its worker counts as not validated
+        logger.warning(f"[{host.name}] the worker {name} could not be read ({error!r}); it counts as not validated")
         return None
 
 
@@ -644,6 +658,8 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     wanted = sorted(w.url for w in workers
                     if (w.url in (have or ()) if w.compose_sha is None
                         else worker_validated(_fleet_snapshot(w.host), w.docker_dir, w.compose_sha)))
+    if host.state.is_executing:
+        logger.info(f"[{host.name}] gateway {gateway}: workers that passed their gate: {wanted or 'none'}")
     if have is not None and sorted(have) == wanted:
         host.noop(f"the gateway already has the {len(wanted)} worker(s) that passed their gate")
         return

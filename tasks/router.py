@@ -15,11 +15,15 @@ import hashlib
 
 from pyinfra import host
 
-from sglang_infra.operations import (checked_file, gateway_workers, image_present, not_failed_before, secret_file,
-                                     stack_up, validated)
+from sglang_infra.operations import (checked_file, fleet_barrier, gateway_workers, image_present, not_failed_before,
+                                     secret_file, stack_up, validated)
 from sglang_infra.plan import plan_of, server_config
 
 plan = plan_of(host)
+
+# On every host: the workers' gates (tasks/validation.py) run before any gateway decides its workers.
+fleet_barrier(name="Ensure every worker of this run was gated before any gateway sets its workers",
+              reason="every worker of this run has been through its gate")
 
 if plan.routes:
     image_present(

@@ -16,7 +16,7 @@ import pytest
 from harness import run_deploy
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
-GATEWAY_DIR = "/opt/sglang/router/standin-tiny-chat"   # the stand-in registry's production model (tests/testbed/hub.py)
+GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"   # the production model (tests/testbed/hub.py: tiny-chat)
 PORT = 30080
 FAILING = {"sglang_extra_env": {"STANDIN_LOAD_SECONDS": "2", "STANDIN_FAILURE": "slow"}, "sglang_ready_timeout": 12}
 HEALTH_WAIT = 60   # seconds, bounds every wait on the gateway's health checks (5 s interval, 2 failures)
@@ -34,7 +34,9 @@ def fleet(testbed, workdir):
 
     good = inventory("router.py")
     first = run_deploy(good)
-    assert first.returncode == 0, first.output[-5000:]
+    assert first.returncode == 0, "\n".join(line for line in first.output.splitlines()
+                                            if "gate[" in line and "router-1" not in line or "gateway" in line
+                                            or "worker" in line or "rror" in line)
     return hosts, inventory, good, first
 
 
@@ -48,7 +50,7 @@ def get(url: str):
 
 
 def complete(base: str, prompt: str = "Say hello.") -> dict:
-    body = json.dumps({"model": "tiny-chat", "messages": [{"role": "user", "content": prompt}],
+    body = json.dumps({"model": "qwen3.6-35b-a3b", "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": 16}).encode()
     request = urllib.request.Request(base + "/v1/chat/completions", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -161,7 +163,7 @@ def test_with_a_worker_stopped_the_gateway_keeps_answering_and_the_next_deploy_r
 @pytest.mark.parametrize("case,line", [
     ("no_workers", f"host {GW}: sglang_router_models: no host of the inventory serves a model, so this router "
                    "host would have no workers. Fix:"),
-    ("port_clash", f"host {W1}: sglang_router_port: the gateway of standin-tiny-chat would listen on 30000, the "
+    ("port_clash", f"host {W1}: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on 30000, the "
                    "port this host's own server already publishes (sglang_port). Fix:"),
     ("unknown_policy", f"host {GW}: sglang_router_policy: 'fastest' is not one of cache_aware"),
 ])
