@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -571,7 +572,22 @@ _reads: dict[int, list] = {}   # the one parallel pass per run, joined by every 
 
 
 def _groups(host) -> list[str]:
-    return [getattr(group, "name", group) for group in (host.groups or ())]
+    """
+    The inventory's own groups of a host: without pyinfra's `all`, and
+    without the group pyinfra adds holding every host, named after the
+    inventory file (e.g. `inventory` for inventory.py), which would make every
+    router host a serving one.
+    """
+    inventory_file = lockfile.inventory_file()
+    stem = os.path.basename(inventory_file).rsplit(".", 1)[0] if inventory_file else None
+    everyone = {each.name for each in host.inventory}
+    out = []
+    for name in (getattr(group, "name", group) for group in (host.groups or ())):
+        implicit = name == stem and name != ROUTER_GROUP and \
+            {each.name for each in host.inventory.get_group(name)} == everyone
+        if name != "all" and not implicit:
+            out.append(name)
+    return out
 
 
 def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:

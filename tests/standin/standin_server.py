@@ -296,6 +296,11 @@ def make_handler(standin: StandIn):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128   # the default 5 resets connections of a burst, which SGLang's server accepts
+
+
 def model_problem(model_path: str, env: dict) -> str | None:
     """Why the weights cannot be loaded, as SGLang would fail: a local snapshot must be whole, and with
     HF_HUB_OFFLINE=1 a repo id cannot be resolved against the Hub."""
@@ -326,8 +331,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
               file=sys.stderr, flush=True)
         return 1
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(standin))
-    server.daemon_threads = True
+    server = Server((args.host, args.port), make_handler(standin))
     print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
           f"this is not SGLang", file=sys.stderr, flush=True)
     try:
@@ -340,8 +344,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
 def serve_in_thread(argv: list[str], env: dict) -> ThreadingHTTPServer:
     """For unit tests: the same server on loopback, in this process."""
     args = parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(StandIn(args, env)))
-    server.daemon_threads = True
+    server = Server((args.host, args.port), make_handler(StandIn(args, env)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
