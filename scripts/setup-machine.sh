@@ -21,7 +21,9 @@ if ! docker info >/dev/null 2>&1; then
     systemctl start docker
   else
     echo "setup: starting dockerd (no systemd here)" >&2
-    nohup dockerd >/var/log/sglang-dockerd.log 2>&1 &
+    # In a session of its own: a daemon left in the caller's process group dies when that group is
+    # signalled (a timed-out test command, a job killed by its runner), taking every container with it.
+    setsid nohup dockerd >>/var/log/sglang-dockerd.log 2>&1 </dev/null &
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not answer within 60 s; see /var/log/sglang-dockerd.log" >&2; exit 1; }

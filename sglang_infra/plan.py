@@ -400,12 +400,15 @@ def server_config(api_key: bytes | None) -> bytes | None:
     return None if api_key is None else b"api-key: " + json.dumps(api_key.decode()).encode() + b"\n"
 
 
-def snapshot_spec(data: Mapping[str, Any]) -> dict[str, Any]:
-    """What the snapshot of a host reads, from its (already judged) data."""
+def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, Any]:
+    """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too."""
     paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"])
-    return {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
+    spec = {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
             "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
             "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
+    if report:
+        spec["report"] = True
+    return spec
 
 
 def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=()) -> HostPlan:
@@ -590,19 +593,22 @@ def _groups(host) -> list[str]:
     return out
 
 
-def _resolve_host(host) -> tuple[HostPlan | None, list[str]]:
+def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str], dict | None]:
+    """The host's plan (or None), its problems, and its snapshot (None when it was not read)."""
     from . import factcache
     from .snapshot import Snapshot
 
     data = host.data.dict()
     errors = check_data(host.name, data)
     if errors:
-        return None, errors
-    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(data), sort_keys=True))
+        return None, errors, None
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(data, report), sort_keys=True))
+    if snapshot is None:
+        return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return _resolve_judged(host.name, data, snapshot, _groups(host)), []
+        return _resolve_judged(host.name, data, snapshot, _groups(host)), [], snapshot
     except DeployDataError as error:
-        return None, error.problems
+        return None, error.problems, snapshot
 
 
 def _overrides(host) -> str | None:
@@ -617,14 +623,19 @@ def _overrides(host) -> str | None:
     return f"[{host.name}] over group_data, {'; '.join(parts)}" if parts else None
 
 
-def preflight(host, inventory) -> None:
+def preflight(host, inventory) -> bool:
     """
     Resolve every host being deployed, at once and in parallel (one snapshot
     each), and refuse the run before anything executes when any host has a
     problem. Called at the top of deploy.py; later calls reuse the plans.
+    True: go on with this host's tasks. Only a status report (status.py)
+    gets False, for a host it reports as refused or unreadable instead.
     """
     import gevent
 
+    from . import status
+
+    report = bool(status.requested())
     key = id(host.state)
     if key not in _reads:
         hosts = inventory.get_active_hosts() or list(inventory)
@@ -632,20 +643,25 @@ def preflight(host, inventory) -> None:
             said = _overrides(each)
             if said:
                 logger.info(said)
-        _reads[key] = [(h, gevent.spawn(_resolve_host, h)) for h in hosts]
+        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report)) for h in hosts]
     jobs = _reads[key]
     gevent.joinall([job for _, job in jobs], raise_error=True)
-    raise_if([problem for _, job in jobs for problem in job.value[1]])
+    if report:
+        for each, job in jobs:
+            status.note(host.state, each.name, *job.value)
+    else:
+        raise_if([problem for _, job in jobs for problem in job.value[1]])
     if key not in _plans:
-        _plans[key] = _fleet({h.name: job.value[0] for h, job in jobs}, inventory)
+        _plans[key] = _fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
+    return _plans[key].get(host.name) is not None
 
 
-def _fleet(plans: dict[str, HostPlan], inventory) -> dict[str, HostPlan]:
+def _fleet(plans: dict[str, HostPlan | None], inventory, refuse: bool = True) -> dict[str, HostPlan | None]:
     """
     Every router host's plan with its gateways: the workers of each model are
     the inventory's serving hosts of that model (those outside this run too,
     which then keep the membership they have); refused when any router host
-    has a problem with the fleet.
+    has a problem with the fleet (a status report keeps such a plan as it is).
     """
     workers: dict[str, list[Worker]] = {}
     for each in inventory:
@@ -654,12 +670,13 @@ def _fleet(plans: dict[str, HostPlan], inventory) -> dict[str, HostPlan]:
             workers.setdefault(key, []).append(worker)
     out, errors = dict(plans), []
     for name, plan in plans.items():
-        if plan.routes:
+        if plan is not None and plan.routes:
             try:
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
-    raise_if(errors)
+    if refuse:
+        raise_if(errors)
     return out
 
 

@@ -11,6 +11,8 @@ import sys
 
 from pyinfra.api.state import BaseStateCallback
 
+from . import status
+
 _installed: set[int] = set()
 
 
@@ -32,7 +34,8 @@ def failed_hosts_line(state, last_error: dict[str, str]) -> str | None:
 
 
 def install(state) -> None:
-    """Register once per run; the line is printed when pyinfra exits."""
+    """Register once per run; the line is printed when pyinfra exits (and a status report written, status.py)."""
+    status.install(state)
     if id(state) in _installed:
         return
     _installed.add(id(state))

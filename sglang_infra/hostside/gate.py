@@ -9,14 +9,17 @@
    fail: keep them as *.failed, restore the last known-good config, recreate,
    validate again, and exit non-zero saying so (1: rolled back, 2: the
    rollback failed too and the host needs a person).
+Either way, the outcome is recorded in docker/.last-gate (stamp.LAST): when,
+pass or fail and why, and the benchmark's figures (scripts/status.sh).
 
 With --gateway SLUG the same gate validates a gateway (the `router` group):
-its stack, scripts and stamp are in router/SLUG/ below the home, the checks
-run through it, and a rollback restores its compose.yaml (its worker set,
-workers.json, is the fleet's and is never rolled back).
+its stack, scripts, stamp and record are in router/SLUG/ below the home, the
+checks run through it, and a rollback restores its compose.yaml (its worker
+set, workers.json, is the fleet's and is never rolled back).
 """
 
 import argparse
+import json
 import os
 import stat
 import socket
@@ -31,6 +34,8 @@ LOG_LINES = 40  # of the server's log, shown when it never became ready
 # compose's own commands take seconds. The gate as a whole ends within --ready-timeout plus this.
 CHECKS_BUDGET = 900
 COMMAND_TIMEOUT = 120
+# benchmark.sh's summary fields kept in the gate's record.
+BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "ok", "result_file")
 
 
 def say(line):
@@ -58,9 +63,11 @@ class Gate:
     def __init__(self, args):
         self.args = args
         self.home = args.home
-        if args.gateway:
-            self.docker_dir = self.scripts_dir = os.path.join(args.home, "router", args.gateway)
-            self.project, self.service = stack.gateway(args.gateway)
+        self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
+        gateway = getattr(args, "gateway", None)   # gate.sh always passes it; a caller of Gate may not
+        if gateway:
+            self.docker_dir = self.scripts_dir = os.path.join(args.home, "router", gateway)
+            self.project, self.service = stack.gateway(gateway)
             self.extra = stamp.GATEWAY_FILES
         else:
             self.docker_dir, self.scripts_dir = os.path.join(args.home, "docker"), args.home
@@ -86,6 +93,7 @@ class Gate:
 
     def validate(self):
         """None when everything passed, else the reason."""
+        self.benchmark = None
         ready = checks.wait_ready(self.args.url, self.args.model, self.args.ready_timeout, gone=self.gone)
         if not ready["ok"]:
             say(f"ready FAILED: {'; '.join(ready['problems'])}")
@@ -114,6 +122,8 @@ class Gate:
                 return reason
             lines = (found.stdout + found.stderr).strip().splitlines()
             summary = [line for line in lines if line.startswith("{")][-1:]
+            if script == "benchmark.sh" and summary:
+                self.benchmark = benchmark_fields(summary[0])
             if found.returncode != 0:
                 reason = f"{script}: {([l for l in lines if not l.startswith('{')][-1:] or ['no output'])[0]}"
                 say(reason)
@@ -131,16 +141,29 @@ class Gate:
                             stamp.digest(self.scripts_dir, found, self.docker_dir, self.extra) + "\n",
                             os.path.join(self.docker_dir, "compose.yaml"))
 
+    def record(self, failed, benchmark, rolled_back=None):
+        """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
+        text = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passed": failed is None,
+                           "reason": failed, "rolled_back": rolled_back, "benchmark": benchmark}, sort_keys=True)
+        try:
+            stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
+                                os.path.join(self.docker_dir, "compose.yaml"))
+        except OSError as error:
+            say(f"could not record the outcome in {stamp.LAST} ({error})")
+
     def run(self):
         failed = self.validate()
+        tried = self.benchmark
         if failed is None:
             try:
                 self.keep(".good")
             except OSError as error:
                 say(f"FAILED: the checks passed, but the known-good copy could not be saved ({error}); "
                     "nothing was stamped, the previous known-good config is kept")
+                self.record(f"the known-good copy could not be saved ({error})", tried)
                 return 1
             self.stamp()
+            self.record(None, tried)
             say("passed; this config is now the last known-good one")
             return 0
         try:
@@ -150,6 +173,7 @@ class Gate:
         good = [path + ".good" for path in self.config()]
         if not all(os.path.isfile(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
+            self.record(failed, tried)
             return 1
         say(f"FAILED: {failed}. Rolling back to the last known-good config")
         for path in good:
@@ -157,6 +181,7 @@ class Gate:
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()
+        self.record(failed, tried, rolled_back=again is None)
         if again is None:
             self.stamp()
             say(f"FAILED: {failed}. Rolled back to the last known-good config, which serves and validates again; "
@@ -165,6 +190,15 @@ class Gate:
         say(f"FAILED: {failed}. The rollback to the last known-good config ALSO failed ({again}); "
             "the host needs a person")
         return 2
+
+
+def benchmark_fields(line):
+    """The figures of benchmark.sh's JSON summary line that the record keeps (None if it is not JSON)."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return {key: found.get(key) for key in BENCHMARK_FIELDS} if isinstance(found, dict) else None
 
 
 def main(argv=None):

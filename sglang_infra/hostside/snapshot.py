@@ -11,7 +11,9 @@ own output, parsed on the control side), layout (the managed directories and
 the drifted entries below the home), files (owner, mode and sha256 of the
 files the deploy writes), models (cachestate.py), tools (the pull's venv),
 stack (stack.py), gate (stamp.py), and routers: each gateway in
-router/<slug>/ (its stack, stamp and the worker set in its workers.json).
+router/<slug>/ (its stack, stamp and the worker set in its workers.json);
+with "report": true in the spec also report (report.py), what
+scripts/status.sh shows beyond the deploy's needs.
 """
 
 import glob
@@ -27,7 +29,7 @@ import stat
 import subprocess
 import sys
 
-from . import cachestate, dockerapi, safefs, stack, stamp
+from . import cachestate, dockerapi, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -353,7 +355,7 @@ def read(spec):
     found_gpus = gpus()
     if found_gpus is not None:
         found_gpus["runtimes"] = engine["runtimes"]
-    return {
+    found = {
         "python3": sys.executable,
         "os": _os_release(),
         "account": account(spec),
@@ -371,6 +373,9 @@ def read(spec):
                  "digest": stamp.digest(home, container)},
         "routers": routers(home, engine["api"]),
     }
+    if spec.get("report"):
+        found["report"] = report.read(home, engine)
+    return found
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ import os
 from . import safefs
 
 STAMP = ".validated"
+# The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
+# {"time": UTC, "passed", "reason", "rolled_back", "benchmark": benchmark.sh's summary or None}.
+LAST = ".last-gate"
 SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
 # Besides compose.yaml and .env, what a gateway's digest covers (router/<slug>/).
 GATEWAY_FILES = ("workers.json", "launch.py")

@@ -1,0 +1,127 @@
+"""What a fleet status report reads beyond the deploy's own snapshot
+(snapshot.py adds it as the "report" section when its spec says
+"report": true; scripts/status.sh asks for it). Read-only and bounded, like
+the rest of the snapshot: hf-cache and results are group-writable, so names
+there are never followed (lstat only) and nothing is opened below them.
+
+Sections: now (the host's clock, for the container's uptime), gpus (memory
+used and total per GPU), engine (Docker's version from the Engine API),
+compose (the plugin's own `version --short`), cache (the bytes of hf-cache,
+each file counted once), disk (free and total bytes where hf-cache lives),
+gate (the last gate's record, stamp.LAST, written by gate.py).
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+
+from . import dockerapi, safefs, stamp
+
+COMMAND_TIMEOUT = 30   # seconds, for nvidia-smi and the compose plugin
+MAX_ENTRIES = 1_000_000  # entries hf-cache's size walks at most; a larger tree is reported as partial
+
+
+def _run(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def gpu_memory(nvidia_smi):
+    """[{"name", "used_mib", "total_mib"}] per GPU, or None without nvidia-smi."""
+    if not nvidia_smi:
+        return None
+    out = []
+    for line in _run([nvidia_smi, "--query-gpu=name,memory.used,memory.total",
+                      "--format=csv,noheader,nounits"]).splitlines():
+        parts = [p.strip() for p in line.rsplit(",", 2)]
+        if len(parts) == 3:
+            try:
+                out.append({"name": parts[0], "used_mib": int(float(parts[1])), "total_mib": int(float(parts[2]))})
+            except ValueError:
+                out.append({"name": parts[0], "used_mib": None, "total_mib": None})
+    return out
+
+
+def engine(api):
+    """Docker's version and API version, from the Engine API (None when the engine does not answer)."""
+    if not api:
+        return None
+    try:
+        found = dockerapi.get("/version") or {}
+    except (dockerapi.Unavailable, ValueError):
+        return None
+    return {"version": found.get("Version"), "api": found.get("ApiVersion")}
+
+
+def compose(plugin):
+    """The compose plugin's version (`docker-compose version --short`), or None."""
+    if not plugin:
+        return None
+    return _run([plugin, "version", "--short"]).strip().lstrip("v") or None
+
+
+def cache_size(top):
+    """Bytes of the regular files below ``top``, each inode once (blobs and their links), no link followed."""
+    seen, files, entries, partial = set(), 0, 0, False
+    pending = [top]
+    while pending:
+        try:
+            listing = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in listing:
+            entries += 1
+            if entries > MAX_ENTRIES:
+                partial, pending = True, []
+                break
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(entry.path)
+            elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                files += st.st_size
+    return {"bytes": files, "files": len(seen), "partial": partial}
+
+
+def disk(path):
+    """Free (for unprivileged users) and total bytes of the filesystem holding ``path``."""
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return None
+    return {"path": path, "free": found.f_bavail * found.f_frsize, "total": found.f_blocks * found.f_frsize}
+
+
+def last_gate(home):
+    raw = safefs.read_regular(os.path.join(home, "docker", stamp.LAST), 65536)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return {"unreadable": True}
+    return found if isinstance(found, dict) else None
+
+
+def read(home, docker):
+    """The report section; ``docker`` is the snapshot's own docker section (socket, plugin)."""
+    cache = os.path.join(home, "hf-cache")
+    try:
+        real_cache = stat.S_ISDIR(os.lstat(cache).st_mode)
+    except OSError:
+        real_cache = False
+    return {
+        "now": time.time(),
+        "gpus": gpu_memory(shutil.which("nvidia-smi")),
+        "engine": engine(docker.get("api")),
+        "compose": compose(docker.get("compose_plugin")),
+        "cache": cache_size(cache) if real_cache else None,
+        "disk": disk(cache if real_cache else home),
+        "gate": last_gate(home),
+    }

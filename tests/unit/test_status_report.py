@@ -1,0 +1,236 @@
+"""The fleet status report: a host's row from its plan and snapshot (the lock
+rules), the verdicts, table, summary and exit code from rows, and the
+report's host-side reads (hf-cache size, the gate's record) on temp trees."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import pinned_defaults, plan_for
+from sglang_infra import fleetstatus, status
+from sglang_infra.hostside import gate, report, stamp
+from sglang_infra.lock import Lock, LockedModel
+
+DIGEST = "sha256:" + "ab" * 32
+OTHER = "sha256:" + "cd" * 32
+FILES = ({"path": "config.json", "size": 2, "sha256": "1" * 64, "sha256_from": "computed"},)
+IMAGE_ID = "sha256:" + "ee" * 32
+
+
+def _plan(toolchain=False, **data):
+    return plan_for({**pinned_defaults(), "sglang_toolchain_image": toolchain, **data})
+
+
+def _lock(plan, digest=DIGEST, commit=None):
+    model = LockedModel(plan.served.key, plan.served.repo_id, commit or plan.served.revision, FILES)
+    return Lock(path="/inv/sglang.lock", written_at="", models={plan.served.key: model},
+                images={plan.data["sglang_image"]: digest} if digest else {}, wheels={})
+
+
+def _snapshot(plan, repo_digest=None, labels=None, content=None, verified=True, gate_record=None, state="running"):
+    repo = plan.data["sglang_image"].split(":")[0]
+    images = {plan.serving_image: {"id": IMAGE_ID, "labels": labels or {}}}
+    if repo_digest:
+        images[f"{repo}@{repo_digest}"] = {"id": IMAGE_ID, "labels": labels or {}}
+    revision = {"complete": verified, "verified": verified, "size": 2,
+                "content": content if content is not None else LockedModel("k", "r", "c", FILES).content}
+    return {
+        "os": {"id": "debian", "version": "13"},
+        "docker": {"images": images},
+        "stack": {"container": {"id": "c1", "state": state, "health": "healthy", "image_id": IMAGE_ID,
+                                "started_at": "2026-01-01T10:00:00.123456789Z",
+                                "labels": {"sglang.model": plan.served.pinned}}},
+        "models": {"repos": {plan.served.repo_id: {"revisions": {plan.served.revision: revision}}}},
+        "gate": {"stamp": "s", "digest": "s"},
+        "report": {"now": 1767261600.0 + 3725,   # 2026-01-01T11:02:05Z
+                   "gpus": [{"name": "NVIDIA GeForce RTX 4090", "used_mib": 20000, "total_mib": 24564}] * 2,
+                   "engine": {"version": "26.1.5"}, "compose": "2.26.1",
+                   "cache": {"bytes": 2048, "files": 1, "partial": False},
+                   "disk": {"free": 10 << 30, "total": 100 << 30},
+                   "gate": gate_record if gate_record is not None else {
+                       "time": "2026-01-01T10:01:00Z", "passed": True, "reason": None, "rolled_back": None,
+                       "benchmark": {"tok_per_s": 900.0, "baseline_tok_per_s": 985, "ratio_to_baseline": 0.914}}},
+    }
+
+
+# ---------------------------------------------------------------- one host's row
+
+def test_a_row_says_what_the_host_runs():
+    plan = _plan()
+    row = status.row("gpu-01", plan, _snapshot(plan), [])
+    assert row["os"] == "debian 13"
+    assert row["gpus"] == {"count": 2, "names": {"NVIDIA GeForce RTX 4090": 2}, "used_mib": 40000,
+                           "total_mib": 49128}
+    assert row["docker"] == {"engine": "26.1.5", "compose": "2.26.1"}
+    assert row["image"]["ref"] == plan.serving_image and row["image"]["id"] == "ee" * 6
+    assert row["image"]["lock"] == "no lock" and row["model"]["lock"] == "no lock"
+    assert row["model"]["key"] == plan.served.key and row["model"]["short"] == plan.served.revision[:7]
+    assert row["container"]["uptime_s"] == 3725
+    assert row["gate"]["ratio_to_baseline"] == 0.914 and row["gate"]["current"] is True
+    assert row["drift"] == {"operations": 0, "names": []}
+
+
+@pytest.mark.parametrize("case,lock_digest,running_digest,expected", [
+    ("the container runs the lock's digest", DIGEST, DIGEST, "yes"),
+    ("the container runs another digest", DIGEST, OTHER, "no"),
+    ("the running image has no registry digest", DIGEST, None, "no"),
+    ("the lock pins no digest for the image", None, DIGEST, "n/a"),
+])
+def test_the_image_matches_the_lock_by_the_running_images_repo_digest(case, lock_digest, running_digest, expected):
+    plain = _plan()
+    plan = replace(plain, lock=_lock(plain, lock_digest))
+    row = status.row("gpu-01", plan, _snapshot(plan, repo_digest=running_digest), [])
+    assert row["image"]["lock"] == expected, case
+
+
+@pytest.mark.parametrize("base,expected", [(f"lmsysorg/sglang@{DIGEST}", "yes"),
+                                           (f"lmsysorg/sglang@{OTHER}", "no"), (None, "no")])
+def test_the_toolchain_image_matches_the_lock_by_the_base_it_was_built_from(base, expected):
+    plain = _plan(toolchain=True)
+    plan = replace(plain, lock=_lock(plain))
+    labels = {status.TOOLCHAIN_BASE_LABEL: base} if base else {}
+    assert status.row("gpu-01", plan, _snapshot(plan, labels=labels), [])["image"]["lock"] == expected
+
+
+def test_an_image_loaded_from_an_archive_is_not_judged_against_the_lock(tmp_path):
+    archive = tmp_path / "sglang.tar"
+    archive.write_bytes(b"")
+    plain = _plan(sglang_image_archive=str(archive))
+    plan = replace(plain, lock=_lock(plain))
+    assert status.row("gpu-01", plan, _snapshot(plan), [])["image"]["lock"] == "n/a"
+
+
+@pytest.mark.parametrize("case,commit,content,verified,expected", [
+    ("the lock's commit, verified with the lock's content", None, None, True, "yes"),
+    ("another commit", "9" * 40, None, True, "no"),
+    ("other content", None, "f" * 64, True, "no"),
+    ("not verified", None, None, False, "no"),
+])
+def test_the_model_matches_the_lock_by_commit_and_content(case, commit, content, verified, expected):
+    plain = _plan()
+    plan = replace(plain, lock=_lock(plain, commit=commit))
+    row = status.row("gpu-01", plan, _snapshot(plan, content=content, verified=verified), [])
+    assert row["model"]["lock"] == expected, case
+
+
+# ---------------------------------------------------------------- verdicts, table, exit code
+
+def _row(**changes):
+    plan = _plan()
+    return {**status.row("gpu-01", plan, _snapshot(plan), []), **changes}
+
+
+def test_an_ok_fleet_exits_zero_and_says_so():
+    judged = fleetstatus.judged([_row(), _row(host="gpu-02")])
+    assert judged["exit"] == 0 and [h["verdict"] for h in judged["hosts"]] == ["ok", "ok"]
+    assert fleetstatus.table(judged).splitlines()[-1] == "fleet: 2 host(s): 2 ok; no drift"
+
+
+def test_drift_is_shown_but_is_no_failure():
+    judged = fleetstatus.judged([_row(drift={"operations": 3, "names": ["a", "b", "c"]})])
+    assert judged["exit"] == 0 and judged["hosts"][0]["verdict"] == "ok"
+    assert fleetstatus.table(judged).splitlines()[-1] == \
+        "fleet: 1 host(s): 1 ok; 3 operation(s) would change on 1 host(s)"
+
+
+@pytest.mark.parametrize("changes,verdict,problem", [
+    ({"container": None}, "failing", "failing: the service has no container"),
+    ({"container": {"state": "exited", "health": None, "uptime_s": None}}, "failing",
+     "failing: the container is exited"),
+    ({"container": {"state": "running", "health": "unhealthy", "uptime_s": 5}}, "failing",
+     "failing: the container is unhealthy"),
+    ({"gate": {"passed": False, "reason": "benchmark.sh: 12 tok/s is below 80% of the baseline"}}, "failing",
+     "failing: the last gate failed: benchmark.sh: 12 tok/s is below 80% of the baseline"),
+    ({"image": {"ref": "lmsysorg/sglang:v0.5.16", "lock": "no"}, "lock": "/inv/sglang.lock"}, "off the lock",
+     "off the lock: the container runs lmsysorg/sglang:v0.5.16, not the image digest of /inv/sglang.lock"),
+    ({"refused": ["host gpu-01: sglang_port: 'x' is not an integer. Fix: ..."]}, "refused",
+     "refused: host gpu-01: sglang_port: 'x' is not an integer. Fix: ..."),
+])
+def test_each_problem_fails_the_fleet_with_its_verdict(changes, verdict, problem):
+    judged = fleetstatus.judged([_row(), _row(host="gpu-02", **changes)])
+    assert judged["exit"] == 1
+    assert judged["hosts"][1]["verdict"] == verdict and problem in judged["hosts"][1]["problems"]
+    assert f"gpu-02: {problem}" in fleetstatus.table(judged).splitlines()
+
+
+def test_an_unreachable_host_is_a_row_of_its_own_and_the_worst_verdict_counts():
+    down = status.unanswered("gpu-03", "Could not connect ([Errno 113] No route to host)")
+    judged = fleetstatus.judged([_row(container=None), down])
+    lines = fleetstatus.table(judged).splitlines()
+    assert lines[2].split() == ["gpu-03", "unreachable", "?"]
+    assert "gpu-03: unreachable: Could not connect ([Errno 113] No route to host)" in lines
+    assert lines[-1] == "fleet: 2 host(s): 1 unreachable, 1 failing, 0 ok; no drift"
+    assert judged["exit"] == 1
+
+
+def test_the_table_shows_each_column_of_a_row():
+    line = fleetstatus.table(fleetstatus.judged([_row()])).splitlines()[1]
+    for cell in ("gpu-01", "ok", "debian 13", "2×NVIDIA GeForce RTX 4090 39.1/48.0 GiB", "26.1.5 / 2.26.1",
+                 f"id {'ee' * 6}", "verified", "running (healthy) 1h2m", "2026-01-01T10:01:00Z pass 900 tok/s (0.914x)",
+                 "2.0 KiB / 10.0 GiB"):
+        assert cell in line, (cell, line)
+
+
+def test_pyinfras_connect_error_becomes_the_reason():
+    output = ("\x1b[1m[gpu-02]\x1b[0m over group_data, its inventory data sets sglang_image\n"
+              "    [gpu-02] \x1b[31mCould not connect (timed out)\x1b[0m\n")
+    assert fleetstatus._connect_errors(output, ["gpu-02"]) == {"gpu-02": "Could not connect (timed out)"}
+
+
+# ---------------------------------------------------------------- the host-side reads
+
+def test_hf_cache_size_counts_each_blob_once_and_follows_no_link(tmp_path):
+    cache = tmp_path / "hf-cache"
+    blobs, snap = cache / "hub" / "models--a--b" / "blobs", cache / "hub" / "models--a--b" / "snapshots" / "c"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (blobs / "x").write_bytes(b"1" * 1000)
+    os.link(blobs / "x", snap / "hardlinked")
+    (snap / "model.safetensors").symlink_to("../../blobs/x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(b"2" * 5000)
+    (cache / "hub" / "planted").symlink_to(outside)
+    assert report.cache_size(str(cache)) == {"bytes": 1000, "files": 1, "partial": False}
+
+
+def test_the_gate_records_its_outcome_and_the_benchmarks_figures(tmp_path):
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    (docker / "compose.yaml").write_text("x")
+    run = gate.Gate(SimpleNamespace(home=str(tmp_path)))
+    line = json.dumps({"time": "2026-01-01T10:01:00Z", "tok_per_s": 812.5, "baseline_tok_per_s": 985,
+                       "ratio_to_baseline": 0.825, "ok": True, "result_file": "/r.json", "ttft_p50_s": 0.1})
+    run.record("test_tool_calling.sh: no tool_calls", gate.benchmark_fields(line), rolled_back=True)
+    found = report.last_gate(str(tmp_path))
+    assert found["passed"] is False and found["reason"] == "test_tool_calling.sh: no tool_calls"
+    assert found["rolled_back"] is True and found["benchmark"]["tok_per_s"] == 812.5
+    assert "ttft_p50_s" not in found["benchmark"]
+    assert (docker / stamp.LAST).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_planted_symlink_as_the_gate_record_is_not_followed(tmp_path):
+    (tmp_path / "docker").mkdir()
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"passed": True}))
+    (tmp_path / "docker" / stamp.LAST).symlink_to(secret)
+    assert report.last_gate(str(tmp_path)) is None
+
+
+def test_the_snapshot_reads_the_report_section_only_when_asked(tmp_path):
+    from test_snapshot import read
+
+    home = tmp_path / "home"
+    (home / "hf-cache" / "hub").mkdir(parents=True)
+    (home / "docker").mkdir()
+    (home / "hf-cache" / "hub" / "blob").write_bytes(b"x" * 10)
+    assert "report" not in read(home)
+    found = read(home, report=True)["report"]
+    assert found["cache"] == {"bytes": 10, "files": 1, "partial": False}
+    assert found["disk"]["path"] == str(home / "hf-cache") and 0 < found["disk"]["free"] <= found["disk"]["total"]
+    assert found["gate"] is None and isinstance(found["now"], float)
