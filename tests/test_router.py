@@ -7,13 +7,15 @@ three refusals, before any change."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import run_deploy
+from harness import PROJECT_DIR, run_deploy
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
 GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"   # the production model (tests/testbed/hub.py: tiny-chat)
@@ -121,6 +123,21 @@ def test_a_rerun_changes_nothing_and_restarts_no_gateway(fleet):
     assert again.returncode == 0, again.output[-3000:]
     assert {name: again.changed(name) for name in (W1, W2, GW)} == {W1: [], W2: [], GW: []}
     assert started(hosts[GW]) == before
+
+
+def test_the_status_report_shows_the_gateways_workers_and_their_health(fleet):
+    hosts, _, good, _ = fleet
+    proc = subprocess.run(["bash", "scripts/status.sh", str(good), "--json"], cwd=PROJECT_DIR,
+                          env=dict(os.environ, PYTHONPATH=str(PROJECT_DIR)), capture_output=True, text=True,
+                          timeout=600)
+    rows = {row["host"]: row for row in json.loads(proc.stdout)["hosts"]}
+    [gateway] = rows[GW]["gateways"]
+    assert gateway["port"] == PORT and {w["url"]: w["healthy"] for w in gateway["workers"]} == \
+        {url_of(hosts, W1): True, url_of(hosts, W2): True}
+    assert rows[GW]["verdict"] == "ok", rows[GW]["problems"]   # a router-only host has no model of its own
+    text = subprocess.run(["bash", "scripts/status.sh", str(good)], cwd=PROJECT_DIR, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(PROJECT_DIR)), timeout=600).stdout
+    assert f"{GW}: gateway qwen3-6-35b-a3b-awq :{PORT}: 2/2 workers healthy" in text
 
 
 def test_a_third_worker_whose_gate_fails_is_never_added(fleet):

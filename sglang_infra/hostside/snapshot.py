@@ -304,22 +304,10 @@ def adopted(path):
     return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": empty}
 
 
-def gateway_dirs(home):
-    """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink."""
-    top = os.path.join(home, "router")
-    if os.path.islink(top) or not os.path.isdir(top):
-        return {}
-    out = {}
-    for entry in sorted(os.scandir(top), key=lambda e: e.name):
-        if entry.is_dir(follow_symlinks=False):
-            out[entry.name] = entry.path
-    return out
-
-
 def routers(home, engine_api):
     """Each gateway: its stack as stack.state() sees it, its stamp, the digest it has now, the workers file."""
     out = {}
-    for slug, directory in gateway_dirs(home).items():
+    for slug, directory in stack.gateway_dirs(home).items():
         project, service = stack.gateway(slug)
         running = {"container": None, "record": None, "current": False}
         if engine_api:
@@ -341,7 +329,7 @@ def routers(home, engine_api):
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, "docker")
-    gateways = gateway_dirs(home)
+    gateways = stack.gateway_dirs(home)
     spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, "router")] if gateways else []),
                             *gateways.values()])
     engine = docker()

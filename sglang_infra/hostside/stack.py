@@ -29,6 +29,15 @@ def gateway(slug):
     return GATEWAY_PROJECT.format(slug=slug), GATEWAY_SERVICE
 
 
+def gateway_dirs(home):
+    """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink."""
+    top = os.path.join(home, "router")
+    if os.path.islink(top) or not os.path.isdir(top):
+        return {}
+    return {entry.name: entry.path for entry in sorted(os.scandir(top), key=lambda e: e.name)
+            if entry.is_dir(follow_symlinks=False)}
+
+
 def container(project=PROJECT, service=SERVICE):
     """The service's container as the engine reports it (with when it last started), or None."""
     found = dockerapi.compose_containers(project).get(service)
