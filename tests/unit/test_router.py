@@ -221,3 +221,20 @@ def test_a_worker_outside_this_run_keeps_its_membership():
     outside = plans.Worker("gpu-02", W2.url, "/opt/sglang/docker", None)
     commands, fake = members([W1.url, W2.url], (W1, outside), {"gpu-01": worker_snapshot("c1")})
     assert commands == [] and fake.noops
+
+
+# ---------------------------------------------------------------- the status report
+
+def test_the_status_shows_each_gateways_workers_and_judges_a_gateway_without_healthy_ones():
+    from sglang_infra import fleetstatus
+
+    healthy = {"slug": "m", "port": 30080, "error": None,
+               "workers": [{"url": "http://10.0.0.11:30000", "healthy": True},
+                           {"url": "http://10.0.0.12:30000", "healthy": False}]}
+    assert fleetstatus.gateway_line("gw-1", healthy) == (
+        "gw-1: gateway m :30080: 1/2 workers healthy (http://10.0.0.11:30000 healthy, "
+        "http://10.0.0.12:30000 UNHEALTHY)")
+    row = {"reachable": True, "serves": False, "gateways": [healthy]}
+    assert fleetstatus.problems(row) == []          # a router-only host: no container or model of its own
+    dead = dict(healthy, workers=[{"url": "http://10.0.0.11:30000", "healthy": False}])
+    assert fleetstatus.problems(dict(row, gateways=[dead])) == [("failing", "gateway m has no healthy worker")]
