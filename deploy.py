@@ -10,19 +10,23 @@ one read of each host (sglang_infra/plan.py).
 from pyinfra import host, inventory, local, state
 
 from sglang_infra import compat, factcache, report
-from sglang_infra.plan import preflight
+from sglang_infra.plan import plan_of, preflight
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines
 report.install(state)         # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 if preflight(host, inventory):  # every host's plan; bad data on any host refuses the run (a status report skips that host)
+    serves = plan_of(host).serves  # a host only in the `router` group serves no model: it runs gateways
     local.include("tasks/account.py")        # 1. the sglang system account
     local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
     local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
-    local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
-    local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
-    local.include("tasks/image.py")          # 6. the pinned serving image
-    local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack
-    local.include("tasks/validation.py")     # 8. validation scripts, and the gate after every change
-    local.include("tasks/model_pruning.py")  # 9. opt-in: cached revisions nothing keeps or references
+    if serves:
+        local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
+        local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
+        local.include("tasks/image.py")          # 6. the pinned serving image
+        local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack
+        local.include("tasks/validation.py")     # 8. validation scripts, and the gate after every change
+    local.include("tasks/router.py")         # 9. router hosts: one gateway per model, in front of the workers that passed
+    if serves:
+        local.include("tasks/model_pruning.py")  # 10. opt-in: cached revisions nothing keeps or references

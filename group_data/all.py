@@ -186,6 +186,47 @@ sglang_benchmark_min_fraction = 0.8
 # Apply again a config that already failed its gate on a host (kept there as compose.yaml.failed); off, so a cron'd re-run does not repeat the outage (recreate, wait, fail, roll back) until the data changes.
 sglang_retry_failed = False
 
+# ---------------------------------------------------------------- Fleet front door (router group)
+
+# Address the gateways use to reach this host's API (sglang_port); None uses its ssh_hostname, else its inventory name.
+sglang_worker_address = None
+
+# Image of the gateway (sglang-router's Model Gateway); None runs the pinned sglang_image, which carries sglang-router. Set it apart only to pin the gateway separately, and pin it: a floating tag would change the front door on a restart.
+sglang_router_image = None
+
+# Registry keys this router host fronts, one gateway (container and port) each; None fronts every model some host of the inventory serves.
+sglang_router_models = None
+
+# How the gateway picks a worker: cache_aware sends a prompt to the worker whose RadixAttention cache already holds its prefix, and balances by load once the workers are uneven; also random, round_robin, power_of_two or manual.
+sglang_router_policy = "cache_aware"
+
+# Host address the gateways publish their ports on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers.
+sglang_router_bind_address = "0.0.0.0"
+
+# Port of the first model's gateway (the first model of sglang_models); each later model in the registry takes the next port, so adding a model at the end moves no one.
+sglang_router_port = 30080
+
+# Prometheus port of the first model's gateway, numbered the same way (sglang-router's own default is 29000).
+sglang_router_prometheus_port = 29000
+
+# Seconds between the gateway's health checks of each worker; sglang-router's default of 60 (with 3 failures) kept a dead worker in rotation for about 3 minutes.
+sglang_router_health_check_interval = 5
+
+# Seconds a worker's /health may take before the check counts as failed; below the interval, so checks never pile up.
+sglang_router_health_check_timeout = 3
+
+# Consecutive failed checks before a worker leaves rotation: 2 rides out one slow answer and still drops a dead worker within about 10 s.
+sglang_router_health_failure_threshold = 2
+
+# Consecutive passed checks before a worker comes back: 1, because the deploy only lists workers that passed their gate.
+sglang_router_health_success_threshold = 1
+
+# Seconds one request may take through the gateway; long reasoning answers at a 262144-token context take minutes.
+sglang_router_request_timeout = 1800
+
+# Seconds the gateway waits for its listed workers when it starts: they already passed their gate and answer at once, so a long wait would only delay the front door.
+sglang_router_worker_startup_timeout = 120
+
 # ---------------------------------------------------------------- Launch flags
 
 # The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.

@@ -47,6 +47,13 @@ def problems(row: dict) -> list[tuple[str, str]]:
     if row.get("unreachable"):
         return [("unreachable", row["unreachable"])]
     found = []
+    for gateway in row.get("gateways") or ():
+        if gateway.get("error"):
+            found.append(("failing", f"gateway {gateway['slug']}: {gateway['error']}"))
+        elif not any(w["healthy"] for w in gateway["workers"]):
+            found.append(("failing", f"gateway {gateway['slug']} has no healthy worker"))
+    if row.get("serves") is False:   # a router-only host: no container, model or gate of its own to judge
+        return found
     container, gate, model, image = row.get("container"), row.get("gate"), row["model"], row["image"]
     if container is None:
         found.append(("failing", "the service has no container"))
@@ -143,6 +150,16 @@ HEADER = ["HOST", "STATUS", "OS", "GPUS (mem used/total)", "DOCKER / COMPOSE", "
           "MODEL", "LOCK", "CONTAINER", "LAST GATE (UTC)", "DRIFT", "HF-CACHE / FREE"]
 
 
+def gateway_line(host: str, gateway: dict) -> str:
+    """One gateway on a router host: its port, and each worker with the health the gateway reports."""
+    if gateway.get("error"):
+        return f"{host}: gateway {gateway['slug']} :{gateway.get('port')}: {gateway['error']}"
+    workers = gateway["workers"]
+    each = ", ".join(f"{w['url']} {'healthy' if w['healthy'] else 'UNHEALTHY'}" for w in workers) or "none"
+    healthy = sum(w["healthy"] for w in workers)
+    return f"{host}: gateway {gateway['slug']} :{gateway['port']}: {healthy}/{len(workers)} workers healthy ({each})"
+
+
 def summary_line(summary: dict) -> str:
     counts = ", ".join(f"{summary[kind]} {kind}" for kind in VERDICTS if summary[kind] or kind == "ok")
     drift = (f"{summary['drifted_operations']} operation(s) would change on {summary['drifted_hosts']} host(s)"
@@ -156,6 +173,7 @@ def table(report: dict) -> str:
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     for host in report["hosts"]:
         lines += [f"{host['host']}: {problem}" for problem in host["problems"]]
+        lines += [gateway_line(host["host"], gateway) for gateway in host.get("gateways") or ()]
     lines.append(summary_line(report["summary"]))
     return "\n".join(lines)
 

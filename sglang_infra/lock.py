@@ -97,8 +97,14 @@ def path_for(setting: str | None, inventory_dir: str | None) -> str | None:
 
 def inventory_dir() -> str | None:
     """The directory of this pyinfra run's inventory file, or None (not a pyinfra run, or hosts given on the
-    command line). Read from the run's command line with pyinfra's own parser: deploy files are loaded in a
-    greenlet, where click's context of the run is not visible."""
+    command line)."""
+    inventory = inventory_file()
+    return os.path.dirname(os.path.abspath(inventory)) if inventory else None
+
+
+def inventory_file() -> str | None:
+    """This pyinfra run's inventory file, or None. Read from the run's command line with pyinfra's own parser:
+    deploy files are loaded in a greenlet, where click's context of the run is not visible."""
     import sys
 
     if "pyinfra_cli.cli" not in sys.modules:
@@ -110,7 +116,7 @@ def inventory_dir() -> str | None:
     except Exception:  # not pyinfra's command line
         return None
     inventory = context.params.get("inventory")
-    return os.path.dirname(os.path.abspath(inventory)) if inventory and os.path.isfile(inventory) else None
+    return inventory if inventory and os.path.isfile(inventory) else None
 
 
 # ---------------------------------------------------------------- reading

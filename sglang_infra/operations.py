@@ -18,6 +18,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Stri
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from . import render, ship
+from .hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
 from .platforms import NOLOGIN_SHELL
 from .hostside.units import human
 from .snapshot import Unreadable, current
@@ -321,8 +322,19 @@ def _image_id(image: str) -> str | None:
     return (current(host)["docker"]["images"].get(image) or {}).get("id")
 
 
+def _section(gateway: str | None) -> dict:
+    """The snapshot's stack and gate of the server (``gateway`` None) or of the gateway in router/<gateway>/."""
+    snapshot = current(host)
+    if gateway is None:
+        return {"stack": snapshot["stack"], **snapshot["gate"]}
+    found = snapshot.get("routers", {}).get(gateway) or {}
+    return {"stack": found.get("stack") or {"container": None, "record": None, "current": False},
+            "stamp": found.get("stamp"), "digest": found.get("digest"), "workers": found.get("workers")}
+
+
 @snapshot_operation
-def stack_up(project_dir: str, image: str, model: str, compose_sha: str, recreate_if=None):
+def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
+             gateway: str | None = None):
     """
     Ensure the stack runs the current compose.yaml (``compose_sha``) from
     ``image``: `docker compose up -d` only when the service has no running
@@ -331,9 +343,11 @@ def stack_up(project_dir: str, image: str, model: str, compose_sha: str, recreat
     model switch recreates (--force-recreate), and so does ``recreate_if()``
     being true when it runs (the server's private config changed: compose
     cannot see a file's content). Otherwise nothing is restarted.
+
+    + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
     """
-    snapshot = current(host)
-    stack, found = snapshot["stack"], snapshot["stack"]["container"]
+    stack = _section(gateway)["stack"]
+    found = stack["container"]
     on_disk = (_file(f"{project_dir}/compose.yaml") or {}).get("sha256")
     reasons = []
     if found is None:
@@ -354,8 +368,9 @@ def stack_up(project_dir: str, image: str, model: str, compose_sha: str, recreat
         return
     switched = found is not None and found["labels"].get("sglang.model") not in (None, model)
     force = " --force-recreate" if switched or forced else ""
+    record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
     yield (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
-           f"python3 -c {q(ship.program('stack'))} {q(project_dir)}")
+           f"python3 -c {q(ship.program('stack'))} {q(project_dir)}{record}")
 
 
 def _run_streamed(state, host, command: str, _stdin: str | None = None) -> bool:
@@ -387,17 +402,20 @@ def not_failed_before(failed: str, sha: str, retry: bool = False):
 
 
 @snapshot_operation
-def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False):
+def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False,
+              gateway: str | None = None):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
     wrote matches the host as it is (hostside/stamp.py) and ``files`` (path:
     sha256, the plan's compose.yaml and scripts) and ``image`` are what is on
     it, run ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll
     back on failure). ``always`` runs it regardless.
+
+    + gateway: the slug of a gateway (router/<slug>/), whose stamp also covers its worker set
     """
-    snapshot = current(host)
-    found = snapshot["stack"]["container"]
-    same = (snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
+    section = _section(gateway)
+    found = section["stack"]["container"]
+    same = (section["stamp"] is not None and section["stamp"] == section["digest"]
             and all((_file(path) or {}).get("sha256") == sha for path, sha in files.items())
             and found is not None and found["image_id"] == _image_id(image))
     if same and not always:
@@ -582,3 +600,71 @@ def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: st
     failed = f"echo \"refused: building {tag} failed (above); the stack keeps its current image\" >&2; exit 1"
     # The build streams its progress; a failed build tags nothing, so compose never sees it.
     yield FunctionCommand(_run_streamed, (f"if {build}; then {verify}; else {failed}; fi",), {})
+
+
+@operation()
+def fleet_barrier(reason: str):
+    """
+    An ordering point that changes nothing. pyinfra orders operations by each
+    host's own sequence: a router-only host, which runs no gate, gives no
+    reason to run its gateway operations after the workers' gates. Every host
+    calls this at the same place (tasks/router.py), so everything before it on
+    any host runs before everything after it on any host.
+    """
+    host.noop(reason)
+    yield from ()
+
+
+def _fleet_snapshot(name: str) -> dict | None:
+    """Another host's snapshot as it is now (read again after its own commands ran), None when unreadable."""
+    from . import factcache
+    from .snapshot import Snapshot
+
+    try:
+        return factcache.current(host.inventory.get_host(name), Snapshot)
+    except Exception as error:   # a host lost mid-run, or not reachable: its worker counts as not validated
+        logger.warning(f"[{host.name}] the worker {name} could not be read ({error!r}); it counts as not validated")
+        return None
+
+
+def worker_validated(snapshot: dict | None, docker_dir: str, compose_sha: str) -> bool:
+    """
+    A worker passed its gate with the config its data asks for: the gate's
+    stamp is the digest of what runs now, its container runs, and the
+    compose.yaml in ``docker_dir`` is the one its plan renders (a host rolled
+    back to an older config does not count until its own config passes).
+    """
+    if not snapshot or not snapshot.get("gate"):
+        return False
+    container = (snapshot.get("stack") or {}).get("container") or {}
+    compose = ((snapshot.get("files") or {}).get(docker_dir) or {}).get("compose.yaml") or {}
+    return bool(snapshot["gate"]["stamp"] and snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
+                and container.get("state") == "running" and compose.get("sha256") == compose_sha)
+
+
+@snapshot_operation
+def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: str | None = None):
+    """
+    Ensure the gateway in ``directory`` (router/<gateway>/) has exactly the
+    ``workers`` (plan.Worker) that passed their gate with their own config:
+    decided when the operation runs, from each worker's snapshot read after
+    its own gate ran in this same run (tasks/router.py comes after
+    tasks/validation.py). A worker outside this run (--limit) keeps the
+    membership it has. On a difference, workers.json is rewritten (the
+    gateway's launcher reads it on start) and the gateway's /workers API adds
+    and removes workers without a restart (hostside/router_workers.py).
+    """
+    have = _section(gateway)["workers"]
+    wanted = sorted(w.url for w in workers
+                    if (w.url in (have or ()) if w.compose_sha is None
+                        else worker_validated(_fleet_snapshot(w.host), w.docker_dir, w.compose_sha)))
+    if host.state.is_executing:
+        logger.info(f"[{host.name}] gateway {gateway}: workers that passed their gate: {wanted or 'none'}")
+    if have is not None and sorted(have) == wanted:
+        host.noop(f"the gateway already has the {len(wanted)} worker(s) that passed their gate")
+        return
+    if _diff_wanted():
+        host.log(f"Will set the gateway's workers: {sorted(have or [])} -> {wanted}", logger.info)
+    args = [directory, url, *([key_file] if key_file else [])]
+    yield StringCommand(f"python3 -c {q(ship.program('router_workers'))} " + " ".join(q(a) for a in args),
+                        _stdin=json.dumps(wanted))

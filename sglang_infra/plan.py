@@ -16,7 +16,9 @@ HostPlan. Tasks read the plan and nothing else of the host's data.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -170,15 +172,16 @@ def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
 
 
 def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any],
-                     gpus: GpuInventory | None = None) -> list[str]:
-    """Problems between the data and the host as it is now (its snapshot)."""
+                     gpus: GpuInventory | None = None, serves: bool = True) -> list[str]:
+    """Problems between the data and the host as it is now (its snapshot); ``serves``: it runs a model."""
     errors: list[str] = []
 
     def err(key: str, problem: str, fix: str) -> None:
         errors.append(f"host {host_name}: {key}: {problem}. Fix: {fix}.")
 
     gpus = gpus if gpus is not None else GpuInventory()
-    for key, problem, fix in plan_problems(data, gpus, derive_flags(data, gpus)):
+    # A host only in the router group runs the gateway alone: it needs no GPU.
+    for key, problem, fix in plan_problems(data, gpus, derive_flags(data, gpus)) if serves else ():
         err(key, problem, fix)
 
     os_release = snapshot.get("os") or {}
@@ -263,6 +266,9 @@ LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775
 TOOLCHAIN_CONTEXT = "docker/toolchain"
 # The gate's messages and the benchmark reach the server on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
+# The inventory group whose hosts run the gateway (sglang-router), one per model, below the home in router/<slug>/.
+ROUTER_GROUP = "router"
+GATEWAY_DIR = "router"
 
 
 @dataclass(frozen=True)
@@ -303,6 +309,32 @@ class Gate:
     toolchain_check: str | None
     always: bool
     retry_failed: bool
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A serving host behind a gateway."""
+
+    host: str
+    url: str                  # how the gateway reaches its API
+    docker_dir: str           # where its compose.yaml is
+    compose_sha: str | None   # sha256 of the compose.yaml its plan renders; None: not in this run
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """One model's gateway on a router host: its own compose project, port and gate."""
+
+    key: str                 # the model's registry key
+    slug: str                # its directory (router/<slug>/) and compose project (sglang-router-<slug>)
+    served_name: str
+    port: int
+    prometheus_port: int
+    dir: str
+    workers: tuple[Worker, ...]
+    gate: Gate
+    compose: str = field(default="", repr=False)
+    scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -352,6 +384,11 @@ class HostPlan:
     # the rendered files (render.py), set once the rest of the plan is known
     compose: str = field(default="", repr=False)
     scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # the fleet front door: a host in any group but `router` serves a model; one in `router` runs its gateways
+    serves: bool = True
+    routes: bool = False
+    router_image: str = ""
+    gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (with_gateways)
 
     @property
     def keep(self) -> list[str]:
@@ -374,16 +411,23 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, An
     return spec
 
 
-def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> HostPlan:
+def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=()) -> HostPlan:
     """The host's plan; raises DeployDataError naming every problem."""
     raise_if(check_data(name, data))
-    return _resolve_judged(name, data, snapshot)
+    return _resolve_judged(name, data, snapshot, groups)
 
 
-def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any]) -> HostPlan:
+def roles(groups) -> tuple[bool, bool]:
+    """(serves, routes) of a host in ``groups``: every group but `router` serves a model."""
+    groups = set(groups)
+    return (not groups or bool(groups - {ROUTER_GROUP})), ROUTER_GROUP in groups
+
+
+def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=()) -> HostPlan:
     """resolve() for data check_data already accepted."""
+    serves, routes = roles(groups)
     gpus = parse_snapshot(snapshot.get("gpus"))
-    raise_if(check_host_state(name, data, snapshot, gpus))
+    raise_if(check_host_state(name, data, snapshot, gpus, serves))
     lock = lock_of(data)
     if lock is not None:
         data = lockfile.with_commits(lock, data)
@@ -394,7 +438,8 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
     if lock is not None and not data["sglang_image_archive"]:
         image = lock.pinned_image(image) or image
     build = toolchain.build_context(data, image, wheel_hashes=lock.wheels if lock else None,
-                                    tag_from=data["sglang_image"]) if data["sglang_toolchain_image"] else None
+                                    tag_from=data["sglang_image"]) if data["sglang_toolchain_image"] and serves \
+        else None
     derived = derive_flags(data, gpus)
     os_release = snapshot.get("os") or {}
     plan = HostPlan(
@@ -424,14 +469,128 @@ def _resolve_judged(name: str, data: Mapping[str, Any], snapshot: Mapping[str, A
                   always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"]),
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
+        serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
     )
     return replace(plan, compose=render.compose_yaml(plan), scripts=render.scripts(plan))
+
+
+# ---------------------------------------------------------------- the fleet front door: every host's plan at once
+
+def worker_url(address: str, port: int) -> str:
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
+    """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
+    address = data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+    sha = hashlib.sha256(plan.compose.encode()).hexdigest() if plan is not None else None
+    return data.get("sglang_model"), Worker(host=name, url=worker_url(address, data.get("sglang_port")),
+                                            docker_dir=f"{data.get('sglang_home')}/docker", compose_sha=sha)
+
+
+def gateway_slug(key: str) -> str:
+    """A registry key as a compose project name allows it: lowercase letters, digits, '-' and '_'."""
+    return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
+
+
+def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> list[str]:
+    """A router host's problems with the fleet (``workers``: model key -> its serving hosts)."""
+    errors: list[str] = []
+    data, name = plan.data, plan.name
+
+    def err(key: str, problem: str, fix: str) -> None:
+        errors.append(f"host {name}: {key}: {problem}. Fix: {fix}.")
+
+    fronted = fronted_models(plan, workers)
+    listed = data["sglang_router_models"]
+    if not fronted:
+        err("sglang_router_models", "no host of the inventory serves a model, so this router host would have no "
+            "workers", f"add serving hosts (e.g. the production group) to the inventory, or take {name} out of "
+            f"the {ROUTER_GROUP} group")
+    for key in listed or ():
+        if key not in data["sglang_models"]:
+            err("sglang_router_models", f"{key!r} is not a key of sglang_models", "use registry keys")
+        elif not workers.get(key):
+            err("sglang_router_models", f"no host of the inventory serves {key!r}, so its gateway would have no "
+                "workers", f"serve it on some host (sglang_model = {key!r}), or remove it from the list")
+    ports = {}
+    for key in fronted:
+        offset = list(data["sglang_models"]).index(key)
+        for port_key in ("sglang_router_port", "sglang_router_prometheus_port"):
+            port = data[port_key] + offset
+            if plan.serves and port == data["sglang_port"]:
+                err(port_key, f"the gateway of {key} would listen on {port}, the port this host's own server "
+                    "already publishes (sglang_port)", f"set {port_key} to a free port, e.g. {port + 80}")
+            elif port in ports:
+                err(port_key, f"the gateway of {key} would listen on {port}, which the {ports[port]} uses too",
+                    "give sglang_router_port and sglang_router_prometheus_port ranges that do not overlap")
+            elif port > 65535:
+                err(port_key, f"the gateway of {key} would listen on {port}, above 65535", "use a lower port")
+            ports[port] = f"{port_key} of {key}"
+    slugs = {}
+    for key in fronted:
+        if gateway_slug(key) in slugs:
+            err("sglang_router_models", f"{key!r} and {slugs[gateway_slug(key)]!r} make the same directory name",
+                "front only one of them from this host")
+        slugs[gateway_slug(key)] = key
+    if data["sglang_router_health_check_timeout"] >= data["sglang_router_health_check_interval"]:
+        err("sglang_router_health_check_timeout", f"{data['sglang_router_health_check_timeout']} s is not below "
+            f"sglang_router_health_check_interval ({data['sglang_router_health_check_interval']} s)",
+            "use a timeout shorter than the interval")
+    return errors
+
+
+def fronted_models(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> list[str]:
+    """The registry keys this router host fronts, in registry order."""
+    listed = plan.data["sglang_router_models"]
+    return [key for key in plan.data["sglang_models"]
+            if (key in listed if listed is not None else bool(workers.get(key)))]
+
+
+def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
+    """A router host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
+    raise_if(check_fleet(plan, workers))
+    data, gateways = plan.data, []
+    for key in fronted_models(plan, workers):
+        offset = list(data["sglang_models"]).index(key)
+        model = models.entry(data, key)
+        port, slug = data["sglang_router_port"] + offset, gateway_slug(key)
+        gateway = Gateway(
+            key=key, slug=slug, served_name=model.served_name, port=port,
+            prometheus_port=data["sglang_router_prometheus_port"] + offset,
+            dir=f"{plan.paths.home}/{GATEWAY_DIR}/{slug}",
+            workers=tuple(sorted(workers.get(key, ()), key=lambda w: w.host)),
+            gate=replace(plan.gate, url=LOCAL_URL.format(port=port), served_name=model.served_name,
+                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
+        gateways.append(replace(gateway, compose=render.router_compose_yaml(plan, gateway),
+                                scripts=render.gateway_scripts(plan, gateway)))
+    layout = dict(plan.layout, **{f"{plan.paths.home}/{GATEWAY_DIR}": "755"}, **{g.dir: "755" for g in gateways})
+    return replace(plan, gateways=tuple(gateways), layout=layout)
 
 
 # ---------------------------------------------------------------- preflight: every host, once
 
 _plans: dict[int, dict[str, HostPlan]] = {}
 _reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
+
+
+def _groups(host) -> list[str]:
+    """
+    The inventory's own groups of a host: without pyinfra's `all`, and
+    without the group pyinfra adds holding every host, named after the
+    inventory file (e.g. `inventory` for inventory.py), which would make every
+    router host a serving one.
+    """
+    inventory_file = lockfile.inventory_file()
+    stem = os.path.basename(inventory_file).rsplit(".", 1)[0] if inventory_file else None
+    everyone = {each.name for each in host.inventory}
+    out = []
+    for name in (getattr(group, "name", group) for group in (host.groups or ())):
+        implicit = name == stem and name != ROUTER_GROUP and \
+            {each.name for each in host.inventory.get_group(name)} == everyone
+        if name != "all" and not implicit:
+            out.append(name)
+    return out
 
 
 def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str], dict | None]:
@@ -447,7 +606,7 @@ def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return _resolve_judged(host.name, data, snapshot), [], snapshot
+        return _resolve_judged(host.name, data, snapshot, _groups(host)), [], snapshot
     except DeployDataError as error:
         return None, error.problems, snapshot
 
@@ -492,8 +651,33 @@ def preflight(host, inventory) -> bool:
             status.note(host.state, each.name, *job.value)
     else:
         raise_if([problem for _, job in jobs for problem in job.value[1]])
-    _plans[key] = {h.name: job.value[0] for h, job in jobs}
+    if key not in _plans:
+        _plans[key] = _fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
     return _plans[key].get(host.name) is not None
+
+
+def _fleet(plans: dict[str, HostPlan | None], inventory, refuse: bool = True) -> dict[str, HostPlan | None]:
+    """
+    Every router host's plan with its gateways: the workers of each model are
+    the inventory's serving hosts of that model (those outside this run too,
+    which then keep the membership they have); refused when any router host
+    has a problem with the fleet (a status report keeps such a plan as it is).
+    """
+    workers: dict[str, list[Worker]] = {}
+    for each in inventory:
+        if roles(_groups(each))[0]:
+            key, worker = fleet_worker(each.name, each.data.dict(), plans.get(each.name))
+            workers.setdefault(key, []).append(worker)
+    out, errors = dict(plans), []
+    for name, plan in plans.items():
+        if plan is not None and plan.routes:
+            try:
+                out[name] = with_gateways(plan, workers)
+            except DeployDataError as error:
+                errors += error.problems
+    if refuse:
+        raise_if(errors)
+    return out
 
 
 def plan_of(host) -> HostPlan:

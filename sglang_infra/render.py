@@ -19,7 +19,7 @@ from .defaults import reasons
 if TYPE_CHECKING:
     from .gpus import Derived
     from .models import Model
-    from .plan import HostPlan
+    from .plan import Gateway, HostPlan
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Where the container sees docker/secrets (the server's private config, with the API key).
@@ -129,11 +129,41 @@ def env_file(uid: int, gid: int) -> str:
     return render_template("templates/env.j2", uid=uid, gid=gid)
 
 
-def scripts(plan: HostPlan) -> dict[str, str]:
-    """The validation scripts and the gate, by file name under sglang_home."""
-    gate = plan.gate
+def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
+    """The validation scripts and the gate, by file name under sglang_home (a gateway's: under its directory)."""
+    gate = gateway.gate if gateway else plan.gate
     context = dict(_values(plan), url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
                    baseline=gate.baseline_tok_s,
                    checks_program=ship.program("checks"), gate_program=ship.program("gate"),
-                   toolchain_check=gate.toolchain_check)
+                   toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
+                   gateway=gateway.slug if gateway else None)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}
+
+
+def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
+    """A gateway's validation scripts and gate (the same templates, through the gateway), and its launcher."""
+    return {**scripts(plan, gateway), "launch.py": ship.program("router_launch")}
+
+
+# (data key, sglang-router 0.3.2 flag) of the gateway, each rendered with its reason from group_data/all.py.
+ROUTER_FLAGS = (
+    ("sglang_router_policy", "--policy"),
+    ("sglang_router_health_check_interval", "--health-check-interval-secs"),
+    ("sglang_router_health_check_timeout", "--health-check-timeout-secs"),
+    ("sglang_router_health_failure_threshold", "--health-failure-threshold"),
+    ("sglang_router_health_success_threshold", "--health-success-threshold"),
+    ("sglang_router_request_timeout", "--request-timeout-secs"),
+    ("sglang_router_worker_startup_timeout", "--worker-startup-timeout-secs"),
+)
+# Where the gateway sees its directory (launch.py, workers.json) in its container.
+GATEWAY_IN_CONTAINER = "/etc/sglang-router"
+
+
+def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
+    why = reasons()
+    flags = [{"arg": f"{flag}={plan.data[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
+    return render_template(
+        "templates/router-compose.yaml.j2", **_values(plan),
+        gateway=gateway, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
+        secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
+    )

@@ -161,6 +161,17 @@ def _https_url(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
 
+# sglang-router 0.3.2's --policy choices (sglang_router/router_args.py).
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two", "manual")
+
+
+def _host_address(value: Any) -> bool:
+    """An IP address or a DNS name."""
+    return isinstance(value, str) and (_ip(value) or re.fullmatch(
+        r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+        value) is not None)
+
+
 SCHEMA: dict[str, Key] = {
     # account and layout
     "sglang_home": Key("an absolute path", _abs_path, "use an absolute path such as '/opt/sglang'"),
@@ -264,6 +275,31 @@ SCHEMA: dict[str, Key] = {
                                            "allow a model load, e.g. 900"),
     "sglang_debug_logging": Key("True or False", lambda v: isinstance(v, bool),
                                 "use True to enable the three debug flags, False to keep them commented"),
+    # fleet front door (the router group; the fleet's rules are in plan.check_fleet)
+    "sglang_worker_address": Key("None or an IP address or DNS name", _optional(_host_address),
+                                 "use the address the router hosts reach this host on, e.g. '10.0.0.11', or None"),
+    "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),
+                               "pin a release tag such as 'lmsysorg/sglang:v0.5.16', or None for sglang_image"),
+    "sglang_router_models": Key("None or a list of distinct registry keys",
+                                _optional(lambda v: isinstance(v, (list, tuple)) and bool(v)
+                                          and all(isinstance(k, str) and k for k in v) and len(set(v)) == len(v)),
+                                "use e.g. ['qwen3.6-35b-a3b-awq'], or None for every served model"),
+    "sglang_router_policy": Key(f"one of {', '.join(ROUTER_POLICIES)} (sglang-router 0.3.2's policies)",
+                                _one_of(*ROUTER_POLICIES), "use 'cache_aware'"),
+    "sglang_router_bind_address": Key("an IP address", _ip, "use '0.0.0.0' for every interface or '127.0.0.1'"),
+    "sglang_router_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30080"),
+    "sglang_router_prometheus_port": Key("a TCP port 1-65535", _int_range(1, 65535),
+                                         "use a port number such as 29000"),
+    "sglang_router_health_check_interval": Key("an integer number of seconds 1-3600", _int_range(1, 3600),
+                                               "use e.g. 5"),
+    "sglang_router_health_check_timeout": Key("an integer number of seconds 1-600", _int_range(1, 600),
+                                              "use e.g. 3, below sglang_router_health_check_interval"),
+    "sglang_router_health_failure_threshold": Key("an integer 1-100", _int_range(1, 100), "use e.g. 2"),
+    "sglang_router_health_success_threshold": Key("an integer 1-100", _int_range(1, 100), "use e.g. 1"),
+    "sglang_router_request_timeout": Key("an integer number of seconds 1-86400", _int_range(1, 86400),
+                                         "use e.g. 1800"),
+    "sglang_router_worker_startup_timeout": Key("an integer number of seconds 1-7200", _int_range(1, 7200),
+                                                "use e.g. 120"),
     # launch flags
     "sglang_dtype": Key(f"'derive', None or one of {', '.join(DTYPES)}", _optional(_one_of(DERIVE, *DTYPES)),
                         "use 'derive', 'float16' for AWQ/Marlin before SM90, or None for the model's own dtype"),

@@ -252,8 +252,14 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
-def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict) -> None:
-    payload = {"model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}], "max_tokens": max_tokens,
+def bench_prompt(index: int | None) -> str:
+    """The benchmark's prompt; with an index, one whose start differs per request, as unrelated users' do (a
+    cache-aware gateway sends a shared prefix to the worker that holds it, unrelated ones by load)."""
+    return BENCH_PROMPT if index is None else f"[{index:04d}-{os.urandom(4).hex()}] {BENCH_PROMPT}"
+
+
+def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict, prompt: str = BENCH_PROMPT) -> None:
+    payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     started = time.monotonic()
     try:
@@ -282,9 +288,12 @@ def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict
 
 
 def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeout: float,
-                  baseline: float | None, min_fraction: float, results_dir: str | None) -> dict:
+                  baseline: float | None, min_fraction: float, results_dir: str | None,
+                  distinct_prompts: bool = False) -> dict:
     outs = [{} for _ in range(concurrency)]
-    threads = [threading.Thread(target=_one_stream, args=(url, model, max_tokens, timeout, o)) for o in outs]
+    threads = [threading.Thread(target=_one_stream, args=(url, model, max_tokens, timeout, o,
+                                                          bench_prompt(i if distinct_prompts else None)))
+               for i, o in enumerate(outs)]
     started = time.monotonic()
     for thread in threads:
         thread.daemon = True   # a request that never ends must not keep the check alive
@@ -415,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--baseline", type=float, default=None, help="tok/s; none: record, do not compare")
             p.add_argument("--min-fraction", type=float, default=0.8)
             p.add_argument("--results-dir", default=None)
+            p.add_argument("--distinct-prompts", action="store_true",
+                           help="start every prompt differently (unrelated users), to measure a gateway's spread")
     args = parser.parse_args(argv)
     use_api_key_file(args.api_key_file)
     if args.check == "tool-calling":
@@ -423,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         result = wait_ready(args.url, args.model, args.timeout)
     else:
         result = run_benchmark(args.url, args.model, args.concurrency, args.max_tokens, args.timeout,
-                               args.baseline, args.min_fraction, args.results_dir)
+                               args.baseline, args.min_fraction, args.results_dir, args.distinct_prompts)
     print(json.dumps(result, sort_keys=True))
     if not result["ok"]:
         print(f"{result['check']} FAILED: {'; '.join(result['problems'])}", file=sys.stderr)

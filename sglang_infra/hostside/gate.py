@@ -11,6 +11,11 @@
    rollback failed too and the host needs a person).
 Either way, the outcome is recorded in docker/.last-gate (stamp.LAST): when,
 pass or fail and why, and the benchmark's figures (scripts/status.sh).
+
+With --gateway SLUG the same gate validates a gateway (the `router` group):
+its stack, scripts, stamp and record are in router/SLUG/ below the home, the
+checks run through it, and a rollback restores its compose.yaml (its worker
+set, workers.json, is the fleet's and is never rolled back).
 """
 
 import argparse
@@ -50,12 +55,27 @@ def copy(source, dest):
                         times=(st.st_atime_ns, st.st_mtime_ns), verify=True)
 
 
+# The config a pass keeps as *.good and a rollback restores; .env only where the stack has one.
+CONFIG = ("compose.yaml", ".env")
+
+
 class Gate:
     def __init__(self, args):
         self.args = args
         self.home = args.home
-        self.docker_dir = os.path.join(args.home, "docker")
         self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
+        gateway = getattr(args, "gateway", None)   # gate.sh always passes it; a caller of Gate may not
+        if gateway:
+            self.docker_dir = self.scripts_dir = os.path.join(args.home, "router", gateway)
+            self.project, self.service = stack.gateway(gateway)
+            self.extra = stamp.GATEWAY_FILES
+        else:
+            self.docker_dir, self.scripts_dir = os.path.join(args.home, "docker"), args.home
+            self.project, self.service, self.extra = stack.PROJECT, stack.SERVICE, ()
+
+    def config(self, suffix=""):
+        return [os.path.join(self.docker_dir, name + suffix) for name in CONFIG
+                if name == "compose.yaml" or os.path.isfile(os.path.join(self.docker_dir, name))]
 
     def compose(self, *words):
         try:
@@ -66,7 +86,7 @@ class Gate:
                                                                f"{COMMAND_TIMEOUT} s")
 
     def gone(self):
-        found = stack.container()
+        found = stack.container(self.project, self.service)
         if found is None or found["state"] != "running":
             return f"the container is not running ({found['status'] if found else 'no container'})"
         return None
@@ -84,7 +104,7 @@ class Gate:
             return "the server did not become ready"
         if self.args.toolchain_check:
             # The pins inside the running container: flashinfer's three versions and nvcc.
-            found = self.compose("exec", "-T", stack.SERVICE, *self.args.toolchain_check.split())
+            found = self.compose("exec", "-T", self.service, *self.args.toolchain_check.split())
             if found.returncode != 0:
                 last = (found.stdout + found.stderr).strip().splitlines()[-1:] or ["no output"]
                 reason = f"toolchain check in the running container: {last[0]}"
@@ -94,7 +114,7 @@ class Gate:
         deadline = time.monotonic() + CHECKS_BUDGET
         for script in stamp.SCRIPTS:
             try:
-                found = subprocess.run(["bash", os.path.join(self.home, script)], capture_output=True, text=True,
+                found = subprocess.run(["bash", os.path.join(self.scripts_dir, script)], capture_output=True, text=True,
                                        timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 reason = f"{script}: did not finish within the gate's {CHECKS_BUDGET} s for the checks"
@@ -112,13 +132,13 @@ class Gate:
         return None
 
     def keep(self, suffix):
-        for name in ("compose.yaml", ".env"):
-            copy(os.path.join(self.docker_dir, name), os.path.join(self.docker_dir, name + suffix))
+        for path in self.config():
+            copy(path, path + suffix)
 
     def stamp(self):
-        found = stack.container()
+        found = stack.container(self.project, self.service)
         stack.write_private(os.path.join(self.docker_dir, stamp.STAMP),
-                            stamp.digest(self.home, found) + "\n",
+                            stamp.digest(self.scripts_dir, found, self.docker_dir, self.extra) + "\n",
                             os.path.join(self.docker_dir, "compose.yaml"))
 
     def record(self, failed, benchmark, rolled_back=None):
@@ -150,7 +170,7 @@ class Gate:
             self.keep(".failed")
         except OSError as error:
             say(f"could not keep the failed config as *.failed ({error})")
-        good = [os.path.join(self.docker_dir, name + ".good") for name in ("compose.yaml", ".env")]
+        good = [path + ".good" for path in self.config()]
         if not all(os.path.isfile(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
             self.record(failed, tried)
@@ -159,7 +179,7 @@ class Gate:
         for path in good:
             copy(path, path[: -len(".good")])
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
-        stack.record(self.docker_dir)
+        stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()
         self.record(failed, tried, rolled_back=again is None)
         if again is None:
@@ -190,6 +210,7 @@ def main(argv=None):
     parser.add_argument("--ready-timeout", type=float, required=True)
     parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
+    parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
     args = parser.parse_args(argv)
     checks.use_api_key_file(args.api_key_file)
     return Gate(args).run()

@@ -8,7 +8,9 @@ Sections: now (the host's clock, for the container's uptime), gpus (memory
 used and total per GPU), engine (Docker's version from the Engine API),
 compose (the plugin's own `version --short`), cache (the bytes of hf-cache,
 each file counted once), disk (free and total bytes where hf-cache lives),
-gate (the last gate's record, stamp.LAST, written by gate.py).
+gate (the last gate's record, stamp.LAST, written by gate.py), gateways
+(on a router host: each gateway's port and its workers with their health, as
+the gateway's own GET /workers reports them).
 """
 
 import json
@@ -18,7 +20,12 @@ import stat
 import subprocess
 import time
 
-from . import dockerapi, safefs, stamp
+import re
+import urllib.request
+
+from . import checks, dockerapi, safefs, stack, stamp
+
+GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers
 
 COMMAND_TIMEOUT = 30   # seconds, for nvidia-smi and the compose plugin
 MAX_ENTRIES = 1_000_000  # entries hf-cache's size walks at most; a larger tree is reported as partial
@@ -109,6 +116,29 @@ def last_gate(home):
     return found if isinstance(found, dict) else None
 
 
+def gateways(home):
+    """[{"slug", "port", "workers": [{"url", "healthy"}] or None, "error"}] of the gateways below the home."""
+    out = []
+    key_file = os.path.join(home, "docker", "secrets", "server.yaml")
+    for slug, directory in stack.gateway_dirs(home).items():
+        text = (safefs.read_regular(os.path.join(directory, "compose.yaml"), 1 << 20) or b"").decode(errors="replace")
+        port = re.search(r"--port=(\d+)", text)
+        found = {"slug": slug, "port": int(port.group(1)) if port else None, "workers": None, "error": None}
+        try:
+            if port is None:
+                raise OSError("no --port in its compose.yaml")
+            if os.path.isfile(key_file):
+                checks.use_api_key_file(key_file)
+            request = urllib.request.Request(f"http://127.0.0.1:{found['port']}/workers", headers=checks._HEADERS)
+            with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
+                listed = json.loads(reply.read()).get("workers", [])
+            found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
+        except (OSError, ValueError) as error:
+            found["error"] = f"the gateway does not answer: {error}"
+        out.append(found)
+    return out
+
+
 def read(home, docker):
     """The report section; ``docker`` is the snapshot's own docker section (socket, plugin)."""
     cache = os.path.join(home, "hf-cache")
@@ -124,4 +154,5 @@ def read(home, docker):
         "cache": cache_size(cache) if real_cache else None,
         "disk": disk(cache if real_cache else home),
         "gate": last_gate(home),
+        "gateways": gateways(home),
     }

@@ -10,8 +10,10 @@ Sections: os, account, docker (engine, images, runtimes), gpus (nvidia-smi's
 own output, parsed on the control side), layout (the managed directories and
 the drifted entries below the home), files (owner, mode and sha256 of the
 files the deploy writes), models (cachestate.py), tools (the pull's venv),
-stack (stack.py) and gate (stamp.py); with "report": true in the spec also
-report (report.py), what scripts/status.sh shows beyond the deploy's needs.
+stack (stack.py), gate (stamp.py), and routers: each gateway in
+router/<slug>/ (its stack, stamp and the worker set in its workers.json);
+with "report": true in the spec also report (report.py), what
+scripts/status.sh shows beyond the deploy's needs.
 """
 
 import glob
@@ -302,9 +304,34 @@ def adopted(path):
     return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": empty}
 
 
+def routers(home, engine_api):
+    """Each gateway: its stack as stack.state() sees it, its stamp, the digest it has now, the workers file."""
+    out = {}
+    for slug, directory in stack.gateway_dirs(home).items():
+        project, service = stack.gateway(slug)
+        running = {"container": None, "record": None, "current": False}
+        if engine_api:
+            try:
+                running = stack.state(directory, project, service)
+            except dockerapi.Unavailable:
+                pass
+        raw = safefs.read_regular(os.path.join(directory, "workers.json"), 1 << 20)
+        try:
+            workers = json.loads(raw) if raw else None
+        except ValueError:
+            workers = None
+        out[slug] = {"stack": running, "stamp": stamp.read(home, directory),
+                     "digest": stamp.digest(directory, running["container"], directory, stamp.GATEWAY_FILES),
+                     "workers": workers}
+    return out
+
+
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, "docker")
+    gateways = stack.gateway_dirs(home)
+    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, "router")] if gateways else []),
+                            *gateways.values()])
     engine = docker()
     running = {"container": None, "record": None, "current": False}
     if engine["api"]:
@@ -326,12 +353,13 @@ def read(spec):
         "existing": {"home": adopted(home), "tools": adopted(tools_dir)},
         "files": {d: files(d) for d in (home, docker_dir, os.path.join(docker_dir, "toolchain"),
                                         os.path.join(docker_dir, "secrets"), tools_dir,
-                                        os.path.join(tools_dir, "secret"))},
+                                        os.path.join(tools_dir, "secret"), *gateways.values())},
         "models": models(home),
         "tools": tools(tools_dir),
         "stack": running,
         "gate": {"stamp": stamp.read(home),
                  "digest": stamp.digest(home, container)},
+        "routers": routers(home, engine["api"]),
     }
     if spec.get("report"):
         found["report"] = report.read(home, engine)

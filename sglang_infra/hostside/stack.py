@@ -7,7 +7,7 @@ gate's rollback) records right after it the container's id and the digests
 of the compose.yaml and .env it was started from. The stack is current while
 that container still exists and is running, and the files still match.
 
-    python3 stack.py DOCKER_DIR     write the record after an `up`
+    python3 stack.py DOCKER_DIR [PROJECT SERVICE]    write the record after an `up`
 """
 
 import json
@@ -19,11 +19,28 @@ from . import dockerapi, safefs
 PROJECT = "sglang"   # compose.yaml's `name:`
 SERVICE = "sglang"   # its one service
 RECORD = ".stack"
+# A gateway (the `router` group) runs in a project of its own per model, in router/<slug>/ below the home.
+GATEWAY_PROJECT = "sglang-router-{slug}"
+GATEWAY_SERVICE = "router"
 
 
-def container():
+def gateway(slug):
+    """(project, service) of the gateway in router/<slug>/."""
+    return GATEWAY_PROJECT.format(slug=slug), GATEWAY_SERVICE
+
+
+def gateway_dirs(home):
+    """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink."""
+    top = os.path.join(home, "router")
+    if os.path.islink(top) or not os.path.isdir(top):
+        return {}
+    return {entry.name: entry.path for entry in sorted(os.scandir(top), key=lambda e: e.name)
+            if entry.is_dir(follow_symlinks=False)}
+
+
+def container(project=PROJECT, service=SERVICE):
     """The service's container as the engine reports it (with when it last started), or None."""
-    found = dockerapi.compose_containers(PROJECT).get(SERVICE)
+    found = dockerapi.compose_containers(project).get(service)
     if found is not None:
         details = (dockerapi.get(f"/containers/{found['id']}/json") or {}).get("State") or {}
         found["started_at"] = details.get("StartedAt")
@@ -41,15 +58,15 @@ def write_private(path, text, like):
     safefs.write_atomic(path, text.encode(), 0o644, owner=(st.st_uid, st.st_gid))
 
 
-def record(docker_dir):
-    found = container()
+def record(docker_dir, project=PROJECT, service=SERVICE):
+    found = container(project, service)
     text = json.dumps({"container": found and found["id"], **file_digests(docker_dir)}, sort_keys=True)
     write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, "compose.yaml"))
 
 
-def state(docker_dir):
+def state(docker_dir, project=PROJECT, service=SERVICE):
     """The container, the record, and whether the container is the one started from the files as they are."""
-    found = container()
+    found = container(project, service)
     raw = safefs.read_regular(os.path.join(docker_dir, RECORD), 4096)
     try:
         recorded = json.loads(raw) if raw else None
@@ -61,4 +78,4 @@ def state(docker_dir):
 
 
 if __name__ == "__main__":
-    record(sys.argv[1])
+    record(sys.argv[1], *sys.argv[2:4])

@@ -7,6 +7,10 @@ the stamp back (snapshot.py) and runs the gate again whenever the digest of
 the host as it is now differs: after any change, and after any start or
 restart of the container, whatever caused it (the deploy, a crash and
 Docker's restart policy, an operator).
+
+A gateway (router/<slug>/) keeps its compose.yaml, scripts and stamp in its
+own directory, and its digest also covers the worker set it was validated
+with (workers.json) and its launcher: a change of either runs its gate again.
 """
 
 import hashlib
@@ -19,20 +23,28 @@ STAMP = ".validated"
 # {"time": UTC, "passed", "reason", "rolled_back", "benchmark": benchmark.sh's summary or None}.
 LAST = ".last-gate"
 SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
+# Besides compose.yaml and .env, what a gateway's digest covers (router/<slug>/).
+GATEWAY_FILES = ("workers.json", "launch.py")
 
 
-def digest(home, container):
-    """The digest of the config in ``home`` as it is now, served by ``container`` (stack.container())."""
-    docker_dir = os.path.join(home, "docker")
+def digest(home, container, docker_dir=None, extra=()):
+    """
+    The digest of the config as it is now, served by ``container``
+    (stack.container()): compose.yaml and .env in ``docker_dir`` (default
+    home/docker), the scripts in ``home``, and the ``extra`` files of
+    ``docker_dir``. A gateway passes its own directory as both.
+    """
+    docker_dir = docker_dir or os.path.join(home, "docker")
     container = container or {}
     parts = [f"compose={safefs.sha256_regular(os.path.join(docker_dir, 'compose.yaml'))}",
              f"env={safefs.sha256_regular(os.path.join(docker_dir, '.env'))}",
              f"image={container.get('image_id') or ''}",
              f"container={container.get('id') or ''}@{container.get('started_at') or ''}"]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in SCRIPTS]
+    parts += [f"{name}={safefs.sha256_regular(os.path.join(docker_dir, name))}" for name in extra]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def read(home):
-    raw = safefs.read_regular(os.path.join(home, "docker", STAMP), 512)
+def read(home, docker_dir=None):
+    raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, "docker"), STAMP), 512)
     return raw.decode(errors="replace").strip() if raw else None

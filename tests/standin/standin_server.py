@@ -6,6 +6,8 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 
 - GET  /health                503 while "loading", then 200 (empty body)
 - GET  /v1/models             the served model
+- GET  /server_info, /get_server_info, /model_info, /get_model_info
+                              what the gateway (sglang-router) asks a worker for when it adds it
 - POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
                               streaming as server-sent events ending in [DONE];
                               404 for an unknown model, 400 for a bad request
@@ -16,6 +18,9 @@ Behaviour is set by environment variables, which compose passes through:
 
   STANDIN_LOAD_SECONDS       time /health answers 503 at start (default 3)
   STANDIN_TOKENS_PER_SECOND  decode speed per request (default 400)
+  STANDIN_CAPACITY_TOKENS_PER_SECOND
+                             decode speed of the whole server, shared by the requests in flight, as a GPU's
+                             batch is (default 0: none, each request decodes at its own speed)
   STANDIN_FAILURE            one failure mode, to test the gate:
       repetition_loop    clean tool_calls, reasoning_content full of one character
       tool_call_as_text  the tool call left as raw markup in content
@@ -111,6 +116,19 @@ class StandIn:
             raise SystemExit(f"stand-in: unknown STANDIN_FAILURE={self.failure!r}; one of {FAILURES[1:]}")
         self.tokens_per_second = 10.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
         self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
+        self.capacity = float(env.get("STANDIN_CAPACITY_TOKENS_PER_SECOND", 0))
+        self.active = 0
+        self.lock = threading.Lock()
+
+    def token_delay(self) -> float:
+        """Seconds per output token now: the request's own speed, or its share of the server's capacity."""
+        own = 1.0 / self.tokens_per_second
+        return max(own, self.active / self.capacity) if self.capacity else own
+
+    def info(self) -> dict:
+        """SGLang's /server_info in brief: the fields a gateway reads."""
+        return {"model_path": self.args.model_path, "served_model_name": self.served, "tp_size": self.args.tp_size,
+                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in"}
 
     def ready(self) -> bool:
         return self.failure != "never_ready" and time.monotonic() >= self.ready_at
@@ -123,7 +141,8 @@ class StandIn:
     def completion(self, request: dict):
         """(message, finish_reason, output tokens as text pieces)."""
         tools = request.get("tools") or []
-        max_tokens = int(request.get("max_tokens") or 128)
+        # The gateway passes a client's max_tokens on as max_completion_tokens.
+        max_tokens = int(request.get("max_completion_tokens") or request.get("max_tokens") or 128)
         if tools:
             function = tools[0]["function"]
             params = function.get("parameters", {})
@@ -180,6 +199,11 @@ def make_handler(standin: StandIn):
                     self.end_headers()
                 else:
                     self._error(503, "the model is still loading", "ServiceUnavailable")
+            elif self.path in ("/server_info", "/get_server_info"):
+                self._json(200, standin.info())
+            elif self.path in ("/model_info", "/get_model_info"):
+                self._json(200, {"model_path": standin.args.model_path, "tokenizer_path": standin.args.model_path,
+                                 "is_generation": True, "served_model_name": standin.served})
             elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [
                     {"id": standin.served, "object": "model", "created": int(time.time()),
@@ -213,21 +237,30 @@ def make_handler(standin: StandIn):
                     time.sleep(1)
                 self.close_connection = True
                 return
+            with standin.lock:
+                standin.active += 1
+            try:
+                self._complete(request, messages)
+            finally:
+                with standin.lock:
+                    standin.active -= 1
+
+        def _complete(self, request, messages):
             message, finish, pieces = standin.completion(request)
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages) + 12
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces),
                      "total_tokens": prompt_tokens + len(pieces)}
             rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-            delay = 1.0 / standin.tokens_per_second
             if request.get("stream"):
-                self._stream(request, rid, created, message, finish, pieces, usage, delay)
+                self._stream(request, rid, created, message, finish, pieces, usage)
                 return
-            time.sleep(delay * len(pieces))
+            for _ in pieces:
+                time.sleep(standin.token_delay())
             self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": standin.served,
                              "choices": [{"index": 0, "message": message, "finish_reason": finish,
                                           "logprobs": None}], "usage": usage})
 
-        def _stream(self, request, rid, created, message, finish, pieces, usage, delay):
+        def _stream(self, request, rid, created, message, finish, pieces, usage):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -243,7 +276,7 @@ def make_handler(standin: StandIn):
             send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
             reasoning = (message.get("reasoning_content") or "").split(" ") if message.get("reasoning_content") else []
             for i, piece in enumerate(pieces):
-                time.sleep(delay)
+                time.sleep(standin.token_delay())
                 if i < len(reasoning):
                     delta = {"reasoning_content": piece + " "}
                 elif message.get("tool_calls"):
@@ -261,6 +294,11 @@ def make_handler(standin: StandIn):
             self.close_connection = True
 
     return Handler
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128   # the default 5 resets connections of a burst, which SGLang's server accepts
 
 
 def model_problem(model_path: str, env: dict) -> str | None:
@@ -293,8 +331,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
               file=sys.stderr, flush=True)
         return 1
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(standin))
-    server.daemon_threads = True
+    server = Server((args.host, args.port), make_handler(standin))
     print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
           f"this is not SGLang", file=sys.stderr, flush=True)
     try:
@@ -307,8 +344,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
 def serve_in_thread(argv: list[str], env: dict) -> ThreadingHTTPServer:
     """For unit tests: the same server on loopback, in this process."""
     args = parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(StandIn(args, env)))
-    server.daemon_threads = True
+    server = Server((args.host, args.port), make_handler(StandIn(args, env)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

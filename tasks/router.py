@@ -1,0 +1,93 @@
+"""The fleet's front door, on hosts in the `router` group: one SGLang Model
+Gateway (sglang-router, `sglang_router.launch_router`) per model, each in its
+own compose stack under router/<slug>/, in front of the serving hosts of that
+model whose gate passed.
+
+Runs after tasks/validation.py: by the time its operations run, every worker
+of this run has been gated (or rolled back), and the worker set is decided
+from each worker's snapshot as it is then. A change of that set is applied
+through the gateway's /workers API, without a restart; the gateway's own gate
+(the same checks, through the gateway) follows it and any change of its
+config, with a rollback to its last good config.
+"""
+
+import hashlib
+
+from pyinfra import host
+
+from sglang_infra.operations import (checked_file, fleet_barrier, gateway_workers, image_present, not_failed_before,
+                                     secret_file, stack_up, validated)
+from sglang_infra.plan import plan_of, server_config
+
+plan = plan_of(host)
+
+# On every host: the workers' gates (tasks/validation.py) run before any gateway decides its workers.
+fleet_barrier(name="Ensure every worker of this run was gated before any gateway sets its workers",
+              reason="every worker of this run has been through its gate")
+
+if plan.routes:
+    image_present(
+        name=f"Ensure the gateway image {plan.router_image} is on the host",
+        image=plan.router_image,
+        archive=plan.image_archive if plan.router_image == plan.image else None,
+    )
+    secrets = secret_file(
+        name=f"Ensure {plan.paths.server_config} holds the API key the gateways send and require, or is absent",
+        dest=plan.paths.server_config,
+        content=server_config(plan.api_key),
+        user=plan.account,
+    )
+
+for gateway in plan.gateways:
+    where = gateway.dir
+    compose_sha = hashlib.sha256(gateway.compose.encode()).hexdigest()
+    for name, text in sorted(gateway.scripts.items()):
+        checked_file(
+            name=f"Ensure {where}/{name} is up to date",
+            dest=f"{where}/{name}",
+            content=text,
+            user=plan.account,
+            group=plan.account,
+            mode="644" if name.endswith(".py") else "755",
+        )
+    not_failed_before(
+        name=f"Ensure the {gateway.key} gateway's compose.yaml is not one that already failed its gate here",
+        failed=f"{where}/compose.yaml.failed",
+        sha=compose_sha,
+        retry=gateway.gate.retry_failed,
+    )
+    checked_file(
+        name=f"Ensure {where}/compose.yaml is rendered from templates/router-compose.yaml.j2 and accepted by compose",
+        dest=f"{where}/compose.yaml",
+        content=gateway.compose,
+        user=plan.account,
+        group=plan.account,
+        check=f"docker compose --project-directory {where} -f {{candidate}} config -q",
+    )
+    gateway_workers(
+        name=f"Ensure the {gateway.key} gateway has exactly the workers that passed their gate",
+        directory=where,
+        gateway=gateway.slug,
+        url=gateway.gate.url,
+        workers=gateway.workers,
+        key_file=gateway.gate.api_key_file,
+    )
+    stack_up(
+        name=f"Ensure the {gateway.key} gateway runs its current compose.yaml (no restart when nothing changed)",
+        project_dir=where,
+        image=plan.router_image,
+        model=None,
+        compose_sha=compose_sha,
+        recreate_if=secrets.did_change,
+        gateway=gateway.slug,
+    )
+    validated(
+        name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
+        home=plan.paths.home,
+        image=plan.router_image,
+        gate=f"{where}/gate.sh",
+        files={f"{where}/{name}": hashlib.sha256(text.encode()).hexdigest()
+               for name, text in {**gateway.scripts, "compose.yaml": gateway.compose}.items()},
+        always=gateway.gate.always,
+        gateway=gateway.slug,
+    )

@@ -1,0 +1,240 @@
+"""The fleet front door without hosts: a router host's plan (its gateways, ports and worker URLs), its three
+refusals, the gateway's compose file and launcher, and the operation that keeps its worker set."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from unittest import mock
+
+import pytest
+import yaml
+
+from conftest import FakeHost, command_text, converged_snapshot, pinned_defaults
+from sglang_infra import factcache, operations, plan as plans
+from sglang_infra.hostside import router_launch
+from sglang_infra.plan import DeployDataError, check_data, fleet_worker, resolve, with_gateways
+
+DEFAULTS = pinned_defaults()
+PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
+
+
+def router(groups=("router",), **data):
+    return resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, **data}, converged_snapshot(None), groups)
+
+
+def worker(name, address, model=PROD, **data):
+    values = {**DEFAULTS, "sglang_model": model, "ssh_hostname": address, **data}
+    return fleet_worker(name, values, resolve(name, values, converged_snapshot()))
+
+
+def fleet(*entries):
+    out = {}
+    for key, each in entries:
+        out.setdefault(key, []).append(each)
+    return out
+
+
+TWO = fleet(worker("gpu-01", "10.0.0.11"), worker("gpu-02", "10.0.0.12"))
+
+
+def refusals(plan, workers):
+    with pytest.raises(DeployDataError) as caught:
+        with_gateways(plan, workers)
+    return caught.value.problems
+
+
+def test_a_router_only_host_serves_no_model_and_needs_no_gpu():
+    plan = router()
+    assert (plan.serves, plan.routes, plan.build) == (False, True, None)
+
+
+def test_a_host_in_router_and_production_does_both():
+    assert plans.roles(["production", "router"]) == (True, True)
+    assert plans.roles(["production"]) == (True, False)
+    assert plans.roles([]) == (True, False)
+
+
+def test_each_served_model_gets_its_own_gateway_port_and_the_workers_that_serve_it():
+    workers = {**TWO, **fleet(worker("gpu-03", "10.0.0.13", QUALITY))}
+    gateways = {g.key: g for g in with_gateways(router(), workers).gateways}
+    assert [g.port for g in gateways.values()] == [30080, 30081]           # registry order
+    assert [g.prometheus_port for g in gateways.values()] == [29000, 29001]
+    assert [w.url for w in gateways[PROD].workers] == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
+    assert [w.url for w in gateways[QUALITY].workers] == ["http://10.0.0.13:30000"]
+    assert gateways[PROD].dir == "/opt/sglang/router/qwen3-6-35b-a3b-awq"
+
+
+def test_a_worker_address_overrides_the_ssh_hostname():
+    _, each = worker("gpu-01", "10.0.0.11", sglang_worker_address="gpu-01.lan", sglang_port=30001)
+    assert each.url == "http://gpu-01.lan:30001"
+
+
+def test_the_worker_carries_the_sha_of_the_compose_its_plan_renders():
+    values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
+    plan = resolve("gpu-01", values, converged_snapshot())
+    _, each = fleet_worker("gpu-01", values, plan)
+    assert each.compose_sha == hashlib.sha256(plan.compose.encode()).hexdigest()
+    assert fleet_worker("gpu-01", values, None)[1].compose_sha is None   # outside this run
+
+
+def test_a_router_host_with_no_workers_is_refused():
+    [problem] = refusals(router(), {})
+    assert problem.startswith("host gw-1: sglang_router_models: no host of the inventory serves a model")
+    assert "Fix: add serving hosts" in problem
+
+
+def test_a_listed_model_nobody_serves_is_refused():
+    [problem] = refusals(router(sglang_router_models=[QUALITY]), TWO)
+    assert f"no host of the inventory serves {QUALITY!r}" in problem and "Fix:" in problem
+
+
+def test_a_gateway_port_on_the_workers_port_of_the_same_host_is_refused():
+    plan = router(groups=("production", "router"), sglang_router_port=30000)
+    [problem] = refusals(plan, TWO)
+    assert problem.startswith("host gw-1: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on "
+                              "30000, the port this host's own server already publishes (sglang_port)")
+    assert "Fix: set sglang_router_port to a free port" in problem
+
+
+def test_the_same_port_on_a_router_only_host_is_no_clash():
+    assert with_gateways(router(sglang_router_port=30000), TWO).gateways[0].port == 30000
+
+
+def test_an_unknown_policy_is_refused_naming_the_choices():
+    [problem] = check_data("gw-1", {**DEFAULTS, "sglang_router_policy": "fastest"})
+    assert problem.startswith("host gw-1: sglang_router_policy: 'fastest' is not one of cache_aware, round_robin")
+    assert problem.endswith("Fix: use 'cache_aware'.")
+
+
+def test_a_health_timeout_not_below_the_interval_is_refused():
+    [problem] = refusals(router(sglang_router_health_check_timeout=5), TWO)
+    assert "sglang_router_health_check_timeout" in problem
+
+
+def compose(**data):
+    return yaml.safe_load(with_gateways(router(**data), TWO).gateways[0].compose)
+
+
+def test_the_compose_runs_sglang_routers_launcher_with_the_fleets_health_settings():
+    service = compose()["services"]["router"]
+    command = service["command"]
+    assert command[:4] == ["python3", "/etc/sglang-router/launch.py", "/etc/sglang-router/workers.json", "-"]
+    for flag in ("--port=30080", "--prometheus-port=29000", "--policy=cache_aware",
+                 "--health-check-interval-secs=5", "--health-failure-threshold=2", "--health-success-threshold=1",
+                 "--health-check-timeout-secs=3", "--request-timeout-secs=1800", "--worker-startup-timeout-secs=120"):
+        assert flag in command
+    assert service["ports"] == ["0.0.0.0:30080:30080", "0.0.0.0:29000:29000"]
+    assert service["image"] == DEFAULTS["sglang_image"]
+    assert not any("--worker-urls" in arg for arg in command)   # the worker set lives in workers.json
+
+
+def test_the_gateway_image_can_be_pinned_apart():
+    assert compose(sglang_router_image="lmsysorg/sglang:v0.5.17")["services"]["router"]["image"] == \
+        "lmsysorg/sglang:v0.5.17"
+
+
+def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("k3y-0123456789abcdef\n")
+    gateway = with_gateways(router(sglang_api_key_file=str(key_file)), TWO).gateways[0]
+    service = yaml.safe_load(gateway.compose)["services"]["router"]
+    assert service["command"][3] == "/etc/sglang-secrets/server.yaml"
+    assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
+    assert "k3y-0123456789abcdef" not in gateway.compose + "".join(gateway.scripts.values())
+    assert '--api-key-file "/opt/sglang/docker/secrets/server.yaml"' in gateway.scripts["gate.sh"]
+
+
+def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
+    gateway = with_gateways(router(), TWO).gateways[0]
+    assert set(gateway.scripts) == {"test_tool_calling.sh", "benchmark.sh", "gate.sh", "launch.py"}
+    assert '--url "http://127.0.0.1:30080"' in gateway.scripts["benchmark.sh"]
+    assert '--gateway "qwen3-6-35b-a3b-awq"' in gateway.scripts["gate.sh"]
+    assert "--baseline 985" in gateway.scripts["benchmark.sh"]
+
+
+def test_the_launcher_reads_workers_and_key_from_files(tmp_path):
+    (tmp_path / "workers.json").write_text(json.dumps(["http://10.0.0.11:30000"]))
+    (tmp_path / "server.yaml").write_text('api-key: "k3y-0123456789abcdef"\n')
+    args = router_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"), "--port=1"])
+    assert args == ["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--api-key", "k3y-0123456789abcdef"]
+    assert router_launch.arguments([str(tmp_path / "missing.json"), "-"]) == ["--worker-urls"]
+
+
+# ---------------------------------------------------------------- the worker-set operation
+
+STAMPED = {"gate": {"stamp": "d1", "digest": "d1"}, "stack": {"container": {"state": "running"}}}
+
+
+def worker_snapshot(sha, stamp="d1", state="running"):
+    return {"gate": {"stamp": stamp, "digest": "d1"}, "stack": {"container": {"state": state}},
+            "files": {"/opt/sglang/docker": {"compose.yaml": {"sha256": sha}}}}
+
+
+@pytest.mark.parametrize("snapshot,validated", [
+    (worker_snapshot("c1"), True),
+    (worker_snapshot("c1", stamp="old"), False),            # its gate has not passed for what runs now
+    (worker_snapshot("c1", state="exited"), False),         # stopped
+    (worker_snapshot("c0"), False),                         # rolled back to an older config
+    (None, False),                                          # unreachable
+])
+def test_a_worker_counts_only_when_its_own_config_passed_its_gate_and_runs(snapshot, validated):
+    assert operations.worker_validated(snapshot, "/opt/sglang/docker", "c1") is validated
+
+
+def members(have, workers, snapshots):
+    fake = FakeHost({"Snapshot": {"routers": {"m": {"workers": have}}}})
+    try:
+        with mock.patch.object(operations, "host", fake), \
+                mock.patch.object(operations, "_fleet_snapshot", lambda name: snapshots.get(name)):
+            commands = list(operations.gateway_workers._inner(directory="/opt/sglang/router/m", gateway="m",
+                                                              url="http://127.0.0.1:30080", workers=workers))
+    finally:
+        factcache.invalidate(fake)
+    return commands, fake
+
+
+W1 = plans.Worker("gpu-01", "http://10.0.0.11:30000", "/opt/sglang/docker", "c1")
+W2 = plans.Worker("gpu-02", "http://10.0.0.12:30000", "/opt/sglang/docker", "c2")
+
+
+def test_the_worker_set_is_left_alone_when_it_is_what_passed():
+    commands, fake = members([W1.url, W2.url], (W1, W2), {"gpu-01": worker_snapshot("c1"),
+                                                           "gpu-02": worker_snapshot("c2")})
+    assert commands == [] and fake.noops
+
+
+def test_a_worker_that_failed_its_gate_is_removed_through_the_api():
+    commands, _ = members([W1.url, W2.url], (W1, W2), {"gpu-01": worker_snapshot("c1"),
+                                                        "gpu-02": worker_snapshot("c2", stamp="none")})
+    assert [command_text(c) for c in commands] == [
+        "python3 -c <hostside/router_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
+    assert json.loads(commands[0].connector_arguments["_stdin"]) == [W1.url]
+
+
+def test_a_first_run_writes_the_set_even_when_it_is_empty():
+    commands, _ = members(None, (W1,), {})
+    assert json.loads(commands[0].connector_arguments["_stdin"]) == []
+
+
+def test_a_worker_outside_this_run_keeps_its_membership():
+    outside = plans.Worker("gpu-02", W2.url, "/opt/sglang/docker", None)
+    commands, fake = members([W1.url, W2.url], (W1, outside), {"gpu-01": worker_snapshot("c1")})
+    assert commands == [] and fake.noops
+
+
+# ---------------------------------------------------------------- the status report
+
+def test_the_status_shows_each_gateways_workers_and_judges_a_gateway_without_healthy_ones():
+    from sglang_infra import fleetstatus
+
+    healthy = {"slug": "m", "port": 30080, "error": None,
+               "workers": [{"url": "http://10.0.0.11:30000", "healthy": True},
+                           {"url": "http://10.0.0.12:30000", "healthy": False}]}
+    assert fleetstatus.gateway_line("gw-1", healthy) == (
+        "gw-1: gateway m :30080: 1/2 workers healthy (http://10.0.0.11:30000 healthy, "
+        "http://10.0.0.12:30000 UNHEALTHY)")
+    row = {"reachable": True, "serves": False, "gateways": [healthy]}
+    assert fleetstatus.problems(row) == []          # a router-only host: no container or model of its own
+    dead = dict(healthy, workers=[{"url": "http://10.0.0.11:30000", "healthy": False}])
+    assert fleetstatus.problems(dict(row, gateways=[dead])) == [("failing", "gateway m has no healthy worker")]
