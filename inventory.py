@@ -11,6 +11,9 @@ Add your servers to the groups below. Each entry is a hostname, or a
 Groups:
 - production: serves the runbook's production model (group_data/production.py)
 - quality:    serves the quality-comparison model (group_data/quality.py)
+- router:     the fleet's front door: one SGLang Model Gateway per model, in
+              front of the hosts above that passed their gate (README, "Fleet
+              front door"); a host only here serves no model
 
 With both groups empty, the inventory targets the local sandbox host that
 `scripts/sandbox.sh` starts (see README.md). SSH host keys are checked against
@@ -24,6 +27,8 @@ from pathlib import Path
 production = []
 
 quality = []
+
+router = []
 
 
 def _sandbox_hosts():
