@@ -110,6 +110,18 @@ def test_the_fleet_converges_on_the_lock_and_pulls_the_image_by_digest(fleet):
     assert [again.changed(h.name) for h in fleet["hosts"]] == [[], []], again.output[-3000:]
 
 
+def test_the_status_report_finds_both_hosts_on_the_lock(fleet):
+    """The image by its registry digest and the model by its commit and content, as sglang.lock records them."""
+    env = {k: v for k, v in _env().items() if k != "PYINFRA_YES"}
+    report = subprocess.run(["bash", "scripts/status.sh", str(fleet["inventory"]), "--json"], cwd=PROJECT_DIR,
+                            env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    rows = {row["host"]: row for row in json.loads(report.stdout)["hosts"]}
+    for host in fleet["hosts"]:
+        row = rows[host.name]
+        assert (row["verdict"], row["image"]["lock"], row["model"]["lock"]) == ("ok", "yes", "yes"), row
+
+
 def test_a_tag_moved_upstream_changes_nothing_until_the_lock_is_updated(fleet):
     registry, inventory = fleet["registry"], fleet["inventory"]
     moved_ref = f"{registry.address}/{REPOSITORY}:v1"

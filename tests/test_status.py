@@ -134,10 +134,9 @@ def _lock_inventory(testbed, workdir, hosts, commit: str, files) -> os.PathLike:
     (folder / "sglang.lock").write_text(lockfile.render(lockfile.document({KEY: locked}, {}, {}, "2026-01-01")))
     registry = testbed.standin["sglang_models"]
     unpinned = {**registry, KEY: {**registry[KEY], "revision": None}}
-    # An absolute sglang_lock: a relative one resolves against the working directory inside the deploy, not the
-    # inventory's directory (lock.inventory_dir() finds no click context in pyinfra's greenlets).
+    # sg-st-1 finds the lock by sglang_lock's default, 'sglang.lock' beside its inventory.
     return testbed.inventory(folder / "inventory.py", {"production": [
-        (hosts["sg-st-1"], {"sglang_models": unpinned, "sglang_lock": str(folder / "sglang.lock")}),
+        (hosts["sg-st-1"], {"sglang_models": unpinned}),
         (hosts["sg-st-2"], {"sglang_lock": None})]})
 
 
