@@ -29,6 +29,14 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not answer within 60 s; see /var/log/sglang-dockerd.log" >&2; exit 1; }
 fi
 
+# Every test host is a systemd with a nested dockerd, each holding several inotify instances; the kernel's
+# default of 128 per user ran out with a suite's hosts, and the next host never finished booting.
+if [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -lt 1024 ]; then
+  echo "setup: raising fs.inotify.max_user_instances to 1024 for the test hosts" >&2
+  sysctl -q -w fs.inotify.max_user_instances=1024 >/dev/null 2>&1 \
+    || echo "setup: could not raise fs.inotify.max_user_instances; many test hosts at once may not boot" >&2
+fi
+
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

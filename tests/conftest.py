@@ -59,8 +59,22 @@ def testbed(tmp_path_factory, pytestconfig):
     if getattr(pytestconfig, "_testbed_owns_run", False):
         hosts.remove_stale_runs()  # runs on this machine killed before their cleanup; live runs stay
     bed = Testbed(tmp_path_factory.mktemp("testbed"))
+    pytestconfig._sglang_testbed = bed
     yield bed
     bed.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hosts_last_one_module(request):
+    """A module's hosts are removed at its end, not the session's: every host is a systemd with a nested
+    dockerd, and a whole suite's worth at once ran out of the kernel's inotify instances (128 per user by
+    default), after which a new host never finished booting."""
+    bed = getattr(request.config, "_sglang_testbed", None)
+    keep = len(bed.started) if bed else 0
+    yield
+    bed = getattr(request.config, "_sglang_testbed", None)
+    if bed is not None:
+        bed.release(keep)
 
 
 @pytest.fixture(scope="session")

@@ -186,6 +186,12 @@ class Testbed:
         self.started.append(host)
         return host
 
+    def release(self, keep: int) -> None:
+        """Remove the hosts started after the first ``keep`` (a test module's own, at its end)."""
+        for host in self.started[keep:]:
+            testbed_hosts.remove_host(host)
+        del self.started[keep:]
+
     def close(self) -> None:
         for host in self.started:
             testbed_hosts.remove_host(host)
