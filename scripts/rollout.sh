@@ -29,7 +29,7 @@ python=.venv/bin/python
 [ -x "$python" ] || python=python3
 
 # A canary that matches no host would "pass" and let every host through: refuse it first.
-if ! canaries=$("$python" -m sglang_infra.fleet match "$inventory" "$canary"); then
+if ! canaries=$("$python" -m sglang_infra.inventoryfile match "$inventory" "$canary"); then
   echo "rollout: refused, the canary matches no host; nothing was deployed" >&2
   exit 1
 fi

@@ -95,30 +95,6 @@ def path_for(setting: str | None, inventory_dir: str | None) -> str | None:
     return setting if os.path.isabs(setting) else os.path.join(inventory_dir or os.getcwd(), setting)
 
 
-def inventory_dir() -> str | None:
-    """The directory of this pyinfra run's inventory file, or None (not a pyinfra run, or hosts given on the
-    command line)."""
-    inventory = inventory_file()
-    return os.path.dirname(os.path.abspath(inventory)) if inventory else None
-
-
-def inventory_file() -> str | None:
-    """This pyinfra run's inventory file, or None. Read from the run's command line with pyinfra's own parser:
-    deploy files are loaded in a greenlet, where click's context of the run is not visible."""
-    import sys
-
-    if "pyinfra_cli.cli" not in sys.modules:
-        return None   # not pyinfra's command line (importing it would patch threading for the whole process)
-    from pyinfra_cli.cli import cli
-
-    try:
-        context = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True)
-    except Exception:  # not pyinfra's command line
-        return None
-    inventory = context.params.get("inventory")
-    return inventory if inventory and os.path.isfile(inventory) else None
-
-
 # ---------------------------------------------------------------- reading
 
 def _fail(path: str, what: str) -> LockError:

@@ -269,9 +269,9 @@ def resolve_wheels(name: str, version: str, indexes: Iterable[str]) -> tuple[tup
 # ---------------------------------------------------------------- the fleet
 
 def _hosts_data(inventory_path: str) -> list[tuple[str, dict]]:
-    from . import fleet
+    from . import inventoryfile
 
-    return [(host.name, host.data.dict()) for host in fleet.load(inventory_path)]
+    return [(host.name, host.data.dict()) for host in inventoryfile.load(inventory_path)]
 
 
 def _parse_updates(updates: list[str]) -> tuple[dict[str, str | None], bool, bool]:

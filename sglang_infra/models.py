@@ -86,6 +86,11 @@ def entry(data: Mapping[str, Any], key: str) -> Model:
     )
 
 
+def registry(data: Mapping[str, Any]) -> dict[str, Model]:
+    """Every well-formed entry of the registry, by key (a malformed one is refused where a host uses it)."""
+    return {key: entry(data, key) for key, raw in data["sglang_models"].items() if not _entry_problems(key, raw)}
+
+
 def served(data: Mapping[str, Any]) -> Model:
     """The one model this host serves (`sglang_model`, a registry key)."""
     return entry(data, data["sglang_model"])

@@ -64,3 +64,14 @@ def docker_packages(platform: Platform, docker_source: str) -> tuple[str, ...]:
         return DOCKER_REPO_PACKAGES
     assert platform.distribution_packages is not None
     return platform.distribution_packages
+
+
+def engine_works(docker) -> bool:
+    """
+    A Docker engine that is up (active unit, answering socket, CLI present)
+    and has the compose v2 CLI plugin, from the snapshot's docker section.
+    Compose v1 was a standalone program, never a plugin, so the plugin's
+    presence means v2 or newer.
+    """
+    return bool(docker.get("cli") and docker.get("api") and docker.get("active") == "active"
+                and docker.get("compose_plugin"))

@@ -6,22 +6,15 @@ unit-tested.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
-
-import jinja2
+from typing import Any, Mapping
 
 from . import ship
 from .defaults import reasons
+from .gpus import Derived
+from .models import Model
+from .plantypes import Gateway, HostPlan
+from .templating import render_template
 
-if TYPE_CHECKING:
-    from .gpus import Derived
-    from .models import Model
-    from .plan import Gateway, HostPlan
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Where the container sees docker/secrets (the server's private config, with the API key).
 SECRETS_IN_CONTAINER = "/etc/sglang-secrets"
 
@@ -55,9 +48,9 @@ def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dic
     return {**data, **{key: d.value for key, d in derived.items()}}
 
 
-def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived], model: Model) -> list[dict[str, str]]:
+def launch_flags(values: Mapping[str, Any], derived: Mapping[str, Derived], model: Model) -> list[dict[str, str]]:
+    """SGLang's launch flags from the final values (final_values), each with its reason and source."""
     why = reasons()
-    values = final_values(data, derived)
     flags = []
     for key, flag in LAUNCH_FLAGS:
         from_entry = key in _ENTRY_REASONS
@@ -74,49 +67,18 @@ def launch_flags(data: Mapping[str, Any], derived: Mapping[str, Derived], model:
     return flags
 
 
-@lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    """The one Jinja environment of the project."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(PROJECT_DIR)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    # A JSON string is a valid YAML double-quoted scalar; compose interpolates every value, so a `$` is doubled.
-    env.filters["q"] = lambda value: json.dumps(str(value)).replace("$", "$$")
-    return env
-
-
-def template_path(template: str) -> Path:
-    """A template named relative to the project, or by absolute path for a site's own copy."""
-    return PROJECT_DIR / template
-
-
-@lru_cache(maxsize=16)
-def _compiled(source: str) -> jinja2.Template:
-    # Compiled once per run, not once per host: compiling costs more than rendering.
-    return environment().from_string(source)
-
-
-def render_template(template: str, **context: Any) -> str:
-    return _compiled(template_path(template).read_text(encoding="utf-8")).render(**context)
-
-
-def _values(plan: HostPlan) -> dict[str, Any]:
-    """The plain sglang_* values, hardware-dependent ones at their final value."""
-    values = final_values(plan.data, plan.derived)
-    return {key: value for key, value in values.items() if key.startswith("sglang_")}
+def template_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:
+    """The plain sglang_* values a template renders, hardware-dependent ones at their final value."""
+    return {key: value for key, value in final_values(data, derived).items() if key.startswith("sglang_")}
 
 
 def compose_yaml(plan: HostPlan) -> str:
     return render_template(
-        plan.data["sglang_compose_template"], **_values(plan),
+        plan.compose_template, **plan.template_values,
         model=plan.served,
         serving_image=plan.serving_image,
         built_from=plan.build.base_image if plan.build else None,
+        locked_from=plan.image_tag if plan.image != plan.image_tag else None,   # pulled by the lock's digest
         flags=plan.flags,
         reasons=reasons(),
         mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,
@@ -132,7 +94,7 @@ def env_file(uid: int, gid: int) -> str:
 def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
     """The validation scripts and the gate, by file name under sglang_home (a gateway's: under its directory)."""
     gate = gateway.gate if gateway else plan.gate
-    context = dict(_values(plan), url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
+    context = dict(plan.template_values, url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
                    baseline=gate.baseline_tok_s,
                    checks_program=ship.program("checks"), gate_program=ship.program("gate"),
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
@@ -161,9 +123,9 @@ GATEWAY_IN_CONTAINER = "/etc/sglang-router"
 
 def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     why = reasons()
-    flags = [{"arg": f"{flag}={plan.data[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
+    flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
     return render_template(
-        "templates/router-compose.yaml.j2", **_values(plan),
+        "templates/router-compose.yaml.j2", **plan.template_values,
         gateway=gateway, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
     )

@@ -75,7 +75,7 @@ def image_lock(plan, tags_digests_labels) -> str:
 
     if plan.lock is None:
         return "no lock"
-    wanted = plan.lock.pinned_image(plan.data["sglang_image"])
+    wanted = plan.locked_image
     if wanted is None or plan.image_archive:
         return "n/a"
     _tags, digests, labels = tags_digests_labels
@@ -88,9 +88,8 @@ def image_lock(plan, tags_digests_labels) -> str:
 def _model(plan, snapshot, container) -> dict:
     running = ((container or {}).get("labels") or {}).get(MODEL_LABEL) or plan.served.pinned
     repo_id, _, commit = running.partition("@")
-    registry = plan.data["sglang_models"]
     key = plan.served.key if repo_id.lower() == plan.served.repo_id.lower() else next(
-        (k for k, e in registry.items() if str(e.get("repo_id", "")).lower() == repo_id.lower()), repo_id)
+        (k for k, e in plan.registry.items() if e.repo_id.lower() == repo_id.lower()), repo_id)
     revision = ((((snapshot.get("models") or {}).get("repos") or {}).get(repo_id) or {}).get("revisions")
                 or {}).get(commit) or {}
     found = {"key": key, "repo_id": repo_id, "commit": commit, "short": commit[:SHORT_COMMIT],

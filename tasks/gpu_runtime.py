@@ -8,7 +8,7 @@ from pyinfra.operations import apt
 
 from sglang_infra.aptrepo import vendor_repository
 from sglang_infra.operations import nvidia_runtime
-from sglang_infra.plan import plan_of
+from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
 

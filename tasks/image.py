@@ -15,7 +15,7 @@ from pyinfra import host
 
 from sglang_infra import toolchain
 from sglang_infra.operations import checked_file, image_present, toolchain_image
-from sglang_infra.plan import plan_of
+from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
 docker_dir, build = plan.paths.docker, plan.build

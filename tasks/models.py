@@ -14,7 +14,7 @@ from pyinfra.operations import apt
 
 from sglang_infra import ship
 from sglang_infra.operations import model_pulled, pull_tools, secret_file
-from sglang_infra.plan import plan_of
+from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
 tools, token = plan.paths.tools, plan.paths.token

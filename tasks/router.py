@@ -11,13 +11,12 @@ through the gateway's /workers API, without a restart; the gateway's own gate
 config, with a rollback to its last good config.
 """
 
-import hashlib
-
 from pyinfra import host
 
 from sglang_infra.operations import (checked_file, fleet_barrier, gateway_workers, image_present, not_failed_before,
                                      secret_file, stack_up, validated)
-from sglang_infra.plan import plan_of, server_config
+from sglang_infra.hostside.names import text_digest
+from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
 
@@ -34,13 +33,13 @@ if plan.routes:
     secrets = secret_file(
         name=f"Ensure {plan.paths.server_config} holds the API key the gateways send and require, or is absent",
         dest=plan.paths.server_config,
-        content=server_config(plan.api_key),
+        content=plan.server_config,
         user=plan.account,
     )
 
 for gateway in plan.gateways:
     where = gateway.dir
-    compose_sha = hashlib.sha256(gateway.compose.encode()).hexdigest()
+    compose_sha = gateway.compose_sha
     for name, text in sorted(gateway.scripts.items()):
         checked_file(
             name=f"Ensure {where}/{name} is up to date",
@@ -86,7 +85,7 @@ for gateway in plan.gateways:
         home=plan.paths.home,
         image=plan.router_image,
         gate=f"{where}/gate.sh",
-        files={f"{where}/{name}": hashlib.sha256(text.encode()).hexdigest()
+        files={f"{where}/{name}": text_digest(text)
                for name, text in {**gateway.scripts, "compose.yaml": gateway.compose}.items()},
         always=gateway.gate.always,
         gateway=gateway.slug,

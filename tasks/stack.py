@@ -4,16 +4,14 @@ compose config -q` accepts it), and the stack running that config: `up -d`
 only when the container is missing, stopped or not started from the files as
 they are."""
 
-import hashlib
-
 from pyinfra import host
 
 from sglang_infra.operations import account_env_file, checked_file, not_failed_before, secret_file, stack_up
-from sglang_infra.plan import plan_of, server_config
+from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
 docker_dir = plan.paths.docker
-compose_sha = hashlib.sha256(plan.compose.encode()).hexdigest()
+compose_sha = plan.compose_sha
 
 not_failed_before(
     name="Ensure this compose.yaml is not one that already failed its gate here (unless sglang_retry_failed)",
@@ -25,7 +23,7 @@ not_failed_before(
 server_secrets = secret_file(
     name=f"Ensure {plan.paths.server_config} holds the API key from sglang_api_key_file (0600), or is absent",
     dest=plan.paths.server_config,
-    content=server_config(plan.api_key),
+    content=plan.server_config,
     user=plan.account,
 )
 

@@ -5,12 +5,11 @@ throughput, roll back to the last known-good config on failure.
     --data sglang_validate=always    runs the gate without a change
 """
 
-import hashlib
-
 from pyinfra import host
 
 from sglang_infra.operations import checked_file, validated
-from sglang_infra.plan import plan_of
+from sglang_infra.hostside.names import text_digest
+from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
 home = plan.paths.home
@@ -32,6 +31,6 @@ validated(
     home=home,
     image=plan.serving_image,
     gate=f"{home}/gate.sh",
-    files={path: hashlib.sha256(text.encode()).hexdigest() for path, text in written.items()},
+    files={path: text_digest(text) for path, text in written.items()},
     always=plan.gate.always,
 )

@@ -197,3 +197,23 @@ class Testbed:
             testbed_hosts.remove_host(host)
         if self.owns_prefix:
             testbed_hosts.remove_run_objects(self.prefix)
+
+
+def toolchain_context(data, base_image: str, **kwargs):
+    """The toolchain build context of data the refusals accept, as plan.resolve makes it (judged pins and CA)."""
+    from sglang_infra import toolchain
+
+    ca_bundle, problems = toolchain.read_ca_bundle(data)
+    problems += toolchain.problems(data)
+    if problems:
+        raise ValueError("; ".join(f"{key}: {what}" for key, what, _ in problems))
+    return toolchain.build_context(data, toolchain.pins(data), ca_bundle, base_image, **kwargs)
+
+
+def write_context(context, directory) -> Path:
+    """A build context's Dockerfile and files in ``directory``, for `docker build`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in {"Dockerfile": context.dockerfile.encode(), **context.files}.items():
+        (directory / name).write_bytes(content)
+    return directory

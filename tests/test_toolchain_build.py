@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import toolchain_context, write_context
 from sglang_infra import toolchain
 from wheelindex import WheelIndex, build_wheels
 
@@ -151,7 +152,7 @@ def base_image():
 
 
 def docker_build(context: toolchain.BuildContext, directory: Path, *, no_cache: bool = False):
-    context.write(directory)
+    write_context(context, directory)
     args = ["build", "--network", "host", "--rm", "--force-rm", "--label", TEST_LABEL, "-t", context.tag]
     if no_cache:
         args.append("--no-cache")
@@ -176,7 +177,7 @@ def remove_images(context: toolchain.BuildContext) -> None:
 
 @pytest.fixture(scope="module")
 def built(base_image, index, tmp_path_factory):
-    context = toolchain.build_context(data(index.url), base_image)
+    context = toolchain_context(data(index.url), base_image)
     proc = docker_build(context, tmp_path_factory.mktemp("context"))
     try:
         yield context, proc

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import ship
-from ..render import render_template
-from .pins import _require_valid, flashinfer_index_url, nvcc_release, pins
+from ..templating import render_template
+from .pins import flashinfer_index_url, nvcc_release
 from .pip import pip_index_options
 
 TEMPLATE = "templates/Dockerfile.j2"
@@ -44,33 +44,34 @@ INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 _IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 
-def expected(data: Mapping[str, Any]) -> dict[str, Any]:
+def expected(data: Mapping[str, Any], pinned: Mapping[str, str]) -> dict[str, Any]:
     """What toolchain_check.py compares the image with."""
     version = data["sglang_nvcc_version"]
-    return {"packages": pins(data), "nvcc": {"release": nvcc_release(version), "version": version},
+    return {"packages": dict(pinned), "nvcc": {"release": nvcc_release(version), "version": version},
             "cuda_home": CUDA_HOME}
 
 
-def hashed_requirements(data: Mapping[str, Any], wheel_hashes: Mapping[str, Any]) -> str:
+def hashed_requirements(pinned: Mapping[str, str], wheel_hashes: Mapping[str, Any]) -> str:
     """A pip requirements file: every pin with the sha256 of each wheel the lock recorded for it."""
     lines = []
-    for name, version in pins(data).items():
+    for name, version in pinned.items():
         hashes = [f"--hash=sha256:{sha}" for _, sha in wheel_hashes[f"{name}=={version}"]]
         lines.append(" \\\n    ".join([f"{name}=={version}", *hashes]))
     return "\n".join(lines) + "\n"
 
 
-def context_files(data: Mapping[str, Any], wheel_hashes: Mapping[str, Any] | None = None) -> dict[str, bytes]:
+def context_files(data: Mapping[str, Any], pinned: Mapping[str, str], ca_bundle: bytes | None,
+                  wheel_hashes: Mapping[str, Any] | None = None) -> dict[str, bytes]:
     """The build context besides the Dockerfile: the check script, its expectations, the CA if any, and with
     a lock the hashed requirements."""
     files = {
         CHECK_NAME: ship.program("toolchain_check").encode(),
-        EXPECTED_NAME: (json.dumps(expected(data), indent=2, sort_keys=True) + "\n").encode(),
+        EXPECTED_NAME: (json.dumps(expected(data, pinned), indent=2, sort_keys=True) + "\n").encode(),
     }
-    if data["sglang_extra_ca_bundle"]:
-        files[CA_NAME] = Path(data["sglang_extra_ca_bundle"]).read_bytes()
+    if ca_bundle is not None:
+        files[CA_NAME] = ca_bundle
     if wheel_hashes is not None:
-        files[REQUIREMENTS_NAME] = hashed_requirements(data, wheel_hashes).encode()
+        files[REQUIREMENTS_NAME] = hashed_requirements(pinned, wheel_hashes).encode()
     return files
 
 
@@ -84,9 +85,9 @@ def _check_base_image(base_image: str) -> None:
         raise ValueError(f"base image {base_image!r} is not an image reference")
 
 
-def _render(data: Mapping[str, Any], base_image: str, inputs_hash: str | None, hashed: bool = False) -> str:
+def _render(data: Mapping[str, Any], pinned: Mapping[str, str], base_image: str, inputs_hash: str | None,
+            hashed: bool = False) -> str:
     _check_base_image(base_image)
-    pinned = pins(data)
     index_options = pip_index_options(data["sglang_pip_index_url"], flashinfer_index_url(data))
     labels = []
     if inputs_hash:
@@ -153,34 +154,23 @@ class BuildContext:
     inputs_hash: str
     tag: str
 
-    def all_files(self) -> dict[str, bytes]:
-        return {"Dockerfile": self.dockerfile.encode(), **self.files}
 
-    def write(self, directory: Path | str) -> Path:
-        """Write the build context (Dockerfile and files) into directory."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, data in self.all_files().items():
-            (directory / name).write_bytes(data)
-        return directory
-
-
-def build_context(data: Mapping[str, Any], base_image: str, wheel_hashes: Mapping[str, Any] | None = None,
-                  tag_from: str | None = None) -> BuildContext:
+def build_context(data: Mapping[str, Any], pinned: Mapping[str, str], ca_bundle: bytes | None, base_image: str,
+                  wheel_hashes: Mapping[str, Any] | None = None, tag_from: str | None = None) -> BuildContext:
     """Everything `docker build` needs, with the inputs hash and the tag it names.
 
     The hash is taken over the Dockerfile without its own inputs label (it
     cannot contain its own hash) and the other context files; the final
-    Dockerfile then records that hash in the label. With ``wheel_hashes``
+    Dockerfile then records that hash in the label. ``pinned`` and
+    ``ca_bundle`` are the judged pins and CA bytes (refusals.judge). With ``wheel_hashes``
     (a lock's, "name==version" -> ((file, sha256), ...)) pip installs with
     --require-hashes; ``tag_from`` names the tag when ``base_image`` is a
     digest of it.
     """
-    _require_valid(data)
-    files = context_files(data, wheel_hashes)
+    files = context_files(data, pinned, ca_bundle, wheel_hashes)
     hashed = wheel_hashes is not None
-    inputs_hash = build_inputs_hash(_render(data, base_image, None, hashed), files)
-    return BuildContext(base_image, _render(data, base_image, inputs_hash, hashed), files, inputs_hash,
+    inputs_hash = build_inputs_hash(_render(data, pinned, base_image, None, hashed), files)
+    return BuildContext(base_image, _render(data, pinned, base_image, inputs_hash, hashed), files, inputs_hash,
                         image_tag(tag_from or base_image, inputs_hash))
 
 

@@ -32,16 +32,6 @@ KEYS = (
 )
 
 
-class ToolchainError(ValueError):
-    """The data describes a toolchain this module refuses to build."""
-
-    def __init__(self, problems: list[tuple[str, str, str]]):
-        self.problems = problems
-        super().__init__("; ".join(f"{key}: {what} ({fix})" for key, what, fix in problems))
-
-
-# ---------------------------------------------------------------- versions
-
 def cuda_major(flavor: str) -> int:
     """'cu130' -> 13, 'cu129' -> 12."""
     match = _FLAVOR.fullmatch(flavor) if isinstance(flavor, str) else None
@@ -70,21 +60,12 @@ def flashinfer_versions(data: Mapping[str, Any]) -> dict[str, str]:
 
 
 def pins(data: Mapping[str, Any]) -> dict[str, str]:
-    """{distribution: exact version} for everything the image build installs, in install order."""
-    _require_valid(data)
-    return _pins(data)
-
-
-def _pins(data: Mapping[str, Any]) -> dict[str, str]:
+    """{distribution: exact version} for everything the image build installs, in install order, from data
+    that problems() accepted (refusals.judge works them out once per host and passes them on)."""
     versions = flashinfer_versions(data)
     versions[JIT_CACHE] = jit_cache_version(versions[JIT_CACHE], data["sglang_cuda_flavor"])
     nvcc = data["sglang_nvcc_version"]
     return {**versions, NVCC_PACKAGE: nvcc, **{name: nvcc for name in NVCC_COMPANIONS}}
-
-
-def requirements(data: Mapping[str, Any]) -> list[str]:
-    """The exact pip requirement strings, e.g. flashinfer-jit-cache==0.6.14+cu130."""
-    return [f"{name}=={version}" for name, version in pins(data).items()]
 
 
 def flashinfer_index_url(data: Mapping[str, Any]) -> str | None:
@@ -184,29 +165,32 @@ def _problems_nvcc(data, out, flavors_ok: bool) -> None:
                     f"pin a {cuda_major(flavor)}.x release of {NVCC_PACKAGE}, e.g. 13.3.73"))
 
 
-def _problems_ca(data, out) -> None:
+def read_ca_bundle(data: Mapping[str, Any]) -> tuple[bytes | None, list[tuple[str, str, str]]]:
+    """(the bytes of sglang_extra_ca_bundle or None, its problems): read once, on the control machine, and
+    judged whether or not the toolchain image is on, so turning it on later cannot surprise anyone."""
     path = data.get("sglang_extra_ca_bundle")
     if path is None:
-        return
+        return None, []
     fix = "point it at a PEM bundle on the control machine, or set None"
     if not isinstance(path, str) or not path:
-        out.append(("sglang_extra_ca_bundle", f"{path!r} is not a path", fix))
-        return
+        return None, [("sglang_extra_ca_bundle", f"{path!r} is not a path", fix)]
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        content = Path(path).read_bytes()
     except OSError as error:
-        out.append(("sglang_extra_ca_bundle", f"{path} cannot be read on the control machine: "
-                    f"{error.strerror or error}", fix))
-        return
+        return None, [("sglang_extra_ca_bundle", f"{path} cannot be read on the control machine: "
+                       f"{error.strerror or error}", fix)]
+    text, out = content.decode("utf-8", errors="replace"), []
     if "PRIVATE KEY" in text:
         out.append(("sglang_extra_ca_bundle", f"{path} holds a private key; it would be copied into the image "
                     "and onto every host", "point it at the CA certificates alone"))
     elif "BEGIN CERTIFICATE" not in text:
         out.append(("sglang_extra_ca_bundle", f"{path} holds no PEM certificate (no BEGIN CERTIFICATE line)", fix))
+    return (None if out else content), out
 
 
 def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, what is wrong, how to fix) for every refusal, judged from the data alone."""
+    """(key, what is wrong, how to fix) for every refusal of the pins, judged from the data alone (the CA
+    bundle is judged where it is read, read_ca_bundle)."""
     out: list[tuple[str, str, str]] = []
     missing = [key for key in KEYS if key not in data]
     for key in missing:
@@ -216,12 +200,5 @@ def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     flavors_ok = _problems_flavors(data, out)
     _problems_flashinfer(data, out)
     _problems_nvcc(data, out, flavors_ok)
-    _problems_ca(data, out)
     return out
-
-
-def _require_valid(data: Mapping[str, Any]) -> None:
-    found = problems(data)
-    if found:
-        raise ToolchainError(found)
 

@@ -23,9 +23,9 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def _load_inventory(path: str):
-    from sglang_infra import fleet
+    from sglang_infra import inventoryfile
 
-    return fleet.load(path)
+    return inventoryfile.load(path)
 
 
 def _hosts(config):

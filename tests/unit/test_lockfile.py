@@ -20,7 +20,7 @@ import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patche
 from conftest import FakeHost, command_text, pinned_defaults, plan_for
 from hfstandin import StandinHub
 from sglang_infra import factcache, lock as lockfile, lockgen, operations, ship, toolchain
-from sglang_infra.plan import DeployDataError, check_data
+from sglang_infra.refusals import DeployDataError, check_data
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-lock-")) / "hfpull.py"
 SCRIPT.write_text(ship.program("hfpull"))
@@ -249,9 +249,9 @@ def test_a_complete_revision_with_other_content_than_the_lock_is_pulled_again(hu
 def test_the_image_build_requires_the_locked_wheel_hashes():
     data = pinned_defaults()
     hashes = {f"{n}=={v}": (("a.whl", "a" * 64),) for n, v in toolchain.pins(data).items()}
-    plain = toolchain.build_context(data, "lmsysorg/sglang:v0.5.16")
-    locked = toolchain.build_context(data, "lmsysorg/sglang@sha256:" + "c" * 64, wheel_hashes=hashes,
-                                     tag_from="lmsysorg/sglang:v0.5.16")
+    plain = toolchain.build_context(data, toolchain.pins(data), None, "lmsysorg/sglang:v0.5.16")
+    locked = toolchain.build_context(data, toolchain.pins(data), None, "lmsysorg/sglang@sha256:" + "c" * 64,
+                                     wheel_hashes=hashes, tag_from="lmsysorg/sglang:v0.5.16")
     assert "--require-hashes" not in plain.dockerfile and "requirements.txt" not in plain.files
     assert "--require-hashes -r /tmp/sglang-requirements.txt" in locked.dockerfile
     assert b"flashinfer-python==0.6.14 \\\n    --hash=sha256:" + b"a" * 64 in locked.files["requirements.txt"]

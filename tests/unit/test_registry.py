@@ -7,7 +7,7 @@ import pytest
 from conftest import pinned_defaults
 from sglang_infra import models
 from sglang_infra.operations import prune_plan
-from sglang_infra.plan import check_data
+from sglang_infra.refusals import check_data
 
 DEFAULTS = pinned_defaults()
 PROD = "qwen3.6-35b-a3b-awq"

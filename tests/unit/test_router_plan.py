@@ -11,9 +11,12 @@ import pytest
 import yaml
 
 from conftest import FakeHost, command_text, converged_snapshot, pinned_defaults
-from sglang_infra import factcache, operations, plan as plans
+from sglang_infra import factcache, gateways as fleet_front, operations
+from sglang_infra.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import router_launch
-from sglang_infra.plan import DeployDataError, check_data, fleet_worker, resolve, with_gateways
+from sglang_infra.plan import resolve
+from sglang_infra.plantypes import Worker
+from sglang_infra.refusals import DeployDataError, check_data
 
 DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
@@ -50,9 +53,9 @@ def test_a_router_only_host_serves_no_model_and_needs_no_gpu():
 
 
 def test_a_host_in_router_and_production_does_both():
-    assert plans.roles(["production", "router"]) == (True, True)
-    assert plans.roles(["production"]) == (True, False)
-    assert plans.roles([]) == (True, False)
+    assert fleet_front.roles(["production", "router"]) == (True, True)
+    assert fleet_front.roles(["production"]) == (True, False)
+    assert fleet_front.roles([]) == (True, False)
 
 
 def test_each_served_model_gets_its_own_gateway_port_and_the_workers_that_serve_it():
@@ -194,8 +197,8 @@ def members(have, workers, snapshots):
     return commands, fake
 
 
-W1 = plans.Worker("gpu-01", "http://10.0.0.11:30000", "/opt/sglang/docker", "c1")
-W2 = plans.Worker("gpu-02", "http://10.0.0.12:30000", "/opt/sglang/docker", "c2")
+W1 = Worker("gpu-01", "http://10.0.0.11:30000", "/opt/sglang/docker", "c1")
+W2 = Worker("gpu-02", "http://10.0.0.12:30000", "/opt/sglang/docker", "c2")
 
 
 def test_the_worker_set_is_left_alone_when_it_is_what_passed():
@@ -218,7 +221,7 @@ def test_a_first_run_writes_the_set_even_when_it_is_empty():
 
 
 def test_a_worker_outside_this_run_keeps_its_membership():
-    outside = plans.Worker("gpu-02", W2.url, "/opt/sglang/docker", None)
+    outside = Worker("gpu-02", W2.url, "/opt/sglang/docker", None)
     commands, fake = members([W1.url, W2.url], (W1, outside), {"gpu-01": worker_snapshot("c1")})
     assert commands == [] and fake.noops
 

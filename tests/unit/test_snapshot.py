@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from sglang_infra import ship
-from sglang_infra.plan import engine_works
+from sglang_infra.platforms import engine_works
 from sglang_infra.snapshot import Snapshot
 
 

@@ -26,14 +26,19 @@ def _plan(toolchain=False, **data):
     return plan_for({**pinned_defaults(), "sglang_toolchain_image": toolchain, **data})
 
 
+def _locked(plan, lock):
+    """The plan as resolve makes it with ``lock``: the lock, and the digest it pins for the image."""
+    return replace(plan, lock=lock, locked_image=lock.pinned_image(plan.image_tag))
+
+
 def _lock(plan, digest=DIGEST, commit=None):
     model = LockedModel(plan.served.key, plan.served.repo_id, commit or plan.served.revision, FILES)
     return Lock(path="/inv/sglang.lock", written_at="", models={plan.served.key: model},
-                images={plan.data["sglang_image"]: digest} if digest else {}, wheels={})
+                images={plan.image_tag: digest} if digest else {}, wheels={})
 
 
 def _snapshot(plan, repo_digest=None, labels=None, content=None, verified=True, gate_record=None, state="running"):
-    repo = plan.data["sglang_image"].split(":")[0]
+    repo = plan.image_tag.split(":")[0]
     images = {plan.serving_image: {"id": IMAGE_ID, "labels": labels or {}}}
     if repo_digest:
         images[f"{repo}@{repo_digest}"] = {"id": IMAGE_ID, "labels": labels or {}}
@@ -83,7 +88,7 @@ def test_a_row_says_what_the_host_runs():
 ])
 def test_the_image_matches_the_lock_by_the_running_images_repo_digest(case, lock_digest, running_digest, expected):
     plain = _plan()
-    plan = replace(plain, lock=_lock(plain, lock_digest))
+    plan = _locked(plain, _lock(plain, lock_digest))
     row = status.row("gpu-01", plan, _snapshot(plan, repo_digest=running_digest), [])
     assert row["image"]["lock"] == expected, case
 
@@ -92,7 +97,7 @@ def test_the_image_matches_the_lock_by_the_running_images_repo_digest(case, lock
                                            (f"lmsysorg/sglang@{OTHER}", "no"), (None, "no")])
 def test_the_toolchain_image_matches_the_lock_by_the_base_it_was_built_from(base, expected):
     plain = _plan(toolchain=True)
-    plan = replace(plain, lock=_lock(plain))
+    plan = _locked(plain, _lock(plain))
     labels = {status.TOOLCHAIN_BASE_LABEL: base} if base else {}
     assert status.row("gpu-01", plan, _snapshot(plan, labels=labels), [])["image"]["lock"] == expected
 
@@ -101,7 +106,7 @@ def test_an_image_loaded_from_an_archive_is_not_judged_against_the_lock(tmp_path
     archive = tmp_path / "sglang.tar"
     archive.write_bytes(b"")
     plain = _plan(sglang_image_archive=str(archive))
-    plan = replace(plain, lock=_lock(plain))
+    plan = _locked(plain, _lock(plain))
     assert status.row("gpu-01", plan, _snapshot(plan), [])["image"]["lock"] == "n/a"
 
 
@@ -113,7 +118,7 @@ def test_an_image_loaded_from_an_archive_is_not_judged_against_the_lock(tmp_path
 ])
 def test_the_model_matches_the_lock_by_commit_and_content(case, commit, content, verified, expected):
     plain = _plan()
-    plan = replace(plain, lock=_lock(plain, commit=commit))
+    plan = _locked(plain, _lock(plain, commit=commit))
     row = status.row("gpu-01", plan, _snapshot(plan, content=content, verified=verified), [])
     assert row["model"]["lock"] == expected, case
 

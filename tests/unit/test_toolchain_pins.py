@@ -14,13 +14,17 @@ from pathlib import Path
 import pytest
 
 from sglang_infra import ship, toolchain
-from sglang_infra.toolchain import ToolchainError
+from harness import toolchain_context, write_context
 
 CHECK = ship.HOSTSIDE / "toolchain_check.py"
 HASH = "0123456789abcdef" * 4
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 # Docker's reference grammar for name:tag, simplified to what a local name can be.
 DOCKER_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def requirements(data):
+    return [f"{name}=={version}" for name, version in toolchain.pins(data).items()]
 
 
 def defaults(**changes) -> dict:
@@ -74,7 +78,7 @@ def test_nvcc_release_is_major_minor():
 
 
 def test_requirements_are_exact_pins():
-    assert toolchain.requirements(defaults()) == [
+    assert requirements(defaults()) == [
         "flashinfer-python==0.6.14",
         "flashinfer-cubin==0.6.14",
         "flashinfer-jit-cache==0.6.14+cu130",
@@ -85,22 +89,22 @@ def test_requirements_are_exact_pins():
 
 
 def test_requirements_follow_the_one_flashinfer_version_and_the_flavour():
-    reqs = toolchain.requirements(defaults(sglang_flashinfer_version="0.6.15", sglang_cuda_flavor="cu131",
+    reqs = requirements(defaults(sglang_flashinfer_version="0.6.15", sglang_cuda_flavor="cu131",
                                            sglang_image_cuda_flavor="cu131", sglang_nvcc_version="13.0.88"))
     assert reqs[:3] == ["flashinfer-python==0.6.15", "flashinfer-cubin==0.6.15", "flashinfer-jit-cache==0.6.15+cu131"]
     assert "nvidia-cuda-nvcc==13.0.88" in reqs
     assert not any("cu12" in r for r in reqs)
 
 
-def test_requirements_refuse_bad_data():
-    with pytest.raises(ToolchainError, match="sglang_nvcc_version"):
-        toolchain.requirements(defaults(sglang_nvcc_version="12.9.86"))
+def test_a_build_context_is_made_only_from_data_the_refusals_accept():
+    with pytest.raises(ValueError, match="sglang_nvcc_version"):
+        toolchain_context(defaults(sglang_nvcc_version="12.9.86"), BASE)
 
 
 # ---------------------------------------------------------------- refusals
 
 def only(data) -> tuple[str, str, str]:
-    found = toolchain.problems(data)
+    found = toolchain.problems(data) + toolchain.read_ca_bundle(data)[1]
     assert len(found) == 1, found
     return found[0]
 
@@ -112,7 +116,7 @@ def test_defaults_have_no_problems():
 def test_all_three_overridden_together_is_one_version():
     versions = {name: "0.6.15" for name in toolchain.FLASHINFER_PACKAGES}
     assert toolchain.problems(defaults(sglang_flashinfer_versions=versions)) == []
-    assert toolchain.requirements(defaults(sglang_flashinfer_versions=versions))[2] == \
+    assert requirements(defaults(sglang_flashinfer_versions=versions))[2] == \
         "flashinfer-jit-cache==0.6.15+cu130"
 
 
@@ -231,7 +235,7 @@ def test_malformed_nvcc_versions(version):
 def test_malformed_index_urls(key, url, words):
     """Judged once, with every other key's shape (sglang_infra/schema.py)."""
     from conftest import pinned_defaults
-    from sglang_infra.plan import check_data
+    from sglang_infra.refusals import check_data
 
     found = check_data("gpu-01", {**pinned_defaults(), key: url})
     assert len(found) == 1 and found[0].startswith(f"host gpu-01: {key}: ") and words in found[0], found
@@ -239,14 +243,14 @@ def test_malformed_index_urls(key, url, words):
 
 def test_index_urls_may_be_none():
     from conftest import pinned_defaults
-    from sglang_infra.plan import check_data
+    from sglang_infra.refusals import check_data
 
     assert check_data("gpu-01", {**pinned_defaults(), "sglang_pip_index_url": None,
                                  "sglang_flashinfer_index_url": None}) == []
 
 
 def test_ca_bundle_must_exist_and_hold_a_certificate(tmp_path, ca_file):
-    assert toolchain.problems(defaults(sglang_extra_ca_bundle=ca_file)) == []
+    assert toolchain.read_ca_bundle(defaults(sglang_extra_ca_bundle=ca_file))[1] == []
     key, what, _ = only(defaults(sglang_extra_ca_bundle=str(tmp_path / "missing.pem")))
     assert key == "sglang_extra_ca_bundle" and "cannot be read on the control machine" in what
     empty = tmp_path / "empty.pem"
@@ -274,9 +278,9 @@ def lines(text: str) -> list[str]:
 
 
 def test_dockerfile_with_defaults():
-    context = toolchain.build_context(defaults(), BASE)
+    context = toolchain_context(defaults(), BASE)
     text = context.dockerfile
-    assert text == toolchain.build_context(defaults(), BASE).dockerfile
+    assert text == toolchain_context(defaults(), BASE).dockerfile
     ls = lines(text)
     assert ls[[i for i, l in enumerate(ls) if l and not l.startswith("#")][0]] == f"FROM {BASE}"
     assert f'LABEL sglang.toolchain.inputs="{context.inputs_hash}" \\' in ls
@@ -289,7 +293,7 @@ def test_dockerfile_with_defaults():
     assert "PIP_BREAK_SYSTEM_PACKAGES=1" in text
     assert "--extra-index-url https://flashinfer.ai/whl/cu130 \\" in ls
     assert "--index-url " not in text.replace("--extra-index-url", "")
-    for requirement in toolchain.requirements(defaults()):
+    for requirement in requirements(defaults()):
         assert any(line.startswith(requirement) for line in ls), requirement
     assert "python3 /usr/local/share/sglang-toolchain/toolchain_check.py link-nvcc /usr/local/cuda-pip" in ls
     assert "ENV CUDA_HOME=/usr/local/cuda-pip \\" in ls
@@ -303,16 +307,16 @@ def test_dockerfile_with_defaults():
 
 
 def test_expected_values_baked_into_the_context():
-    expected = json.loads(toolchain.build_context(defaults(), BASE).files["expected.json"])
+    expected = json.loads(toolchain_context(defaults(), BASE).files["expected.json"])
     assert expected == {
-        "packages": dict(r.split("==") for r in toolchain.requirements(defaults())),
+        "packages": dict(r.split("==") for r in requirements(defaults())),
         "nvcc": {"release": "13.3", "version": "13.3.73"},
         "cuda_home": "/usr/local/cuda-pip",
     }
 
 
 def test_dockerfile_with_ca_bundle(ca_file):
-    context = toolchain.build_context(defaults(sglang_extra_ca_bundle=ca_file), BASE)
+    context = toolchain_context(defaults(sglang_extra_ca_bundle=ca_file), BASE)
     ls = lines(context.dockerfile)
     assert "COPY sglang-extra-ca.crt /usr/local/share/ca-certificates/sglang-extra-ca.crt" in ls
     assert context.files["sglang-extra-ca.crt"] == PEM.encode()
@@ -326,23 +330,23 @@ def test_dockerfile_with_ca_bundle(ca_file):
 def test_dockerfile_index_options():
     data = defaults(sglang_pip_index_url="http://127.0.0.1:8080/simple/",
                     sglang_flashinfer_index_url="http://127.0.0.1:8081/{cuda_flavor}/?a=1&b=2")
-    ls = lines(toolchain.build_context(data, BASE).dockerfile)
+    ls = lines(toolchain_context(data, BASE).dockerfile)
     assert "--index-url http://127.0.0.1:8080/simple/ \\" in ls
     assert "--extra-index-url 'http://127.0.0.1:8081/cu130/?a=1&b=2' \\" in ls  # shell-quoted
-    text = toolchain.build_context(defaults(sglang_flashinfer_index_url=None), BASE).dockerfile
+    text = toolchain_context(defaults(sglang_flashinfer_index_url=None), BASE).dockerfile
     assert "index-url" not in text
 
 
 def test_render_refuses_bad_data_and_bad_base():
-    with pytest.raises(ToolchainError, match="sglang_flashinfer_versions"):
-        toolchain.build_context(defaults(sglang_flashinfer_versions={"flashinfer-cubin": "0.6.13"}), BASE).dockerfile
+    with pytest.raises(ValueError, match="sglang_flashinfer_versions"):
+        toolchain_context(defaults(sglang_flashinfer_versions={"flashinfer-cubin": "0.6.13"}), BASE).dockerfile
     with pytest.raises(ValueError, match="image reference"):
-        toolchain.build_context(defaults(), "sglang\nRUN rm -rf /").dockerfile
+        toolchain_context(defaults(), "sglang\nRUN rm -rf /").dockerfile
 
 
 def test_build_context_writes_its_files(tmp_path, ca_file):
-    context = toolchain.build_context(defaults(sglang_extra_ca_bundle=ca_file), BASE)
-    context.write(tmp_path / "ctx")
+    context = toolchain_context(defaults(sglang_extra_ca_bundle=ca_file), BASE)
+    write_context(context, tmp_path / "ctx")
     assert sorted(p.name for p in (tmp_path / "ctx").iterdir()) == \
         ["Dockerfile", "expected.json", "sglang-extra-ca.crt", "toolchain_check.py"]
     assert (tmp_path / "ctx" / "Dockerfile").read_text() == context.dockerfile
@@ -355,7 +359,7 @@ def test_inputs_hash_is_stable_and_order_free():
     files = {"a": b"1", "b": b"2"}
     assert toolchain.build_inputs_hash("FROM x\n", files) == toolchain.build_inputs_hash("FROM x\n", dict(reversed(files.items())))
     assert re.fullmatch(r"[0-9a-f]{64}", toolchain.build_inputs_hash("FROM x\n", files))
-    assert toolchain.build_context(defaults(), BASE) == toolchain.build_context(defaults(), BASE)
+    assert toolchain_context(defaults(), BASE) == toolchain_context(defaults(), BASE)
 
 
 @pytest.mark.parametrize("dockerfile, files", [
@@ -377,15 +381,15 @@ def test_inputs_hash_sees_every_change(dockerfile, files):
     {"sglang_cuda_flavor": "cu131", "sglang_image_cuda_flavor": "cu131"},
 ])
 def test_every_input_changes_the_tag(change):
-    assert toolchain.build_context(defaults(**change), BASE).tag != toolchain.build_context(defaults(), BASE).tag
+    assert toolchain_context(defaults(**change), BASE).tag != toolchain_context(defaults(), BASE).tag
 
 
 def test_ca_content_and_base_change_the_tag(tmp_path, ca_file):
-    first = toolchain.build_context(defaults(sglang_extra_ca_bundle=ca_file), BASE)
+    first = toolchain_context(defaults(sglang_extra_ca_bundle=ca_file), BASE)
     Path(ca_file).write_text(PEM + PEM)
-    assert toolchain.build_context(defaults(sglang_extra_ca_bundle=ca_file), BASE).tag != first.tag
-    assert toolchain.build_context(defaults(), "lmsysorg/sglang:v0.5.17").tag != \
-        toolchain.build_context(defaults(), BASE).tag
+    assert toolchain_context(defaults(sglang_extra_ca_bundle=ca_file), BASE).tag != first.tag
+    assert toolchain_context(defaults(), "lmsysorg/sglang:v0.5.17").tag != \
+        toolchain_context(defaults(), BASE).tag
 
 
 @pytest.mark.parametrize("base, tag_part", [

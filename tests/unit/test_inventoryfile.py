@@ -16,7 +16,7 @@ def write(tmp_path):
 
 
 def match(inventory, pattern):
-    return subprocess.run([sys.executable, "-m", "sglang_infra.fleet", "match", str(inventory), pattern],
+    return subprocess.run([sys.executable, "-m", "sglang_infra.inventoryfile", "match", str(inventory), pattern],
                           cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
 
 

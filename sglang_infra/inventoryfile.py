@@ -1,10 +1,13 @@
-"""The inventory as pyinfra itself reads it, for the scripts around the deploy.
+"""The inventory file, as pyinfra itself reads it: for the scripts around the
+deploy (load, match), and, inside a run, which file this run's inventory is
+(the lock lives beside it; its name is a group pyinfra adds).
 
-    python3 -m sglang_infra.fleet match INVENTORY PATTERN   the hosts --limit PATTERN would take; exit 1 if none
+    python3 -m sglang_infra.inventoryfile match INVENTORY PATTERN   the hosts --limit PATTERN would take; exit 1 if none
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +30,28 @@ def matching(inventory, pattern: str) -> list[str]:
     from pyinfra_cli.cli import _get_inventory_pattern_matches
 
     return sorted(host.name for host in _get_inventory_pattern_matches(inventory, [pattern], "--limit"))
+
+
+def inventory_dir() -> str | None:
+    """The directory of this pyinfra run's inventory file, or None (not a pyinfra run, or hosts given on the
+    command line)."""
+    inventory = inventory_file()
+    return os.path.dirname(os.path.abspath(inventory)) if inventory else None
+
+
+def inventory_file() -> str | None:
+    """This pyinfra run's inventory file, or None. Read from the run's command line with pyinfra's own parser:
+    deploy files are loaded in a greenlet, where click's context of the run is not visible."""
+    if "pyinfra_cli.cli" not in sys.modules:
+        return None   # not pyinfra's command line (importing it would patch threading for the whole process)
+    from pyinfra_cli.cli import cli
+
+    try:
+        context = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True)
+    except Exception:  # not pyinfra's command line
+        return None
+    inventory = context.params.get("inventory")
+    return inventory if inventory and os.path.isfile(inventory) else None
 
 
 def main(argv: list[str]) -> int:

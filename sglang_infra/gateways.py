@@ -1,0 +1,120 @@
+"""The fleet front door, control side: which hosts serve and which route,
+the workers of each model, and each router host's gateways.
+
+A host in any inventory group but `router` serves a model; a host in
+`router` runs one gateway (sglang-router) per model it fronts, each in its
+own compose project under router/<slug>/, with ports that follow the model's
+position in the registry. preflight.py calls `fleet()` once every host's plan
+is known; the rules are in refusals.check_fleet, the rendering in render.py,
+the host side in hostside/router_launch.py and hostside/router_workers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from typing import Any, Mapping
+
+from . import render
+from .hostside import names
+from .inventoryfile import inventory_file
+from .plantypes import LOCAL_URL, ROUTER_GROUP, Gateway, HostPlan, Placement, Worker
+from .refusals import DeployDataError, check_fleet, raise_if
+
+
+def groups_of(host) -> list[str]:
+    """
+    The inventory's own groups of a host: without pyinfra's `all`, and
+    without the group pyinfra adds holding every host, named after the
+    inventory file (e.g. `inventory` for inventory.py), which would make every
+    router host a serving one.
+    """
+    path = inventory_file()
+    stem = os.path.basename(path).rsplit(".", 1)[0] if path else None
+    everyone = {each.name for each in host.inventory}
+    out = []
+    for name in (getattr(group, "name", group) for group in (host.groups or ())):
+        implicit = name == stem and name != ROUTER_GROUP and \
+            {each.name for each in host.inventory.get_group(name)} == everyone
+        if name != "all" and not implicit:
+            out.append(name)
+    return out
+
+
+def roles(groups) -> tuple[bool, bool]:
+    """(serves, routes) of a host in ``groups``: every group but `router` serves a model."""
+    groups = set(groups)
+    return (not groups or bool(groups - {ROUTER_GROUP})), ROUTER_GROUP in groups
+
+
+def worker_url(address: str, port: int) -> str:
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
+    """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
+    address = data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+    return data.get("sglang_model"), Worker(host=name, url=worker_url(address, data.get("sglang_port")),
+                                            docker_dir=f"{data.get('sglang_home')}/docker",
+                                            compose_sha=plan.compose_sha if plan is not None else None)
+
+
+def gateway_slug(key: str) -> str:
+    """A registry key as a compose project name allows it: lowercase letters, digits, '-' and '_'."""
+    return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
+
+
+def place(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> list[Placement]:
+    """The gateways this router host runs, in registry order: the keys it lists, else every key some host
+    serves; each at the ports of its position in the registry."""
+    router = plan.router
+    out = []
+    for offset, key in enumerate(router.registry):
+        if key in router.models if router.models is not None else bool(workers.get(key)):
+            out.append(Placement(key, gateway_slug(key), router.port + offset, router.prometheus_port + offset))
+    return out
+
+
+def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
+    """A router host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
+    placed = place(plan, workers)
+    raise_if(check_fleet(plan, workers, placed))
+    gateways = []
+    for spot in placed:
+        model = plan.registry[spot.key]
+        gateway = Gateway(
+            key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
+            prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
+            workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
+            gate=replace(plan.gate, url=LOCAL_URL.format(port=spot.port), served_name=model.served_name,
+                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
+        compose = render.router_compose_yaml(plan, gateway)
+        gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose),
+                                scripts=render.gateway_scripts(plan, gateway)))
+    layout = dict(plan.layout, **{plan.paths.gateways: "755"}, **{g.dir: "755" for g in gateways})
+    return replace(plan, gateways=tuple(gateways), layout=layout)
+
+
+def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True) -> dict[str, HostPlan | None]:
+    """
+    Every router host's plan with its gateways: the workers of each model are
+    the inventory's serving hosts of that model (those outside this run too,
+    which then keep the membership they have); refused when any router host
+    has a problem with the fleet (a status report keeps such a plan as it is).
+    """
+    workers: dict[str, list[Worker]] = {}
+    for each in inventory:
+        if roles(groups_of(each))[0]:
+            key, worker = fleet_worker(each.name, each.data.dict(), plans.get(each.name))
+            workers.setdefault(key, []).append(worker)
+    out, errors = dict(plans), []
+    for name, plan in plans.items():
+        if plan is not None and plan.routes:
+            try:
+                out[name] = with_gateways(plan, workers)
+            except DeployDataError as error:
+                errors += error.problems
+    if refuse:
+        raise_if(errors)
+    return out

@@ -1,0 +1,49 @@
+"""The names a host program and the control side both use, defined once.
+
+Every directory, file, label and script name that the deploy (control side)
+writes or reads and a host program (gate, snapshot, stack, the gateway's
+launcher) also writes or reads is spelled out here and nowhere else; a unit
+test fails when one of these values is spelled out in a second module. So is
+the one comparison of the gate's stamp with the digest of the host as it is.
+Standard library only: shipped with the host programs (ship.py).
+"""
+
+import hashlib
+
+# Below the home: the gateways' directory, one router/<slug>/ per fronted model.
+GATEWAY_DIR = "router"
+# The compose service of a gateway's project (a worker's is `sglang`).
+GATEWAY_SERVICE = "router"
+# Each gateway's worker set, read by its launcher at start and kept by the deploy through /workers.
+WORKERS_FILE = "workers.json"
+# A gateway's launcher, beside its compose.yaml.
+LAUNCHER = "launch.py"
+# The stack's files, in docker/ (a worker) or router/<slug>/ (a gateway).
+COMPOSE_FILE = "compose.yaml"
+ENV_FILE = ".env"
+# What the gate keeps of a config that failed it (compose.yaml.failed, .env.failed), so it is not retried.
+FAILED_SUFFIX = ".failed"
+# The container label naming the model a worker serves (repo@commit): a change of model recreates it.
+MODEL_LABEL = "sglang.model"
+# The toolchain image's labels (docker/Dockerfile): the base it was built from, and its inputs' digest.
+TOOLCHAIN_LABEL_PREFIX = "sglang.toolchain"
+TOOLCHAIN_BASE_LABEL = TOOLCHAIN_LABEL_PREFIX + ".base"
+TOOLCHAIN_INPUTS_LABEL = TOOLCHAIN_LABEL_PREFIX + ".inputs"
+# The validation scripts in the home (a gateway's: in its directory), and the gate that runs them.
+VALIDATION_SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
+GATE_SCRIPT = "gate.sh"
+
+
+def failed(name):
+    """The name the gate keeps a failed file under (compose.yaml -> compose.yaml.failed)."""
+    return name + FAILED_SUFFIX
+
+
+def text_digest(text):
+    """The sha256 hex digest of a rendered file's text, as the deploy and the gate compare files."""
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def stamp_current(stamp, digest):
+    """True when the gate's stamp names the config as it is now: the one comparison of stamp and digest."""
+    return bool(stamp) and stamp == digest

@@ -1,0 +1,184 @@
+"""The plan's types: what one host's data and snapshot resolve into (plan.py),
+what the templates render from (render.py), and what the tasks apply.
+
+Below both plan.py and render.py, so neither imports the other for its types.
+Every value here is final: a task, a template or the status report reads it
+and never works it out again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple
+
+from . import platforms
+from .gpus import Derived, GpuInventory
+from .lock import Lock, LockedModel
+from .models import Model
+from .toolchain import BuildContext
+
+# The runbook's layout under the home: path below it -> mode (docker/secrets: the server's private config).
+LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775", "hf-cache/hub": "2775",
+          "results": "2775"}
+# The toolchain image's build context, beside docker/Dockerfile.
+TOOLCHAIN_CONTEXT = "docker/toolchain"
+# The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
+LOCAL_URL = "http://127.0.0.1:{port}"
+# The inventory group whose hosts run the gateway (sglang-router), one per model.
+ROUTER_GROUP = "router"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path the deploy uses on a host, worked out once from the home and the tools directory."""
+
+    home: str
+    tools: str
+    docker: str
+    hub: str
+    token: str               # the Hub token, in the tools directory's private secret/
+    secrets: str             # the server's private config (the API key), mounted read-only into the container
+    server_config: str
+    toolchain_context: str
+    gateways: str            # router/, where each gateway has its directory
+
+    @classmethod
+    def of(cls, home: str, tools: str, gateway_dir: str) -> "Paths":
+        return cls(home=home, tools=tools, docker=f"{home}/docker", hub=f"{home}/hf-cache/hub",
+                   token=f"{tools}/secret/hf-token", secrets=f"{home}/docker/secrets",
+                   server_config=f"{home}/docker/secrets/server.yaml",
+                   toolchain_context=f"{home}/{TOOLCHAIN_CONTEXT}", gateways=f"{home}/{gateway_dir}")
+
+    def layout(self, toolchain_image: bool) -> dict[str, str]:
+        """Each managed directory and its mode."""
+        dirs = {f"{self.home}/{sub}".rstrip("/"): mode for sub, mode in LAYOUT.items()}
+        if toolchain_image:
+            dirs[self.toolchain_context] = "755"
+        return dirs
+
+
+@dataclass(frozen=True)
+class Gate:
+    url: str
+    api_key_file: str | None    # on the host; the checks read the key from it
+    served_name: str
+    baseline_tok_s: float | None
+    ready_timeout: int
+    toolchain_check: str | None
+    always: bool
+    retry_failed: bool
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A serving host behind a gateway."""
+
+    host: str
+    url: str                  # how the gateway reaches its API
+    docker_dir: str           # where its compose.yaml is
+    compose_sha: str | None   # sha256 of the compose.yaml its plan renders; None: not in this run
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """A router host's settings for its gateways, as its data sets them (judged by refusals.check_fleet)."""
+
+    models: tuple[str, ...] | None     # sglang_router_models: the keys it fronts; None: every served key
+    registry: tuple[str, ...]          # every registry key, in order: a gateway's ports follow its position
+    port: int                          # the first gateway's port
+    prometheus_port: int               # the first gateway's Prometheus port
+    health_check_interval: int
+    health_check_timeout: int
+
+
+class Placement(NamedTuple):
+    """Where one fronted model's gateway goes on a router host (gateways.place), judged by check_fleet."""
+
+    key: str
+    slug: str
+    port: int
+    prometheus_port: int
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """One model's gateway on a router host: its own compose project, port and gate."""
+
+    key: str                 # the model's registry key
+    slug: str                # its directory (router/<slug>/) and compose project (sglang-router-<slug>)
+    served_name: str
+    port: int
+    prometheus_port: int
+    dir: str
+    workers: tuple[Worker, ...]
+    gate: Gate
+    compose: str = field(default="", repr=False)
+    compose_sha: str = ""
+    scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    account: str
+    uid: int | None
+    gid: int | None
+    admins: tuple[str, ...]
+    paths: Paths
+    layout: dict[str, str] = field(repr=False)
+    # Docker engine and the NVIDIA runtime
+    platform: platforms.Platform | None
+    engine_works: bool
+    docker_source: str
+    docker_apt_url: str
+    apt_cache_time: int
+    gpus: GpuInventory = field(repr=False)
+    install_nvidia_toolkit: bool
+    nvidia_toolkit_apt_url: str
+    arch: str | None
+    # models
+    served: Model
+    kept: tuple[Model, ...]
+    registry: Mapping[str, Model] = field(repr=False)   # every well-formed registry entry, by key
+    warnings: tuple[str, ...]
+    lock: Lock | None = field(repr=False)
+    locked: Mapping[str, LockedModel] = field(repr=False)   # kept models' lock records, by key
+    hub_version: str
+    pip_index_url: str | None
+    hf_endpoint: str | None
+    pull_lock_wait: int
+    pull_workers: int
+    token: bytes | None = field(repr=False)
+    api_key: bytes | None = field(repr=False)
+    server_config: bytes | None = field(repr=False)   # docker/secrets/server.yaml (the API key), or None: absent
+    prune: bool
+    # image and stack
+    image_tag: str                 # sglang_image as the data names it
+    locked_image: str | None       # the digest the lock pins for it (None: no lock, or the lock pins none)
+    image: str                     # what the host pulls: the locked digest, else the tag
+    image_archive: str | None
+    build: BuildContext | None = field(repr=False)
+    serving_image: str
+    port: int
+    derived: dict[str, Derived] = field(repr=False)
+    flags: tuple[dict[str, str], ...] = field(repr=False)
+    # The sglang_* values the templates render, hardware-dependent ones at their final value. Read by
+    # render.py alone: a value any other caller needs is a field of its own.
+    template_values: Mapping[str, Any] = field(repr=False)
+    compose_template: str
+    gate: Gate
+    venv_module: bool   # the host's python3 can make the pull's venv
+    # the rendered files (render.py), set once the rest of the plan is known
+    compose: str = field(default="", repr=False)
+    compose_sha: str = ""
+    scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # the fleet front door: a host in any group but `router` serves a model; one in `router` runs its gateways
+    serves: bool = True
+    routes: bool = False
+    router_image: str = ""
+    router: RouterSettings | None = None
+    gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
+
+    @property
+    def keep(self) -> list[str]:
+        return [model.pinned for model in self.kept]

@@ -1,0 +1,90 @@
+"""The preflight: every host being deployed resolved at once, before anything
+runs on any host.
+
+At the top of deploy.py, the first host's load reads every host's snapshot in
+parallel (one gevent job each, one pass per run, joined by every later
+host's load), judges and resolves each into its plan (plan.py), then gives
+the router hosts their gateways (gateways.fleet). Any problem on any host
+refuses the run (refusals.py). In the status report's mode (status.py) a
+refused or unreadable host becomes a row of the report instead, and its
+tasks are skipped. Tasks read their host's plan with plan_of(host).
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra import logger
+
+from . import factcache, status
+from .gateways import fleet, groups_of
+from .plan import resolve_judged, snapshot_spec
+from .plantypes import HostPlan
+from .refusals import DeployDataError, judge, raise_if
+from .schema import SCHEMA
+from .snapshot import Snapshot
+
+_plans: dict[int, dict[str, HostPlan]] = {}
+_reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
+
+
+def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str], dict | None]:
+    """The host's plan (or None), its problems, and its snapshot (None when it was not read)."""
+    judged = judge(host.name, host.data.dict())
+    if judged.problems:
+        return None, judged.problems, None
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report), sort_keys=True))
+    if snapshot is None:
+        return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
+    try:
+        return resolve_judged(host.name, judged, snapshot, groups_of(host)), [], snapshot
+    except DeployDataError as error:
+        return None, error.problems, snapshot
+
+
+def _overrides(host) -> str | None:
+    """Which of our keys this host's own inventory data (or --data) sets over group_data, said at the start."""
+    inventory = host.inventory
+    parts = []
+    for source, values in (("its inventory data", inventory.get_host_data(host.name)),
+                           ("--data", inventory.get_override_data())):
+        keys = sorted(key for key in (values or {}) if key in SCHEMA)
+        if keys:
+            parts.append(f"{source} sets {', '.join(keys)}")
+    return f"[{host.name}] over group_data, {'; '.join(parts)}" if parts else None
+
+
+def preflight(host, inventory) -> bool:
+    """
+    Resolve every host being deployed, at once and in parallel (one snapshot
+    each), and refuse the run before anything executes when any host has a
+    problem. Called at the top of deploy.py; later calls reuse the plans.
+    True: go on with this host's tasks. Only a status report (status.py)
+    gets False, for a host it reports as refused or unreadable instead.
+    """
+    import gevent
+
+    report = bool(status.requested())
+    key = id(host.state)
+    if key not in _reads:
+        hosts = inventory.get_active_hosts() or list(inventory)
+        for each in hosts:
+            said = _overrides(each)
+            if said:
+                logger.info(said)
+        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report)) for h in hosts]
+    jobs = _reads[key]
+    gevent.joinall([job for _, job in jobs], raise_error=True)
+    if report:
+        for each, job in jobs:
+            status.note(host.state, each.name, *job.value)
+    else:
+        raise_if([problem for _, job in jobs for problem in job.value[1]])
+    if key not in _plans:
+        _plans[key] = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
+    return _plans[key].get(host.name) is not None
+
+
+def plan_of(host) -> HostPlan:
+    """This host's plan, resolved by preflight()."""
+    return _plans[id(host.state)][host.name]

@@ -1,0 +1,331 @@
+"""Every refusal, before anything runs on any host: one line per problem,
+naming the host, the key and the fix (`problem()`, the one formatter).
+
+Three passes, each over what it can see:
+- `judge` / `check_data`: one host's data alone (types, typos, the unpinned
+  image, the model registry, the toolchain pins, the lock, the secrets).
+  Pure, so it is unit-tested without hosts. What it reads to judge (the lock,
+  the pins, the CA bundle, the secrets) it hands on in `Judged`, so the plan
+  is resolved from the same reads and nothing is read twice.
+- `check_host_state`: the data against the host as it is (an account with
+  other ids, admins that do not exist, an unsupported OS, the GPU rules).
+- `check_fleet`: a router host against the inventory's serving hosts (its
+  gateways' workers, ports and directories).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping
+
+import click
+from pyinfra import logger
+from pyinfra.api.exceptions import PyinfraError
+
+from . import ACCOUNT, models, platforms, toolchain
+from . import lock as lockfile
+from .gpus import Derived, GpuInventory, derive_flags, plan_problems
+from .inventoryfile import inventory_dir
+from .plantypes import ROUTER_GROUP, HostPlan, Placement, Worker
+from .schema import SCHEMA, image_problem, system_dir_problem
+from .templating import template_path
+
+
+class DeployDataError(PyinfraError):
+    """Raised while preparing the deploy, naming every problem; pyinfra exits non-zero."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.problems = problems or [message]
+
+    def show(self, file=None):
+        logger.warning(f"--> {click.style('refused', 'red', bold=True)}: {self.message}")
+
+
+@lru_cache(maxsize=1)
+def _refusal() -> type:
+    """
+    DeployDataError as pyinfra's CliError too: its command line passes a
+    CliError through untouched (pyinfra_cli/cli.py) and our show() prints the
+    tool's message alone, without a source path. Made on first use, because
+    importing pyinfra_cli monkey-patches threading for the whole process.
+    """
+    from pyinfra_cli.exceptions import CliError
+
+    return type("DeployRefused", (DeployDataError, CliError), {"show": DeployDataError.show})
+
+
+
+def problem(host_name: str, key: str, what: str, fix: str) -> str:
+    """The one shape of every refusal: the host, the key, what is wrong, and the fix."""
+    return f"host {host_name}: {key}: {what}. Fix: {fix}."
+
+
+# Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
+SITE_PREFIX = "site_"
+
+
+def pyinfra_keys() -> frozenset[str]:
+    """pyinfra's own data keys, from its own tables: the global arguments and every connector's data."""
+    from pyinfra.api.arguments import all_global_arguments
+    from pyinfra.api.connectors import get_all_connectors
+
+    keys = {name for name, _ in all_global_arguments()}
+    for connector in get_all_connectors().values():
+        keys.update(getattr(connector, "data_meta", {}) or {})
+    return frozenset(keys)
+
+
+def _suggest(key: str, known: frozenset[str]) -> str | None:
+    normal = key.lower().replace("-", "_")
+    for candidate in (normal, f"sglang_{normal}", f"_{normal}"):
+        prefixed = sorted(k for k in known if k.startswith(candidate))
+        if prefixed:
+            return prefixed[0]
+    close = difflib.get_close_matches(normal, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One host's data as judged: its problems, and what was read and worked out to judge it, handed on to
+    plan.resolve so that nothing is read or worked out twice."""
+
+    problems: list[str]
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False)   # with the lock's commits applied
+    lock: lockfile.Lock | None = field(default=None, repr=False)
+    pins: Mapping[str, str] | None = field(default=None, repr=False)   # the toolchain's, when it is on
+    ca_bundle: bytes | None = field(default=None, repr=False)
+    token: bytes | None = field(default=None, repr=False)
+    api_key: bytes | None = field(default=None, repr=False)
+
+
+def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
+    """All problems with one host's merged data, as complete sentences."""
+    return judge(host_name, data).problems
+
+
+def lock_of(data: Mapping[str, Any]) -> lockfile.Lock | None:
+    """The lock this host's data names (`sglang_lock`, beside the inventory), or None when there is none."""
+    return lockfile.load(lockfile.path_for(data["sglang_lock"], inventory_dir()))
+
+
+def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
+    """The data alone judged, and what judging it read (see Judged)."""
+    errors: list[str] = []
+
+    def err(key: str, what: str, fix: str) -> None:
+        errors.append(problem(host_name, key, what, fix))
+
+    theirs = pyinfra_keys()
+    for key in sorted(data):
+        if key in SCHEMA or key in theirs or key.startswith(SITE_PREFIX):
+            continue
+        guess = _suggest(key, frozenset(SCHEMA) | theirs)
+        hint = f"did you mean {guess}? " if guess else ""
+        err(key, "unknown key: neither this project's, nor pyinfra's own (a typo would silently fall back to the "
+                 "default)", f"{hint}the known keys are listed in README.md and group_data/all.py; keys of your "
+                             f"own start with {SITE_PREFIX}")
+
+    missing = [key for key in SCHEMA if key not in data]
+    for key in missing:
+        err(key, "missing", "keep group_data/all.py in place; it defines every default")
+
+    for key, spec in SCHEMA.items():
+        if key not in data or key == "sglang_image":
+            continue
+        value = data[key]
+        if not spec.check(value):
+            err(key, f"{value!r} is not {spec.kind}", spec.fix)
+
+    if "sglang_image" in data:
+        found = image_problem(data["sglang_image"])
+        if found:
+            err("sglang_image", f"{found}; an upgrade must be a deliberate change, not drift on a restart",
+                SCHEMA["sglang_image"].fix)
+
+    if errors:
+        return Judged(errors)
+
+    # The lock, when there is one: its commits stand in for a registry revision of None. Applied here, once.
+    try:
+        lock = lock_of(data)
+    except lockfile.LockError as error:
+        err("sglang_lock", str(error).split(". Fix: ")[0], str(error).split(". Fix: ")[-1])
+        return Judged(errors)
+    if lock is not None:
+        data = lockfile.with_commits(lock, data)
+
+    # Combinations that cannot work.
+    template = template_path(data["sglang_compose_template"])
+    if not template.is_file():
+        err("sglang_compose_template", f"{template} does not exist",
+            "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
+    for key, what, fix in models.problems(data):
+        err(key, what, fix)
+    pins = None
+    if data["sglang_toolchain_image"]:
+        found = toolchain.problems(data)
+        for key, what, fix in found:
+            err(key, what, fix)
+        pins = None if found else toolchain.pins(data)
+    # Judged whether or not the toolchain image is on: turning it on later cannot surprise anyone.
+    ca_bundle, found = toolchain.read_ca_bundle(data)
+    for key, what, fix in found:
+        err(key, what, fix)
+    if lock is not None:
+        for key, what, fix in lockfile.problems(lock, data, pins):
+            err(key, what, fix)
+    token = models.control_token(data)
+    endpoint = data["sglang_hf_endpoint"]
+    if endpoint and endpoint.startswith("http://") and token:
+        err("sglang_hf_endpoint", f"{endpoint} is plain http, and a Hub token is configured (HF_TOKEN or "
+            "sglang_hf_token_file): the token would cross the network in clear",
+            "use the mirror's https URL, or run without a token for it")
+    api_key = models.read_secret(data["sglang_api_key_file"]) if data["sglang_api_key_file"] else None
+    if data["sglang_api_key_file"]:
+        if not re.fullmatch(rb"[A-Za-z0-9._~+/=-]{16,512}", api_key or b""):
+            err("sglang_api_key_file", f"{data['sglang_api_key_file']} does not hold one API key of 16-512 "
+                "letters, digits or ._~+/=- (a client sends it in an HTTP header)",
+                "put only the key in the file, e.g. from `openssl rand -hex 32`")
+    home, tools = data["sglang_home"], data["sglang_tools_dir"]
+    for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
+        found = system_dir_problem(path)
+        if found:
+            err(key, found, "use a directory of its own, e.g. '/opt/sglang' or '/var/lib/sglang-tools'")
+    if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
+        err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "
+            "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
+    if data["sglang_docker_source"] == "docker" and not data["sglang_docker_apt_url"]:
+        err("sglang_docker_apt_url", "empty while sglang_docker_source='docker'", "set Docker's repository URL")
+    return Judged(errors, data, lock, pins, ca_bundle, token, api_key)
+
+
+
+def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any],
+                     gpus: GpuInventory | None = None, serves: bool = True,
+                     derived: Mapping[str, Derived] | None = None) -> list[str]:
+    """Problems between the data and the host as it is now (its snapshot); ``serves``: it runs a model;
+    ``derived``: the flags resolve derived from ``gpus`` (worked out here when not given)."""
+    errors: list[str] = []
+
+    def err(key: str, what: str, fix: str) -> None:
+        errors.append(problem(host_name, key, what, fix))
+
+    gpus = gpus if gpus is not None else GpuInventory()
+    # A host only in the router group runs the gateway alone: it needs no GPU.
+    if serves:
+        for key, what, fix in plan_problems(data, gpus, derived if derived is not None else derive_flags(data, gpus)):
+            err(key, what, fix)
+
+    os_release = snapshot.get("os") or {}
+    os_problem = platforms.support_problem(os_release.get("id"), os_release.get("version"),
+                                           data["sglang_docker_source"],
+                                           platforms.engine_works(snapshot.get("docker") or {}))
+    if os_problem:
+        err("os", os_problem[0], os_problem[1])
+    if not snapshot.get("python3"):
+        err("python3", "not installed; the deploy reads the host with it (one command per run)",
+            "install it first: apt-get install -y python3")
+        return errors
+
+    existing = snapshot.get("existing") or {}
+    for key, found, owners in (("sglang_home", existing.get("home"), (ACCOUNT,)),
+                               ("sglang_tools_dir", existing.get("tools"), ("root",))):
+        if found and (not found["directory"] or (not found["empty"] and found["owner"] not in owners)):
+            what = "is not a directory" if not found["directory"] else \
+                f"already exists with content and belongs to {found['owner']}"
+            err(key, f"{data[key]} {what}; the deploy would take it over (re-own and re-mode it)",
+                f"choose a directory of its own, or, if this one is meant for it, chown it to "
+                f"{owners[0]} first")
+    preflight = snapshot["account"]
+    user, group = preflight.get("user"), preflight.get("group")
+    want_uid, want_gid = data["sglang_uid"], data["sglang_gid"]
+    if want_uid is not None and user and user["uid"] != want_uid:
+        err("sglang_uid", f"the existing account sglang has uid {user['uid']}, not {want_uid}; the deploy "
+            "never re-owns files silently",
+            f"set sglang_uid = {user['uid']} for this host, or change it by hand (usermod -u {want_uid} sglang "
+            "and re-own its files) first")
+    if want_gid is not None and group and group["gid"] != want_gid:
+        err("sglang_gid", f"the existing group sglang has gid {group['gid']}, not {want_gid}",
+            f"set sglang_gid = {group['gid']} for this host, or change it by hand (groupmod -g {want_gid} sglang) "
+            "first")
+    uid_owner = preflight.get("uid_owner")
+    if want_uid is not None and not user and uid_owner:
+        err("sglang_uid", f"uid {want_uid} already belongs to the account {uid_owner!r}",
+            "choose a free uid for the fleet, or None")
+    gid_owner = preflight.get("gid_owner")
+    if want_gid is not None and not group and gid_owner:
+        err("sglang_gid", f"gid {want_gid} already belongs to the group {gid_owner!r}",
+            "choose a free gid for the fleet, or None")
+    for admin in data["sglang_admins"]:
+        if admin not in preflight.get("admins_present", ()):
+            err("sglang_admins", f"the user {admin!r} does not exist on this host",
+                f"create {admin!r} first (admins are people, the deploy does not invent them) or remove it "
+                "from sglang_admins")
+    return errors
+
+
+
+
+def _summary(errors: list[str]) -> str:
+    lines = "\n  - ".join(errors)
+    return f"refused before any change on any host ({len(errors)} problem(s)):\n  - {lines}"
+
+
+def raise_if(errors: list[str]) -> None:
+    if errors:
+        raise _refusal()(_summary(errors), errors)
+
+
+def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: list[Placement]) -> list[str]:
+    """A router host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
+    gateways.place() worked out for it."""
+    errors: list[str] = []
+    router, name = plan.router, plan.name
+
+    def err(key: str, what: str, fix: str) -> None:
+        errors.append(problem(name, key, what, fix))
+
+    if not placed:
+        err("sglang_router_models", "no host of the inventory serves a model, so this router host would have no "
+            "workers", f"add serving hosts (e.g. the production group) to the inventory, or take {name} out of "
+            f"the {ROUTER_GROUP} group")
+    for key in router.models or ():
+        if key not in router.registry:
+            err("sglang_router_models", f"{key!r} is not a key of sglang_models", "use registry keys")
+        elif not workers.get(key):
+            err("sglang_router_models", f"no host of the inventory serves {key!r}, so its gateway would have no "
+                "workers", f"serve it on some host (sglang_model = {key!r}), or remove it from the list")
+        elif key not in plan.registry:
+            err("sglang_models", f"entry {key!r}, which this router host fronts, is not a complete registry entry",
+                "give it repo_id, revision and served_name (group_data/all.py shows the fields)")
+    ports: dict[int, str] = {}
+    for spot in placed:
+        for port_key, port in (("sglang_router_port", spot.port), ("sglang_router_prometheus_port",
+                                                                    spot.prometheus_port)):
+            if plan.serves and port == plan.port:
+                err(port_key, f"the gateway of {spot.key} would listen on {port}, the port this host's own server "
+                    "already publishes (sglang_port)", f"set {port_key} to a free port, e.g. {port + 80}")
+            elif port in ports:
+                err(port_key, f"the gateway of {spot.key} would listen on {port}, which the {ports[port]} uses too",
+                    "give sglang_router_port and sglang_router_prometheus_port ranges that do not overlap")
+            elif port > 65535:
+                err(port_key, f"the gateway of {spot.key} would listen on {port}, above 65535", "use a lower port")
+            ports[port] = f"{port_key} of {spot.key}"
+    slugs: dict[str, str] = {}
+    for spot in placed:
+        if spot.slug in slugs:
+            err("sglang_router_models", f"{spot.key!r} and {slugs[spot.slug]!r} make the same directory name",
+                "front only one of them from this host")
+        slugs[spot.slug] = spot.key
+    if router.health_check_timeout >= router.health_check_interval:
+        err("sglang_router_health_check_timeout", f"{router.health_check_timeout} s is not below "
+            f"sglang_router_health_check_interval ({router.health_check_interval} s)",
+            "use a timeout shorter than the interval")
+    return errors

@@ -1,0 +1,46 @@
+"""The project's one Jinja environment: templates/ by path, compiled once per
+run. render.py (plan -> the files the deploy writes) and the toolchain's
+Dockerfile render through it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The one Jinja environment of the project."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(PROJECT_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    # A JSON string is a valid YAML double-quoted scalar; compose interpolates every value, so a `$` is doubled.
+    env.filters["q"] = lambda value: json.dumps(str(value)).replace("$", "$$")
+    return env
+
+
+def template_path(template: str) -> Path:
+    """A template named relative to the project, or by absolute path for a site's own copy."""
+    return PROJECT_DIR / template
+
+
+@lru_cache(maxsize=16)
+def _compiled(source: str) -> jinja2.Template:
+    # Compiled once per run, not once per host: compiling costs more than rendering.
+    return environment().from_string(source)
+
+
+def render_template(template: str, **context: Any) -> str:
+    return _compiled(template_path(template).read_text(encoding="utf-8")).render(**context)
