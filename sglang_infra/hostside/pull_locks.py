@@ -95,7 +95,7 @@ class FileLock:
 
 
 def held_by(path: str) -> str:
-    """", held by <holder>" for a message about the lock on ``path``, or "" if its holder is unknown."""
+    """The ", held by <holder>" part of a message about the lock on ``path`` (empty if no holder is known)."""
     holder = lock_holder(path)
     return f", held by {holder}" if holder else ""
 
