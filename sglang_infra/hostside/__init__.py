@@ -1,18 +1,34 @@
 """Programs that run on the hosts, not on the control machine.
 
-Standard library only (python3 >= 3.9), except hfpull.py, which runs in the
-pull's venv with huggingface_hub. None of them imports anything outside this
-folder; what they share (the manifest format, the gate's digest, the Docker
-Engine API) is defined once here and imported relatively. The control side
-ships them with sglang_infra/ship.py, which bundles a program and the modules
-it imports into one self-contained source.
+Standard library only (python3 >= 3.9), except hfpull.py and the pull's
+modules it imports (pull.py, prune.py, pull_errors.py, and pull_locks.py
+through the last), which run in the pull's venv with huggingface_hub;
+toolchain_check.py runs inside the serving image, router_launch.py inside the
+gateway's image with sglang-router. None of them imports anything outside
+this folder; what they share (the manifest format, the gate's digest, the
+Docker Engine API) is defined once here and imported relatively. The control
+side ships them with sglang_infra/ship.py, which bundles a program and the
+modules it imports into one self-contained source.
 
     snapshot.py         the one read of a host: everything the deploy compares against, as one JSON document
+    report.py           the snapshot's report section for status.sh: GPUs, engine, compose, cache, disk, last gate
     cachestate.py       the model cache, read without the Hub (used by snapshot.py)
     manifest.py         the verified-pull manifest `<repo>/.sglang/<commit>.json`
-    hfpull.py           resumable, verified pulls and pruning (huggingface_hub)
+    hfpull.py           the pull program's command line: `pull` and `prune`, exit codes (huggingface_hub)
+    pull.py             the pull itself: one revision fetched, verified and linked into the cache (Puller)
+    ranges.py           which byte ranges of a blob a pull fetches, and the sidecar of what each holds
+    pull_locks.py       the pull's flock'ed files, shared with huggingface_hub's per-blob locks
+    pull_errors.py      the pull's exit codes, error types, and exceptions mapped to one line and a code
+    prune.py            pruning: every cached model revision not kept is deleted
     checks.py           readiness, the tool-calling check and the benchmark
     gate.py             the gate: checks after a change, stamp or roll back
+    stamp.py            the gate's contract: the digest of what passed
+    stack.py            the record of what `docker compose up` started, and whether it still runs
+    repair.py           drift repair below the home, one path component at a time, never following a symlink
     dockerapi.py        Docker's Engine API over its unix socket (no Go binary started)
+    safefs.py           reads that never follow a symlink, and atomic writes
+    units.py            the one size formatter (host programs and the control side alike)
+    router_workers.py   a gateway's worker set: workers.json, then the gateway's /workers API
+    router_launch.py    starts sglang-router inside the gateway's image, worker set and API key from files
     toolchain_check.py  the pins inside the toolchain image
 """

@@ -1,5 +1,6 @@
-"""hfpull.py: unit tests of its pieces, then the CLI run as a subprocess against the
-stand-in Hub (tests/hfstandin) on 127.0.0.1, the way the deploy runs it on a host."""
+"""hfpull.py and the modules it ships with (pull.py, prune.py, pull_errors.py): unit tests of
+their pieces, then the CLI run as a subprocess against the stand-in Hub (tests/hfstandin) on
+127.0.0.1, the way the deploy runs it on a host. The file locks alone: test_pull_locks.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
 from sglang_infra import ship
-from sglang_infra.hostside import cachestate, hfpull, ranges
+from sglang_infra.hostside import cachestate, hfpull, pull_errors, pull_locks, ranges
+from sglang_infra.hostside.pull import (
+    CHUNK, RETRY_AFTER_MAX, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, retry_after, safe_relpath,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The program as hosts get it: bundled with its neighbours by the loader.
@@ -183,27 +187,27 @@ def hand_pull(cache: Path, repo_id: str, revision: str, hub: StandinHub, **kwarg
 
 
 def test_hashes_match_huggingface_hub(tmp_path):
-    data = os.urandom(3 * hfpull.CHUNK + 17)
+    data = os.urandom(3 * CHUNK + 17)
     f = tmp_path / "f"
     f.write_bytes(data)
-    assert hfpull.hash_file(str(f), lfs=True) == hashlib.sha256(data).hexdigest()
-    assert hfpull.hash_file(str(f), lfs=False) == git_hash(data)
+    assert hash_file(str(f), lfs=True) == hashlib.sha256(data).hexdigest()
+    assert hash_file(str(f), lfs=False) == git_hash(data)
     (tmp_path / "empty").write_bytes(b"")
-    assert hfpull.hash_file(str(tmp_path / "empty"), lfs=False) == git_hash(b"")
+    assert hash_file(str(tmp_path / "empty"), lfs=False) == git_hash(b"")
 
 
-def make_puller(cache: Path) -> hfpull.Puller:
-    p = hfpull.Puller(str(cache), "org/m", "main", OFFLINE_ENDPOINT, None, lock_wait=0)
+def make_puller(cache: Path) -> Puller:
+    p = Puller(str(cache), "org/m", "main", OFFLINE_ENDPOINT, None, lock_wait=0)
     os.makedirs(p.blobs_dir)
     os.makedirs(p.locks_dir)
-    p.progress = hfpull.Progress("org/m@test", 1, 100)
+    p.progress = Progress("org/m@test", 1, 100)
     return p
 
 
 def test_adopts_largest_usable_orphan_and_deletes_the_rest(tmp_path, capsys):
     p = make_puller(tmp_path)
     e = "e" * 64
-    blob = hfpull.Blob(e, 100, True, ["model.safetensors"])
+    blob = Blob(e, 100, True, ["model.safetensors"])
     files = {f"{e}.incomplete": 10, f"{e}.aaaa1111.incomplete": 60, f"{e}.bbbb2222.incomplete": 40,
              f"{e}.cccc3333.incomplete": 150, f"{'f' * 64}.dddd4444.incomplete": 5}
     for name, size in files.items():
@@ -224,19 +228,19 @@ def test_own_partial_is_kept_without_counting_it_as_an_orphan(tmp_path):
     p = make_puller(tmp_path)
     e = "e" * 40
     (Path(p.blobs_dir) / f"{e}.incomplete").write_bytes(b"x" * 30)
-    have = p._adopt_orphans(hfpull.Blob(e, 100, False, ["a"]), os.path.join(p.blobs_dir, f"{e}.incomplete"), 1, "a")
+    have = p._adopt_orphans(Blob(e, 100, False, ["a"]), os.path.join(p.blobs_dir, f"{e}.incomplete"), 1, "a")
     assert have == 30 and p.stats.orphans_reclaimed == 0 and not p.stats.changed
 
 
 def test_stale_partials_of_other_blobs(tmp_path):
     p = make_puller(tmp_path)
-    old = time.time() - 2 * hfpull.STALE_PARTIAL_AGE
+    old = time.time() - 2 * STALE_PARTIAL_AGE
     wanted, stale, young, running = "a" * 64, "b" * 64, "c" * 64, "d" * 64
     for e in (wanted, stale, young, running):
         (Path(p.blobs_dir) / f"{e}.12345678.incomplete").write_bytes(b"x" * 7)
     for e in (wanted, stale, running):
         os.utime(Path(p.blobs_dir) / f"{e}.12345678.incomplete", (old, old))
-    holder = hfpull.FileLock(os.path.join(p.locks_dir, f"{running}.lock"))
+    holder = pull_locks.FileLock(os.path.join(p.locks_dir, f"{running}.lock"))
     assert holder.try_acquire()
     try:
         p._reclaim_stale_partials({wanted})
@@ -247,42 +251,9 @@ def test_stale_partials_of_other_blobs(tmp_path):
     assert (p.stats.orphans_reclaimed, p.stats.orphan_bytes) == (1, 7)
 
 
-def test_file_lock_excludes_a_second_holder(tmp_path):
-    a, b = hfpull.FileLock(str(tmp_path / "x.lock")), hfpull.FileLock(str(tmp_path / "x.lock"))
-    assert a.try_acquire()
-    assert not b.try_acquire()
-    assert hfpull.is_locked(a.path)
-    t0 = time.monotonic()
-    assert not b.acquire(0.3)
-    assert time.monotonic() - t0 < 5
-    a.release()
-    assert b.acquire(1)
-    b.release()
-    assert stat.S_IMODE(os.stat(a.path).st_mode) & 0o060 == 0o060
-
-
-def test_lock_interoperates_with_huggingface_hub(tmp_path):
-    """huggingface_hub guards each blob download with the same flock'ed file."""
-    from huggingface_hub.utils import WeakFileLock
-
-    path = str(tmp_path / ".locks" / "models--org--m" / ("a" * 64 + ".lock"))
-    os.makedirs(os.path.dirname(path))
-    with WeakFileLock(path):
-        assert not hfpull.FileLock(path).try_acquire()
-    ours = hfpull.FileLock(path)
-    assert ours.try_acquire()
-    try:
-        from filelock import FileLock as LibraryLock, Timeout
-
-        with pytest.raises(Timeout):
-            LibraryLock(path, timeout=0.1).acquire()
-    finally:
-        ours.release()
-
-
 def test_download_that_never_verifies_fails_with_exit_4(tmp_path, monkeypatch, capsys):
     p = make_puller(tmp_path)
-    blob = hfpull.Blob(hashlib.sha256(b"right").hexdigest(), 5, True, ["w.safetensors"])
+    blob = Blob(hashlib.sha256(b"right").hexdigest(), 5, True, ["w.safetensors"])
     partial = os.path.join(p.blobs_dir, blob.name + ".incomplete")
     calls = []
 
@@ -294,29 +265,29 @@ def test_download_that_never_verifies_fails_with_exit_4(tmp_path, monkeypatch, c
             f.seek(have)
             f.write(b"wrong"[have:])
 
-    monkeypatch.setattr(hfpull.Puller, "_fetch", fake_fetch)
+    monkeypatch.setattr(Puller, "_fetch", fake_fetch)
     (Path(partial)).write_bytes(b"wr")
-    with pytest.raises(hfpull.VerifyError) as err:
+    with pytest.raises(pull_errors.VerifyError) as err:
         p._download(blob, partial, 2, 1, "w.safetensors")
-    assert err.value.code == hfpull.EXIT_VERIFY and "after a full download from byte 0" in str(err.value)
+    assert err.value.code == pull_errors.EXIT_VERIFY and "after a full download from byte 0" in str(err.value)
     assert calls == [2, 0] and not os.path.exists(partial)
 
-    monkeypatch.setattr(hfpull.Puller, "_run_locked", lambda self: (_ for _ in ()).throw(err.value))
+    monkeypatch.setattr(Puller, "_run_locked", lambda self: (_ for _ in ()).throw(err.value))
     assert hfpull.main(["pull", "--cache-dir", str(tmp_path / "c"), "--repo-id", "org/m", "--revision", "main",
-                        "--endpoint", OFFLINE_ENDPOINT]) == hfpull.EXIT_VERIFY
+                        "--endpoint", OFFLINE_ENDPOINT]) == pull_errors.EXIT_VERIFY
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("verification failed: w.safetensors: sha256 mismatch")
     assert lines[0].endswith("(repo org/m, revision main)")
 
 
 def test_pull_waits_for_the_repo_lock_then_fails_clearly(tmp_path):
-    lock = hfpull.FileLock(str(repo_dir(tmp_path, "org/m") / hfpull.PULL_LOCK))
+    lock = pull_locks.FileLock(str(repo_dir(tmp_path, "org/m") / pull_locks.PULL_LOCK))
     assert lock.try_acquire()
     try:
         r = pull(tmp_path, "org/m", "a" * 40, None, "--lock-wait", "0.5")
     finally:
         lock.release()
-    assert r.rc == hfpull.EXIT_LOCKED, r
+    assert r.rc == pull_errors.EXIT_LOCKED, r
     assert r.err.count("\n") == 1 and "another pull of org/m holds" in r.err and "Traceback" not in r.err
     # The lock's path and its holder (this test process), and the key that sets the wait.
     assert f"{lock.path}, held by pid {os.getpid()}" in r.err and "sglang_pull_lock_wait" in r.err
@@ -327,33 +298,22 @@ def test_a_planted_lock_symlink_is_never_followed_nor_waited_on(tmp_path):
     target = tmp_path / "compose.yaml"
     target.write_text("services: {}\n")
     target.chmod(0o644)
-    lock = repo_dir(tmp_path, "org/m") / hfpull.PULL_LOCK
+    lock = repo_dir(tmp_path, "org/m") / pull_locks.PULL_LOCK
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.symlink_to(target)
     started = time.monotonic()
     r = pull(tmp_path, "org/m", "a" * 40, None, "--lock-wait", "30")
-    assert r.rc == hfpull.EXIT_LOCKED, r
+    assert r.rc == pull_errors.EXIT_LOCKED, r
     assert time.monotonic() - started < 20
     assert f"{lock} is a symlink, not a lock file" in r.err and "Traceback" not in r.err
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
 
 
-def test_a_lock_file_of_another_owner_keeps_its_mode(tmp_path, monkeypatch):
-    path = tmp_path / "x.lock"
-    path.write_text("")
-    path.chmod(0o600)
-    monkeypatch.setattr(hfpull.os, "geteuid", lambda: os.getuid() + 1)
-    lock = hfpull.FileLock(str(path))
-    assert lock.try_acquire()
-    lock.release()
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-
 def test_unsafe_repo_paths_are_refused():
     for bad in ("../x", "/etc/passwd", "a/../../b", "a//b", "a\\b", ""):
-        with pytest.raises(hfpull.VerifyError):
-            hfpull.safe_relpath(bad)
-    assert hfpull.safe_relpath("a/b/c.json") == os.path.join("a", "b", "c.json")
+        with pytest.raises(pull_errors.VerifyError):
+            safe_relpath(bad)
+    assert safe_relpath("a/b/c.json") == os.path.join("a", "b", "c.json")
 
 
 def test_network_error_is_one_line(tmp_path):
@@ -403,7 +363,7 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
     for d in (repo_dir(ours, "org/small"), repo_dir(ours, "org/small") / "snapshots" / commit / "sub" / "dir",
               repo_dir(ours, "org/small") / ".sglang", ours / ".locks" / "models--org--small"):
         assert stat.S_IMODE(d.stat().st_mode) & 0o2070 == 0o2070, d
-    for f in (repo_dir(ours, "org/small") / hfpull.PULL_LOCK, ours / "CACHEDIR.TAG",
+    for f in (repo_dir(ours, "org/small") / pull_locks.PULL_LOCK, ours / "CACHEDIR.TAG",
               repo_dir(ours, "org/small") / ".sglang" / f"{commit}.json"):
         assert stat.S_IMODE(f.stat().st_mode) & 0o060 == 0o060, f
 
@@ -420,7 +380,7 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
 
 def test_huggingface_hub_cache_api_tolerates_our_files(hub, pulled):
     commit = hub.commit("org/small", "main")
-    assert (repo_dir(pulled, "org/small") / hfpull.PULL_LOCK).exists()
+    assert (repo_dir(pulled, "org/small") / pull_locks.PULL_LOCK).exists()
     assert (repo_dir(pulled, "org/small") / ".sglang" / f"{commit}.json").exists()
     info = scan_cache_dir(pulled)
     assert info.warnings == []
@@ -587,7 +547,7 @@ def test_a_hub_error_on_one_file_stops_the_whole_pull(hub, tmp_path):
 
     r = pull(tmp_path, "org/small", commit, hub)
 
-    assert r.rc == hfpull.EXIT_REMOTE, r
+    assert r.rc == pull_errors.EXIT_REMOTE, r
     assert r.err.startswith("pull failed: ") and "404" in r.err and r.err.count("\n") == 1, r
     sent = sum(g["bytes_sent"] for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors"))
     assert sent < meta["size"]  # the other downloads ended with it
@@ -595,22 +555,22 @@ def test_a_hub_error_on_one_file_stops_the_whole_pull(hub, tmp_path):
     assert not (repo_dir(tmp_path, "org/small") / ".sglang" / f"{commit}.json").exists()
 
 
-@pytest.mark.parametrize("value, seconds", [("3", 3.0), ("0", 0.0), ("100000", hfpull.RETRY_AFTER_MAX),
+@pytest.mark.parametrize("value, seconds", [("3", 3.0), ("0", 0.0), ("100000", RETRY_AFTER_MAX),
                                             ("soon", None), ("", None)])
 def test_retry_after_is_read_and_capped(value, seconds):
-    assert hfpull.retry_after({"Retry-After": value}) == seconds
+    assert retry_after({"Retry-After": value}) == seconds
 
 
 def test_retry_after_as_an_http_date():
     from email.utils import formatdate
 
-    assert 5 <= hfpull.retry_after({"Retry-After": formatdate(time.time() + 10, usegmt=True)}) <= 10
-    assert hfpull.retry_after({"Retry-After": formatdate(time.time() - 10, usegmt=True)}) == 0.0
+    assert 5 <= retry_after({"Retry-After": formatdate(time.time() + 10, usegmt=True)}) <= 10
+    assert retry_after({"Retry-After": formatdate(time.time() - 10, usegmt=True)}) == 0.0
 
 
 def test_workers_out_of_range_is_a_usage_error(tmp_path):
     r = pull(tmp_path, "org/big", "main", None, "--workers", "0")
-    assert r.rc == hfpull.EXIT_USAGE and "--workers" in r.err
+    assert r.rc == pull_errors.EXIT_USAGE and "--workers" in r.err
 
 
 def small_shard(hub, tmp_path):
@@ -779,9 +739,9 @@ def test_token_file_reading(tmp_path):
     assert hfpull.read_token(str(f)) == TOKEN
     f.write_text(" \n")
     assert hfpull.read_token(str(f)) is None and hfpull.read_token(None) is None
-    with pytest.raises(hfpull.PullError) as err:
+    with pytest.raises(pull_errors.PullError) as err:
         hfpull.read_token(str(tmp_path / "absent"))
-    assert err.value.code == hfpull.EXIT_USAGE
+    assert err.value.code == pull_errors.EXIT_USAGE
 
 
 def test_token_is_dropped_on_a_redirect_to_another_origin(cdn_hub, tmp_path):
@@ -921,7 +881,7 @@ def test_prune_reports_corrupted_entries_and_skips_a_running_pull(hub, pulled):
     broken = tmp_path / "models--org--broken"
     (broken / "snapshots" / ("3" * 40)).mkdir(parents=True)
     (broken / "snapshots" / ("3" * 40) / "config.json").symlink_to("../../blobs/missing")
-    lock = hfpull.FileLock(str(repo_dir(tmp_path, "org/other") / hfpull.PULL_LOCK))
+    lock = pull_locks.FileLock(str(repo_dir(tmp_path, "org/other") / pull_locks.PULL_LOCK))
     assert lock.try_acquire()
     try:
         r = prune(tmp_path, "--keep", f"org/small@{small}")

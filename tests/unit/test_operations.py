@@ -139,11 +139,11 @@ def test_a_host_that_stops_answering_fails_alone():
 
 
 def test_sizes_read_in_human_units_everywhere():
-    from sglang_infra.hostside import hfpull
+    from sglang_infra.hostside import prune, pull
     from sglang_infra.hostside.units import human
 
     assert (human(0), human(1536), human(15_728_722), human(3 * 2**40)) == ("0 B", "1.5 KiB", "15.0 MiB", "3.0 TiB")
-    assert hfpull.human is human  # the pull prints with the same formatter
+    assert pull.human is human and prune.human is human  # the pull and the prune print with the same formatter
 
 
 def test_the_prune_preview_says_a_small_revision_is_small():

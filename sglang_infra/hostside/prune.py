@@ -1,0 +1,119 @@
+"""Pruning of the model cache: every cached model revision not kept is deleted, with the
+partial downloads of a repo that goes entirely, through huggingface_hub's own
+delete_revisions; a repo whose pull is running (PULL_LOCK held) is skipped. hfpull.py's
+`prune` command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from . import manifest
+from .pull import COMMIT_RE, say
+from .pull_errors import EXIT_USAGE, PullError, hub_message
+from .pull_locks import PULL_LOCK, FileLock
+from .units import human
+
+from huggingface_hub import scan_cache_dir
+from huggingface_hub.file_download import repo_folder_name
+
+
+def parse_keep(values: list[str]) -> set[tuple[str, str]]:
+    keep = set()
+    for v in values:
+        repo_id, sep, rev = v.rpartition("@")
+        if not sep or repo_id.count("/") != 1 or not rev:
+            raise PullError(f"--keep wants ORG/NAME@COMMIT, got {v!r}", EXIT_USAGE)
+        keep.add((repo_id, rev))
+    return keep
+
+
+def _resolve_keep(cache_dir: str, keep: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """A kept branch name is resolved through the cache's own refs/ (no network)."""
+    out = set()
+    for repo_id, rev in keep:
+        if not COMMIT_RE.fullmatch(rev):
+            ref = os.path.join(cache_dir, repo_folder_name(repo_id=repo_id, repo_type="model"), "refs",
+                               *rev.split("/"))
+            try:
+                with open(ref, encoding="utf-8") as f:
+                    rev = f.read().strip()
+            except OSError:
+                pass
+        out.add((repo_id, rev))
+    return out
+
+
+def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
+    cache_dir = os.path.abspath(cache_dir)
+    keep = parse_keep(keep_args)
+    removed: list[dict] = []
+    freed = 0
+    verb = "would remove" if dry_run else ""
+    if not os.path.isdir(cache_dir):
+        say(f"prune: no cache at {cache_dir}")
+        return {"removed": removed, "freed_bytes": 0, "dry_run": dry_run}
+    keep = _resolve_keep(cache_dir, keep)
+    info = scan_cache_dir(cache_dir)
+    for w in info.warnings:
+        say(f"prune: warning (left as is): {hub_message(w)}")
+    for repo in sorted(info.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue  # datasets and spaces are not ours to manage
+        going = sorted((r for r in repo.revisions if (repo.repo_id, r.commit_hash) not in keep),
+                       key=lambda r: r.commit_hash)
+        if not going:
+            _drop_stale_manifests(str(repo.repo_path), {r.commit_hash for r in repo.revisions}, dry_run)
+            continue
+        lock = FileLock(os.path.join(str(repo.repo_path), PULL_LOCK))
+        if os.path.exists(lock.path) and not lock.try_acquire():
+            say(f"prune: skipping {repo.repo_id}: a pull is running")
+            continue
+        try:
+            whole = len(going) == len(repo.revisions)
+            # One repo at a time: a commit id shared by two repos (a fork) must not leave both.
+            strategy = dataclasses.replace(info, repos=frozenset({repo})).delete_revisions(
+                *(r.commit_hash for r in going))
+            for r in going:
+                refs = ", ".join(sorted(r.refs)) or "none"
+                say(f"prune: {verb + ' ' if verb else ''}{repo.repo_id}@{r.commit_hash[:12]} "
+                    f"(refs: {refs}) {human(r.size_on_disk)}")
+                removed.append({"repo_id": repo.repo_id, "commit": r.commit_hash, "size": r.size_on_disk})
+            partials = []
+            if whole:
+                blobs = os.path.join(str(repo.repo_path), "blobs")
+                for name in sorted(os.listdir(blobs)) if os.path.isdir(blobs) else []:
+                    if name.endswith(".incomplete"):
+                        partials.append(os.path.getsize(os.path.join(blobs, name)))
+                if partials:
+                    say(f"prune: {verb + ' ' if verb else ''}{repo.repo_id}: {len(partials)} partial download(s) "
+                        f"{human(sum(partials))}")
+            freed += strategy.expected_freed_size + sum(partials)
+            if not dry_run:
+                strategy.execute()
+                if not whole:
+                    for r in going:
+                        try:
+                            os.unlink(manifest.path(str(repo.repo_path), r.commit_hash))
+                        except FileNotFoundError:
+                            pass
+                    _drop_stale_manifests(str(repo.repo_path),
+                                          {r.commit_hash for r in repo.revisions} - {g.commit_hash for g in going},
+                                          dry_run)
+        finally:
+            lock.release()
+    say(f"prune: {'would free' if dry_run else 'freed'} {human(freed)}")
+    return {"removed": removed, "freed_bytes": freed, "dry_run": dry_run}
+
+
+def _drop_stale_manifests(repo_dir: str, present: set[str], dry_run: bool) -> None:
+    mdir = os.path.join(repo_dir, manifest.MANIFEST_DIR)
+    if dry_run or not os.path.isdir(mdir):
+        return
+    for name in os.listdir(mdir):
+        if name.endswith(".json") and name[:-5] not in present and COMMIT_RE.fullmatch(name[:-5]):
+            try:
+                os.unlink(os.path.join(mdir, name))
+            except OSError:
+                pass

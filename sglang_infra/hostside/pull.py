@@ -1,0 +1,907 @@
+"""The pull itself: one revision of a model repo fetched, verified and linked into
+huggingface_hub's cache layout (Puller), as hfpull.py's `pull` command runs it; see
+hfpull.py for what it adds to `hf download`, ranges.py for how a large file is cut into
+byte ranges, manifest.py for what a verified revision records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import wait as wait_futures
+from urllib.parse import urljoin, urlsplit
+
+from . import manifest, ranges
+from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, Retryable, VerifyError
+from .pull_locks import LOCK_POLL, PULL_LOCK, FileLock, held_by
+from .safefs import read_regular, write_atomic
+from .units import human
+
+import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+try:  # the library's own rule for keeping the auth header across a redirect
+    from huggingface_hub.utils._http import _is_same_or_hub_host
+except ImportError:  # pragma: no cover - other library versions
+    _is_same_or_hub_host = None
+
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+LIBRARY_NAME = "sglang-infra-hfpull"
+
+CONNECT_TIMEOUT = 30.0  # seconds
+READ_TIMEOUT = 120.0  # seconds without a byte before a read is abandoned
+METADATA_TIMEOUT = 60.0
+PROGRESS_EVERY = 2.0
+FSYNC_EVERY = 64 * 1024 * 1024
+CHUNK = 1024 * 1024
+MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts of one range without progress
+MAX_GET_ATTEMPTS = 50  # total GET attempts for one range, whatever the progress
+RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
+DEFAULT_WORKERS = 8  # files and connections at once, as huggingface_hub's snapshot_download
+MAX_WORKERS = 64
+MAX_TREE_ENTRIES = 200_000
+STALE_PARTIAL_AGE = 24 * 3600
+
+MiB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def mib(n: int) -> str:
+    return f"{n / MiB:.1f}"
+
+
+_SAY = threading.Lock()
+
+
+def say(line: str) -> None:
+    with _SAY:  # whole lines, whichever worker speaks
+        print(line, flush=True)
+
+
+def hash_file(path: str, lfs: bool) -> str:
+    """sha256 of the content for LFS files; git's blob sha1 for regular files."""
+    return hashes(path, lfs)[0]
+
+
+def hashes(path: str, lfs: bool) -> tuple[str, str]:
+    """(the blob name's hash, the content's sha256), in one read: for an LFS file both are its sha256; for a
+    regular file the first is git's blob sha1."""
+    size = os.path.getsize(path)
+    content = hashlib.sha256()
+    git = None if lfs else hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            content.update(chunk)
+            if git is not None:
+                git.update(chunk)
+    return (git or content).hexdigest(), content.hexdigest()
+
+
+def safe_relpath(path: str) -> str:
+    """Refuse repo paths that would leave the snapshot folder."""
+    parts = manifest.split_relpath(path)
+    if parts is None:
+        raise VerifyError(f"refusing unsafe path in repo tree: {path!r}")
+    return os.path.join(*parts)
+
+
+def bounded_client():
+    """huggingface_hub's default client, with finite timeouts instead of none."""
+    from huggingface_hub.utils import _http as hf_http
+
+    client = hf_http.default_client_factory()
+    client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT)
+    return client
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+# --------------------------------------------------------------------------- pull
+
+
+@dataclasses.dataclass
+class Blob:
+    name: str  # etag: sha256 (LFS) or git blob sha1 (regular)
+    size: int
+    lfs: bool
+    paths: list[str]
+    locked: str | None = None  # the content sha256 the lock (sglang.lock) records for it
+    sha256: str | None = None  # the content sha256, once verified
+
+
+@dataclasses.dataclass
+class Stats:
+    files: int = 0
+    files_fetched: int = 0
+    bytes_total: int = 0
+    bytes_missing: int = 0
+    bytes_fetched: int = 0
+    resumed_bytes: int = 0
+    orphans_reclaimed: int = 0
+    orphan_bytes: int = 0
+    changed: bool = False
+
+
+class Progress:
+    """The pull's progress, one line every PROGRESS_EVERY seconds whichever worker moves it:
+    files verified, bytes on disk across every file, this run's rate and the files in flight."""
+
+    def __init__(self, label: str, nfiles: int, total: int):
+        self.label, self.nfiles, self.total = label, nfiles, total
+        self.files = 0  # files verified (found present or fetched)
+        self.have = 0  # bytes on disk: verified files and what partials hold
+        self.fetched = 0  # bytes received by this run
+        self.active = 0  # files being fetched now
+        self.started = self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def file_line(self, index: int, path: str, what: str) -> None:
+        say(f"pull {self.label}: file {index}/{self.nfiles} {path} {what}")
+
+    def update(self, files: int = 0, have: int = 0, fetched: int = 0, active: int = 0, force: bool = False) -> None:
+        with self.lock:
+            self.files += files
+            self.have += have
+            self.fetched += fetched
+            self.active += active
+            now = time.monotonic()
+            if not force and now - self.last < PROGRESS_EVERY:
+                return
+            self.last = now
+            rate = self.fetched / max(now - self.started, 1e-3)
+            line = (f"pull {self.label}: {self.files}/{self.nfiles} files, {mib(self.have)}/{mib(self.total)} MiB, "
+                    f"{mib(rate)} MiB/s, {self.active} downloading")
+        say(line)
+
+
+class _Job:
+    """One blob being fetched: the partial's descriptor, its ranges (start, end, bytes done)
+    and their sidecar (ranges.py), and where the Hub serves it. Range workers write with
+    pwrite at their own offsets, then their own count line in the sidecar."""
+
+    def __init__(self, puller: "Puller", blob: Blob, partial: str, fd: int, spans: list, index: int, path: str,
+                 location: str, headers: dict):
+        self.puller, self.blob, self.partial, self.fd = puller, blob, partial, fd
+        self.spans, self.index, self.path = spans, index, path
+        self.location: str | None = location
+        self.headers = headers
+        self.sidecar = partial + ranges.SIDECAR
+        self.counts: int | None = None  # the sidecar, open for its count lines
+        self.count_at: list[int] = []  # where each range's count line is
+        self.lock = threading.Lock()  # spans
+        self.where_lock = threading.Lock()
+        self.stop = threading.Event()  # a sibling range failed, or the server ignores ranges
+
+    @property
+    def split(self) -> bool:
+        return len(self.spans) > 1
+
+    def span(self, k: int) -> tuple[int, int, int]:
+        with self.lock:
+            return tuple(self.spans[k])
+
+    def grow(self) -> None:
+        """A file fetched as ranges gets its sidecar first, then its full length; one fetched as a
+        single stream keeps its length equal to what it holds."""
+        if self.split:
+            write_atomic(self.sidecar, ranges.document(self.spans, self.blob.size))
+            self.count_at = [ranges.count_offset(self.spans, self.blob.size, k) for k in range(len(self.spans))]
+            self.counts = os.open(self.sidecar, os.O_WRONLY | os.O_NOFOLLOW)
+            os.ftruncate(self.fd, self.blob.size)
+        else:
+            os.ftruncate(self.fd, self.spans[0][2])
+
+    def advance(self, k: int, n: int) -> None:
+        """Range k wrote n more bytes (already in the partial): count them, in the sidecar too."""
+        with self.lock:
+            self.spans[k][2] += n
+            done = self.spans[k][2]
+            if self.counts is not None:
+                os.pwrite(self.counts, ranges.count_line(done), self.count_at[k])
+
+    def rewind(self) -> None:
+        """The server answered a resumed single stream with the whole file: keep it from byte 0."""
+        with self.lock:
+            lost, self.spans[0][2] = self.spans[0][2], 0
+        os.ftruncate(self.fd, 0)
+        self.puller.progress.update(have=-lost)
+
+    def restart(self, why: str) -> None:
+        """The Hub ignored or refused a range request: fetch the file as one stream from byte 0."""
+        self.puller.progress.file_line(self.index, self.path, f"{why}; starting over from byte 0 as one stream")
+        with self.lock:
+            lost = ranges.done(self.spans)
+            self.spans = [[0, self.blob.size, 0]]
+            self._close_counts()
+        _unlink(self.sidecar)
+        os.ftruncate(self.fd, 0)
+        self.stop.clear()
+        self.puller.progress.update(have=-lost)
+
+    def where(self) -> tuple[str, dict]:
+        with self.where_lock:
+            if self.location is None:
+                self.location, self.headers = self.puller._file_location(self.path, self.blob)
+            return self.location, self.headers
+
+    def forget_location(self) -> None:
+        with self.where_lock:
+            self.location = None
+
+    def stopped(self) -> bool:
+        return self.stop.is_set() or self.puller.stop.is_set()
+
+    def _close_counts(self) -> None:
+        if self.counts is not None:
+            os.close(self.counts)
+            self.counts = None
+
+    def close(self) -> None:
+        try:
+            self._close_counts()
+            if not self.split and os.fstat(self.fd).st_size == 0:
+                os.unlink(self.partial)  # nothing worth resuming
+        finally:
+            os.close(self.fd)
+
+
+class Puller:
+    def __init__(self, cache_dir: str, repo_id: str, revision: str, endpoint: str | None,
+                 token: str | None, lock_wait: float, workers: int = DEFAULT_WORKERS):
+        self.cache_dir = os.path.abspath(cache_dir)
+        self.repo_id = repo_id
+        self.revision = revision
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.token = token
+        self.lock_wait = lock_wait
+        self.workers = workers
+        self.folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+        self.repo_dir = os.path.join(self.cache_dir, self.folder)
+        self.blobs_dir = os.path.join(self.repo_dir, "blobs")
+        self.locks_dir = os.path.join(self.cache_dir, ".locks", self.folder)
+        self.stats = Stats()
+        self.stats_lock = threading.Lock()
+        self.stop = threading.Event()  # set by the first failure: every worker ends at its next chunk
+        self.commit: str | None = None
+        self.progress: Progress | None = None
+        self.expect: dict | None = None  # the lock's files ({path: {"size", "sha256", ...}}), see expect_lock()
+        self.expect_digest: str | None = None
+        self._ranges: ThreadPoolExecutor | None = None
+
+    def _count(self, **amounts: int) -> None:
+        with self.stats_lock:
+            for name, n in amounts.items():
+                setattr(self.stats, name, getattr(self.stats, name) + n)
+
+    # -- auth: the token only ever lives in request headers
+    def _token_arg(self):
+        return self.token if self.token else False
+
+    def redact(self, text: str) -> str:
+        if self.token:
+            text = text.replace(self.token, "<token>")
+        return text
+
+    # -- entry point
+    def run(self) -> dict:
+        os.makedirs(self.cache_dir, exist_ok=True)
+        try:  # the library's own CACHEDIR.TAG, as hf_hub_download leaves it
+            from pathlib import Path
+
+            from huggingface_hub._local_folder import _create_cachedir_tag
+
+            _create_cachedir_tag(Path(self.cache_dir))
+        except (ImportError, OSError):
+            pass
+        for d in (self.cache_dir, self.repo_dir, self.blobs_dir, os.path.join(self.repo_dir, "snapshots"),
+                  os.path.join(self.repo_dir, manifest.MANIFEST_DIR), self.locks_dir):
+            os.makedirs(d, exist_ok=True)
+        lock = FileLock(os.path.join(self.repo_dir, PULL_LOCK))
+        if not lock.acquire(self.lock_wait, on_wait=lambda: say(
+                f"pull {self.repo_id}: another pull holds {lock.path}; waiting up to {self.lock_wait:.0f} s")):
+            raise PullError(f"another pull of {self.repo_id} holds {lock.path}"
+                            f"{held_by(lock.path)}; waited {self.lock_wait:.0f} s (sglang_pull_lock_wait). "
+                            "Let it finish or stop it, then run again", EXIT_LOCKED)
+        try:
+            return self._run_locked()
+        except BaseException:
+            self._drop_if_empty()
+            raise
+        finally:
+            lock.release()
+
+    def _drop_if_empty(self) -> None:
+        """A failed first pull (unknown repo, gated, ...) leaves no empty repo folder behind."""
+        try:
+            if os.listdir(self.blobs_dir) or os.path.isdir(os.path.join(self.repo_dir, "refs")):
+                return
+            for d in ("snapshots", manifest.MANIFEST_DIR):
+                if os.listdir(os.path.join(self.repo_dir, d)):
+                    return
+            for d in ("snapshots", manifest.MANIFEST_DIR, "blobs"):
+                os.rmdir(os.path.join(self.repo_dir, d))
+            os.unlink(os.path.join(self.repo_dir, PULL_LOCK))
+            os.rmdir(self.repo_dir)
+            if not os.listdir(self.locks_dir):
+                os.rmdir(self.locks_dir)
+        except OSError:
+            pass
+
+    def _result(self) -> dict:
+        s = self.stats
+        return {
+            "repo_id": self.repo_id,
+            "commit": self.commit,
+            "files": s.files,
+            "files_fetched": s.files_fetched,
+            "bytes_total": s.bytes_total,
+            "bytes_missing": s.bytes_missing,
+            "bytes_fetched": s.bytes_fetched,
+            "bytes_refetched": max(0, s.bytes_fetched - s.bytes_missing),
+            "resumed_bytes": s.resumed_bytes,
+            "orphans_reclaimed": s.orphans_reclaimed,
+            "orphan_bytes": s.orphan_bytes,
+            "changed": s.changed,
+        }
+
+    def expect_lock(self, locked: dict) -> None:
+        """Verify every file against a lock's record ({"commit", "files": [{"path", "size", "sha256",
+        "git_blob"?}]}), not only against what the endpoint says: a mirror cannot swap content."""
+        if locked.get("commit") != self.revision:
+            raise PullError(f"the lock records commit {locked.get('commit')}, the pull asks for {self.revision}",
+                            EXIT_USAGE)
+        self.expect = {f["path"]: f for f in locked["files"]}
+        self.expect_digest = manifest.content_digest(locked["files"])
+
+    def _fast_path(self, commit: str) -> bool:
+        found = manifest.load(self.repo_dir, commit)
+        if found is None or manifest.problems(self.repo_dir, found):
+            return False
+        if self.expect is not None and manifest.content_digest(found["files"]) != self.expect_digest:
+            return False  # verified against the endpoint, but not (yet) against the lock
+        self.commit = commit
+        self.stats.files = len(found["files"])
+        self.stats.bytes_total = sum(int(e["size"]) for e in found["files"])
+        say(f"pull {self.repo_id}@{commit[:12]}: {self.stats.files} files already verified "
+            f"({human(self.stats.bytes_total)}), nothing to fetch")
+        return True
+
+    def _run_locked(self) -> dict:
+        # A pinned commit whose manifest still matches the disk needs no request at all.
+        if COMMIT_RE.fullmatch(self.revision) and self._fast_path(self.revision):
+            return self._result()
+
+        api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
+        info = api.model_info(self.repo_id, revision=self.revision, timeout=METADATA_TIMEOUT)
+        commit = info.sha
+        if not commit or not COMMIT_RE.fullmatch(commit):
+            raise PullError(f"the Hub returned no commit id for revision {self.revision}")
+        if COMMIT_RE.fullmatch(self.revision) and commit != self.revision:
+            raise PullError(f"the Hub resolved commit {self.revision} to {commit}")
+        self.commit = commit
+        if commit != self.revision and self._fast_path(commit):
+            self._write_ref(commit)
+            return self._result()
+
+        blobs = self._list_tree(api, commit)
+        self._pull_blobs(blobs, commit)
+        self._write_manifest(blobs, commit)
+        if commit != self.revision:
+            self._write_ref(commit)
+        return self._result()
+
+    def _list_tree(self, api: HfApi, commit: str) -> list[Blob]:
+        by_name: dict[str, Blob] = {}
+        count = 0
+        for entry in api.list_repo_tree(self.repo_id, recursive=True, revision=commit, token=self._token_arg()):
+            count += 1
+            if count > MAX_TREE_ENTRIES:
+                raise PullError(f"repo tree has more than {MAX_TREE_ENTRIES} entries")
+            if not isinstance(entry, RepoFile):
+                continue
+            safe_relpath(entry.path)
+            if entry.lfs is not None:
+                name, size, lfs = entry.lfs.sha256, int(entry.lfs.size), True
+            else:
+                name, size, lfs = entry.blob_id, int(entry.size), False
+            if not name or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", name):
+                raise VerifyError(f"the Hub gave no usable hash for {entry.path}")
+            blob = by_name.get(name)
+            if blob is None:
+                by_name[name] = Blob(name, size, lfs, [entry.path])
+            elif blob.size != size:
+                raise VerifyError(f"the Hub lists blob {name} with two sizes")
+            else:
+                blob.paths.append(entry.path)
+        blobs = sorted(by_name.values(), key=lambda b: b.paths[0])
+        for b in blobs:
+            b.paths.sort()
+        if self.expect is not None:
+            self._against_lock(blobs)
+        self.stats.files = sum(len(b.paths) for b in blobs)
+        self.stats.bytes_total = sum(b.size * len(b.paths) for b in blobs)
+        return blobs
+
+    def _against_lock(self, blobs: list[Blob]) -> None:
+        """The endpoint's listing must be the lock's, file by file, before a byte is fetched."""
+        listed = {p: b for b in blobs for p in b.paths}
+        extra, missing = sorted(set(listed) - set(self.expect)), sorted(set(self.expect) - set(listed))
+        if extra or missing:
+            raise VerifyError("the endpoint's file list differs from the lock's: "
+                              + "; ".join(filter(None, (extra and f"not in the lock: {', '.join(extra[:5])}",
+                                                        missing and f"missing: {', '.join(missing[:5])}"))))
+        for path in sorted(listed):
+            blob, want = listed[path], self.expect[path]
+            if blob.size != int(want["size"]):
+                raise VerifyError(f"{path}: the endpoint lists {blob.size} bytes, the lock {want['size']}")
+            if blob.lfs and blob.name != want["sha256"]:
+                raise VerifyError(f"{path}: the endpoint lists sha256 {blob.name}, the lock {want['sha256']}")
+            if not blob.lfs and want.get("git_blob") and blob.name != want["git_blob"]:
+                raise VerifyError(f"{path}: the endpoint lists git blob {blob.name}, the lock {want['git_blob']}")
+            if blob.locked not in (None, want["sha256"]):
+                raise VerifyError(f"{path}: the lock records two contents for one blob {blob.name}")
+            blob.locked = want["sha256"]
+
+    def _verify(self, blob: Blob, file_path: str) -> str | None:
+        """Why the file is not the blob (its size, the hash it is named by: sha256 for an LFS file, git-sha1
+        for a regular one, and the lock's sha256), or None; then its content sha256 is recorded on the blob.
+        Called once per file, after its bytes are complete, before it is linked into the snapshot."""
+        size = os.path.getsize(file_path)
+        if size != blob.size:
+            return f"size {size} != {blob.size}"
+        named, content = hashes(file_path, blob.lfs)
+        if named != blob.name:
+            return f"{'sha256' if blob.lfs else 'git-sha1'} mismatch"
+        if blob.locked and content != blob.locked:
+            return f"sha256 {content} differs from the lock's {blob.locked}"
+        blob.sha256 = content
+        return None
+
+    # -- per blob
+    def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
+        """Every blob verified and linked, up to `workers` files at a time and up to `workers`
+        connections in all (the ranges of every file share them). The first failure stops the
+        rest at once: a Hub error (gated, not found) is the same for every file."""
+        label = f"{self.repo_id}@{commit[:12]}"
+        self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
+        trust = manifest.trusted_blobs(self.repo_dir)
+        self._reclaim_stale_partials({b.name for b in blobs})
+        indexed, index = [], 1
+        for blob in blobs:
+            indexed.append((index, blob))
+            index += len(blob.paths)
+        with ThreadPoolExecutor(self.workers, "hfpull-file") as files, \
+                ThreadPoolExecutor(self.workers, "hfpull-range") as self._ranges:
+            gather([files.submit(self._pull_blob, blob, trust, i, commit) for i, blob in indexed], self.stop)
+        self.progress.update(force=True)
+
+    def _pull_blob(self, blob: Blob, trust: dict, index: int, commit: str) -> None:
+        if self.stop.is_set():
+            raise _Stopped()
+        path0 = blob.paths[0]
+        blob_path = os.path.join(self.blobs_dir, blob.name)
+        with self._etag_lock(blob.name):
+            self._ensure_blob(blob, blob_path, trust, index, path0)
+        for k, p in enumerate(blob.paths):
+            self._link(commit, p, blob.name)
+            if k:
+                self.progress.file_line(index + k, p, f"same content as {path0}; linked to the same blob")
+        self.progress.update(files=len(blob.paths), have=blob.size * (len(blob.paths) - 1))
+
+    def _etag_lock(self, etag: str) -> FileLock:
+        lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
+        if not lock.acquire(self.lock_wait, on_wait=lambda: say(
+                f"pull {self.repo_id}: blob {etag[:12]} is being downloaded by another process; waiting")):
+            raise PullError(f"blob {etag} of {self.repo_id} stayed locked ({lock.path}"
+                            f"{held_by(lock.path)}) by another download for {self.lock_wait:.0f} s "
+                            "(sglang_pull_lock_wait). Let it finish or stop it, then run again", EXIT_LOCKED)
+        return lock
+
+    def _ensure_blob(self, blob: Blob, blob_path: str, trust: dict, index: int, path: str) -> None:
+        p = self.progress
+        assert p is not None
+        try:
+            st = os.stat(blob_path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            size, mtime, content = trust.get(blob.name, (None, None, None))
+            recorded = (size, mtime) == (st.st_size, st.st_mtime_ns) and size == blob.size
+            if recorded and content and blob.locked in (None, content):
+                blob.sha256 = content
+                p.file_line(index, path, f"present {human(blob.size)} (verified by an earlier pull)")
+                p.update(have=blob.size)
+                return
+            if stat.S_ISREG(st.st_mode) and self._verify(blob, blob_path) is None:
+                p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
+                p.update(have=blob.size)
+                return
+            p.file_line(index, path, "blob on disk is wrong (size or hash); fetching it again")
+            os.unlink(blob_path)
+            self.stats.changed = True
+        partial = os.path.join(self.blobs_dir, f"{blob.name}.incomplete")
+        have = self._adopt_orphans(blob, partial, index, path)
+        p.update(active=1)
+        try:
+            self._download(blob, partial, have, index, path)
+        finally:
+            p.update(active=-1)
+        os.chmod(partial, 0o664)
+        os.replace(partial, blob_path)
+        _unlink(partial + ranges.SIDECAR)
+        self._count(files_fetched=1)
+        self.stats.changed = True
+        p.file_line(index, path, f"fetched and verified ({human(blob.size)})")
+
+    def _adopt_orphans(self, blob: Blob, partial: str, index: int, path: str) -> int:
+        """Keep the largest usable partial of this blob as `<etag>.incomplete`; delete the rest.
+        Its length; the ranges it holds are read from its sidecar, if it has one.
+
+        Called with the blob's lock held, so no live download of huggingface_hub
+        (which holds the same lock) is writing to any of these files."""
+        candidates = []
+        prefix = blob.name + "."
+        for name in os.listdir(self.blobs_dir):
+            if name.startswith(prefix) and name.endswith(".incomplete"):
+                full = os.path.join(self.blobs_dir, name)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    candidates.append((st.st_size, name, full))
+        usable = [c for c in candidates if c[0] <= blob.size]
+        best = max(usable, key=lambda c: (c[0], c[2] == partial), default=None)
+        adopted = deleted = freed = 0
+        for size, name, full in candidates:
+            if best is not None and full == best[2]:
+                continue
+            os.unlink(full)
+            deleted += 1
+            freed += size
+        have = 0
+        if best is None or best[2] != partial:
+            _unlink(partial + ranges.SIDECAR)  # it described a partial that is gone
+        if best is not None:
+            have = best[0]
+            if best[2] != partial:
+                os.replace(best[2], partial)
+                adopted = 1
+        reclaimed = adopted + deleted
+        if reclaimed:
+            self._count(orphans_reclaimed=reclaimed, orphan_bytes=freed + (have if adopted else 0))
+            self.stats.changed = True
+            self.progress.file_line(index, path, f"reclaimed {reclaimed} orphan partial(s): adopted {adopted} "
+                                                 f"({human(have if adopted else 0)}), deleted {deleted} ({human(freed)})")
+        return have
+
+    def _reclaim_stale_partials(self, wanted: set[str]) -> None:
+        """Partials of blobs outside this revision: delete only old ones nobody holds a lock on.
+        A range sidecar whose partial is gone goes too."""
+        now = time.time()
+        for name in sorted(os.listdir(self.blobs_dir)):
+            if name.endswith(".incomplete" + ranges.SIDECAR):
+                if not os.path.lexists(os.path.join(self.blobs_dir, name[:-len(ranges.SIDECAR)])):
+                    _unlink(os.path.join(self.blobs_dir, name))
+                continue
+            if not name.endswith(".incomplete"):
+                continue
+            etag = name.split(".", 1)[0]
+            if etag in wanted:
+                continue
+            full = os.path.join(self.blobs_dir, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            if now - st.st_mtime < STALE_PARTIAL_AGE:
+                say(f"pull {self.repo_id}: leaving partial {name} ({human(st.st_size)}) of a blob outside "
+                    f"this revision (younger than 24 h)")
+                continue
+            lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
+            if not lock.try_acquire():
+                say(f"pull {self.repo_id}: leaving partial {name}: its download is running")
+                continue
+            try:
+                os.unlink(full)
+                _unlink(full + ranges.SIDECAR)
+            finally:
+                lock.release()
+            self._count(orphans_reclaimed=1, orphan_bytes=st.st_size)
+            self.stats.changed = True
+            say(f"pull {self.repo_id}: deleted stale partial {name} ({human(st.st_size)}, older than 24 h)")
+
+    # -- HTTP
+    def _file_location(self, path: str, blob: Blob) -> tuple[str, dict]:
+        """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
+        location, and headers without the token if that location is off the Hub."""
+        url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
+        meta = get_hf_file_metadata(url, token=self._token_arg(), timeout=METADATA_TIMEOUT,
+                                    library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
+        if meta.commit_hash and meta.commit_hash != self.commit:
+            raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
+        if meta.etag and meta.etag != blob.name:
+            raise VerifyError(f"{path}: the Hub's etag {meta.etag} differs from the tree listing {blob.name}")
+        if meta.size is not None and meta.size != blob.size:
+            raise VerifyError(f"{path}: the Hub's size {meta.size} differs from the tree listing {blob.size}")
+        headers = build_hf_headers(token=self._token_arg(), library_name=LIBRARY_NAME)
+        headers["Accept-Encoding"] = "identity"
+        location = urljoin(url, meta.location) if meta.location else url
+        same = _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
+        if not same:
+            headers.pop("authorization", None)
+        return location, headers
+
+    def _download(self, blob: Blob, partial: str, have: int, index: int, path: str) -> None:
+        """Fetch what `partial` lacks (per its range sidecar, else everything after its first
+        `have` bytes), then verify size and hash; one retry from 0."""
+        for attempt in (1, 2):
+            sidecar = read_regular(partial + ranges.SIDECAR, ranges.MAX_SIDECAR_BYTES)
+            spans = ranges.resume(blob.size, have, sidecar, self.workers)
+            if attempt == 1:
+                got = ranges.done(spans)
+                self._count(bytes_missing=blob.size - got, resumed_bytes=got)
+                self.progress.update(have=got)
+                if got:
+                    self.progress.file_line(index, path, f"resuming with {human(got)} of {human(blob.size)} "
+                                                         f"on disk, {len(spans)} range(s)")
+            if ranges.missing(spans):
+                self._fetch(blob, partial, spans, index, path)
+            what = self._verify(blob, partial)
+            if what is None:
+                return
+            self.progress.update(have=-min(os.path.getsize(partial), blob.size))
+            os.unlink(partial)
+            _unlink(partial + ranges.SIDECAR)
+            if attempt == 2:
+                raise VerifyError(f"{path}: {what} after a full download from byte 0")
+            self.progress.file_line(index, path, f"{what}; discarding the partial and fetching from byte 0")
+            have = 0
+
+    def _fetch(self, blob: Blob, partial: str, spans: list, index: int, path: str) -> None:
+        """Fetch the missing part of every range, each on a connection of its own, into `partial`."""
+        location, headers = self._file_location(path, blob)  # errors (gated, ...) surface before any write
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+        job = _Job(self, blob, partial, fd, spans, index, path, location, headers)
+        try:
+            job.grow()
+            for _ in range(2):
+                todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
+                try:
+                    gather([self._ranges.submit(self._fetch_range, job, k) for k in todo], job.stop)
+                    break
+                except _Restart as e:
+                    job.restart(str(e))
+            else:
+                raise PullError(f"{path}: the Hub answered a single stream as it did the ranges")
+            os.fsync(fd)
+        finally:
+            job.close()
+
+    def _fetch_range(self, job: _Job, k: int) -> None:
+        """Range k of the job, complete: a cut or a transient error is retried from the range's
+        last byte, with backoff (or the wait the Hub asks for), a bounded number of times."""
+        stalled = 0
+        for _ in range(MAX_GET_ATTEMPTS):
+            start, end, before = job.span(k)
+            if before >= end - start:
+                return
+            if job.stopped():
+                raise _Stopped()
+            try:
+                self._get_range(job, k)
+                if job.span(k)[2] < end - start:
+                    raise Retryable("the response ended early")
+            except (httpx2.TransportError, Retryable) as e:
+                done = job.span(k)[2]
+                stalled = 0 if done > before else stalled + 1
+                if stalled >= MAX_STALLED_ATTEMPTS:
+                    raise
+                if isinstance(e, Retryable) and e.refresh:
+                    job.forget_location()  # e.g. an expired signed location
+                asked = e.retry_after if isinstance(e, Retryable) else None
+                wait = asked if asked is not None else min(8.0, 0.5 * 2.0 ** stalled)
+                why = self.redact(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                part = f" (range {start}-{end - 1})" if job.split else ""
+                say(f"pull {self.progress.label}: {job.path}{part}: {why}; retrying from byte {start + done} "
+                    f"in {wait:.1f} s" + (" as the Hub asked" if asked is not None else ""))
+                if _pause(wait, job.stopped):
+                    raise _Stopped()
+        raise PullError(f"{job.path}: gave up after {MAX_GET_ATTEMPTS} attempts")
+
+    def _get_range(self, job: _Job, k: int) -> None:
+        start, end, done = job.span(k)
+        pos = start + done
+        size = job.blob.size
+        location, headers = job.where()
+        h = dict(headers)
+        wanted = ranges.header(pos, end, size)
+        if wanted:
+            h["Range"] = wanted
+        with get_session().stream("GET", location, headers=h, follow_redirects=True) as resp:
+            if resp.status_code == 416 and wanted:
+                raise _Restart("the Hub refused the range request")
+            if resp.status_code in (408, 429, 500, 502, 503, 504):
+                raise Retryable(f"HTTP {resp.status_code}", refresh=resp.status_code != 429,
+                                 retry_after=retry_after(resp.headers))
+            if resp.status_code == 403 and urlsplit(location).hostname != urlsplit(
+                    hf_hub_url(self.repo_id, job.path, revision=self.commit, endpoint=self.endpoint)).hostname:
+                raise Retryable("HTTP 403 from the file location", refresh=True)
+            hf_raise_for_status(resp)
+            if wanted and resp.status_code == 200:
+                if job.split:
+                    raise _Restart("the server ignored the Range request")
+                self.progress.file_line(job.index, job.path,
+                                        "the server ignored the Range request; starting over from byte 0")
+                job.rewind()
+                pos = 0
+            elif resp.status_code == 206:
+                m = re.match(r"bytes (\d+)-(\d+)/", resp.headers.get("Content-Range", ""))
+                if not m or (int(m.group(1)), int(m.group(2))) != (pos, end - 1):
+                    raise PullError(f"{job.path}: the Hub answered range {resp.headers.get('Content-Range')!r} "
+                                    f"to a request for bytes {pos}-{end - 1}")
+            since_sync = 0
+            for chunk in resp.iter_bytes():  # as received: an interruption loses nothing already read
+                if job.stopped():
+                    raise _Stopped()
+                if not chunk:
+                    continue
+                n = len(chunk)
+                if pos + n > end:
+                    raise VerifyError(f"{job.path}: the Hub sent more than the expected {size} bytes"
+                                      if end == size else f"{job.path}: the Hub sent more than bytes {start}-{end - 1}")
+                _pwrite_all(job.fd, chunk, pos)
+                pos += n
+                job.advance(k, n)
+                self._count(bytes_fetched=n)
+                self.progress.update(have=n, fetched=n)
+                since_sync += n
+                if since_sync >= FSYNC_EVERY:
+                    os.fsync(job.fd)
+                    since_sync = 0
+
+    # -- links, manifest, refs
+    def _link(self, commit: str, path: str, blob_name: str) -> None:
+        safe_relpath(path)
+        link, rel = manifest.link_target(self.repo_dir, commit, path, blob_name)
+        try:
+            if os.readlink(link) == rel:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # EINVAL: a regular file or dir sits there
+                raise
+            if os.path.isdir(link) and not os.path.islink(link):
+                raise VerifyError(f"{link} is a directory where a file link belongs")
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        tmp = f"{link}.{os.getpid()}.tmplink"
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        os.symlink(rel, tmp)
+        os.replace(tmp, link)
+        self.stats.changed = True
+
+    def _write_manifest(self, blobs: list[Blob], commit: str) -> None:
+        files = []
+        for blob in blobs:
+            st = os.stat(os.path.join(self.blobs_dir, blob.name))
+            if st.st_size != blob.size:
+                raise VerifyError(f"blob {blob.name} changed size while pulling")
+            for p in blob.paths:
+                files.append(manifest.entry(p, blob.name, blob.size, st.st_mtime_ns, blob.lfs, blob.sha256))
+        data = manifest.document(self.repo_id, commit, files, int(time.time()))
+        old = manifest.load(self.repo_dir, commit)
+        if old is not None and old.get("files") == data["files"] and old.get("repo_id") == self.repo_id:
+            return
+        write_atomic(manifest.path(self.repo_dir, commit),
+                     (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        self.stats.changed = True
+
+    def _write_ref(self, commit: str) -> None:
+        """refs/<branch> holds the bare commit id (no newline), as huggingface_hub writes it."""
+        ref = os.path.join(self.repo_dir, "refs", *self.revision.split("/"))
+        try:
+            with open(ref, encoding="utf-8") as f:
+                if f.read() == commit:
+                    return
+        except OSError:
+            pass
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        write_atomic(ref, commit.encode())
+        self.stats.changed = True
+
+
+class _Restart(Exception):
+    """The Hub ignored or refused a range request: the file is fetched again as one stream."""
+
+
+class _Stopped(PullError):
+    """Another worker failed (its error is the one reported) or the pull was interrupted."""
+
+    def __init__(self):
+        super().__init__("stopped")
+
+
+def gather(futures: list, stop: threading.Event) -> None:
+    """Wait for every future. The first failure sets `stop` (the others end at their next
+    chunk) and is raised once all have ended; an interrupt of the waiting thread does the same."""
+    first: BaseException | None = None
+    try:
+        for future in as_completed(futures):
+            error = future.exception()
+            if error is not None:
+                stop.set()
+                if first is None or (isinstance(first, _Stopped) and not isinstance(error, _Stopped)):
+                    first = error
+    except BaseException:
+        stop.set()
+        wait_futures(futures)
+        raise
+    if first is not None:
+        raise first
+
+
+def _pause(seconds: float, stopped) -> bool:
+    """Sleep up to `seconds`, in short steps; True as soon as `stopped()` is."""
+    deadline = time.monotonic() + seconds
+    for _ in range(int(seconds / LOCK_POLL) + 2):
+        if stopped():
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(LOCK_POLL, left))
+    return stopped()
+
+
+def retry_after(headers) -> float | None:
+    """The wait a 429 or 503 asks for (seconds, or an HTTP date), capped at RETRY_AFTER_MAX; None if none."""
+    value = (headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
+            return None
+    return min(max(0.0, seconds), RETRY_AFTER_MAX)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
