@@ -14,7 +14,8 @@
 from pyinfra import host
 
 from sglang_infra import toolchain
-from sglang_infra.operations import checked_file, image_present, toolchain_image
+from sglang_infra.operations.docker import image_present, toolchain_image
+from sglang_infra.operations.files import checked_file
 from sglang_infra.plan import plan_of
 
 plan = plan_of(host)

@@ -15,8 +15,11 @@ import hashlib
 
 from pyinfra import host
 
-from sglang_infra.operations import (checked_file, fleet_barrier, gateway_workers, image_present, not_failed_before,
-                                     secret_file, stack_up, validated)
+from sglang_infra.operations.docker import image_present
+from sglang_infra.operations.files import checked_file, secret_file
+from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
+from sglang_infra.operations.stack import stack_up
 from sglang_infra.plan import plan_of, server_config
 
 plan = plan_of(host)

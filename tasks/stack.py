@@ -8,7 +8,9 @@ import hashlib
 
 from pyinfra import host
 
-from sglang_infra.operations import account_env_file, checked_file, not_failed_before, secret_file, stack_up
+from sglang_infra.operations.files import account_env_file, checked_file, secret_file
+from sglang_infra.operations.gate import not_failed_before
+from sglang_infra.operations.stack import stack_up
 from sglang_infra.plan import plan_of, server_config
 
 plan = plan_of(host)

@@ -9,7 +9,8 @@ import hashlib
 
 from pyinfra import host
 
-from sglang_infra.operations import checked_file, validated
+from sglang_infra.operations.files import checked_file
+from sglang_infra.operations.gate import validated
 from sglang_infra.plan import plan_of
 
 plan = plan_of(host)
