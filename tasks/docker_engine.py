@@ -6,7 +6,7 @@ from pyinfra.operations import apt
 
 from sglang_infra import platforms
 from sglang_infra.aptrepo import vendor_repository
-from sglang_infra.operations import docker_service
+from sglang_infra.operations.docker import docker_service
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)

@@ -7,7 +7,7 @@ from pyinfra import host
 from pyinfra.operations import apt
 
 from sglang_infra.aptrepo import vendor_repository
-from sglang_infra.operations import nvidia_runtime
+from sglang_infra.operations.docker import nvidia_runtime
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)

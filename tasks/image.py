@@ -14,8 +14,9 @@
 from pyinfra import host
 
 from sglang_infra import toolchain
-from sglang_infra.operations import checked_file, image_present, toolchain_image
+from sglang_infra.operations.docker import image_present, toolchain_image
 from sglang_infra.preflight import plan_of
+from sglang_infra.taskhelpers import account_file
 
 plan = plan_of(host)
 docker_dir, build = plan.paths.docker, plan.build
@@ -28,21 +29,11 @@ image_present(
 
 if build:
     context_dir = plan.paths.toolchain_context
-    checked_file(
-        name=f"Ensure {docker_dir}/Dockerfile is rendered from templates/Dockerfile.j2",
-        dest=f"{docker_dir}/Dockerfile",
-        content=build.dockerfile,
-        user=plan.account,
-        group=plan.account,
-    )
+    account_file(f"Ensure {docker_dir}/Dockerfile is rendered from templates/Dockerfile.j2",
+                 f"{docker_dir}/Dockerfile", build.dockerfile, plan.account)
     for file_name, content in sorted(build.files.items()):
-        checked_file(
-            name=f"Ensure {context_dir}/{file_name} is in the image's build context",
-            dest=f"{context_dir}/{file_name}",
-            content=content.decode(),
-            user=plan.account,
-            group=plan.account,
-        )
+        account_file(f"Ensure {context_dir}/{file_name} is in the image's build context",
+                     f"{context_dir}/{file_name}", content.decode(), plan.account)
     toolchain_image(
         name=f"Ensure {build.tag} is built with the toolchain pins and passes its check",
         tag=build.tag,

@@ -13,7 +13,7 @@ them; only those are fixed. The modes live in sglang_infra/plan.py (LAYOUT).
 
 from pyinfra import host
 
-from sglang_infra.operations import layout
+from sglang_infra.operations.account import layout
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)

@@ -13,7 +13,8 @@ from pyinfra import host, logger
 from pyinfra.operations import apt
 
 from sglang_infra import ship
-from sglang_infra.operations import model_pulled, pull_tools, secret_file
+from sglang_infra.operations.files import secret_file
+from sglang_infra.operations.models import model_pulled, pull_tools
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)

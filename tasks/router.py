@@ -13,10 +13,14 @@ config, with a rollback to its last good config.
 
 from pyinfra import host
 
-from sglang_infra.operations import (checked_file, fleet_barrier, gateway_workers, image_present, not_failed_before,
-                                     secret_file, stack_up, validated)
+from sglang_infra.operations.docker import image_present
+from sglang_infra.operations.files import secret_file
+from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
+from sglang_infra.operations.stack import stack_up
 from sglang_infra.hostside.names import text_digest
 from sglang_infra.preflight import plan_of
+from sglang_infra.taskhelpers import compose_file, scripts_in_place
 
 plan = plan_of(host)
 
@@ -40,29 +44,16 @@ if plan.routes:
 for gateway in plan.gateways:
     where = gateway.dir
     compose_sha = gateway.compose_sha
-    for name, text in sorted(gateway.scripts.items()):
-        checked_file(
-            name=f"Ensure {where}/{name} is up to date",
-            dest=f"{where}/{name}",
-            content=text,
-            user=plan.account,
-            group=plan.account,
-            mode="644" if name.endswith(".py") else "755",
-        )
+    scripts_in_place(where, dict(sorted(gateway.scripts.items())), plan.account)
     not_failed_before(
         name=f"Ensure the {gateway.key} gateway's compose.yaml is not one that already failed its gate here",
         failed=f"{where}/compose.yaml.failed",
         sha=compose_sha,
         retry=gateway.gate.retry_failed,
     )
-    checked_file(
-        name=f"Ensure {where}/compose.yaml is rendered from templates/router-compose.yaml.j2 and accepted by compose",
-        dest=f"{where}/compose.yaml",
-        content=gateway.compose,
-        user=plan.account,
-        group=plan.account,
-        check=f"docker compose --project-directory {where} -f {{candidate}} config -q",
-    )
+    compose_file(
+        f"Ensure {where}/compose.yaml is rendered from templates/router-compose.yaml.j2 and accepted by compose",
+        where, gateway.compose, plan.account)
     gateway_workers(
         name=f"Ensure the {gateway.key} gateway has exactly the workers that passed their gate",
         directory=where,

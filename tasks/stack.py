@@ -6,8 +6,11 @@ they are."""
 
 from pyinfra import host
 
-from sglang_infra.operations import account_env_file, checked_file, not_failed_before, secret_file, stack_up
+from sglang_infra.operations.files import account_env_file, secret_file
+from sglang_infra.operations.gate import not_failed_before
+from sglang_infra.operations.stack import stack_up
 from sglang_infra.preflight import plan_of
+from sglang_infra.taskhelpers import compose_file
 
 plan = plan_of(host)
 docker_dir = plan.paths.docker
@@ -33,15 +36,8 @@ account_env_file(
     user=plan.account,
 )
 
-checked_file(
-    name=f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
-    dest=f"{docker_dir}/compose.yaml",
-    content=plan.compose,
-    user=plan.account,
-    group=plan.account,
-    mode="644",
-    check=f"docker compose --project-directory {docker_dir} -f {{candidate}} config -q",
-)
+compose_file(f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
+             docker_dir, plan.compose, plan.account)
 
 stack_up(
     name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",

@@ -7,22 +7,15 @@ throughput, roll back to the last known-good config on failure.
 
 from pyinfra import host
 
-from sglang_infra.operations import checked_file, validated
+from sglang_infra.operations.gate import validated
 from sglang_infra.hostside.names import text_digest
 from sglang_infra.preflight import plan_of
+from sglang_infra.taskhelpers import scripts_in_place
 
 plan = plan_of(host)
 home = plan.paths.home
 
-for script, text in plan.scripts.items():
-    checked_file(
-        name=f"Ensure {home}/{script} is up to date",
-        dest=f"{home}/{script}",
-        content=text,
-        user=plan.account,
-        group=plan.account,
-        mode="755",
-    )
+scripts_in_place(home, plan.scripts, plan.account)
 
 written = {f"{home}/{script}": text for script, text in plan.scripts.items()}
 written[f"{plan.paths.docker}/compose.yaml"] = plan.compose

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,6 +37,16 @@ class FakeHost:
 
     def get_temp_filename(self, key: str) -> str:
         return f"/tmp/pyinfra-{hashlib.sha1(key.encode()).hexdigest()}"
+
+
+@contextmanager
+def on_host(fake: FakeHost):
+    """Run with ``fake`` as pyinfra's current host, the way pyinfra sets the host an operation runs for:
+    every module of sglang_infra/operations/ that reads ``host`` sees it."""
+    from pyinfra.context import ctx_host
+
+    with ctx_host.use(fake):
+        yield fake
 
 
 def _short(text: str) -> str:

@@ -12,14 +12,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (plan._refusal)
 
-from conftest import FakeHost, command_text, pinned_defaults, plan_for
+from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 from hfstandin import StandinHub
-from sglang_infra import factcache, lock as lockfile, lockgen, operations, ship, toolchain
+from sglang_infra import factcache, lock as lockfile, lockgen, ship, toolchain
+from sglang_infra.operations import models as model_ops
 from sglang_infra.refusals import DeployDataError, check_data
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-lock-")) / "hfpull.py"
@@ -233,8 +233,8 @@ def test_a_complete_revision_with_other_content_than_the_lock_is_pulled_again(hu
     def run(facts):
         fake = FakeHost(facts)
         try:
-            with mock.patch.object(operations, "host", fake):
-                return list(operations.model_pulled._inner(**args)), fake
+            with on_host(fake):
+                return list(model_ops.model_pulled._inner(**args)), fake
         finally:
             factcache.invalidate(fake)
 

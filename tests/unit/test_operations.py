@@ -1,22 +1,40 @@
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 from pyinfra.api import OperationError
 
-from conftest import FakeHost, command_text, load_cases
+from conftest import FakeHost, command_text, load_cases, on_host
 from sglang_infra import factcache, operations
+from sglang_infra.operations import account, base, files, stack
 
 CASES = load_cases("operations")
+
+
+def _operations() -> dict:
+    """Every operation of sglang_infra/operations/, by name, found in the module that defines it."""
+    found = {}
+    for info in pkgutil.iter_modules(operations.__path__):
+        module = importlib.import_module(f"{operations.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if hasattr(value, "_inner") and value.__module__ == module.__name__:
+                assert name not in found, f"{name} is defined in two operation modules"
+                found[name] = value
+    return found
+
+
+OPERATIONS = _operations()
 
 
 def run(op: str, args: dict, facts: dict, executing: bool = False):
     fake = FakeHost(facts, executing=executing)
     try:
-        with mock.patch.object(operations, "host", fake):
-            commands = [command_text(c) for c in getattr(operations, op)._inner(**args)]
+        with on_host(fake):
+            commands = [command_text(c) for c in OPERATIONS[op]._inner(**args)]
     finally:
         factcache.invalidate(fake)
     return commands, fake
@@ -48,8 +66,8 @@ def test_the_token_is_uploaded_private_and_only_when_it_differs():
     token = b"hf_secret_value_1234567890"
     sha = __import__("hashlib").sha256(token).hexdigest()
     fake = FakeHost(secret_facts(None))
-    with mock.patch.object(operations, "host", fake):
-        raw = list(operations.secret_file._inner(dest=f"{SECRET_DIR}/hf-token", content=token, user="sglang"))
+    with on_host(fake):
+        raw = list(files.secret_file._inner(dest=f"{SECRET_DIR}/hf-token", content=token, user="sglang"))
     factcache.invalidate(fake)
     assert [command_text(c) for c in raw] == [
         f"umask 077 && head -c {len(token)} > {SECRET_DIR}/hf-token.upload && chown sglang:sglang "
@@ -135,7 +153,7 @@ def test_a_host_that_stops_answering_fails_alone():
     assert commands == ["function _failed('could not read the host unit-test-host (see the error above)',)"]
     logged = []
     host = mock.Mock(log_styled=lambda message, **kwargs: logged.append(message))
-    assert operations._failed(None, host, "gone") is False and logged == ["gone"]
+    assert base._failed(None, host, "gone") is False and logged == ["gone"]
 
 
 def test_sizes_read_in_human_units_everywhere():
@@ -149,7 +167,7 @@ def test_sizes_read_in_human_units_everywhere():
 def test_the_prune_preview_says_a_small_revision_is_small():
     name, case = next(c for c in CASES if c[0] == "models_pruned.unkept_revisions")
     logged = []
-    with mock.patch.object(operations.logger, "info", logged.append):
+    with mock.patch.object(base.logger, "info", logged.append):
         run(case["op"], case["args"], case["facts"])
     assert logged and all("(0.00 GiB)" not in line and "B)" in line for line in logged), logged
 
@@ -165,12 +183,12 @@ def test_diff_shows_the_file_diff_and_each_drifted_path(monkeypatch):
         "FileContents": ["services:", "  old: 1"]})
     fake.state.config = SimpleNamespace(DIFF=True)
     fake.log = lambda message, log_func=None: logged.append(message)
-    monkeypatch.setattr(operations.logger, "info", lambda fmt, *args: logged.append(fmt % args if args else fmt))
-    with mock.patch.object(operations, "host", fake):
-        list(operations.checked_file._inner(dest="/opt/sglang/docker/compose.yaml", content="services:\n  new: 2\n",
-                                            user="sglang", group="sglang"))
-        list(operations.layout._inner(home="/opt/sglang", dirs={"/opt/sglang/hf-cache/hub": "2775"},
-                                      user="sglang", group="sglang"))
+    monkeypatch.setattr(base.logger, "info", lambda fmt, *args: logged.append(fmt % args if args else fmt))
+    with on_host(fake):
+        list(files.checked_file._inner(dest="/opt/sglang/docker/compose.yaml", content="services:\n  new: 2\n",
+                                       user="sglang", group="sglang"))
+        list(account.layout._inner(home="/opt/sglang", dirs={"/opt/sglang/hf-cache/hub": "2775"},
+                                   user="sglang", group="sglang"))
     factcache.invalidate(fake)
     text = "\n".join(logged)
     assert "Will modify /opt/sglang/docker/compose.yaml" in text and "old: 1" in text and "new: 2" in text
@@ -182,9 +200,9 @@ def test_a_changed_private_config_recreates_the_stack():
     """compose cannot see the API key file's content: when it changed, the stack is recreated."""
     name, case = next(c for c in CASES if c[0] == "stack_up.noop")
     fake = FakeHost(case["facts"], executing=True)
-    with mock.patch.object(operations, "host", fake):
-        commands = [command_text(c) for c in operations.stack_up._inner(**case["args"], recreate_if=lambda: True)]
-        unchanged = [command_text(c) for c in operations.stack_up._inner(**case["args"], recreate_if=lambda: False)]
+    with on_host(fake):
+        commands = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: True)]
+        unchanged = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: False)]
     factcache.invalidate(fake)
     assert commands == ["cd /opt/sglang/docker && docker compose up -d --remove-orphans --force-recreate && "
                         "python3 -c <hostside/stack.py> /opt/sglang/docker"]

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import pinned_defaults
 from sglang_infra import models
-from sglang_infra.operations import prune_plan
+from sglang_infra.operations.models import prune_plan
 from sglang_infra.refusals import check_data
 
 DEFAULTS = pinned_defaults()

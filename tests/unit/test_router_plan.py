@@ -10,10 +10,11 @@ from unittest import mock
 import pytest
 import yaml
 
-from conftest import FakeHost, command_text, converged_snapshot, pinned_defaults
-from sglang_infra import factcache, gateways as fleet_front, operations
+from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
+from sglang_infra import factcache, gateways as fleet_front
 from sglang_infra.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import router_launch
+from sglang_infra.operations import gateway as gateway_ops
 from sglang_infra.plan import resolve
 from sglang_infra.plantypes import Worker
 from sglang_infra.refusals import DeployDataError, check_data
@@ -182,16 +183,15 @@ def worker_snapshot(sha, stamp="d1", state="running"):
     (None, False),                                          # unreachable
 ])
 def test_a_worker_counts_only_when_its_own_config_passed_its_gate_and_runs(snapshot, validated):
-    assert operations.worker_validated(snapshot, "/opt/sglang/docker", "c1") is validated
+    assert gateway_ops.worker_validated(snapshot, "/opt/sglang/docker", "c1") is validated
 
 
 def members(have, workers, snapshots):
     fake = FakeHost({"Snapshot": {"routers": {"m": {"workers": have}}}})
     try:
-        with mock.patch.object(operations, "host", fake), \
-                mock.patch.object(operations, "_fleet_snapshot", lambda name: snapshots.get(name)):
-            commands = list(operations.gateway_workers._inner(directory="/opt/sglang/router/m", gateway="m",
-                                                              url="http://127.0.0.1:30080", workers=workers))
+        with on_host(fake), mock.patch.object(gateway_ops, "_fleet_snapshot", lambda name: snapshots.get(name)):
+            commands = list(gateway_ops.gateway_workers._inner(directory="/opt/sglang/router/m", gateway="m",
+                                                               url="http://127.0.0.1:30080", workers=workers))
     finally:
         factcache.invalidate(fake)
     return commands, fake

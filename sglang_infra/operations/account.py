@@ -1,0 +1,148 @@
+"""The service account and the layout under its home (with the --diff
+listing of what drifted)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from pyinfra import host, logger
+from pyinfra.api import StringCommand
+
+from .. import ship
+from ..platforms import NOLOGIN_SHELL
+from ..snapshot import current
+from .base import diff_wanted, q, snapshot_operation
+
+
+# Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
+DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
+                    "docker_group_writable")
+# Paths per repair command, so a large repair never exceeds the remote's argument limit.
+REPAIR_CHUNK = 200
+
+
+@snapshot_operation
+def service_account(
+    user: str,
+    home: str,
+    uid: int | None = None,
+    gid: int | None = None,
+    groups: Iterable[str] = ("docker",),
+    admins: Iterable[str] = (),
+):
+    """
+    Ensure a locked, nologin system account whose primary group has its name,
+    that belongs to ``groups`` (other secondary groups are kept), and whose
+    group the ``admins`` belong to.
+
+    + user: account and primary group name
+    + home: home directory; never created or moved by this operation
+    + uid/gid: fixed ids for a new account (an existing account with other ids
+      is refused earlier, by validation, never re-owned here)
+    + groups: secondary groups the account must be in (created as system groups if missing)
+    + admins: existing users to add to the account's group
+    """
+    groups, admins = list(groups), list(admins)
+    state = current(host)["account"]
+
+    if state["group"] is None:
+        yield StringCommand("groupadd", "--system", *(["--gid", str(gid)] if gid is not None else []), q(user))
+
+    for extra in groups:
+        if extra not in state["extra_groups"]:
+            # Created ahead of the package that normally brings it (docker.io
+            # adopts an existing docker group).
+            yield f"groupadd --system {q(extra)}"
+
+    account = state["user"]
+    if account is None:
+        yield StringCommand(
+            "useradd", "--system", "--gid", q(user), "--shell", NOLOGIN_SHELL,
+            "--home-dir", q(home), "--no-create-home",
+            *(["--uid", str(uid)] if uid is not None else []),
+            *(["--groups", ",".join(map(q, groups))] if groups else []),
+            q(user),
+        )
+        # useradd leaves the password field locked; lock it explicitly so the
+        # state does not depend on the distribution's defaults.
+        yield f"usermod --lock {q(user)}"
+    else:
+        changes = []
+        if account["shell"] != NOLOGIN_SHELL:
+            changes += ["--shell", NOLOGIN_SHELL]
+        if account["home"] != home:
+            changes += ["--home", q(home)]  # no --move-home: the data is already in place
+        group = state["group"]
+        if group is not None and account["gid"] != group["gid"]:
+            changes += ["--gid", q(user)]
+        missing = [g for g in groups if g not in state["supplementary"]]
+        if missing:
+            changes += ["--append", "--groups", ",".join(map(q, missing))]
+        if not state["password_locked"]:
+            changes += ["--lock"]
+        if changes:
+            yield StringCommand("usermod", *changes, q(user))
+        else:
+            host.noop(f"account {user} is already a locked nologin system account in {', '.join(groups)}")
+
+    members = (state["group"] or {}).get("members", [])
+    for admin in admins:
+        if admin in members:
+            continue
+        yield f"usermod --append --groups {q(user)} {q(admin)}"
+
+
+# What each drift category expects, for --diff.
+EXPECTED = {"cache_group": "group {group}", "cache_file_mode": "group read and write",
+            "cache_dir_mode": "group rwx and setgid", "owner": "{user}:{group}", "world_writable": "not world-writable",
+            "docker_group_writable": "not group-writable"}
+DIFF_PATHS = 50  # drifted paths shown under --diff; the rest are counted
+
+
+def _show_drift(found: dict, dirs: dict[str, str], user: str, group: str) -> None:
+    if not diff_wanted():
+        return
+    for path, mode in dirs.items():
+        now = found["dirs"].get(path)
+        if now != {"owner": user, "group": group, "mode": mode}:
+            shown = f"{now['owner']}:{now['group']} {now['mode']}" if now else "missing"
+            host.log(f"Will fix {path}: {shown} -> {user}:{group} {mode}", logger.info)
+    details = found.get("details", {})
+    listed = [(category, path) for category in DRIFT_CATEGORIES for path in found["drift"].get(category, [])]
+    for category, path in listed[:DIFF_PATHS]:
+        now = details.get(path)
+        shown = f"{now[0]}:{now[1]} {now[2]}" if now else "?"
+        host.log(f"Will fix {path!r}: {shown} -> {EXPECTED[category].format(user=user, group=group)}", logger.info)
+    if len(listed) > DIFF_PATHS:
+        host.log(f"... and {len(listed) - DIFF_PATHS} more drifted entries", logger.info)
+
+
+@snapshot_operation
+def layout(home: str, dirs: dict[str, str], user: str, group: str):
+    """
+    Ensure each of ``dirs`` ({path: octal mode}) exists as ``user:group`` with
+    that mode, and that everything under ``home`` conforms: hf-cache entries
+    keep the shared group, group read/write and (directories) setgid;
+    everything else is owned by the account; nothing is world-writable;
+    docker/ content is not group-writable. Only the entries found wrong are
+    touched, and the commands name them.
+    """
+    found = current(host)["layout"]
+    if found.get("unnamed"):
+        logger.warning(f"[{host.name}] {found['unnamed']} drifted entries under {home} have names that are not UTF-8; "
+                       f"they are left as they are: find {home} -name '*[! -~]*' shows them")
+    changed = False
+    program = q(ship.program("repair"))
+    _show_drift(found, dirs, user, group)
+    for path, mode in dirs.items():
+        if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:
+            changed = True
+            yield f"python3 -c {program} dir={mode} {q(home)} {q(user)} {q(group)} {q(path)}"
+    for category in DRIFT_CATEGORIES:
+        paths = found["drift"].get(category, [])
+        for start in range(0, len(paths), REPAIR_CHUNK):
+            changed = True
+            chunk = " ".join(q(p) for p in paths[start:start + REPAIR_CHUNK])
+            yield f"python3 -c {program} {category} {q(home)} {q(user)} {q(group)} {chunk}"
+    if not changed:
+        host.noop(f"{home} and everything under it already conform")

@@ -1,0 +1,51 @@
+"""The validation gate: refusing a config that already failed here, and
+running the gate unless its stamp matches what runs."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import FunctionCommand
+
+from .base import file_entry, q, run_streamed, snapshot_operation
+from .docker import image_id
+from .stack import stack_section
+
+
+@snapshot_operation
+def not_failed_before(failed: str, sha: str, retry: bool = False):
+    """
+    Refuse, on this host only, to apply again the config (sha256 ``sha``)
+    that already failed its gate here (the gate kept it as ``failed``),
+    unless ``retry``: the host keeps serving its last known-good config and
+    the run fails for it, saying how to go on.
+    """
+    if retry or (file_entry(failed) or {}).get("sha256") != sha:
+        host.noop("this config has not failed its gate on this host")
+        return
+    message = (f"refused: this config failed its gate on this host before (kept as {failed}); the host keeps "
+               "serving its last known-good config. Change the data, or run again with "
+               "--data sglang_retry_failed=True")
+    yield f"echo {q(message)} >&2; exit 1"
+
+
+@snapshot_operation
+def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False,
+              gateway: str | None = None):
+    """
+    Ensure what runs has passed the validation gate: unless the stamp the gate
+    wrote matches the host as it is (hostside/stamp.py) and ``files`` (path:
+    sha256, the plan's compose.yaml and scripts) and ``image`` are what is on
+    it, run ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll
+    back on failure). ``always`` runs it regardless.
+
+    + gateway: the slug of a gateway (router/<slug>/), whose stamp also covers its worker set
+    """
+    section = stack_section(gateway)
+    found = section["stack"]["container"]
+    same = (section["stamp"] is not None and section["stamp"] == section["digest"]
+            and all((file_entry(path) or {}).get("sha256") == sha for path, sha in files.items())
+            and found is not None and found["image_id"] == image_id(image))
+    if same and not always:
+        host.noop("this compose.yaml, .env, image and scripts already passed the gate")
+        return
+    yield FunctionCommand(run_streamed, (f"bash {q(gate)}",), {})

@@ -1,0 +1,82 @@
+"""The fleet's gateways: the barrier every host passes before any gateway
+decides its workers, and each gateway's worker set, from the workers'
+snapshots."""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra import host, logger
+from pyinfra.api import StringCommand, operation
+
+from .. import ship
+from .base import diff_wanted, q, snapshot_operation
+from .stack import stack_section
+
+
+@operation()
+def fleet_barrier(reason: str):
+    """
+    An ordering point that changes nothing. pyinfra orders operations by each
+    host's own sequence: a router-only host, which runs no gate, gives no
+    reason to run its gateway operations after the workers' gates. Every host
+    calls this at the same place (tasks/router.py), so everything before it on
+    any host runs before everything after it on any host.
+    """
+    host.noop(reason)
+    yield from ()
+
+
+def _fleet_snapshot(name: str) -> dict | None:
+    """Another host's snapshot as it is now (read again after its own commands ran), None when unreadable."""
+    from .. import factcache
+    from ..snapshot import Snapshot
+
+    try:
+        return factcache.current(host.inventory.get_host(name), Snapshot)
+    except Exception as error:   # a host lost mid-run, or not reachable: its worker counts as not validated
+        logger.warning(f"[{host.name}] the worker {name} could not be read ({error!r}); it counts as not validated")
+        return None
+
+
+def worker_validated(snapshot: dict | None, docker_dir: str, compose_sha: str) -> bool:
+    """
+    A worker passed its gate with the config its data asks for: the gate's
+    stamp is the digest of what runs now, its container runs, and the
+    compose.yaml in ``docker_dir`` is the one its plan renders (a host rolled
+    back to an older config does not count until its own config passes).
+    """
+    if not snapshot or not snapshot.get("gate"):
+        return False
+    container = (snapshot.get("stack") or {}).get("container") or {}
+    compose = ((snapshot.get("files") or {}).get(docker_dir) or {}).get("compose.yaml") or {}
+    return bool(snapshot["gate"]["stamp"] and snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
+                and container.get("state") == "running" and compose.get("sha256") == compose_sha)
+
+
+@snapshot_operation
+def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: str | None = None):
+    """
+    Ensure the gateway in ``directory`` (router/<gateway>/) has exactly the
+    ``workers`` (plan.Worker) that passed their gate with their own config:
+    decided when the operation runs, from each worker's snapshot read after
+    its own gate ran in this same run (tasks/router.py comes after
+    tasks/validation.py). A worker outside this run (--limit) keeps the
+    membership it has. On a difference, workers.json is rewritten (the
+    gateway's launcher reads it on start) and the gateway's /workers API adds
+    and removes workers without a restart (hostside/router_workers.py).
+    """
+    have = stack_section(gateway)["workers"]
+    wanted = sorted(w.url for w in workers
+                    if (w.url in (have or ()) if w.compose_sha is None
+                        else worker_validated(_fleet_snapshot(w.host), w.docker_dir, w.compose_sha)))
+    if host.state.is_executing:
+        logger.info(f"[{host.name}] gateway {gateway}: workers that passed their gate: {wanted or 'none'}")
+    if have is not None and sorted(have) == wanted:
+        host.noop(f"the gateway already has the {len(wanted)} worker(s) that passed their gate")
+        return
+    if diff_wanted():
+        host.log(f"Will set the gateway's workers: {sorted(have or [])} -> {wanted}", logger.info)
+    args = [directory, url, *([key_file] if key_file else [])]
+    yield StringCommand(f"python3 -c {q(ship.program('router_workers'))} " + " ".join(q(a) for a in args),
+                        _stdin=json.dumps(wanted))

@@ -1,0 +1,131 @@
+"""The model cache: the pull's Python environment, the pull of a pinned
+revision (verified, resumable) and the pruning of revisions nothing keeps."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand
+
+from ..hostside.units import human
+from ..snapshot import current
+from ..toolchain import pip_index_options
+from .base import diff_wanted, q, run_streamed, snapshot_operation
+from .files import swap_in
+
+
+@snapshot_operation
+def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_url: str | None = None):
+    """
+    Ensure the pull's Python environment: ``tools_dir`` (root-owned, readable
+    by ``group``), a venv in it with huggingface_hub==``hub_version`` and
+    nothing else of ours, the pull ``script`` as hfpull.py, and a secret/
+    directory only the account can enter (the Hub token lives there).
+    """
+    state = current(host)["tools"]
+    t = q(tools_dir)
+    changed = False
+    if state["tools"] != {"owner": "root", "group": group, "mode": "755"}:
+        changed = True
+        yield f"install -d -o root -g {q(group)} -m 755 {t}"
+    if state["secret"] != {"owner": group, "group": group, "mode": "700"}:
+        changed = True
+        yield f"install -d -o {q(group)} -g {q(group)} -m 700 {t}/secret"
+    if not state["venv_python"]:
+        changed = True
+        yield f"python3 -m venv {t}/venv"
+    if state["hub_versions"] != [hub_version]:
+        changed = True
+        index = "".join(f" {option}" for option in pip_index_options(index_url))
+        yield (f"{t}/venv/bin/pip install --quiet --disable-pip-version-check --no-input{index} "
+               f"{q('huggingface-hub==' + hub_version)}")
+    if not changed:
+        host.noop(f"{tools_dir}/venv already has huggingface_hub {hub_version}")
+    yield from swap_in(f"{tools_dir}/hfpull.py", script.encode(), "root", group, "644", None)
+
+
+def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
+                 token_file: str | None, lock_wait: int, workers: int, locked: bool = False) -> str:
+    args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
+            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait), "--workers", str(workers)]
+    if locked:
+        args.append("--locked-stdin")
+    if endpoint:
+        args += ["--endpoint", endpoint]
+    if token_file:
+        args += ["--token-file", token_file]
+    # umask 002: files the pull creates stay group-writable, so admins can pull by hand too.
+    return "cd / && umask 002 && " + " ".join(q(a) for a in args)
+
+
+def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
+    for found_id, repo in cache["repos"].items():
+        if found_id.lower() == repo_id.lower():
+            return (repo.get("revisions") or {}).get(revision)
+    return None
+
+
+@snapshot_operation
+def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
+                 endpoint: str | None = None, token_file: str | None = None, locked=None):
+    """
+    Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
+    cache ``hub``. Decided from the cache alone (the snapshot): a complete
+    revision costs no request to the Hub. Otherwise hfpull.py fetches only
+    what is missing, resuming partial files, ``workers`` files and
+    connections at a time, and marks the snapshot complete only after every
+    file matches the Hub's size and hash, and with ``locked`` (the lock's
+    record, lock.LockedModel) the lock's sha256 of every file too: until then
+    a complete revision whose content digest is not the lock's counts as not
+    pulled.
+    """
+    cache = current(host)["models"]
+    found = _revision_state(cache, repo_id, revision)
+    matches = found and found.get("complete") and (locked is None or found.get("content") == locked.content)
+    if matches:
+        host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache"
+                  + (" (as the lock records it)" if locked is not None else ""))
+        return
+    if diff_wanted():
+        state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
+            f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
+        host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
+    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait, workers,
+                           locked is not None)
+    stdin = {"_stdin": json.dumps(locked.record())} if locked is not None else {}
+    yield FunctionCommand(run_streamed, (command,), stdin)
+
+
+def prune_plan(cache: dict, keep: Iterable[str]) -> list[tuple[str, str, int]]:
+    """(repo_id, commit, size) of every cached revision that is neither kept nor referenced."""
+    keep = {k.lower() for k in [*keep, *cache.get("referenced", [])]}
+    plan = []
+    for repo_id, repo in sorted(cache["repos"].items()):
+        for commit, info in sorted((repo.get("revisions") or {}).items()):
+            if f"{repo_id}@{commit}".lower() not in keep:
+                plan.append((repo_id, commit, int(info.get("size") or 0)))
+    return plan
+
+
+@snapshot_operation
+def models_pruned(hub: str, keep: list[str], tools_dir: str):
+    """
+    Ensure the cache holds no revision other than ``keep`` ("org/name@commit")
+    and those the compose files reference (the running config and its
+    rollback). Removal goes through huggingface_hub's cache API, which keeps
+    blobs still shared with a kept revision. A dry run lists what would go.
+    """
+    cache = current(host)["models"]
+    plan = prune_plan(cache, keep)
+    if not plan:
+        host.noop("the cache holds only revisions this host serves or keeps")
+        return
+    for repo_id, commit, size in plan:
+        logger.info(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({human(size)}) is not kept")
+    keep_all = sorted({*keep, *cache.get("referenced", [])})
+    args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
+    for pinned in keep_all:
+        args += ["--keep", pinned]
+    yield FunctionCommand(run_streamed, ("cd / && " + " ".join(q(a) for a in args),), {})

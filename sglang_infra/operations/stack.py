@@ -1,0 +1,64 @@
+"""The compose stack of the server or of a gateway: its section of the
+snapshot, and `docker compose up` only when what runs is not the current
+config."""
+
+from __future__ import annotations
+
+from pyinfra import host
+
+from .. import ship
+from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
+from ..snapshot import current
+from .base import file_entry, q, snapshot_operation
+from .docker import image_id
+
+
+def stack_section(gateway: str | None) -> dict:
+    """The snapshot's stack and gate of the server (``gateway`` None) or of the gateway in router/<gateway>/."""
+    snapshot = current(host)
+    if gateway is None:
+        return {"stack": snapshot["stack"], **snapshot["gate"]}
+    found = snapshot.get("routers", {}).get(gateway) or {}
+    return {"stack": found.get("stack") or {"container": None, "record": None, "current": False},
+            "stamp": found.get("stamp"), "digest": found.get("digest"), "workers": found.get("workers")}
+
+
+@snapshot_operation
+def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
+             gateway: str | None = None):
+    """
+    Ensure the stack runs the current compose.yaml (``compose_sha``) from
+    ``image``: `docker compose up -d` only when the service has no running
+    container, or its container is not the one the last `up` recorded for
+    the files as they are (hostside/stack.py), or it runs another image. A
+    model switch recreates (--force-recreate), and so does ``recreate_if()``
+    being true when it runs (the server's private config changed: compose
+    cannot see a file's content). Otherwise nothing is restarted.
+
+    + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
+    """
+    stack = stack_section(gateway)["stack"]
+    found = stack["container"]
+    on_disk = (file_entry(f"{project_dir}/compose.yaml") or {}).get("sha256")
+    reasons = []
+    if found is None:
+        reasons.append("the service has no container")
+    elif found["state"] != "running":
+        reasons.append(f"the container is {found['state']}")
+    elif on_disk != compose_sha:
+        reasons.append("compose.yaml changes")
+    elif not stack["current"]:
+        reasons.append("the container was not started from compose.yaml and .env as they are")
+    elif found["image_id"] != image_id(image):
+        reasons.append(f"the container runs another image than {image}")
+    forced = bool(recreate_if is not None and host.state.is_executing and recreate_if())
+    if forced:
+        reasons.append("the server's private config changed")
+    if not reasons:
+        host.noop("the stack already runs the current compose.yaml")
+        return
+    switched = found is not None and found["labels"].get("sglang.model") not in (None, model)
+    force = " --force-recreate" if switched or forced else ""
+    record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
+    yield (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
+           f"python3 -c {q(ship.program('stack'))} {q(project_dir)}{record}")
