@@ -12,12 +12,13 @@ Groups:
 - production: serves the runbook's production model (group_data/production.py)
 - quality:    serves the quality-comparison model (group_data/quality.py)
 - router:     the fleet's front door: one SGLang Model Gateway per model, in
-              front of the hosts above that passed their gate (README, "Fleet
-              front door"); a host only here serves no model
+              front of the hosts above that passed their gate (docs/front-door.md);
+              a host only here serves no model
 
 With both groups empty, the inventory targets the local sandbox host that
-`scripts/sandbox.sh` starts (see README.md). SSH host keys are checked against
-~/.ssh/known_hosts, as OpenSSH does; pyinfra refuses unknown hosts.
+`scripts/sandbox.sh` starts (see README.md; real servers: docs/real-servers.md).
+SSH host keys are checked against ~/.ssh/known_hosts, as OpenSSH does; pyinfra
+refuses unknown hosts.
 """
 
 import json
@@ -49,7 +50,7 @@ def _sandbox_hosts():
                 "ssh_key": entry["ssh_key"],
                 "ssh_known_hosts_file": entry["known_hosts"],
                 "ssh_strict_host_key_checking": "yes",
-                # The sandbox has no GPU: it runs the stand-in profile (see README, "Stand-ins").
+                # The sandbox has no GPU: it runs the stand-in profile (see docs/stand-ins.md).
                 **entry.get("data", {}),
             },
         )

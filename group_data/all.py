@@ -3,7 +3,7 @@
 #
 # Convention: the comment block directly above a key is its reason. The same
 # text is rendered above the matching flag in compose.yaml and is mirrored by
-# the README's variables table (a test keeps the three in step).
+# the variables table in docs/variables.md (a test keeps the three in step).
 
 # ---------------------------------------------------------------- Account and layout
 

@@ -7,7 +7,7 @@
 #
 # usage: build-image.sh IMAGE_TAG ARCHIVE
 set -euo pipefail
-SGLANG_ROUTER_PIN="sglang-router==0.3.2"   # the gateway release the project is tested with (README, Fleet front door)
+SGLANG_ROUTER_PIN="sglang-router==0.3.2"   # the gateway release the project is tested with (docs/front-door.md)
 tag=${1:?usage: build-image.sh IMAGE_TAG ARCHIVE}
 archive=${2:?usage: build-image.sh IMAGE_TAG ARCHIVE}
 here=$(cd "$(dirname "$0")" && pwd)

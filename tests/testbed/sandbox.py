@@ -53,7 +53,7 @@ def _wheel_index() -> str:
     return index.url
 
 
-# The only keys the sandbox sets over group_data: what the stand-ins need (README, "Stand-ins"). Everything
+# The only keys the sandbox sets over group_data: what the stand-ins need (docs/stand-ins.md). Everything
 # else comes from group_data, so an edit there shows on the next run.
 PROFILE_KEYS = ("sglang_require_gpu", "sglang_image", "sglang_image_archive", "sglang_models", "sglang_hf_endpoint",
                 "sglang_flashinfer_index_url", "sglang_extra_ca_bundle")
