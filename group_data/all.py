@@ -227,6 +227,15 @@ sglang_router_request_timeout = 1800
 # Seconds the gateway waits for its listed workers when it starts: they already passed their gate and answer at once, so a long wait would only delay the front door.
 sglang_router_worker_startup_timeout = 120
 
+# SGLang's /metrics on its own port: a rolling restart reads sglang:num_running_reqs and sglang:num_queue_reqs there to know a worker out of its gateways has finished its requests (else it asks the gateway).
+sglang_enable_metrics = True
+
+# Seconds a worker taken out of its gateways may take to finish its requests in flight before it is restarted anyway; compose's stop_grace_period is this plus 30 s, so Docker never SIGKILLs SGLang while it finishes them.
+sglang_drain_timeout = 300
+
+# Workers of one pool (one model behind the same gateways) a change may restart at once; 1 keeps every other worker serving, and it must stay below the pool's size.
+sglang_max_unavailable = 1
+
 # ---------------------------------------------------------------- Launch flags
 
 # The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.

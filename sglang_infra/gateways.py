@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from . import render
 from .hostside import names
 from .inventoryfile import inventory_file
-from .plantypes import LOCAL_URL, ROUTER_GROUP, Gateway, HostPlan, Placement, Worker
-from .refusals import DeployDataError, check_fleet, raise_if
+from .plantypes import LOCAL_URL, ROUTER_GROUP, Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
+from .refusals import DeployDataError, check_fleet, check_pool, raise_if
 
 
 def groups_of(host) -> list[str]:
@@ -65,10 +65,19 @@ def gateway_slug(key: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
 
 
-def place(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> list[Placement]:
-    """The gateways this router host runs, in registry order: the keys it lists, else every key some host
+def router_settings(data: Mapping[str, Any]) -> RouterSettings:
+    """A router host's settings for its gateways, from its data (judged by refusals.check_fleet)."""
+    return RouterSettings(
+        models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
+        registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
+        prometheus_port=data["sglang_router_prometheus_port"],
+        health_check_interval=data["sglang_router_health_check_interval"],
+        health_check_timeout=data["sglang_router_health_check_timeout"])
+
+
+def place(router: RouterSettings, workers: Mapping[str, list[Worker]]) -> list[Placement]:
+    """The gateways a router host runs, in registry order: the keys it lists, else every key some host
     serves; each at the ports of its position in the registry."""
-    router = plan.router
     out = []
     for offset, key in enumerate(router.registry):
         if key in router.models if router.models is not None else bool(workers.get(key)):
@@ -78,7 +87,7 @@ def place(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> list[Placement
 
 def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
     """A router host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
-    placed = place(plan, workers)
+    placed = place(plan.router, workers)
     raise_if(check_fleet(plan, workers, placed))
     gateways = []
     for spot in placed:
@@ -96,6 +105,25 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
     return replace(plan, gateways=tuple(gateways), layout=layout)
 
 
+def fronts(routers, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Front, ...]]:
+    """
+    The gateways in front of each model's workers: every router host of the
+    inventory (in this run or not: its data says where its gateways are) and
+    the gateways it places, by model key.
+    """
+    out: dict[str, list[Front]] = {}
+    for router in routers:
+        data = router.data.dict()
+        paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
+        for spot in place(router_settings(data), workers):
+            out.setdefault(spot.key, []).append(Front(
+                router=router.name, slug=spot.slug, url=LOCAL_URL.format(port=spot.port),
+                metrics=LOCAL_URL.format(port=spot.prometheus_port) + "/metrics",
+                directory=f"{paths.gateways}/{spot.slug}",
+                key_file=paths.server_config if data.get("sglang_api_key_file") else None))
+    return {key: tuple(found) for key, found in out.items()}
+
+
 def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True) -> dict[str, HostPlan | None]:
     """
     Every router host's plan with its gateways: the workers of each model are
@@ -104,10 +132,14 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True) 
     has a problem with the fleet (a status report keeps such a plan as it is).
     """
     workers: dict[str, list[Worker]] = {}
+    routers = []
     for each in inventory:
-        if roles(groups_of(each))[0]:
+        serves, routes = roles(groups_of(each))
+        if serves:
             key, worker = fleet_worker(each.name, each.data.dict(), plans.get(each.name))
             workers.setdefault(key, []).append(worker)
+        if routes:
+            routers.append(each)
     out, errors = dict(plans), []
     for name, plan in plans.items():
         if plan is not None and plan.routes:
@@ -115,6 +147,16 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True) 
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
+    fronting = fronts(routers, workers) if not errors else {}
+    for key, behind in fronting.items():
+        for worker in workers.get(key, ()):
+            plan = out.get(worker.host)
+            if plan is not None and plan.serves:
+                pool = f"{key} behind " + ", ".join(f"{f.router}/{f.slug}" for f in behind)
+                errors += check_pool(plan.name, plan.max_unavailable, pool, len(workers[key]))
+                out[worker.host] = replace(plan, roll=Roll(
+                    url=worker.url, fronts=behind, pool=pool, pool_size=len(workers[key]),
+                    max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout))
     if refuse:
         raise_if(errors)
     return out

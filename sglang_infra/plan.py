@@ -19,10 +19,10 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from . import ACCOUNT, models, platforms, render, toolchain
-from .gateways import roles
+from .gateways import roles, router_settings
 from .gpus import derive_flags, parse_snapshot
 from .hostside import names
-from .plantypes import LOCAL_URL, Gate, HostPlan, Paths, RouterSettings
+from .plantypes import LOCAL_URL, Gate, HostPlan, Paths
 from .refusals import Judged, check_host_state, judge, raise_if
 
 
@@ -100,12 +100,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
         serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
-        router=RouterSettings(
-            models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
-            registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
-            prometheus_port=data["sglang_router_prometheus_port"],
-            health_check_interval=data["sglang_router_health_check_interval"],
-            health_check_timeout=data["sglang_router_health_check_timeout"]) if routes else None,
+        router=router_settings(data) if routes else None,
+        drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
     )
     compose = render.compose_yaml(plan)
     return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=render.scripts(plan))

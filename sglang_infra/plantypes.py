@@ -80,6 +80,30 @@ class Worker:
 
 
 @dataclass(frozen=True)
+class Front:
+    """A gateway in front of a serving host, as the roll reaches it: through its router host's own connection."""
+
+    router: str               # the router host's inventory name
+    slug: str                 # router/<slug>/ on it
+    url: str                  # the gateway's API, on the router host (LOCAL_URL)
+    metrics: str              # its Prometheus endpoint, on the router host (smg_worker_requests_active)
+    directory: str            # router/<slug>/ there (workers.json)
+    key_file: str | None      # the router host's server config holding the key the gateway requires
+
+
+@dataclass(frozen=True)
+class Roll:
+    """How a serving host that gateways front restarts: one worker of its pool at a time (operations/roll.py)."""
+
+    url: str                        # the worker's URL as its gateways list it
+    fronts: tuple[Front, ...]
+    pool: str                       # the workers of one model fronted by the same gateways
+    pool_size: int
+    max_unavailable: int
+    drain_timeout: int
+
+
+@dataclass(frozen=True)
 class RouterSettings:
     """A router host's settings for its gateways, as its data sets them (judged by refusals.check_fleet)."""
 
@@ -178,6 +202,9 @@ class HostPlan:
     router_image: str = ""
     router: RouterSettings | None = None
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
+    drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
+    max_unavailable: int = 1
+    roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts
 
     @property
     def keep(self) -> list[str]:

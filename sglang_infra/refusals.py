@@ -329,3 +329,12 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
             f"sglang_router_health_check_interval ({router.health_check_interval} s)",
             "use a timeout shorter than the interval")
     return errors
+
+
+def check_pool(name: str, max_unavailable: int, pool: str, size: int) -> list[str]:
+    """A serving host's problem with the pool it rolls in: more of its workers out at once than it can spare."""
+    if size > 1 and max_unavailable >= size:
+        return [problem(name, "sglang_max_unavailable", f"{max_unavailable} would let every one of the {size} "
+                        f"workers of {pool} restart at once, and its gateways would have none to send requests to",
+                        f"use a number below {size}, e.g. 1")]
+    return []

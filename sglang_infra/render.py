@@ -31,6 +31,7 @@ LAUNCH_FLAGS = (
     ("tool_call_parser", "--tool-call-parser"),   # from the served model's registry entry
     ("sglang_context_length", "--context-length"),
     ("sglang_tp_size", "--tp-size"),
+    ("sglang_enable_metrics", "--enable-metrics"),
 )
 
 # Reasons of the flags that come from the served model's registry entry.
@@ -72,6 +73,10 @@ def template_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> 
     return {key: value for key, value in final_values(data, derived).items() if key.startswith("sglang_")}
 
 
+# Seconds compose's stop_grace_period adds to sglang_drain_timeout: SGLang checks for requests left every 5 s.
+STOP_MARGIN = 30
+
+
 def compose_yaml(plan: HostPlan) -> str:
     return render_template(
         plan.compose_template, **plan.template_values,
@@ -84,6 +89,7 @@ def compose_yaml(plan: HostPlan) -> str:
         mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         gpu_reservation=plan.gpus.count > 0,
+        stop_grace_period=plan.drain_timeout + STOP_MARGIN,
     )
 
 

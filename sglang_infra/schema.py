@@ -298,6 +298,10 @@ SCHEMA: dict[str, Key] = {
     "sglang_router_health_success_threshold": Key("an integer 1-100", _int_range(1, 100), "use e.g. 1"),
     "sglang_router_request_timeout": Key("an integer number of seconds 1-86400", _int_range(1, 86400),
                                          "use e.g. 1800"),
+    "sglang_enable_metrics": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_drain_timeout": Key("an integer number of seconds 1-86400", _int_range(1, 86400),
+                                "use a positive number of seconds, e.g. 300"),
+    "sglang_max_unavailable": Key("an integer 1-1000", _int_range(1, 1000), "use e.g. 1"),
     "sglang_router_worker_startup_timeout": Key("an integer number of seconds 1-7200", _int_range(1, 7200),
                                                 "use e.g. 120"),
     # launch flags

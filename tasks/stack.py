@@ -10,7 +10,7 @@ from sglang_infra.operations.files import account_env_file, secret_file
 from sglang_infra.operations.gate import not_failed_before
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.preflight import plan_of
-from sglang_infra.taskhelpers import compose_file
+from sglang_infra.taskhelpers import compose_file, note_secrets_change
 
 plan = plan_of(host)
 docker_dir = plan.paths.docker
@@ -39,11 +39,14 @@ account_env_file(
 compose_file(f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
              docker_dir, plan.compose, plan.account)
 
-stack_up(
-    name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
-    project_dir=docker_dir,
-    image=plan.serving_image,
-    model=plan.served.pinned,
-    compose_sha=compose_sha,
-    recreate_if=server_secrets.did_change,
-)
+if plan.roll is not None:   # a worker some gateway fronts restarts in its pool's turn, with its gate
+    note_secrets_change(host, server_secrets.did_change)   # (tasks/validation.py, operations/roll.py)
+else:
+    stack_up(
+        name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
+        project_dir=docker_dir,
+        image=plan.serving_image,
+        model=plan.served.pinned,
+        compose_sha=compose_sha,
+        recreate_if=server_secrets.did_change,
+    )

@@ -2,6 +2,11 @@
 
     python3 router_workers.py GATEWAY_DIR URL [KEY_FILE]   (the wanted worker URLs as a JSON list on stdin)
 
+or, for one worker of a rolling restart (operations/roll.py), a JSON object on stdin:
+{"remove": WORKER_URL} takes it out (and waits until the gateway no longer lists
+it); {"add": WORKER_URL, "healthy_within": SECONDS} puts it back and waits until
+the gateway reports it healthy. workers.json follows, when the gateway has one.
+
 1. workers.json in GATEWAY_DIR becomes the wanted list (atomically, owned
    like compose.yaml): the gateway's launcher reads it when it starts;
 2. when the gateway answers, its worker API (sglang-router 0.3.2: GET
@@ -58,11 +63,50 @@ def sync(base, wanted):
     return added, removed
 
 
+def one_worker(directory, base, change):
+    """A rolling restart's step for one worker (see the module's docstring); exit code 0 when it holds."""
+    url = change.get("remove") or change.get("add")
+    adding = "add" in change
+    listed = os.path.join(directory, WORKERS_FILE)
+    if os.path.isfile(listed):
+        with open(listed) as handle:
+            now = set(json.load(handle))
+        wanted = now | {url} if adding else now - {url}
+        if wanted != now:
+            stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
+                                os.path.join(directory, "compose.yaml"))
+    try:
+        have = registered(base)
+        if adding and url not in have:
+            call(base, "POST", "/workers", {"url": url})
+        elif not adding and url in have:
+            call(base, "DELETE", f"/workers/{have[url]}")
+    except (urllib.error.URLError, OSError) as error:
+        print(f"router_workers: the gateway at {base} does not answer ({error}); nothing to {'add' if adding else 'remove'}")
+        return 0
+    deadline = time.monotonic() + (float(change.get("healthy_within", 0)) if adding else 0) + SETTLE_SECONDS
+    while True:
+        try:
+            found = {w["url"]: w for w in call(base, "GET", "/workers").get("workers", [])}
+        except (urllib.error.URLError, OSError, ValueError):
+            found = None
+        if found is not None and (found.get(url, {}).get("is_healthy") is True if adding else url not in found):
+            print(f"router_workers: {url} {'is back and healthy' if adding else 'is out'} at {base}")
+            return 0
+        if time.monotonic() > deadline:
+            print(f"router_workers: the gateway at {base} did not {'report ' + url + ' healthy' if adding else 'drop ' + url} "
+                  "in time", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     directory, base = argv[0], argv[1]
     checks.use_api_key_file(argv[2] if len(argv) > 2 else None)
     wanted = json.loads(sys.stdin.read())
+    if isinstance(wanted, dict):
+        return one_worker(directory, base, wanted)
     stack.write_private(os.path.join(directory, WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                         os.path.join(directory, "compose.yaml"))
     try:

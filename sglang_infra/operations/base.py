@@ -65,10 +65,25 @@ def show_diff(dest: str, current, content: bytes) -> None:
 
 def run_streamed(state, host, command: str, _stdin: str | None = None) -> bool:
     """Run a long command (the gate, a pull) with its progress streamed to the operator, prefixed with the host's name."""
-    # The operation's own connector arguments (_sudo and friends) apply to this command too.
-    arguments = {key: value for key, value in (host.current_op_global_arguments or {}).items()
-                 if key in CONNECTOR_ARGUMENT_KEYS}
-    if _stdin is not None:
-        arguments["_stdin"] = _stdin
-    status, _ = host.run_shell_command(StringCommand(command), print_output=True, **arguments)
-    return status
+    return run_on(host, command, _stdin)[0]
+
+
+def run_on(host, command: str, stdin: str | None = None, print_output: bool = True, arguments=None):
+    """(status, output) of ``command`` on ``host``, with the current operation's connector arguments (_sudo and
+    friends), or ``arguments`` (another host's, see connector_arguments)."""
+    if arguments is None:
+        arguments = {key: value for key, value in (host.current_op_global_arguments or {}).items()
+                     if key in CONNECTOR_ARGUMENT_KEYS}
+    arguments = dict(arguments)
+    if stdin is not None:
+        arguments["_stdin"] = stdin
+    return host.run_shell_command(StringCommand(command), print_output=print_output, **arguments)
+
+
+def connector_arguments(state, other) -> dict:
+    """The connector arguments ``other`` (a host this operation does not run on) gets from its data and the
+    config, as pyinfra works them out for its own operations."""
+    from pyinfra.api.arguments import pop_global_arguments
+
+    found, _ = pop_global_arguments(state, other, {})
+    return {key: value for key, value in found.items() if key in CONNECTOR_ARGUMENT_KEYS}

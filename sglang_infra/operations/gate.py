@@ -40,12 +40,16 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
 
     + gateway: the slug of a gateway (router/<slug>/), whose stamp also covers its worker set
     """
-    section = stack_section(gateway)
-    found = section["stack"]["container"]
-    same = (section["stamp"] is not None and section["stamp"] == section["digest"]
-            and all((file_entry(path) or {}).get("sha256") == sha for path, sha in files.items())
-            and found is not None and found["image_id"] == image_id(image))
-    if same and not always:
+    if gate_passed(image, files, gateway) and not always:
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
     yield FunctionCommand(run_streamed, (f"bash {q(gate)}",), {})
+
+
+def gate_passed(image: str, files: dict[str, str], gateway: str | None = None) -> bool:
+    """validated's decision: the gate's stamp matches the host as it is, and ``files`` and ``image`` are on it."""
+    section = stack_section(gateway)
+    found = section["stack"]["container"]
+    return (section["stamp"] is not None and section["stamp"] == section["digest"]
+            and all((file_entry(path) or {}).get("sha256") == sha for path, sha in files.items())
+            and found is not None and found["image_id"] == image_id(image))

@@ -37,6 +37,16 @@ def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, 
 
     + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
     """
+    reasons, command = restart(project_dir, image, model, compose_sha, recreate_if, gateway)
+    if not reasons:
+        host.noop("the stack already runs the current compose.yaml")
+        return
+    yield command
+
+
+def restart(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
+            gateway: str | None = None) -> tuple[list[str], str]:
+    """stack_up's decision: why the stack must be (re)started (none: it runs the current config), and the command."""
     stack = stack_section(gateway)["stack"]
     found = stack["container"]
     on_disk = (file_entry(f"{project_dir}/compose.yaml") or {}).get("sha256")
@@ -54,11 +64,8 @@ def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, 
     forced = bool(recreate_if is not None and host.state.is_executing and recreate_if())
     if forced:
         reasons.append("the server's private config changed")
-    if not reasons:
-        host.noop("the stack already runs the current compose.yaml")
-        return
     switched = found is not None and found["labels"].get("sglang.model") not in (None, model)
     force = " --force-recreate" if switched or forced else ""
     record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
-    yield (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
-           f"python3 -c {q(ship.program('stack'))} {q(project_dir)}{record}")
+    return reasons, (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
+                     f"python3 -c {q(ship.program('stack'))} {q(project_dir)}{record}")

@@ -11,6 +11,12 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 - POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
                               streaming as server-sent events ending in [DONE];
                               404 for an unknown model, 400 for a bad request
+- GET  /metrics               with --enable-metrics, SGLang's gauges sglang:num_running_reqs and
+                              sglang:num_queue_reqs (label model_name); 404 without it
+
+On SIGTERM it does what SGLang does: /health answers 503 at once, it keeps
+serving (new requests too), and it exits once no request is left. SGLang
+checks every 5 s; the stand-in every second, so tests wait less.
 
 It is started exactly like SGLang (`python3 -m sglang.launch_server ...`,
 through the shim package next to it) and refuses flags SGLang does not know.
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -76,6 +83,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log-requests", action="store_true")
     p.add_argument("--log-requests-level", type=int)
     p.add_argument("--api-key")
+    p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--config", help="a YAML file of flags (key: value), merged as SGLang's --config does")
     args = p.parse_args(argv)
     if args.config:
@@ -119,6 +127,7 @@ class StandIn:
         self.capacity = float(env.get("STANDIN_CAPACITY_TOKENS_PER_SECOND", 0))
         self.active = 0
         self.lock = threading.Lock()
+        self.terminating = False   # SIGTERM came: /health answers 503, requests are still served
 
     def token_delay(self) -> float:
         """Seconds per output token now: the request's own speed, or its share of the server's capacity."""
@@ -132,6 +141,15 @@ class StandIn:
 
     def ready(self) -> bool:
         return self.failure != "never_ready" and time.monotonic() >= self.ready_at
+
+    def metrics(self) -> str:
+        """/metrics with --enable-metrics: SGLang's gauges in Prometheus' text format (no queue: it is 0)."""
+        label = '{model_name="%s"}' % self.served
+        lines = []
+        for name, value, what in (("sglang:num_running_reqs", self.active, "The number of running requests."),
+                                  ("sglang:num_queue_reqs", 0, "The number of requests in the waiting queue.")):
+            lines += [f"# HELP {name} {what}", f"# TYPE {name} gauge", f"{name}{label} {float(value)}"]
+        return "\n".join(lines) + "\n"
 
     def reasoning(self) -> str:
         if self.failure == "repetition_loop":
@@ -192,8 +210,15 @@ def make_handler(standin: StandIn):
         def do_GET(self):
             if self.path.startswith("/v1/") and not self._authorized():
                 return
-            if self.path == "/health":
-                if standin.ready():
+            if self.path == "/metrics" and standin.args.enable_metrics:
+                data = standin.metrics().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.path == "/health":
+                if standin.ready() and not standin.terminating:
                     self.send_response(200)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
@@ -332,13 +357,37 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
               file=sys.stderr, flush=True)
         return 1
     server = Server((args.host, args.port), make_handler(standin))
+    signal.signal(signal.SIGTERM, lambda *_: drain_then_stop(standin, server))
     print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
           f"this is not SGLang", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+    for _ in range(NEVER_SECONDS * 10):   # stopped by SIGTERM: the requests still in their threads finish first
+        with standin.lock:
+            if standin.active == 0:
+                break
+        time.sleep(0.1)
     return 0
+
+
+def drain_then_stop(standin: StandIn, server: ThreadingHTTPServer, poll: float = 1.0) -> None:
+    """SIGTERM, as SGLang: /health 503 at once, keep serving, stop once no request is left (checked every
+    ``poll`` s; no limit of its own: Docker's stop grace period is the limit)."""
+    standin.terminating = True
+    print("stand-in: SIGTERM: /health answers 503; exiting once no request is left", file=sys.stderr, flush=True)
+
+    def wait():
+        while True:
+            time.sleep(poll)
+            with standin.lock:
+                idle = standin.active == 0
+            if idle:
+                server.shutdown()
+                return
+
+    threading.Thread(target=wait, daemon=True).start()
 
 
 def serve_in_thread(argv: list[str], env: dict) -> ThreadingHTTPServer:

@@ -51,7 +51,7 @@ def test_every_operation_has_a_noop_case():
     ops_with_noop = {case["op"] for _, case in CASES if case["noop"] and not case["commands"]}
     assert ops_with_noop == {"service_account", "layout", "docker_service", "checked_file", "account_env_file",
                              "image_present", "stack_up", "validated", "nvidia_runtime", "pull_tools", "model_pulled",
-                             "models_pruned", "toolchain_image", "not_failed_before"}
+                             "models_pruned", "toolchain_image", "not_failed_before", "rolled"}
 
 
 SECRET_DIR = "/var/lib/sglang-tools/secret"

@@ -37,7 +37,7 @@ def test_defaults_render_every_runbook_flag_in_order():
     assert flags == ["--dtype=float16", "--mamba-full-memory-ratio=0.9", "--mem-fraction-static=0.85",
                      "--allow-auto-truncate", "--disable-custom-all-reduce", "--cuda-graph-backend-prefill=disabled",
                      "--reasoning-parser=qwen3", "--tool-call-parser=qwen3_coder", "--context-length=262144",
-                     "--tp-size=2"]
+                     "--tp-size=2", "--enable-metrics"]
 
 
 def test_each_flag_carries_its_reason_from_group_data():

@@ -1,0 +1,77 @@
+"""Waits until a worker taken out of its gateways has no request left (a rolling restart, operations/roll.py).
+
+    python3 drain.py TIMEOUT METRICS_URL [KEY_FILE]              a worker's own /metrics (SGLang --enable-metrics):
+                                                                 sglang:num_running_reqs + sglang:num_queue_reqs
+    python3 drain.py TIMEOUT METRICS_URL --worker WORKER_URL     a gateway's Prometheus endpoint:
+                                                                 smg_worker_requests_active{worker=WORKER_URL}
+
+Polls every second, at most TIMEOUT seconds. Exit 0: nothing in flight;
+1: still busy at the deadline; 3: the endpoint gives no such count (no
+--enable-metrics, or the gateway never had that worker), so the caller can
+ask elsewhere. Prints one line saying which.
+"""
+
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from . import checks
+
+WORKER_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+GATEWAY_GAUGE = "smg_worker_requests_active"
+POLL_SECONDS = 1.0
+TIMEOUT = 5
+SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)", re.M)
+
+
+def in_flight(text, worker=None):
+    """The requests the exposition ``text`` counts as in flight (summed over its series), None when it has none."""
+    total, seen = 0.0, False
+    for found in SAMPLE.finditer(text):
+        name, labels, value = found.group(1), found.group(2) or "", found.group(3)
+        if (name in WORKER_GAUGES) if worker is None else (name == GATEWAY_GAUGE and f'worker="{worker}"' in labels):
+            try:
+                total += max(0.0, float(value))
+            except ValueError:
+                continue
+            seen = True
+    return total if seen else None
+
+
+def read(url):
+    request = urllib.request.Request(url, headers=dict(checks._HEADERS))
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
+        return reply.read().decode(errors="replace")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    timeout, url = float(argv[0]), argv[1]
+    worker = argv[3] if len(argv) > 3 and argv[2] == "--worker" else None
+    if worker is None:
+        checks.use_api_key_file(argv[2] if len(argv) > 2 else None)
+    deadline = time.monotonic() + timeout
+    count = None
+    while True:
+        try:
+            count = in_flight(read(url), worker)
+        except (urllib.error.URLError, OSError) as error:
+            print(f"drain: {url} does not answer ({error}); no count of requests in flight there")
+            return 3
+        if count is None:
+            print(f"drain: {url} counts no requests in flight for this worker")
+            return 3
+        if count == 0:
+            print("drain: no request in flight")
+            return 0
+        if time.monotonic() > deadline:
+            print(f"drain: {count:g} request(s) still in flight after {timeout:g} s; restarting anyway "
+                  "(the stop grace period lets SGLang finish them)")
+            return 1
+        time.sleep(POLL_SECONDS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

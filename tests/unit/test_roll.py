@@ -1,0 +1,283 @@
+"""The rolling, drained restart of workers behind a gateway (operations/roll.py), without hosts: fake worker and
+router hosts record what runs where, in greenlets as pyinfra runs one operation on every host at once."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import gevent
+import pytest
+
+from conftest import FakeHost, converged_snapshot, on_host, pinned_defaults
+from sglang_infra import factcache
+from sglang_infra.gateways import fleet as fleet_of
+from sglang_infra.hostside.drain import in_flight
+from sglang_infra.operations import roll as roll_ops
+from sglang_infra.plan import resolve
+from sglang_infra.plantypes import Front, Roll
+from sglang_infra.refusals import DeployDataError, check_data
+
+FRONT = Front(router="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
+              directory="/opt/sglang/router/m", key_file=None)
+UP, GATE = "docker compose up -d", "bash /opt/sglang/gate.sh"
+
+
+class Output(SimpleNamespace):
+    def __init__(self, out=(), err=()):
+        super().__init__(stdout_lines=list(out), stderr_lines=list(err))
+
+
+class Host:
+    """A worker or a router host: run_shell_command records (host, what) in the shared log and yields to others."""
+
+    def __init__(self, name, log, gate_fails=False):
+        self.name, self.log, self.gate_fails = name, log, gate_fails
+        self.connected, self.current_op_global_arguments, self.state = True, {}, None
+        self.messages = []
+
+    def log_styled(self, message, log_func=None, **_):
+        self.messages.append(message)
+
+    def connect(self, **_):
+        self.connected = True
+
+    def run_shell_command(self, command, print_output=False, _stdin=None, **_):
+        text = str(command)
+        gevent.sleep(0.01)
+        if "router_workers" in text:
+            change = json.loads(_stdin)
+            url = change.get("remove") or change.get("add")
+            self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
+            return True, Output([f"router_workers: {url} done"])
+        if "drain" in text:
+            self.log.append((self.name, "drain"))
+            return True, Output(["drain: no request in flight"])
+        if text == UP:
+            self.log.append((self.name, "up"))
+            return True, Output()
+        if text == GATE:
+            self.log.append((self.name, "gate"))
+            if self.gate_fails:
+                return False, Output(err=["gate[x]: FAILED: benchmark.sh: 12 tok/s. Rolled back to the last "
+                                          "known-good config"])
+            return True, Output()
+        raise AssertionError(text)
+
+
+@pytest.fixture
+def fleet(monkeypatch):
+    log = []
+    router = Host("gw-1", log)
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: router))
+    monkeypatch.setattr(roll_ops, "connector_arguments", lambda state, other: {})
+    monkeypatch.setattr(roll_ops, "serving_validated", lambda this: True)
+    yield state, router, log
+    roll_ops._pools.clear()
+
+
+def roll(size=3, max_unavailable=1, pool="m behind gw-1/m"):
+    return lambda n: Roll(url=f"http://10.0.0.{n}:30000", fronts=(FRONT,), pool=pool, pool_size=size,
+                          max_unavailable=max_unavailable, drain_timeout=5)
+
+
+def run_all(state, workers, rolls):
+    jobs = [gevent.spawn(roll_ops.roll_worker, state, w, r, UP, GATE, "compose.yaml changes",
+                         "http://127.0.0.1:30000/metrics", None, 60) for w, r in zip(workers, rolls)]
+    gevent.joinall(jobs, raise_error=True)
+    return [job.value for job in jobs]
+
+
+def test_each_worker_leaves_drains_restarts_passes_and_comes_back_before_the_next_one_leaves(fleet):
+    state, _, log = fleet
+    workers = [Host(f"gpu-0{n}", log) for n in (1, 2, 3)]
+    assert run_all(state, workers, [roll()(n) for n in (1, 2, 3)]) == [True, True, True]
+    out = 0
+    for _, what in log:   # at most one worker of the pool between its removal and its return
+        out += what.startswith("remove ") - what.startswith("add ")
+        assert out <= 1
+    turns = [log[i:i + 5] for i in range(0, len(log), 5)]
+    assert len(turns) == 3
+    for turn in turns:
+        worker = next(name for name, what in turn if what == "up")
+        url = [what for _, what in turn][0].split(" ", 1)[1]
+        assert turn == [("gw-1", f"remove {url}"), (worker, "drain"), (worker, "up"), (worker, "gate"),
+                        ("gw-1", f"add {url}")]
+
+
+def test_max_unavailable_two_lets_two_workers_out_at_once(fleet):
+    state, _, log = fleet
+    workers = [Host(f"gpu-0{n}", log) for n in (1, 2, 3)]
+    assert run_all(state, workers, [roll(size=3, max_unavailable=2)(n) for n in (1, 2, 3)]) == [True] * 3
+    out, most = 0, 0
+    for _, what in log:
+        out += what.startswith("remove ") - what.startswith("add ")
+        most = max(most, out)
+    assert most == 2
+
+
+def test_pools_roll_in_parallel(fleet):
+    state, _, log = fleet
+    a, b = Host("gpu-01", log), Host("gpu-02", log)
+    rolls = [roll(size=2, pool="a behind gw-1/a")(1), roll(size=2, pool="b behind gw-1/b")(2)]
+    assert run_all(state, [a, b], rolls) == [True, True]
+    assert [what for _, what in log[:2]] == ["remove http://10.0.0.1:30000", "remove http://10.0.0.2:30000"]
+
+
+def test_a_failed_gate_stops_the_pool_and_the_others_never_restart(fleet):
+    state, _, log = fleet
+    bad = Host("gpu-01", log, gate_fails=True)
+    others = [Host("gpu-02", log), Host("gpu-03", log)]
+    results = run_all(state, [bad, *others], [roll()(n) for n in (1, 2, 3)])
+    assert results == [False, False, False]
+    assert [what for name, what in log if name != "gw-1"] == ["drain", "up", "gate"]
+    # the failed worker, rolled back and gated by its gate, is back in its gateway
+    assert log[-1] == ("gw-1", "add http://10.0.0.1:30000")
+    for other in others:
+        assert any("stopped at gpu-01: benchmark.sh: 12 tok/s" in m for m in other.messages), other.messages
+
+
+def test_a_worker_whose_rollback_failed_too_is_not_put_back(fleet, monkeypatch):
+    state, _, log = fleet
+    monkeypatch.setattr(roll_ops, "serving_validated", lambda this: False)
+    assert run_all(state, [Host("gpu-01", log, gate_fails=True)], [roll(size=2)(1)]) == [False]
+    assert not any(what.startswith("add ") for _, what in log)
+
+
+def test_the_slot_is_given_back_when_a_step_raises(fleet, monkeypatch):
+    state, _, log = fleet
+
+    def broken(*args, **kwargs):
+        raise OSError("connection lost")
+
+    monkeypatch.setattr(roll_ops, "drain", broken)
+    with pytest.raises(OSError):
+        run_all(state, [Host("gpu-01", log)], [roll(size=2)(1)])
+    pool = roll_ops.pool_state(state, roll(size=2)(1))
+    assert pool.slot.acquire(timeout=0.1)
+
+
+def test_a_single_worker_pool_says_so_once_per_gateway_and_goes_on(fleet):
+    state, _, log = fleet
+    alone = Host("gpu-01", log)
+    assert run_all(state, [alone], [roll(size=1)(1)]) == [True]
+    said = [m for m in alone.messages if "only worker" in m]
+    assert said == ["roll: gpu-01 is the only worker of gateway gw-1/m: it cannot serve while this worker restarts"]
+    assert ("gpu-01", "up") in log
+
+
+def test_a_router_host_outside_the_run_is_connected_first(fleet):
+    state, router, log = fleet
+    router.connected = False
+    assert run_all(state, [Host("gpu-01", log)], [roll(size=2)(1)]) == [True]
+    assert router.connected
+
+
+def test_a_current_worker_yields_nothing_and_touches_no_gateway():
+    from test_operations import CASES, run
+
+    case = dict(CASES)["rolled.noop"]
+    commands, fake = run("rolled", case["args"], case["facts"])
+    assert commands == [] and fake.noops
+    stale = json.loads(json.dumps(case["facts"]))
+    stale["Snapshot"]["gate"]["stamp"] = "d0"   # the gate is due: the worker takes its turn
+    commands, _ = run("rolled", case["args"], stale)
+    assert [c.split("(")[0] for c in commands] == ["function roll_worker"]
+
+
+def test_in_flight_counts_from_the_worker_and_from_the_gateway():
+    text = ('# HELP sglang:num_running_reqs x\nsglang:num_running_reqs{model_name="m"} 2.0\n'
+            'sglang:num_queue_reqs{model_name="m"} 1\n'
+            'smg_worker_requests_active{worker="http://a:1"} 3\nsmg_worker_requests_active{worker="http://b:1"} -1\n')
+    assert in_flight(text) == 3
+    assert in_flight(text, "http://a:1") == 3
+    assert in_flight(text, "http://b:1") == 0   # a removed worker's series stays behind at -1
+    assert in_flight(text, "http://c:1") is None
+    assert in_flight("other_metric 4\n") is None
+
+
+# ---------------------------------------------------------------- the plan: who fronts whom, and the refusals
+
+DEFAULTS = pinned_defaults()
+PROD = "qwen3.6-35b-a3b-awq"
+
+
+class InvHost:
+    def __init__(self, name, groups, **data):
+        self.name = name
+        self.groups = groups
+        values = {**DEFAULTS, "sglang_model": PROD, "ssh_hostname": name, **data}
+        self.data = SimpleNamespace(dict=lambda: values)
+        self.values = values
+
+
+def inventory_plans(workers=3, **data):
+    hosts = [InvHost(f"gpu-0{n}", ["production"], **data) for n in range(1, workers + 1)]
+    hosts.append(InvHost("gw-1", ["router"], sglang_require_gpu=False))
+    inventory = SimpleNamespace(__iter__=None)
+    plans = {}
+    for each in hosts:
+        groups = each.groups
+        snapshot = converged_snapshot(None if groups == ["router"] else "rtx4090-2gpu-node")
+        plans[each.name] = resolve(each.name, each.values, snapshot, groups)
+    return hosts, plans
+
+
+def fleet_plans(hosts, plans, names=None):
+    from unittest import mock
+
+    with mock.patch("sglang_infra.gateways.groups_of", lambda host: host.groups):
+        return fleet_of({n: p for n, p in plans.items() if names is None or n in names}, hosts)
+
+
+def test_each_worker_knows_the_gateways_in_front_of_it_and_its_pool():
+    hosts, plans = inventory_plans()
+    out = fleet_plans(hosts, plans)
+    roll = out["gpu-01"].roll
+    assert roll.pool_size == 3 and roll.max_unavailable == 1 and roll.drain_timeout == 300
+    assert roll.url == "http://gpu-01:30000"
+    (front,) = roll.fronts
+    assert (front.router, front.slug, front.url) == ("gw-1", "qwen3-6-35b-a3b-awq", "http://127.0.0.1:30080")
+    assert front.metrics == "http://127.0.0.1:29000/metrics"
+    assert out["gw-1"].roll is None
+
+
+def test_a_router_host_outside_the_run_still_fronts_its_workers():
+    hosts, plans = inventory_plans()
+    out = fleet_plans(hosts, plans, names={"gpu-01"})   # --limit gpu-01
+    assert [f.router for f in out["gpu-01"].roll.fronts] == ["gw-1"]
+
+
+def test_no_router_host_means_todays_parallel_restart():
+    hosts, plans = inventory_plans()
+    hosts = [h for h in hosts if h.name != "gw-1"]
+    out = fleet_plans(hosts, {n: p for n, p in plans.items() if n != "gw-1"})
+    assert out["gpu-01"].roll is None
+
+
+def test_max_unavailable_not_below_the_pool_is_refused():
+    hosts, plans = inventory_plans(workers=2, sglang_max_unavailable=2)
+    with pytest.raises(DeployDataError) as caught:
+        fleet_plans(hosts, plans)
+    assert any("host gpu-01: sglang_max_unavailable: 2 would let every one of the 2 workers" in p
+               for p in caught.value.problems)
+
+
+def test_a_single_worker_pool_is_not_refused():
+    hosts, plans = inventory_plans(workers=1)
+    assert fleet_plans(hosts, plans)["gpu-01"].roll.pool_size == 1
+
+
+@pytest.mark.parametrize("key,value", [("sglang_drain_timeout", 0), ("sglang_drain_timeout", -5),
+                                       ("sglang_drain_timeout", "300"), ("sglang_drain_timeout", 1.5),
+                                       ("sglang_max_unavailable", 0)])
+def test_bad_roll_settings_are_refused(key, value):
+    problems = check_data("gpu-01", {**DEFAULTS, key: value})
+    assert any(p.startswith(f"host gpu-01: {key}:") for p in problems), problems
+
+
+def test_the_stop_grace_period_outlasts_the_drain():
+    import yaml
+
+    plan = resolve("gpu-01", {**DEFAULTS, "sglang_drain_timeout": 120}, converged_snapshot())
+    assert yaml.safe_load(plan.compose)["services"]["sglang"]["stop_grace_period"] == "150s"
