@@ -1,6 +1,6 @@
 """The fleet front door with the REAL gateway (sglang-router 0.3.2, from PyPI, in the stand-in image) in front of
 stand-in workers: a completion through it, concurrent load reaching both workers, a re-run that changes nothing;
-a worker whose gate fails is never added, one rolled back is removed and comes back when it passes; a stopped
+a worker whose gate fails is never added, one rolled back keeps serving its last good config in the gateway; a stopped
 worker is dropped by the gateway's health checks while it keeps answering, and the next deploy restores it; the
 three refusals, before any change."""
 
@@ -152,13 +152,14 @@ def test_a_third_worker_whose_gate_fails_is_never_added(fleet):
     assert again.changed(GW) == []
 
 
-def test_a_worker_rolled_back_is_removed_and_comes_back_when_it_passes(fleet):
+def test_a_worker_rolled_back_keeps_serving_in_the_gateway_and_passes_again_later(fleet):
     hosts, inventory, good, _ = fleet
     before = started(hosts[GW])
     result = run_deploy(inventory("router-w2-fails.py", data={W2: FAILING}))
     assert result.returncode != 0
     assert f"gate[{W2}]: FAILED" in result.output and "Rolled back to the last known-good config" in result.output
-    assert set(workers(hosts)) == {url_of(hosts, W1)}
+    # rolled back, it serves its last good config, and its rolling restart put it back in the gateway (issue 23)
+    assert set(workers(hosts)) == {url_of(hosts, W1), url_of(hosts, W2)}
     back = run_deploy(good)
     assert back.returncode == 0, back.output[-3000:]
     assert set(workers(hosts)) == {url_of(hosts, W1), url_of(hosts, W2)}

@@ -39,19 +39,19 @@ def _fleet_snapshot(name: str) -> dict | None:
         return None
 
 
-def worker_validated(snapshot: dict | None, docker_dir: str, compose_sha: str) -> bool:
+def worker_validated(snapshot: dict | None) -> bool:
     """
-    A worker passed its gate with the config its data asks for: the gate's
-    stamp is the digest of what runs now, its container runs, and the
-    compose.yaml in ``docker_dir`` is the one its plan renders (a host rolled
-    back to an older config does not count until its own config passes).
+    A worker serves a config that passed its gate: the gate's stamp is the
+    digest of what runs now and its container runs. A worker rolled back to
+    its last good config counts too: it serves what passed (a rolling restart
+    puts it back in its gateways, operations/roll.py); one whose config never
+    passed does not.
     """
     if not snapshot or not snapshot.get("gate"):
         return False
     container = (snapshot.get("stack") or {}).get("container") or {}
-    compose = ((snapshot.get("files") or {}).get(docker_dir) or {}).get("compose.yaml") or {}
     return bool(snapshot["gate"]["stamp"] and snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
-                and container.get("state") == "running" and compose.get("sha256") == compose_sha)
+                and container.get("state") == "running")
 
 
 @snapshot_operation
@@ -69,7 +69,7 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     have = stack_section(gateway)["workers"]
     wanted = sorted(w.url for w in workers
                     if (w.url in (have or ()) if w.compose_sha is None
-                        else worker_validated(_fleet_snapshot(w.host), w.docker_dir, w.compose_sha)))
+                        else worker_validated(_fleet_snapshot(w.host))))
     if host.state.is_executing:
         logger.info(f"[{host.name}] gateway {gateway}: workers that passed their gate: {wanted or 'none'}")
     if have is not None and sorted(have) == wanted:

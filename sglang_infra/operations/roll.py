@@ -32,6 +32,7 @@ from ..plantypes import Roll
 from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
+from .gateway import worker_validated
 from .stack import restart
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).
@@ -112,10 +113,7 @@ def drain(state, this, roll: Roll, metrics_url: str, key_file: str | None) -> st
 def serving_validated(this) -> bool:
     """The worker runs a config its gate stamped (the new one, or the last good one it rolled back to)."""
     factcache.invalidate(this)
-    snapshot = factcache.current(this, Snapshot)
-    container = (snapshot.get("stack") or {}).get("container") or {}
-    return bool(snapshot["gate"]["stamp"] and snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
-                and container.get("state") == "running")
+    return worker_validated(factcache.current(this, Snapshot))
 
 
 def gate_reason(output) -> str:
