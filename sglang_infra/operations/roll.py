@@ -16,7 +16,9 @@ behind the same gateways; other pools go on in parallel), then:
 5. puts it back in every gateway, and waits until each reports it healthy;
 6. gives the slot back (always: every wait above is bounded).
 A failed gate stops the roll of that pool: its later workers are not
-restarted, and fail naming the worker that failed and why.
+restarted (their last good compose.yaml and .env are put back on disk, so
+what runs is what their gate stamped), and fail naming the worker that failed
+and why.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
         return
     why = "; ".join(reasons) or "the gate is due"
     yield FunctionCommand(roll_worker, (roll, command if reasons else None, f"bash {q(gate)}", why,
-                                        metrics_url, key_file, turn_seconds), {})
+                                        metrics_url, key_file, turn_seconds, project_dir), {})
 
 
 def on_router(state, front, change: dict) -> tuple[bool, str]:
@@ -122,7 +124,7 @@ def gate_reason(output) -> str:
 
 
 def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, metrics_url: str,
-                key_file: str | None, turn_seconds: int) -> bool:
+                key_file: str | None, turn_seconds: int, project_dir: str) -> bool:
     """This worker's turn in its pool (the module's docstring); False fails this host."""
     def say(line, log=logger.info):
         this.log_styled(f"roll: {line}", log_func=log)
@@ -133,8 +135,12 @@ def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, me
         say(f"no turn in {roll.pool} within {turn * roll.pool_size} s; nothing was restarted", logger.error)
         return False
     if pool.failed:
-        pool.slot.release()
-        say(f"not restarted: the roll of {roll.pool} stopped at {pool.failed}", logger.error)
+        try:   # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
+            run_on(this, f"python3 -c {q(ship.program('restore_good'))} {q(project_dir)}", print_output=False)
+        finally:
+            pool.slot.release()
+        say(f"not restarted: the roll of {roll.pool} stopped at {pool.failed}; it keeps serving its last good "
+            "config", logger.error)
         return False
     failure = None
     try:

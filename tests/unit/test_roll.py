@@ -50,6 +50,9 @@ class Host:
             url = change.get("remove") or change.get("add")
             self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
             return True, Output([f"router_workers: {url} done"])
+        if "restore_good" in text:
+            self.log.append((self.name, "restore good config"))
+            return True, Output()
         if "drain" in text:
             self.log.append((self.name, "drain"))
             return True, Output(["drain: no request in flight"])
@@ -83,7 +86,8 @@ def roll(size=3, max_unavailable=1, pool="m behind gw-1/m"):
 
 def run_all(state, workers, rolls):
     jobs = [gevent.spawn(roll_ops.roll_worker, state, w, r, UP, GATE, "compose.yaml changes",
-                         "http://127.0.0.1:30000/metrics", None, 60) for w, r in zip(workers, rolls)]
+                         "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker")
+            for w, r in zip(workers, rolls)]
     gevent.joinall(jobs, raise_error=True)
     return [job.value for job in jobs]
 
@@ -130,9 +134,11 @@ def test_a_failed_gate_stops_the_pool_and_the_others_never_restart(fleet):
     others = [Host("gpu-02", log), Host("gpu-03", log)]
     results = run_all(state, [bad, *others], [roll()(n) for n in (1, 2, 3)])
     assert results == [False, False, False]
-    assert [what for name, what in log if name != "gw-1"] == ["drain", "up", "gate"]
+    assert [what for name, what in log if name == "gpu-01"] == ["drain", "up", "gate"]
+    # the others never restarted, and their last good config is back on disk (what their container runs)
+    assert [what for name, what in log if name in ("gpu-02", "gpu-03")] == ["restore good config"] * 2
     # the failed worker, rolled back and gated by its gate, is back in its gateway
-    assert log[-1] == ("gw-1", "add http://10.0.0.1:30000")
+    assert [each for each in log if each[0] == "gw-1"][-1] == ("gw-1", "add http://10.0.0.1:30000")
     for other in others:
         assert any("stopped at gpu-01: benchmark.sh: 12 tok/s" in m for m in other.messages), other.messages
 
@@ -281,3 +287,15 @@ def test_the_stop_grace_period_outlasts_the_drain():
 
     plan = resolve("gpu-01", {**DEFAULTS, "sglang_drain_timeout": 120}, converged_snapshot())
     assert yaml.safe_load(plan.compose)["services"]["sglang"]["stop_grace_period"] == "150s"
+
+
+def test_a_worker_whose_turn_was_called_off_gets_its_last_good_config_back_on_disk(tmp_path, capsys):
+    from sglang_infra.hostside import restore_good
+
+    (tmp_path / "compose.yaml").write_text("new")
+    (tmp_path / "compose.yaml.good").write_text("old")
+    (tmp_path / ".env").write_text("UID=1\n")
+    assert restore_good.main([str(tmp_path)]) == 0
+    assert (tmp_path / "compose.yaml").read_text() == "old"
+    assert (tmp_path / ".env").read_text() == "UID=1\n"   # no .env.good: left as it is
+    assert "compose.yaml put back" in capsys.readouterr().out
