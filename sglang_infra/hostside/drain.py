@@ -8,7 +8,7 @@
 Polls every second, at most TIMEOUT seconds. Exit 0: nothing in flight;
 1: still busy at the deadline; 3: the endpoint gives no such count (no
 --enable-metrics, or the gateway never had that worker), so the caller can
-ask elsewhere. Prints one line saying which.
+ask elsewhere. Prints one line saying which ("drain: unknown: ..." for 3).
 """
 
 import re
@@ -58,10 +58,10 @@ def main(argv=None):
         try:
             count = in_flight(read(url), worker)
         except (urllib.error.URLError, OSError) as error:
-            print(f"drain: {url} does not answer ({error}); no count of requests in flight there")
+            print(f"drain: unknown: {url} does not answer ({error}); no count of requests in flight there")
             return 3
         if count is None:
-            print(f"drain: {url} counts no requests in flight for this worker")
+            print(f"drain: unknown: {url} counts no requests in flight for this worker")
             return 3
         if count == 0:
             print("drain: no request in flight")

@@ -123,11 +123,12 @@ def gate_reason(output) -> str:
     return failed[-1] if failed else "its gate failed"
 
 
-def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, metrics_url: str,
+def roll_worker(state, host, roll: Roll, up: str | None, gate: str, why: str, metrics_url: str,
                 key_file: str | None, turn_seconds: int, project_dir: str) -> bool:
-    """This worker's turn in its pool (the module's docstring); False fails this host."""
+    """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
+    ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand)."""
     def say(line, log=logger.info):
-        this.log_styled(f"roll: {line}", log_func=log)
+        host.log_styled(f"roll: {line}", log_func=log)
 
     pool = pool_state(state, roll)
     turn = 2 * roll.drain_timeout + 2 * turn_seconds + TURN_MARGIN
@@ -136,7 +137,7 @@ def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, me
         return False
     if pool.failed:
         try:   # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-            run_on(this, f"python3 -c {q(ship.program('restore_good'))} {q(project_dir)}", print_output=False)
+            run_on(host, f"python3 -c {q(ship.program('restore_good'))} {q(project_dir)}", print_output=False)
         finally:
             pool.slot.release()
         say(f"not restarted: the roll of {roll.pool} stopped at {pool.failed}; it keeps serving its last good "
@@ -146,7 +147,7 @@ def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, me
     try:
         if roll.pool_size == 1:
             for front in roll.fronts:
-                say(f"{this.name} is the only worker of gateway {front.router}/{front.slug}: it cannot serve while "
+                say(f"{host.name} is the only worker of gateway {front.router}/{front.slug}: it cannot serve while "
                     "this worker restarts", logger.warning)
         say(f"{why}: taking {roll.url} out of {len(roll.fronts)} gateway(s)")
         for front in roll.fronts:
@@ -155,18 +156,18 @@ def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, me
                 failure = f"the gateway {front.router}/{front.slug} did not drop it ({said})"
                 break
         if failure is None:
-            say(drain(state, this, roll, metrics_url, key_file))
+            say(drain(state, host, roll, metrics_url, key_file))
             if up is not None:
-                status, output = run_on(this, up)
+                status, output = run_on(host, up)
                 if not status:
                     failure = f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
             if failure is None:
-                status, output = run_on(this, gate)
+                status, output = run_on(host, gate)
                 if not status:
                     failure = gate_reason(output)
     finally:
         try:
-            back = serving_validated(this)
+            back = serving_validated(host)
             if back:
                 for front in roll.fronts:
                     ok, said = on_router(state, front, {"add": roll.url, "healthy_within": turn_seconds})
@@ -176,8 +177,8 @@ def roll_worker(state, this, roll: Roll, up: str | None, gate: str, why: str, me
             else:
                 say("not put back in its gateways: it serves no config that passed its gate", logger.error)
             if failure is not None:
-                pool.failed = f"{this.name}: {failure}"
-                say(f"{this.name} failed: {failure}; the roll of {roll.pool} stops here, its other workers "
+                pool.failed = f"{host.name}: {failure}"
+                say(f"{host.name} failed: {failure}; the roll of {roll.pool} stops here, its other workers "
                     f"are not restarted{' (it is back in its gateways)' if back else ''}", logger.error)
         finally:
             pool.slot.release()

@@ -299,3 +299,22 @@ def test_a_worker_whose_turn_was_called_off_gets_its_last_good_config_back_on_di
     assert (tmp_path / "compose.yaml").read_text() == "old"
     assert (tmp_path / ".env").read_text() == "UID=1\n"   # no .env.good: left as it is
     assert "compose.yaml put back" in capsys.readouterr().out
+
+
+def test_pyinfra_hands_the_roll_its_state_and_host(fleet):
+    """FunctionCommand passes state and host only to a function whose parameters are named so."""
+    from pyinfra.api import FunctionCommand
+
+    state, _, log = fleet
+    command = FunctionCommand(roll_ops.roll_worker, (roll(size=2)(1), UP, GATE, "compose.yaml changes",
+                                                     "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker"),
+                              {})
+    assert command.execute(state, Host("gpu-01", log), {}) is True
+    assert ("gpu-01", "gate") in log
+
+
+def test_drain_says_unknown_when_the_worker_has_no_metrics(capsys):
+    from sglang_infra.hostside import drain
+
+    assert drain.main(["1", "http://127.0.0.1:9/metrics"]) == 3
+    assert capsys.readouterr().out.startswith("drain: unknown: ")
