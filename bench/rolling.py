@@ -40,10 +40,10 @@ MODEL = "qwen3.6-35b-a3b"
 MAX_TOKENS = 600            # about 1.5 s at the stand-in's default 400 tok/s
 DEPLOY_TIMEOUT = 1800
 ENV = {"STANDIN_LOAD_SECONDS": "2"}
-GATE_START = re.compile(r"^\[(?P<host>[^\]]+)\].*roll: .*: taking ")
+GATE_START = re.compile(r"^\s*\[(?P<host>[^\]]+)\].*roll: .*: taking ")
 GATE_END = re.compile(r"gate\[(?P<host>[^\]]+)\]: (passed|FAILED)")
-BACK = re.compile(r"^\[(?P<host>[^\]]+)\].*roll: .* is back and healthy")
-STACK_UP = re.compile(r"^\[(?P<host>[^\]]+)\].*(Recreate|Started|Starting|Created)")
+BACK = re.compile(r"^\s*\[(?P<host>[^\]]+)\].*roll: .* is back and healthy")
+STACK_UP = re.compile(r"^\s*\[(?P<host>[^\]]+)\].*(Recreate|Started|Starting|Created)")
 
 
 def deploy(inventory: Path) -> tuple[int, list[tuple[float, str]], float]:
@@ -95,7 +95,7 @@ def one_case(name, inventory, gateway) -> dict:
         raise SystemExit(f"bench: the {name} deploy failed:\n" + "\n".join(l for _, l in lines[-60:]))
     return {"case": name, "sent": load.sent, "failed": load.failed, "cut": load.cut, "fewest_healthy": load.fewest,
             "deploy_s": round(wall, 1), "roll_s": round(roll_window(lines), 1) if roll_window(lines) else None,
-            "gate_sum_s": round(sum(gates.values()), 1), "gates_s": {h: round(v, 1) for h, v in gates.items()},
+            "gate_sum_s": round(sum(gates.values()), 1) if gates else None, "gates_s": {h: round(v, 1) for h, v in gates.items()},
             "errors": load.errors[:5]}
 
 
@@ -130,7 +130,7 @@ def main() -> int:
     for row in rows:
         lines.append(f"| {row['case']} | {row['sent']} | {row['failed']} | {row['cut']} | {row['fewest_healthy']} | "
                      f"{row['deploy_s']} | {row['roll_s'] if row['roll_s'] is not None else '-'} | "
-                     f"{row['gate_sum_s']} |")
+                     f"{row['gate_sum_s'] if row['gate_sum_s'] is not None else '-'} |")
     table = "\n".join(lines)
     print(table)
     out = Path(args.out)
