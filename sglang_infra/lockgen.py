@@ -159,7 +159,7 @@ def resolve_image(reference: str) -> str:
     auth = _registry_auth(reference, socket_path)
     if auth:
         headers["X-Registry-Auth"] = auth
-    connection = dockerapi._UnixConnection(socket_path)
+    connection = dockerapi.UnixConnection(socket_path)
     connection.timeout = HTTP_TIMEOUT
     try:
         connection.request("GET", f"/distribution/{urllib.parse.quote(reference, safe='/:@')}/json",

@@ -32,9 +32,9 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from .hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
+
 ENV = "SGLANG_STATUS_REPORT"
-TOOLCHAIN_BASE_LABEL = "sglang.toolchain.base"
-MODEL_LABEL = "sglang.model"
 SHORT_COMMIT = 7    # as git abbreviates
 SHORT_DIGEST = 12   # as docker abbreviates
 
@@ -158,7 +158,7 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
             # whether what runs now is what the gate last passed (the stamp, hostside/stamp.py)
-            "current": (snapshot.get("gate") or {}).get("stamp") == (snapshot.get("gate") or {}).get("digest")},
+            "current": stamp_current((snapshot.get("gate") or {}).get("stamp"), (snapshot.get("gate") or {}).get("digest"))},
         "drift": {"operations": len(drift), "names": drift},
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},

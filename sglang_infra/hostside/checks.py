@@ -177,7 +177,7 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
 
 # ---------------------------------------------------------------- HTTP
 # Set from --api-key-file: the server's API key, read from its file (never passed on a command line).
-_HEADERS = {}
+HEADERS = {}
 
 
 def use_api_key_file(path):
@@ -188,12 +188,12 @@ def use_api_key_file(path):
         for line in handle:
             key, sep, value = line.partition(":")
             if sep and key.strip() == "api-key":
-                _HEADERS["Authorization"] = "Bearer " + json.loads(value.strip())
+                HEADERS["Authorization"] = "Bearer " + json.loads(value.strip())
 
 
 def _post(url: str, payload: dict, timeout: float):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json", **_HEADERS}, method="POST")
+                                     headers={"Content-Type": "application/json", **HEADERS}, method="POST")
     return urllib.request.urlopen(request, timeout=timeout)
 
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from . import checks, safefs, stack, stamp
+from . import checks, names, safefs, stack, stamp
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
@@ -56,7 +56,7 @@ def copy(source, dest):
 
 
 # The config a pass keeps as *.good and a rollback restores; .env only where the stack has one.
-CONFIG = ("compose.yaml", ".env")
+CONFIG = (names.COMPOSE_FILE, names.ENV_FILE)
 
 
 class Gate:
@@ -66,7 +66,7 @@ class Gate:
         self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
         gateway = getattr(args, "gateway", None)   # gate.sh always passes it; a caller of Gate may not
         if gateway:
-            self.docker_dir = self.scripts_dir = os.path.join(args.home, "router", gateway)
+            self.docker_dir = self.scripts_dir = os.path.join(args.home, names.GATEWAY_DIR, gateway)
             self.project, self.service = stack.gateway(gateway)
             self.extra = stamp.GATEWAY_FILES
         else:
@@ -75,7 +75,7 @@ class Gate:
 
     def config(self, suffix=""):
         return [os.path.join(self.docker_dir, name + suffix) for name in CONFIG
-                if name == "compose.yaml" or os.path.isfile(os.path.join(self.docker_dir, name))]
+                if name == names.COMPOSE_FILE or os.path.isfile(os.path.join(self.docker_dir, name))]
 
     def compose(self, *words):
         try:
@@ -112,7 +112,7 @@ class Gate:
                 return reason
             say("toolchain check passed")
         deadline = time.monotonic() + CHECKS_BUDGET
-        for script in stamp.SCRIPTS:
+        for script in names.VALIDATION_SCRIPTS:
             try:
                 found = subprocess.run(["bash", os.path.join(self.scripts_dir, script)], capture_output=True, text=True,
                                        timeout=max(1.0, deadline - time.monotonic()))
@@ -122,7 +122,7 @@ class Gate:
                 return reason
             lines = (found.stdout + found.stderr).strip().splitlines()
             summary = [line for line in lines if line.startswith("{")][-1:]
-            if script == "benchmark.sh" and summary:
+            if script == names.VALIDATION_SCRIPTS[1] and summary:
                 self.benchmark = benchmark_fields(summary[0])
             if found.returncode != 0:
                 reason = f"{script}: {([l for l in lines if not l.startswith('{')][-1:] or ['no output'])[0]}"
@@ -139,7 +139,7 @@ class Gate:
         found = stack.container(self.project, self.service)
         stack.write_private(os.path.join(self.docker_dir, stamp.STAMP),
                             stamp.digest(self.scripts_dir, found, self.docker_dir, self.extra) + "\n",
-                            os.path.join(self.docker_dir, "compose.yaml"))
+                            os.path.join(self.docker_dir, names.COMPOSE_FILE))
 
     def record(self, failed, benchmark, rolled_back=None):
         """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
@@ -147,7 +147,7 @@ class Gate:
                            "reason": failed, "rolled_back": rolled_back, "benchmark": benchmark}, sort_keys=True)
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
-                                os.path.join(self.docker_dir, "compose.yaml"))
+                                os.path.join(self.docker_dir, names.COMPOSE_FILE))
         except OSError as error:
             say(f"could not record the outcome in {stamp.LAST} ({error})")
 
@@ -167,7 +167,7 @@ class Gate:
             say("passed; this config is now the last known-good one")
             return 0
         try:
-            self.keep(".failed")
+            self.keep(names.FAILED_SUFFIX)
         except OSError as error:
             say(f"could not keep the failed config as *.failed ({error})")
         good = [path + ".good" for path in self.config()]
@@ -202,7 +202,7 @@ def benchmark_fields(line):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="gate.sh", description=__doc__,
+    parser = argparse.ArgumentParser(prog=names.GATE_SCRIPT, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", required=True)
     parser.add_argument("--url", required=True)

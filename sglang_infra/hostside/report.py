@@ -23,7 +23,7 @@ import time
 import re
 import urllib.request
 
-from . import checks, dockerapi, safefs, stack, stamp
+from . import checks, dockerapi, names, safefs, stack, stamp
 
 GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers
 
@@ -121,7 +121,7 @@ def gateways(home):
     out = []
     key_file = os.path.join(home, "docker", "secrets", "server.yaml")
     for slug, directory in stack.gateway_dirs(home).items():
-        text = (safefs.read_regular(os.path.join(directory, "compose.yaml"), 1 << 20) or b"").decode(errors="replace")
+        text = (safefs.read_regular(os.path.join(directory, names.COMPOSE_FILE), 1 << 20) or b"").decode(errors="replace")
         port = re.search(r"--port=(\d+)", text)
         found = {"slug": slug, "port": int(port.group(1)) if port else None, "workers": None, "error": None}
         try:
@@ -129,7 +129,7 @@ def gateways(home):
                 raise OSError("no --port in its compose.yaml")
             if os.path.isfile(key_file):
                 checks.use_api_key_file(key_file)
-            request = urllib.request.Request(f"http://127.0.0.1:{found['port']}/workers", headers=checks._HEADERS)
+            request = urllib.request.Request(f"http://127.0.0.1:{found['port']}/workers", headers=checks.HEADERS)
             with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
                 listed = json.loads(reply.read()).get("workers", [])
             found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]

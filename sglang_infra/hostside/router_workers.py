@@ -19,9 +19,8 @@ import time
 import urllib.error
 import urllib.request
 
-from . import checks, stack
+from . import checks, names, stack
 
-WORKERS_FILE = "workers.json"
 SETTLE_SECONDS = 30   # the gateway applies queued additions and removals within milliseconds here
 TIMEOUT = 10
 
@@ -29,7 +28,7 @@ TIMEOUT = 10
 def call(base, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **checks._HEADERS})
+                                     headers={"Content-Type": "application/json", **checks.HEADERS})
     with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
         raw = reply.read()
     return json.loads(raw) if raw else {}
@@ -63,12 +62,12 @@ def main(argv=None):
     directory, base = argv[0], argv[1]
     checks.use_api_key_file(argv[2] if len(argv) > 2 else None)
     wanted = json.loads(sys.stdin.read())
-    stack.write_private(os.path.join(directory, WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
-                        os.path.join(directory, "compose.yaml"))
+    stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
+                        os.path.join(directory, names.COMPOSE_FILE))
     try:
         added, removed = sync(base, wanted)
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: {WORKERS_FILE} written; the gateway does not answer ({error}), it reads the file "
+        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({error}), it reads the file "
               "when it starts")
         return 0
     print(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has {len(wanted)} "

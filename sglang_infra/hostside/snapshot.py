@@ -29,7 +29,7 @@ import stat
 import subprocess
 import sys
 
-from . import cachestate, dockerapi, report, safefs, stack, stamp
+from . import cachestate, dockerapi, names, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -254,7 +254,7 @@ def files(directory):
     return out
 
 
-_MODEL_LABEL = re.compile(r'^\s*sglang\.model:\s*"?([^"\s]+)"?\s*$', re.M)
+_MODEL_LABEL = re.compile(r'^\s*' + re.escape(names.MODEL_LABEL) + r':\s*"?([^"\s]+)"?\s*$', re.M)
 
 
 def models(home):
@@ -315,7 +315,7 @@ def routers(home, engine_api):
                 running = stack.state(directory, project, service)
             except dockerapi.Unavailable:
                 pass
-        raw = safefs.read_regular(os.path.join(directory, "workers.json"), 1 << 20)
+        raw = safefs.read_regular(os.path.join(directory, names.WORKERS_FILE), 1 << 20)
         try:
             workers = json.loads(raw) if raw else None
         except ValueError:
@@ -330,7 +330,7 @@ def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, "docker")
     gateways = stack.gateway_dirs(home)
-    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, "router")] if gateways else []),
+    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, names.GATEWAY_DIR)] if gateways else []),
                             *gateways.values()])
     engine = docker()
     running = {"container": None, "record": None, "current": False}

@@ -14,14 +14,14 @@ import json
 import os
 import sys
 
-from . import dockerapi, safefs
+from . import dockerapi, names, safefs
 
 PROJECT = "sglang"   # compose.yaml's `name:`
 SERVICE = "sglang"   # its one service
 RECORD = ".stack"
 # A gateway (the `router` group) runs in a project of its own per model, in router/<slug>/ below the home.
 GATEWAY_PROJECT = "sglang-router-{slug}"
-GATEWAY_SERVICE = "router"
+GATEWAY_SERVICE = names.GATEWAY_SERVICE
 
 
 def gateway(slug):
@@ -31,7 +31,7 @@ def gateway(slug):
 
 def gateway_dirs(home):
     """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink."""
-    top = os.path.join(home, "router")
+    top = os.path.join(home, names.GATEWAY_DIR)
     if os.path.islink(top) or not os.path.isdir(top):
         return {}
     return {entry.name: entry.path for entry in sorted(os.scandir(top), key=lambda e: e.name)
@@ -49,7 +49,7 @@ def container(project=PROJECT, service=SERVICE):
 
 
 def file_digests(docker_dir):
-    return {name: safefs.sha256_regular(os.path.join(docker_dir, name)) for name in ("compose.yaml", ".env")}
+    return {name: safefs.sha256_regular(os.path.join(docker_dir, name)) for name in (names.COMPOSE_FILE, names.ENV_FILE)}
 
 
 def write_private(path, text, like):
@@ -61,7 +61,7 @@ def write_private(path, text, like):
 def record(docker_dir, project=PROJECT, service=SERVICE):
     found = container(project, service)
     text = json.dumps({"container": found and found["id"], **file_digests(docker_dir)}, sort_keys=True)
-    write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, "compose.yaml"))
+    write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, names.COMPOSE_FILE))
 
 
 def state(docker_dir, project=PROJECT, service=SERVICE):
@@ -73,7 +73,7 @@ def state(docker_dir, project=PROJECT, service=SERVICE):
     except ValueError:
         recorded = None
     current = bool(found and recorded and recorded.get("container") == found["id"]
-                   and {k: recorded.get(k) for k in ("compose.yaml", ".env")} == file_digests(docker_dir))
+                   and {k: recorded.get(k) for k in (names.COMPOSE_FILE, names.ENV_FILE)} == file_digests(docker_dir))
     return {"container": found, "record": recorded, "current": current}
 
 

@@ -10,6 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from .. import ship
+from ..hostside.names import COMPOSE_FILE, stamp_current
 from .base import diff_wanted, q, snapshot_operation
 from .stack import stack_section
 
@@ -49,8 +50,8 @@ def worker_validated(snapshot: dict | None, docker_dir: str, compose_sha: str) -
     if not snapshot or not snapshot.get("gate"):
         return False
     container = (snapshot.get("stack") or {}).get("container") or {}
-    compose = ((snapshot.get("files") or {}).get(docker_dir) or {}).get("compose.yaml") or {}
-    return bool(snapshot["gate"]["stamp"] and snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
+    compose = ((snapshot.get("files") or {}).get(docker_dir) or {}).get(COMPOSE_FILE) or {}
+    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
                 and container.get("state") == "running" and compose.get("sha256") == compose_sha)
 
 

@@ -382,7 +382,7 @@ def test_with_an_api_key_the_checks_send_it_and_the_server_refuses_without(tmp_p
             v.use_api_key_file(str(config))
             assert v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
         finally:
-            v._HEADERS.clear()
+            v.HEADERS.clear()
         assert not v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
     finally:
         server.shutdown()
