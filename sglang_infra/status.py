@@ -10,7 +10,7 @@ so how many of their operations would change is the drift. When pyinfra
 exits, one row per inventory host is written to the file as JSON: what row()
 says about the plan and the snapshot, nothing else.
 
-The lock rules (see README, Fleet status):
+The lock rules (docs/status.md):
 - image: without a lock, "no lock". With one, the digest it records for
   sglang_image must be what the container runs: the running image's
   RepoDigests hold `repo@<that digest>`; with the toolchain image (built FROM

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy
+from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
 GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"   # the production model (tests/testbed/hub.py: tiny-chat)
@@ -97,6 +97,19 @@ def test_the_gateway_passed_its_own_gate_with_both_workers(fleet):
     assert workers(hosts) == {url_of(hosts, W1): True, url_of(hosts, W2): True}
     listed = json.loads(hosts[GW].exec(f"cat {GATEWAY_DIR}/workers.json").stdout)
     assert listed == sorted([url_of(hosts, W1), url_of(hosts, W2)])
+
+
+def test_the_host_checks_judge_a_router_only_host_by_its_gateways(fleet, workdir):
+    hosts, _, good, _ = fleet
+    checks = run_host_checks(good, workdir)
+    for name in (W1, W2, GW):
+        assert checks.failed(name) == set() and checks.passed(name), checks.output[-3000:]
+    assert {"test_each_gateway_answers_with_its_model", "test_each_gateway_runs_and_passed_its_gate_for_what_runs_now",
+            "test_each_gateways_compose_yaml_is_the_rendering_of_the_data"} <= checks.passed(GW)
+    # A host only in the router group serves no model: the serving checks do not apply to it.
+    assert {"test_the_api_answers_with_the_served_model", "test_every_kept_model_is_complete_and_verified_in_the_cache",
+            "test_the_last_gate_passed_for_what_runs_now"} <= checks.skipped(GW)
+    assert "test_each_gateway_answers_with_its_model" in checks.skipped(W1)
 
 
 def test_a_completion_through_the_gateway_works(fleet):

@@ -28,6 +28,8 @@ modules it imports into one self-contained source.
     dockerapi.py        Docker's Engine API over its unix socket (no Go binary started)
     safefs.py           reads that never follow a symlink, and atomic writes
     units.py            the one size formatter (host programs and the control side alike)
+    names.py            the names host programs and the control side share (directories, files, labels,
+                        scripts), the stamp comparison and the rendered-file digest: defined once
     router_workers.py   a gateway's worker set: workers.json, then the gateway's /workers API
     router_launch.py    starts sglang-router inside the gateway's image, worker set and API key from files
     toolchain_check.py  the pins inside the toolchain image
