@@ -24,8 +24,6 @@ LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775
 TOOLCHAIN_CONTEXT = "docker/toolchain"
 # The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
-# The inventory group whose hosts run the gateway (sglang-router), one per model.
-ROUTER_GROUP = "router"
 
 
 @dataclass(frozen=True)

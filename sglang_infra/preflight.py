@@ -17,7 +17,8 @@ import json
 from pyinfra import logger
 
 from . import factcache, status
-from .gateways import fleet, groups_of
+from .gateways import fleet
+from .groups import groups_of
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan
 from .refusals import DeployDataError, judge, raise_if

@@ -29,7 +29,8 @@ from . import ACCOUNT, models, platforms, toolchain
 from . import lock as lockfile
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
 from .inventoryfile import inventory_dir
-from .plantypes import ROUTER_GROUP, HostPlan, Placement, Worker
+from .groups import ROUTER_GROUP
+from .plantypes import HostPlan, Placement, Worker
 from .schema import SCHEMA, image_problem, system_dir_problem
 from .templating import template_path
 

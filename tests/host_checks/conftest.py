@@ -19,7 +19,7 @@ import paramiko
 import pytest
 import testinfra
 
-from sglang_infra import gateways
+from sglang_infra import gateways, groups
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -124,7 +124,7 @@ class Target:
         self.name = name
         self.data = data
         self.inventory = _inventory(inventory_path)
-        self.groups = gateways.groups_of(self.inventory.get_host(name), inventory_path)
+        self.groups = groups.groups_of(self.inventory.get_host(name), inventory_path)
         address = data.get("ssh_hostname") or name
         user = data.get("ssh_user")
         self.host = testinfra.get_host(f"paramiko://{user + '@' if user else ''}{address}")

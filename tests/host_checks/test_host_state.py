@@ -11,7 +11,7 @@ import pytest
 
 from sglang_infra import ACCOUNT
 from sglang_infra.hostside import names
-from sglang_infra.plantypes import ROUTER_GROUP
+from sglang_infra.groups import ROUTER_GROUP
 from sglang_infra.platforms import NOLOGIN_SHELL
 
 

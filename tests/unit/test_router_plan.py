@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
-from sglang_infra import factcache, gateways as fleet_front
+from sglang_infra import factcache, groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import router_launch
 from sglang_infra.operations import gateway as gateway_ops
@@ -54,9 +54,9 @@ def test_a_router_only_host_serves_no_model_and_needs_no_gpu():
 
 
 def test_a_host_in_router_and_production_does_both():
-    assert fleet_front.roles(["production", "router"]) == (True, True)
-    assert fleet_front.roles(["production"]) == (True, False)
-    assert fleet_front.roles([]) == (True, False)
+    assert fleet_groups.roles(["production", "router"]) == (True, True)
+    assert fleet_groups.roles(["production"]) == (True, False)
+    assert fleet_groups.roles([]) == (True, False)
 
 
 def test_each_served_model_gets_its_own_gateway_port_and_the_workers_that_serve_it():
