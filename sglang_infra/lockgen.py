@@ -340,6 +340,10 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
     for name, data in hosts:
         if not data["sglang_toolchain_image"]:
             continue
+        problems = toolchain.problems(data)   # pins are worked out from data the refusals accept
+        if problems:
+            key, what, fix = problems[0]
+            raise LockGenError(f"host {name}: {key}: {what}. Fix: {fix}")
         indexes = [data["sglang_pip_index_url"] or default_index()]
         extra = toolchain.flashinfer_index_url(data)
         if extra:
