@@ -125,14 +125,24 @@ SYSTEM_DIRS = frozenset({
     "/var/tmp", "/var/lib/docker",
 })
 NO_DIRS_BELOW = ("/dev/", "/proc/", "/sys/", "/run/", "/tmp/", "/var/tmp/", "/etc/", "/boot/", "/usr/", "/root/",
-                 "/var/lib/docker/")
+                 "/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/", "/libx32/", "/lost+found/", "/snap/",
+                 # The system's spools, logs, mail, caches and backups (/var/spool/cron/crontabs is root's crontab).
+                 "/var/spool/", "/var/log/", "/var/mail/", "/var/cache/", "/var/backups/", "/var/run/", "/var/lock/",
+                 # The system's own state under /var/lib (a directory of its own there, e.g. /var/lib/sglang-tools,
+                 # is fine): the package managers, the init system, the container engines, the login stack.
+                 *(f"/var/lib/{name}/" for name in (
+                     "docker", "containerd", "dpkg", "apt", "aptitude", "systemd", "dbus", "polkit-1", "sudo", "pam",
+                     "ucf", "private", "machines", "cloud", "snapd", "nvidia", "nvidia-container-toolkit", "ssh",
+                     "dhcp", "NetworkManager", "cron", "logrotate", "man-db", "misc", "python")))
 
 
 def system_dir_problem(path: str) -> str | None:
     """Why ``path`` must not be a directory the deploy owns, or None."""
     if path in SYSTEM_DIRS:
         return f"{path} is a system directory, which the deploy would re-own and re-mode"
-    below = next((top for top in NO_DIRS_BELOW if path.startswith(top)), None)
+    below = next((top for top in NO_DIRS_BELOW if (path + "/").startswith(top)), None)
+    if below == path + "/":
+        return f"{path} is a system directory, which the deploy would re-own and re-mode"
     if below:
         return f"{path} is below {below.rstrip('/')}, which is the system's (or world-writable)"
     return None

@@ -28,6 +28,7 @@ import sys
 import time
 
 from . import checks, names, safefs, stack, stamp
+from .printable import printable
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
@@ -39,7 +40,9 @@ BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baselin
 
 
 def say(line):
-    print(f"gate[{socket.gethostname()}]: {line}", file=sys.stderr, flush=True)
+    """One line of the gate's output; what came from the server or its container (log lines, error bodies)
+    with control characters escaped."""
+    print(f"gate[{socket.gethostname()}]: {printable(line)}", file=sys.stderr, flush=True)
 
 
 def copy(source, dest):

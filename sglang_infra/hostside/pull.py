@@ -21,6 +21,7 @@ from concurrent.futures import wait as wait_futures
 from urllib.parse import urljoin, urlsplit
 
 from . import manifest, ranges
+from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, Retryable, VerifyError
 from .pull_locks import LOCK_POLL, PULL_LOCK, FileLock, held_by
 from .safefs import read_regular, write_atomic
@@ -68,8 +69,10 @@ _SAY = threading.Lock()
 
 
 def say(line: str) -> None:
+    """One line of progress; what came from the Hub or the cache (file and folder names) with control
+    characters escaped."""
     with _SAY:  # whole lines, whichever worker speaks
-        print(line, flush=True)
+        print(printable(line), flush=True)
 
 
 def hash_file(path: str, lfs: bool) -> str:

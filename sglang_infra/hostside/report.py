@@ -25,7 +25,7 @@ import urllib.request
 
 from . import checks, dockerapi, names, safefs, stack, stamp
 
-GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers
+GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers, its reply read in full
 
 COMMAND_TIMEOUT = 30   # seconds, for nvidia-smi and the compose plugin
 MAX_ENTRIES = 1_000_000  # entries hf-cache's size walks at most; a larger tree is reported as partial
@@ -130,8 +130,10 @@ def gateways(home):
             if os.path.isfile(key_file):
                 checks.use_api_key_file(key_file)
             request = urllib.request.Request(f"http://127.0.0.1:{found['port']}/workers", headers=checks.HEADERS)
+            started = time.monotonic()
             with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
-                listed = json.loads(reply.read()).get("workers", [])
+                listed = json.loads(checks.read_bounded(reply, started + GATEWAY_TIMEOUT,
+                                                        checks.MAX_GATEWAY_BYTES)).get("workers", [])
             found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
         except (OSError, ValueError) as error:
             found["error"] = f"the gateway does not answer: {error}"

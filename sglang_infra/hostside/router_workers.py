@@ -20,17 +20,19 @@ import urllib.error
 import urllib.request
 
 from . import checks, names, stack
+from .printable import printable
 
 SETTLE_SECONDS = 30   # the gateway applies queued additions and removals within milliseconds here
-TIMEOUT = 10
+TIMEOUT = 10          # seconds, for one call to the gateway, its reply read in full
 
 
 def call(base, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base.rstrip("/") + path, data=data, method=method,
                                      headers={"Content-Type": "application/json", **checks.HEADERS})
+    started = time.monotonic()
     with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
-        raw = reply.read()
+        raw = checks.read_bounded(reply, started + TIMEOUT, checks.MAX_GATEWAY_BYTES)
     return json.loads(raw) if raw else {}
 
 
@@ -67,11 +69,11 @@ def main(argv=None):
     try:
         added, removed = sync(base, wanted)
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({error}), it reads the file "
+        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({printable(error)}), it reads the file "
               "when it starts")
         return 0
-    print(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has {len(wanted)} "
-          "worker(s)")
+    print(printable(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has "
+                    f"{len(wanted)} worker(s)"))
     return 0
 
 

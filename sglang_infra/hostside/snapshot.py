@@ -290,18 +290,26 @@ def tools(tools_dir):
 
 
 def adopted(path):
-    """An existing directory's owner and whether it has entries: the deploy refuses to adopt a stranger's."""
+    """An existing directory's owner, whether it has entries and the first of their names (sorted, at most
+    names.EXISTING_ENTRIES_SHOWN, ``more`` when there are others): the deploy refuses to adopt a stranger's."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
     owner, group = _names(st)
-    try:
-        with os.scandir(path) as entries:
-            empty = next(entries, None) is None
-    except OSError:
-        empty = True
-    return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": empty}
+    shown, more = [], False
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    if len(shown) == names.EXISTING_ENTRIES_SHOWN:
+                        more = True
+                        break
+                    shown.append(entry.name)
+        except OSError:
+            pass
+    return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": not shown,
+            "entries": sorted(shown), "more": more}
 
 
 def routers(home, engine_api):

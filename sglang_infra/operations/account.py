@@ -9,6 +9,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand
 
 from .. import ship
+from ..hostside.printable import printable
 from ..platforms import NOLOGIN_SHELL
 from ..snapshot import current
 from .base import diff_wanted, q, snapshot_operation
@@ -106,13 +107,14 @@ def _show_drift(found: dict, dirs: dict[str, str], user: str, group: str) -> Non
         now = found["dirs"].get(path)
         if now != {"owner": user, "group": group, "mode": mode}:
             shown = f"{now['owner']}:{now['group']} {now['mode']}" if now else "missing"
-            host.log(f"Will fix {path}: {shown} -> {user}:{group} {mode}", logger.info)
+            host.log(f"Will fix {path}: {printable(shown)} -> {user}:{group} {mode}", logger.info)
     details = found.get("details", {})
     listed = [(category, path) for category in DRIFT_CATEGORIES for path in found["drift"].get(category, [])]
     for category, path in listed[:DIFF_PATHS]:
         now = details.get(path)
         shown = f"{now[0]}:{now[1]} {now[2]}" if now else "?"
-        host.log(f"Will fix {path!r}: {shown} -> {EXPECTED[category].format(user=user, group=group)}", logger.info)
+        host.log(f"Will fix {path!r}: {printable(shown)} -> {EXPECTED[category].format(user=user, group=group)}",
+                 logger.info)
     if len(listed) > DIFF_PATHS:
         host.log(f"... and {len(listed) - DIFF_PATHS} more drifted entries", logger.info)
 

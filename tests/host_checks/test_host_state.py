@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from sglang_infra import ACCOUNT
-from sglang_infra.hostside import names
+from sglang_infra import ACCOUNT, ship
 from sglang_infra.groups import ROUTER_GROUP
+from sglang_infra.hostside import names
 from sglang_infra.platforms import NOLOGIN_SHELL
 
 
@@ -185,20 +185,22 @@ def test_the_server_container_runs_and_is_not_unhealthy(serving):
     assert found["health"] != "unhealthy", f"Docker reports the server unhealthy ({found['status']})"
 
 
+API_TIMEOUT = 30   # seconds for the whole probe: /health and /v1/models, each read bounded in bytes too
+
+
+def api_probe(url: str, key_file: str | None) -> str:
+    """The command that lists the served models on the host: the checks program's `models`, bounded in bytes
+    and in total time (hostside/checks.py); the key, if any, is read on the host from the server's own config."""
+    key = f" --api-key-file {shlex.quote(key_file)}" if key_file else ""
+    return (f"python3 -c {shlex.quote(ship.program('checks'))} models --url {shlex.quote(url)} "
+            f"--timeout {API_TIMEOUT}{key}")
+
+
 def test_the_api_answers_with_the_served_model(serving):
     target = serving
-    # With an API key, it is read on the host from the server's own config file, never put on a command line.
-    probe = ("import json, sys, urllib.request\n"
-             "base, headers = sys.argv[1], {}\n"
-             "for line in (open(sys.argv[2]) if len(sys.argv) > 2 else []):\n"
-             "    if line.startswith('api-key:'): headers['Authorization'] = 'Bearer ' + json.loads(line[8:])\n"
-             "urllib.request.urlopen(base + '/health', timeout=10).read()\n"
-             "models = urllib.request.urlopen(urllib.request.Request(base + '/v1/models', headers=headers), timeout=10)\n"
-             "print(json.dumps([m['id'] for m in json.load(models)['data']]))\n")
-    key_file = target.plan.gate.api_key_file or ""
-    result = target.run(f"python3 -c {shlex.quote(probe)} {target.plan.gate.url} {key_file}")
+    result = target.run(api_probe(target.plan.gate.url, target.plan.gate.api_key_file))
     assert result.rc == 0, f"the API does not answer on {target.plan.gate.url}: {result.stderr.strip()[-300:]}"
-    assert target.plan.gate.served_name in json.loads(result.stdout), result.stdout
+    assert target.plan.gate.served_name in json.loads(result.stdout)["models"], result.stdout
 
 
 def test_the_last_gate_passed_for_what_runs_now(serving):
@@ -219,14 +221,6 @@ def test_the_server_reads_the_model_cache_read_only(serving):
 
 
 # ---------------------------------------------------------------- router hosts: each gateway
-_PROBE = ("import json, sys, urllib.request\n"
-          "base, headers = sys.argv[1], {}\n"
-          "for line in (open(sys.argv[2]) if len(sys.argv) > 2 else []):\n"
-          "    if line.startswith('api-key:'): headers['Authorization'] = 'Bearer ' + json.loads(line[8:])\n"
-          "models = urllib.request.urlopen(urllib.request.Request(base + '/v1/models', headers=headers), timeout=10)\n"
-          "print(json.dumps([m['id'] for m in json.load(models)['data']]))\n")
-
-
 def test_a_router_host_runs_a_gateway_for_each_model_it_fronts(routing):
     found = routing.snapshot.get("routers") or {}
     assert sorted(found) == sorted(g.slug for g in routing.plan.gateways), found
@@ -250,7 +244,7 @@ def test_each_gateway_runs_and_passed_its_gate_for_what_runs_now(routing):
 
 def test_each_gateway_answers_with_its_model(routing):
     for gateway in routing.plan.gateways:
-        result = routing.run(f"python3 -c {shlex.quote(_PROBE)} {gateway.gate.url} {gateway.gate.api_key_file or ''}")
+        result = routing.run(api_probe(gateway.gate.url, gateway.gate.api_key_file))
         assert result.rc == 0, f"the {gateway.key} gateway does not answer on {gateway.gate.url}: " \
                                f"{result.stderr.strip()[-300:]}"
-        assert gateway.served_name in json.loads(result.stdout), result.stdout
+        assert gateway.served_name in json.loads(result.stdout)["models"], result.stdout

@@ -29,6 +29,10 @@ Behaviour is set by environment variables, which compose passes through:
       never_ready        /health answers 503 forever
       never_completes    /health answers 200, but a completion never comes back (the connection is held, then
                          dropped after NEVER_SECONDS)
+      drip               /health answers 200; every other route answers 200 and then one byte every
+                         STANDIN_DRIP_SECONDS (default 2), for NEVER_SECONDS: a per-read timeout never fires
+      endless_line       /health answers 200; every other route answers 200 and then streams bytes without a
+                         newline as fast as it can, up to ENDLESS_BYTES
 
 Production defaults never reference this file or its image.
 """
@@ -44,8 +48,10 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready", "never_completes")
+FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready", "never_completes",
+            "drip", "endless_line")
 NEVER_SECONDS = 600  # "never", for any test's timeout; the wait still ends by itself
+ENDLESS_BYTES = 4 << 30   # "gigabytes without a newline"; the stream still ends by itself
 REASONING = ("The user wants the current weather for a city. I have a get_weather tool whose parameters are "
              "a city and a unit. Both are stated in the request, so I will call the tool directly and report "
              "the result afterwards.")
@@ -117,6 +123,7 @@ class StandIn:
         self.tokens_per_second = 10.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
         self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
         self.capacity = float(env.get("STANDIN_CAPACITY_TOKENS_PER_SECOND", 0))
+        self.drip_seconds = float(env.get("STANDIN_DRIP_SECONDS", 2))
         self.active = 0
         self.lock = threading.Lock()
 
@@ -189,8 +196,34 @@ def make_handler(standin: StandIn):
             self._error(401, "Unauthorized", "AuthenticationError")
             return False
 
+        def _misbehaves(self) -> bool:
+            """drip and endless_line: a 200 whose body never ends (one byte at a time, or without a newline)."""
+            if standin.failure not in ("drip", "endless_line") or self.path == "/health":
+                return False
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            started, sent = time.monotonic(), 0
+            try:
+                while time.monotonic() - started < NEVER_SECONDS and sent < ENDLESS_BYTES:
+                    if standin.failure == "drip":
+                        self.wfile.write(b"d")
+                        self.wfile.flush()
+                        time.sleep(standin.drip_seconds)
+                        sent += 1
+                    else:
+                        self.wfile.write(b"x" * 65536)
+                        sent += 65536
+            except OSError:   # the client gave up, as it should
+                pass
+            return True
+
         def do_GET(self):
             if self.path.startswith("/v1/") and not self._authorized():
+                return
+            if self._misbehaves():
                 return
             if self.path == "/health":
                 if standin.ready():
@@ -214,6 +247,8 @@ def make_handler(standin: StandIn):
 
         def do_POST(self):
             if not self._authorized():
+                return
+            if self._misbehaves():
                 return
             if self.path != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}", "NotFoundError")

@@ -93,6 +93,26 @@ def test_a_listed_model_nobody_serves_is_refused():
     assert f"no host of the inventory serves {QUALITY!r}" in problem and "Fix:" in problem
 
 
+BROKEN = {"repo_id": "Org/Broken-AWQ", "revision": "a" * 40, "served_name": "$(touch /tmp/x)", "unvetted": True}
+
+
+def test_a_listed_model_with_a_malformed_entry_is_refused_by_the_data_alone():
+    data = {**DEFAULTS, "sglang_require_gpu": False, "sglang_models": {**DEFAULTS["sglang_models"], "broken": BROKEN},
+            "sglang_router_models": ["broken"]}
+    found = [p for p in check_data("gw-1", data) if "'broken'" in p]
+    assert found and all(p.startswith("host gw-1: sglang_models: entry 'broken': served_name") for p in found), found
+
+
+def test_a_served_model_with_a_malformed_entry_is_not_fronted():
+    """Fronting every served key: a host outside this run serves a key whose entry here is malformed."""
+    plan = router(sglang_models={**DEFAULTS["sglang_models"], "broken": BROKEN})
+    _, outside = fleet_worker("gpu-09", {**DEFAULTS, "sglang_model": "broken", "ssh_hostname": "10.0.0.19"}, None)
+    found = refusals(plan, {**TWO, "broken": [outside]})
+    assert found == ["host gw-1: sglang_models: entry 'broken', which this router host fronts, is not a well-formed "
+                     "registry entry. Fix: give it repo_id, revision, served_name, role and baseline_tok_s (or "
+                     "'unvetted': True) as group_data/all.py shows, or stop serving it."]
+
+
 def test_a_gateway_port_on_the_workers_port_of_the_same_host_is_refused():
     plan = router(groups=("production", "router"), sglang_router_port=30000)
     [problem] = refusals(plan, TWO)
@@ -146,14 +166,14 @@ def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path
     assert service["command"][3] == "/etc/sglang-secrets/server.yaml"
     assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
     assert "k3y-0123456789abcdef" not in gateway.compose + "".join(gateway.scripts.values())
-    assert '--api-key-file "/opt/sglang/docker/secrets/server.yaml"' in gateway.scripts["gate.sh"]
+    assert '--api-key-file /opt/sglang/docker/secrets/server.yaml ' in gateway.scripts["gate.sh"]
 
 
 def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
     gateway = with_gateways(router(), TWO).gateways[0]
     assert set(gateway.scripts) == {"test_tool_calling.sh", "benchmark.sh", "gate.sh", "launch.py"}
-    assert '--url "http://127.0.0.1:30080"' in gateway.scripts["benchmark.sh"]
-    assert '--gateway "qwen3-6-35b-a3b-awq"' in gateway.scripts["gate.sh"]
+    assert '--url http://127.0.0.1:30080 ' in gateway.scripts["benchmark.sh"]
+    assert '--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts["gate.sh"]
     assert "--baseline 985" in gateway.scripts["benchmark.sh"]
 
 

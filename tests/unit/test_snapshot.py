@@ -298,3 +298,18 @@ def test_a_name_that_is_not_utf8_is_counted_not_sent(tree):
     _os.chmod(bad, 0o644)
     found = read(tree, dirs=_dirs(tree))["layout"]
     assert found["unnamed"] == 1 and found["drift"] == {}
+
+
+def test_an_existing_tools_dir_is_reported_with_its_entries_bounded(tmp_path):
+    from sglang_infra.hostside import names
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "root").write_text("* * * * * true\n")
+    (tools / "venv").mkdir()
+    found = read(tmp_path / "home", tools)["existing"]["tools"]
+    assert (found["empty"], found["entries"], found["more"]) == (False, ["root", "venv"], False)
+    for n in range(names.EXISTING_ENTRIES_SHOWN):
+        (tools / f"f{n}").write_text("")
+    found = read(tmp_path / "home", tools)["existing"]["tools"]
+    assert len(found["entries"]) == names.EXISTING_ENTRIES_SHOWN and found["more"] is True
