@@ -23,14 +23,15 @@ from .plantypes import LOCAL_URL, ROUTER_GROUP, Gateway, HostPlan, Placement, Wo
 from .refusals import DeployDataError, check_fleet, raise_if
 
 
-def groups_of(host) -> list[str]:
+def groups_of(host, path: str | None = None) -> list[str]:
     """
     The inventory's own groups of a host: without pyinfra's `all`, and
     without the group pyinfra adds holding every host, named after the
     inventory file (e.g. `inventory` for inventory.py), which would make every
-    router host a serving one.
+    router host a serving one. ``path``: that file, when this is not a
+    pyinfra run (the scripts around the deploy); else this run's.
     """
-    path = inventory_file()
+    path = path or inventory_file()
     stem = os.path.basename(path).rsplit(".", 1)[0] if path else None
     everyone = {each.name for each in host.inventory}
     out = []
