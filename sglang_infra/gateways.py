@@ -11,6 +11,7 @@ the host side in hostside/router_launch.py and hostside/router_workers.py.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import replace
@@ -19,7 +20,7 @@ from typing import Any, Mapping
 from . import render
 from .hostside import names
 from .inventoryfile import inventory_file
-from .plantypes import LOCAL_URL, ROUTER_GROUP, Gateway, HostPlan, Placement, Worker
+from .plantypes import ROUTER_GROUP, Gateway, HostPlan, Placement, Worker
 from .refusals import DeployDataError, check_fleet, raise_if
 
 
@@ -51,6 +52,14 @@ def roles(groups) -> tuple[bool, bool]:
 
 def worker_url(address: str, port: int) -> str:
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def own_url(published_on: str, port: int) -> str:
+    """How the router host itself reaches a gateway port published on ``published_on`` (the gate, the worker
+    API, the status report): loopback when it is every address, else that address."""
+    if ipaddress.ip_address(published_on).is_unspecified:
+        published_on = "::1" if ":" in published_on else "127.0.0.1"
+    return worker_url(published_on, port)
 
 
 def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
@@ -88,7 +97,7 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
-            gate=replace(plan.gate, url=LOCAL_URL.format(port=spot.port), served_name=model.served_name,
+            gate=replace(plan.gate, url=own_url(plan.router.published_on, spot.port), served_name=model.served_name,
                          baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
         compose = render.router_compose_yaml(plan, gateway)
         gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose),

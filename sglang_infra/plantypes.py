@@ -26,6 +26,8 @@ TOOLCHAIN_CONTEXT = "docker/toolchain"
 LOCAL_URL = "http://127.0.0.1:{port}"
 # The inventory group whose hosts run the gateway (sglang-router), one per model.
 ROUTER_GROUP = "router"
+# Where a gateway's port is published when sglang_router_bind_address is None.
+EVERY_ADDRESS = "0.0.0.0"
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,14 @@ class RouterSettings:
     prometheus_port: int               # the first gateway's Prometheus port
     health_check_interval: int
     health_check_timeout: int
+    bind_address: str | None           # sglang_router_bind_address: None publishes on every address
+    trusted_network: bool              # sglang_router_trusted_network: an open front door, decided
+    prometheus_bind_address: str       # where the Prometheus ports are published
+
+    @property
+    def published_on(self) -> str:
+        """The host address the gateway's own port is published on."""
+        return self.bind_address or EVERY_ADDRESS
 
 
 class Placement(NamedTuple):

@@ -39,7 +39,8 @@ BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baselin
 
 
 def say(line):
-    print(f"gate[{socket.gethostname()}]: {line}", file=sys.stderr, flush=True)
+    """One line for the operator (and CI): without the API key, whatever the server logged or answered."""
+    print(f"gate[{socket.gethostname()}]: {checks.redact(line)}", file=sys.stderr, flush=True)
 
 
 def copy(source, dest):
@@ -89,6 +90,8 @@ class Gate:
         found = stack.container(self.project, self.service)
         if found is None or found["state"] != "running":
             return f"the container is not running ({found['status'] if found else 'no container'})"
+        if checks.auth_headers() and not stack.holds(self.args.url, self.project, self.service):
+            return f"the container does not publish {self.args.url}; the API key is sent to no other port"
         return None
 
     def validate(self):
@@ -143,8 +146,9 @@ class Gate:
 
     def record(self, failed, benchmark, rolled_back=None):
         """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
-        text = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passed": failed is None,
-                           "reason": failed, "rolled_back": rolled_back, "benchmark": benchmark}, sort_keys=True)
+        text = checks.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                         "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
+                                         "benchmark": benchmark}, sort_keys=True))
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
                                 os.path.join(self.docker_dir, "compose.yaml"))
