@@ -11,6 +11,7 @@ the host side in hostside/router_launch.py and hostside/router_workers.py.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import replace
 from typing import Any, Mapping
@@ -18,12 +19,21 @@ from typing import Any, Mapping
 from . import render
 from .hostside import names
 from .groups import groups_of, roles
+from .inventoryfile import inventory_file
 from .plantypes import LOCAL_URL, Gateway, HostPlan, Placement, Worker
 from .refusals import DeployDataError, check_fleet, raise_if
 
 
 def worker_url(address: str, port: int) -> str:
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def own_url(published_on: str, port: int) -> str:
+    """How the router host itself reaches a gateway port published on ``published_on`` (the gate, the worker
+    API, the status report): loopback when it is every address, else that address."""
+    if ipaddress.ip_address(published_on).is_unspecified:
+        published_on = "::1" if ":" in published_on else "127.0.0.1"
+    return worker_url(published_on, port)
 
 
 def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
@@ -61,7 +71,7 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
-            gate=replace(plan.gate, url=LOCAL_URL.format(port=spot.port), served_name=model.served_name,
+            gate=replace(plan.gate, url=own_url(plan.router.published_on, spot.port), served_name=model.served_name,
                          baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
         compose = render.router_compose_yaml(plan, gateway)
         gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose),
@@ -70,16 +80,19 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
     return replace(plan, gateways=tuple(gateways), layout=layout)
 
 
-def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True) -> dict[str, HostPlan | None]:
+def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
+          inventory_path: str | None = None) -> dict[str, HostPlan | None]:
     """
     Every router host's plan with its gateways: the workers of each model are
     the inventory's serving hosts of that model (those outside this run too,
     which then keep the membership they have); refused when any router host
     has a problem with the fleet (a status report keeps such a plan as it is).
+    ``inventory_path``: the inventory's file outside a pyinfra run.
     """
+    path = inventory_path or inventory_file()
     workers: dict[str, list[Worker]] = {}
     for each in inventory:
-        if roles(groups_of(each))[0]:
+        if roles(groups_of(each, path))[0]:
             key, worker = fleet_worker(each.name, each.data.dict(), plans.get(each.name))
             workers.setdefault(key, []).append(worker)
     out, errors = dict(plans), []

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import os
 
-from .inventoryfile import inventory_file
-
 # The inventory group whose hosts run the gateway (sglang-router), one per model.
 ROUTER_GROUP = "router"
 
 
-def groups_of(host, inventory_path: str | None = None) -> list[str]:
+def groups_of(host, inventory_path: str | None) -> list[str]:
     """
     The inventory's own groups of a host: without pyinfra's `all`, and
     without the group pyinfra adds holding every host, named after the
     inventory file (e.g. `inventory` for inventory.py), which would make every
-    router host a serving one. ``inventory_path``: that file, when this is not
-    a pyinfra run (the host checks).
+    router host a serving one. ``inventory_path``: that file
+    (inventoryfile.inventory_file() in a pyinfra run), or None.
     """
-    path = inventory_path or inventory_file()
+    path = inventory_path
     stem = os.path.basename(path).rsplit(".", 1)[0] if path else None
     everyone = {each.name for each in host.inventory}
     out = []

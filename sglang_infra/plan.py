@@ -105,7 +105,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
             registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
             prometheus_port=data["sglang_router_prometheus_port"],
             health_check_interval=data["sglang_router_health_check_interval"],
-            health_check_timeout=data["sglang_router_health_check_timeout"]) if routes else None,
+            health_check_timeout=data["sglang_router_health_check_timeout"],
+            bind_address=data["sglang_router_bind_address"],
+            trusted_network=data["sglang_router_trusted_network"],
+            prometheus_bind_address=data["sglang_router_prometheus_bind_address"]) if routes else None,
     )
     compose = render.compose_yaml(plan)
     return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=render.scripts(plan))

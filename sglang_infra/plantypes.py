@@ -24,6 +24,8 @@ LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775
 TOOLCHAIN_CONTEXT = "docker/toolchain"
 # The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
+# Where a gateway's port is published when sglang_router_bind_address is None.
+EVERY_ADDRESS = "0.0.0.0"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,14 @@ class RouterSettings:
     prometheus_port: int               # the first gateway's Prometheus port
     health_check_interval: int
     health_check_timeout: int
+    bind_address: str | None           # sglang_router_bind_address: None publishes on every address
+    trusted_network: bool              # sglang_router_trusted_network: an open front door, decided
+    prometheus_bind_address: str       # where the Prometheus ports are published
+
+    @property
+    def published_on(self) -> str:
+        """The host address the gateway's own port is published on."""
+        return self.bind_address or EVERY_ADDRESS
 
 
 class Placement(NamedTuple):

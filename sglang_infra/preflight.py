@@ -19,6 +19,7 @@ from pyinfra import logger
 from . import factcache, status
 from .gateways import fleet
 from .groups import groups_of
+from .inventoryfile import inventory_file
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan
 from .refusals import DeployDataError, judge, raise_if
@@ -38,7 +39,7 @@ def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return resolve_judged(host.name, judged, snapshot, groups_of(host)), [], snapshot
+        return resolve_judged(host.name, judged, snapshot, groups_of(host, inventory_file())), [], snapshot
     except DeployDataError as error:
         return None, error.problems, snapshot
 

@@ -16,6 +16,7 @@ Three passes, each over what it can see:
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -342,6 +343,14 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
             err("sglang_router_models", f"{spot.key!r} and {slugs[spot.slug]!r} make the same directory name",
                 "front only one of them from this host")
         slugs[spot.slug] = spot.key
+    # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
+    if plan.api_key is None and not router.trusted_network and \
+            ipaddress.ip_address(router.published_on).is_unspecified:
+        err("sglang_router_bind_address", f"{'every address' if router.bind_address is None else router.bind_address} "
+            "with no sglang_api_key_file: anyone who reaches the gateway's port could add a worker of their own "
+            "(POST /workers) and receive every prompt", "set sglang_api_key_file (clients then send its key), or "
+            "set sglang_router_bind_address to the one address clients reach this host on (e.g. its internal "
+            "interface's, or '127.0.0.1'), or, on a network you trust, sglang_router_trusted_network = True")
     if router.health_check_timeout >= router.health_check_interval:
         err("sglang_router_health_check_timeout", f"{router.health_check_timeout} s is not below "
             f"sglang_router_health_check_interval ({router.health_check_interval} s)",

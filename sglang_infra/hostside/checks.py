@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 # ---------------------------------------------------------------- repetition loops
@@ -183,7 +184,9 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
 
 # ---------------------------------------------------------------- HTTP
 # Set from --api-key-file: the server's API key, read from its file (never passed on a command line).
-HEADERS = {}
+_HEADERS = {}
+_SECRETS = []   # the key, as it may appear in a log line or an answer, for redact()
+REDACTED = "<redacted>"
 
 
 def use_api_key_file(path):
@@ -194,12 +197,29 @@ def use_api_key_file(path):
         for line in handle:
             key, sep, value = line.partition(":")
             if sep and key.strip() == "api-key":
-                HEADERS["Authorization"] = "Bearer " + json.loads(value.strip())
+                secret = json.loads(value.strip())
+                _HEADERS["Authorization"] = "Bearer " + secret
+                _SECRETS[:] = sorted({secret, urllib.parse.quote(secret, safe=""),
+                                      urllib.parse.quote_plus(secret, safe="")} - {""}, key=len, reverse=True)
+
+
+def auth_headers():
+    """The headers that carry the key (none without one)."""
+    return dict(_HEADERS)
+
+
+def redact(text):
+    """``text`` without the key: SGLang logs its server args (the key included) at start and /server_info
+    carries it (sgl-project/sglang#37457); whatever a server wrote or answered is redacted before it is
+    printed or stored."""
+    for secret in _SECRETS:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def _post(url: str, payload: dict, timeout: float):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json", **HEADERS}, method="POST")
+                                     headers={"Content-Type": "application/json", **_HEADERS}, method="POST")
     return urllib.request.urlopen(request, timeout=timeout)
 
 
@@ -305,7 +325,7 @@ def list_models(url: str, timeout: float) -> dict:
     try:
         with urllib.request.urlopen(base + "/health", timeout=_left(deadline, timeout)) as reply:
             read_bounded(reply, deadline, MAX_MODELS_BYTES)
-        request = urllib.request.Request(base + "/v1/models", headers=dict(HEADERS))
+        request = urllib.request.Request(base + "/v1/models", headers=dict(_HEADERS))
         with urllib.request.urlopen(request, timeout=_left(deadline, timeout)) as reply:
             listed = json.loads(read_bounded(reply, deadline, MAX_MODELS_BYTES))
         models = [m["id"] for m in listed["data"]]
@@ -421,7 +441,7 @@ def write_result(results_dir: str, result: dict) -> str:
         except FileExistsError:
             continue
         with os.fdopen(fd, "w") as handle:
-            json.dump(result, handle, indent=2)
+            json.dump(json.loads(redact(json.dumps(result))), handle, indent=2)
         return path
     raise OSError(f"no free result file name in {results_dir}")
 
@@ -531,9 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = run_benchmark(args.url, args.model, args.concurrency, args.max_tokens, args.timeout,
                                args.baseline, args.min_fraction, args.results_dir, args.distinct_prompts)
-    print(json.dumps(result, sort_keys=True))
+    print(redact(json.dumps(result, sort_keys=True)))
     if not result["ok"]:
-        print(f"{result['check']} FAILED: {'; '.join(result['problems'])}", file=sys.stderr)
+        print(redact(f"{result['check']} FAILED: {'; '.join(result['problems'])}"), file=sys.stderr)
         return 1
     return 0
 

@@ -66,6 +66,7 @@ def containers(labels, socket_path=SOCKET):
             "status": found.get("Status"),
             "image_id": found.get("ImageID"),
             "labels": found.get("Labels") or {},
+            "ports": found.get("Ports") or [],   # [{"IP", "PrivatePort", "PublicPort", "Type"}] it publishes
         })
     return out
 

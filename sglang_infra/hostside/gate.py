@@ -40,9 +40,9 @@ BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baselin
 
 
 def say(line):
-    """One line of the gate's output; what came from the server or its container (log lines, error bodies)
-    with control characters escaped."""
-    print(f"gate[{socket.gethostname()}]: {printable(line)}", file=sys.stderr, flush=True)
+    """One line for the operator (and CI): without the API key, whatever the server logged or answered, and
+    with control characters escaped in what came from the server or its container."""
+    print(f"gate[{socket.gethostname()}]: {printable(checks.redact(line))}", file=sys.stderr, flush=True)
 
 
 def copy(source, dest):
@@ -92,6 +92,8 @@ class Gate:
         found = stack.container(self.project, self.service)
         if found is None or found["state"] != "running":
             return f"the container is not running ({found['status'] if found else 'no container'})"
+        if checks.auth_headers() and not stack.holds(self.args.url, self.project, self.service):
+            return f"the container does not publish {self.args.url}; the API key is sent to no other port"
         return None
 
     def validate(self):
@@ -146,8 +148,9 @@ class Gate:
 
     def record(self, failed, benchmark, rolled_back=None):
         """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
-        text = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passed": failed is None,
-                           "reason": failed, "rolled_back": rolled_back, "benchmark": benchmark}, sort_keys=True)
+        text = checks.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                         "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
+                                         "benchmark": benchmark}, sort_keys=True))
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
                                 os.path.join(self.docker_dir, names.COMPOSE_FILE))

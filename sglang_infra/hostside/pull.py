@@ -119,6 +119,19 @@ def _same_origin(a: str, b: str) -> bool:
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
 
 
+def keeps_token(url: str, location: str) -> bool:
+    """
+    Whether the request to ``location``, where ``url`` led, may carry the
+    token: never when the scheme changes away from https (the token would
+    cross the network in clear, whatever the host), else when both are one
+    origin or a Hub origin (huggingface_hub's own rule, whose details vary
+    between its releases; its 1.x compared the host alone).
+    """
+    if urlsplit(url).scheme.lower() == "https" and urlsplit(location).scheme.lower() != "https":
+        return False
+    return _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
+
+
 # --------------------------------------------------------------------------- pull
 
 
@@ -650,8 +663,7 @@ class Puller:
         headers = build_hf_headers(token=self._token_arg(), library_name=LIBRARY_NAME)
         headers["Accept-Encoding"] = "identity"
         location = urljoin(url, meta.location) if meta.location else url
-        same = _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
-        if not same:
+        if not keeps_token(url, location):
             headers.pop("authorization", None)
         return location, headers
 

@@ -108,18 +108,26 @@ def disk(path):
 
 
 def last_gate(home):
+    """The last gate's record, without the API key (a record written before the gate redacted may hold it)."""
     raw = safefs.read_regular(os.path.join(home, "docker", stamp.LAST), 65536)
     try:
-        found = json.loads(raw) if raw else None
+        found = json.loads(checks.redact(raw.decode(errors="replace"))) if raw else None
     except ValueError:
         return {"unreadable": True}
     return found if isinstance(found, dict) else None
 
 
+def use_key(home):
+    """Read the API key (the server's config file), when there is one: sent to the gateways, redacted from
+    everything the report carries."""
+    key_file = os.path.join(home, "docker", "secrets", "server.yaml")
+    if os.path.isfile(key_file) and not os.path.islink(key_file):
+        checks.use_api_key_file(key_file)
+
+
 def gateways(home):
     """[{"slug", "port", "workers": [{"url", "healthy"}] or None, "error"}] of the gateways below the home."""
     out = []
-    key_file = os.path.join(home, "docker", "secrets", "server.yaml")
     for slug, directory in stack.gateway_dirs(home).items():
         text = (safefs.read_regular(os.path.join(directory, names.COMPOSE_FILE), 1 << 20) or b"").decode(errors="replace")
         port = re.search(r"--port=(\d+)", text)
@@ -127,9 +135,14 @@ def gateways(home):
         try:
             if port is None:
                 raise OSError("no --port in its compose.yaml")
-            if os.path.isfile(key_file):
-                checks.use_api_key_file(key_file)
-            request = urllib.request.Request(f"http://127.0.0.1:{found['port']}/workers", headers=checks.HEADERS)
+            # Only to the port the gateway's own running container publishes: a port no container holds is
+            # anyone's to listen on, and the request carries the key.
+            addresses = stack.published(found["port"], *stack.gateway(slug))
+            if not addresses:
+                raise OSError(f"its container does not run and publish port {found['port']}; nothing was sent")
+            address = "127.0.0.1" if addresses[0] in ("0.0.0.0", "::") else addresses[0]
+            url = f"http://[{address}]:{found['port']}" if ":" in address else f"http://{address}:{found['port']}"
+            request = urllib.request.Request(url + "/workers", headers=checks.auth_headers())
             started = time.monotonic()
             with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
                 listed = json.loads(checks.read_bounded(reply, started + GATEWAY_TIMEOUT,
@@ -143,6 +156,7 @@ def gateways(home):
 
 def read(home, docker):
     """The report section; ``docker`` is the snapshot's own docker section (socket, plugin)."""
+    use_key(home)
     cache = os.path.join(home, "hf-cache")
     try:
         real_cache = stat.S_ISDIR(os.lstat(cache).st_mode)

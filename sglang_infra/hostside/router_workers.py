@@ -9,7 +9,9 @@
    workers and removes the others, without a restart; both are queued by the
    gateway, so the list is read again until it matches (bounded).
 Prints one line saying what changed. The key, when there is one, is read
-from the server's config file and sent as a Bearer header, never printed.
+from the server's config file and sent as a Bearer header, never printed,
+and only to a URL the gateway's own running container publishes (the
+Engine API says so): a port no container holds is anyone's to listen on.
 """
 
 import json
@@ -29,7 +31,7 @@ TIMEOUT = 10          # seconds, for one call to the gateway, its reply read in 
 def call(base, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **checks.HEADERS})
+                                     headers={"Content-Type": "application/json", **checks.auth_headers()})
     started = time.monotonic()
     with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
         raw = checks.read_bounded(reply, started + TIMEOUT, checks.MAX_GATEWAY_BYTES)
@@ -66,6 +68,10 @@ def main(argv=None):
     wanted = json.loads(sys.stdin.read())
     stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                         os.path.join(directory, names.COMPOSE_FILE))
+    if checks.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+        print(f"router_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
+              "running yet, or published elsewhere), so the key is not sent there; it reads the file when it starts")
+        return 0
     try:
         added, removed = sync(base, wanted)
     except (urllib.error.URLError, OSError) as error:

@@ -13,6 +13,7 @@ that container still exists and is running, and the files still match.
 import json
 import os
 import sys
+import urllib.parse
 
 from . import dockerapi, names, safefs
 
@@ -46,6 +47,38 @@ def container(project=PROJECT, service=SERVICE):
         found["started_at"] = details.get("StartedAt")
         found["health"] = (details.get("Health") or {}).get("Status")   # starting, healthy, unhealthy or None
     return found
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def published(port, project=PROJECT, service=SERVICE):
+    """The host addresses the service's own running container publishes TCP ``port`` on, as the engine reports
+    them ("0.0.0.0" or "::": every address); none when it does not run or the engine does not answer."""
+    try:
+        found = dockerapi.compose_containers(project).get(service)
+    except (dockerapi.Unavailable, ValueError):
+        return []
+    if found is None or found["state"] != "running":
+        return []
+    return [p.get("IP") or "0.0.0.0" for p in found.get("ports") or ()
+            if p.get("PublicPort") == port and p.get("Type", "tcp") == "tcp"]
+
+
+def holds(url, project=PROJECT, service=SERVICE):
+    """
+    Whether ``url`` (http://ADDRESS:PORT) is a port the service's own
+    running container publishes: the API key is sent nowhere else (a port no
+    container holds is free for any local user to listen on). Loopback
+    stands for a port published on every address.
+    """
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    return any(address == parts.hostname or address in ("0.0.0.0", "::") and parts.hostname in LOOPBACK
+               for address in (published(port, project, service) if port else ()))
 
 
 def file_digests(docker_dir):

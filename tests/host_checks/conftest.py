@@ -123,7 +123,7 @@ class Target:
     def __init__(self, name: str, data: dict, inventory_path: str):
         self.name = name
         self.data = data
-        self.inventory = _inventory(inventory_path)
+        self.inventory, self.inventory_path = _inventory(inventory_path), inventory_path
         self.groups = groups.groups_of(self.inventory.get_host(name), inventory_path)
         address = data.get("ssh_hostname") or name
         user = data.get("ssh_user")
@@ -148,7 +148,8 @@ class Target:
         from sglang_infra.plan import resolve
 
         plan = resolve(self.name, self.data, self.snapshot, self.groups)
-        return gateways.fleet({self.name: plan}, self.inventory, refuse=False)[self.name] if plan.routes else plan
+        return gateways.fleet({self.name: plan}, self.inventory, refuse=False,
+                              inventory_path=self.inventory_path)[self.name] if plan.routes else plan
 
     def run(self, command: str):
         if self.sudo:

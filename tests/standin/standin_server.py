@@ -7,7 +7,9 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 - GET  /health                503 while "loading", then 200 (empty body)
 - GET  /v1/models             the served model
 - GET  /server_info, /get_server_info, /model_info, /get_model_info
-                              what the gateway (sglang-router) asks a worker for when it adds it
+                              what the gateway (sglang-router) asks a worker for when it adds it (the
+                              server info with the API key in clear, as SGLang's; its start-up log line
+                              server_args=... carries the key too)
 - POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
                               streaming as server-sent events ending in [DONE];
                               404 for an unknown model, 400 for a bad request
@@ -133,9 +135,11 @@ class StandIn:
         return max(own, self.active / self.capacity) if self.capacity else own
 
     def info(self) -> dict:
-        """SGLang's /server_info in brief: the fields a gateway reads."""
+        """SGLang's /server_info in brief: the fields a gateway reads, and the API key in clear, as SGLang's
+        carries it (sgl-project/sglang#37457): a stand-in shows that failure mode too."""
         return {"model_path": self.args.model_path, "served_model_name": self.served, "tp_size": self.args.tp_size,
-                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in"}
+                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in",
+                "api_key": self.args.api_key}
 
     def ready(self) -> bool:
         return self.failure != "never_ready" and time.monotonic() >= self.ready_at
@@ -366,6 +370,10 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
               file=sys.stderr, flush=True)
         return 1
+    # SGLang logs its server arguments at start, the API key in clear (sgl-project/sglang#37457); so does the
+    # stand-in, so that a test can prove that the project redacts it from everything it prints or stores.
+    shown = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(args).items()) if name != "config")
+    print(f"[stand-in] server_args=ServerArgs({shown})", file=sys.stderr, flush=True)
     server = Server((args.host, args.port), make_handler(standin))
     print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
           f"this is not SGLang", file=sys.stderr, flush=True)

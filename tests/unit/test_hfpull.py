@@ -759,6 +759,42 @@ def test_token_is_dropped_on_a_redirect_to_another_origin(cdn_hub, tmp_path):
         cdn_hub.file_meta("org/gated", commit, p)["etag"] for p in cdn_hub.files("org/gated", commit))
 
 
+def file_location_headers(monkeypatch, tmp_path, endpoint, location, library_rule=None):
+    """The headers the pull sends to ``location`` when the Hub's HEAD of a file at ``endpoint`` points there."""
+    from types import SimpleNamespace
+
+    from sglang_infra.hostside import pull as pull_module
+
+    blob = Blob(name="e" * 64, size=10, lfs=True, paths=["model.safetensors"])
+    meta = SimpleNamespace(commit_hash="c" * 40, etag=blob.name, size=blob.size, location=location)
+    monkeypatch.setattr(pull_module, "get_hf_file_metadata", lambda *args, **kwargs: meta)
+    if library_rule is not None:
+        monkeypatch.setattr(pull_module, "_is_same_or_hub_host", library_rule)
+    puller = Puller(str(tmp_path), "org/gated", "main", endpoint, TOKEN, 0)
+    puller.commit = "c" * 40
+    return puller._file_location(blob.paths[0], blob)
+
+
+def same_host(url, target):
+    """huggingface_hub 1.x's rule for keeping the token across a redirect: the same host, whatever the scheme."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname == urlsplit(target).hostname
+
+
+@pytest.mark.parametrize("library_rule", [None, same_host])
+def test_the_token_is_dropped_on_a_redirect_from_https_to_http_on_the_same_host(monkeypatch, tmp_path,
+                                                                                 library_rule):
+    location, headers = file_location_headers(monkeypatch, tmp_path, "https://mirror.example",
+                                              "http://mirror.example/lfs/blob", library_rule)
+    assert location == "http://mirror.example/lfs/blob"
+    assert "authorization" not in {k.lower() for k in headers} and TOKEN not in json.dumps(headers)
+    # The same origin, still https, keeps it: the rule drops only what must be dropped.
+    _, kept = file_location_headers(monkeypatch, tmp_path, "https://mirror.example",
+                                    "https://mirror.example/lfs/blob", library_rule)
+    assert kept["authorization"] == f"Bearer {TOKEN}"
+
+
 def test_missing_repo_and_revision(hub, tmp_path):
     r = pull(tmp_path, "org/nope", "main", hub)
     assert r.rc == 3 and r.err.startswith("pull failed: RepoNotFound: "), r

@@ -342,3 +342,13 @@ def test_a_token_is_never_sent_over_plain_http(tmp_path):
                                                      "is plain http") and "hf_0123" not in errors[0]
     assert errors_for(sglang_hf_endpoint="https://mirror.internal", sglang_hf_token_file=str(token)) == []
     assert errors_for(sglang_hf_endpoint="http://mirror.internal:8080") == []   # no token, nothing to leak
+
+
+def test_a_ca_bundle_holding_a_private_key_is_refused_with_the_toolchain_image_off(tmp_path):
+    # Judged whether or not the bundle is used: turning the toolchain image on later cannot surprise anyone.
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+                      "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----\n")
+    [found] = errors_for(sglang_extra_ca_bundle=str(bundle), sglang_toolchain_image=False)
+    assert found.startswith("host gpu-01: sglang_extra_ca_bundle: ") and "private key" in found
+    assert errors_for(sglang_extra_ca_bundle=str(bundle), sglang_toolchain_image=True) == [found]
