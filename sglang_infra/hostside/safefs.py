@@ -247,3 +247,50 @@ class Budget:
             elif time.monotonic() > self.deadline:
                 self.stopped = f"more than {self.seconds} s"
         return self.stopped is None
+
+
+MAX_DEPTH = 256  # directories below a walk's top; a deeper tree is left unread, and said so
+
+
+def walk(dir_fd, top, budget):
+    """
+    (path, lstat) of everything below the directory open as ``dir_fd`` (named
+    ``top``; not closed here), depth first. Each directory is opened from its
+    parent's descriptor with O_NOFOLLOW, so a directory swapped for a link
+    while the walk runs is never entered; at most MAX_DEPTH levels, and only
+    while ``budget`` lasts (its ``stopped`` then says why the walk ended).
+    """
+    stack = [(top, None, os.scandir(dir_fd))]
+    try:
+        while stack:
+            path, fd, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                entries.close()
+                if fd is not None:
+                    os.close(fd)
+                stack.pop()
+                continue
+            if not budget.spend():
+                return
+            parent = dir_fd if fd is None else fd
+            st = lstat_in(parent, entry.name)
+            if st is None:
+                continue
+            full = path + "/" + entry.name
+            yield full, st
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) >= MAX_DEPTH:
+                    budget.stopped = f"a tree deeper than {MAX_DEPTH} directories ({full})"
+                    return
+                child = open_subdir(parent, entry.name)
+                if child is not None:
+                    try:
+                        stack.append((full, child, os.scandir(child)))
+                    except OSError:
+                        os.close(child)
+    finally:
+        for _path, fd, entries in stack:
+            entries.close()
+            if fd is not None:
+                os.close(fd)
