@@ -957,3 +957,27 @@ def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
     blobs = repo_dir(tmp_path / "hub", "org/small") / "blobs"
     assert not [n for n in os.listdir(blobs) if (blobs / n).is_symlink() and not n.endswith(".incomplete")]
+
+
+def test_prune_removes_only_blobs_of_the_repos_own_blobs_dir(hub, pulled):
+    """huggingface_hub takes a snapshot link's target as the blob to delete: a member's link from a pruned
+    revision to a file of the account's (a compose file) or to another repo's kept blob had that file deleted."""
+    tmp_path = pulled
+    old, new = hub.commit("org/small", "old"), hub.commit("org/small", "main")
+    other = hub.commit("org/other", "main")
+    ok_pull(tmp_path, "org/small", "old", hub)
+    victim = tmp_path.parent / "compose.yaml"
+    victim.write_text("services: {}\n")
+    kept_blob = next((repo_dir(tmp_path, "org/other") / "blobs").iterdir())
+    snap = repo_dir(tmp_path, "org/small") / "snapshots" / old
+    (snap / "stolen.yaml").symlink_to(os.path.relpath(victim, snap))
+    (snap / "borrowed.bin").symlink_to(os.path.relpath(kept_blob, snap))
+
+    r = prune(tmp_path, "--keep", f"org/small@{new}", "--keep", f"org/other@{other}")
+    assert r.rc == 0, r
+    assert {(x["repo_id"], x["commit"]) for x in r.result["removed"]} == {("org/small", old)}
+    assert victim.read_text() == "services: {}\n" and kept_blob.exists()
+    assert f"prune: leaving {victim}" in r.out and f"prune: leaving {kept_blob}" in r.out
+    assert not snap.exists()
+    state = cachestate.scan(str(tmp_path))["repos"]
+    assert state["org/other"]["revisions"][other]["verified"] and state["org/small"]["revisions"][new]["verified"]
