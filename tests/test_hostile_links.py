@@ -26,7 +26,10 @@ VICTIM_STATE = f"stat -c '%U %G %a' {VICTIM} && cat {VICTIM}"
 @pytest.fixture(scope="module")
 def converged(testbed, workdir):
     host = testbed.host(HOST, login="deploy")
-    inventory = testbed.inventory(workdir / "links.py", {"production": [(host, {})]})
+    # The gate's benchmark is not what this module tests: on a shared, loaded machine the stand-in may run well
+    # below its baseline, so the fraction it must reach is low here.
+    inventory = testbed.inventory(workdir / "links.py", {"production": [(host, {
+        "sglang_benchmark_min_fraction": 0.05})]})
     first = run_deploy(inventory)
     assert first.returncode == 0, first.output[-3000:]
     host.exec(f"echo {MARKER} > {VICTIM} && chmod 600 {VICTIM}")
