@@ -56,6 +56,17 @@ def _overrides(host) -> str | None:
     return f"[{host.name}] over group_data, {'; '.join(parts)}" if parts else None
 
 
+def walk_warnings(name: str, snapshot: dict | None) -> list[str]:
+    """What the host's one read left unread, because a walk below the home (the layout's, the model cache's)
+    reached its bound in entries or time, or met a link where none may be: one line each."""
+    found = []
+    for section in ("layout", "models"):
+        said = ((snapshot or {}).get(section) or {}).get("stopped_early")
+        if said:
+            found.append(f"[{name}] {said}")
+    return found
+
+
 def preflight(host, inventory) -> bool:
     """
     Resolve every host being deployed, at once and in parallel (one snapshot
@@ -83,6 +94,9 @@ def preflight(host, inventory) -> bool:
     else:
         raise_if([problem for _, job in jobs for problem in job.value[1]])
     if key not in _plans:
+        for each, job in jobs:
+            for line in walk_warnings(each.name, job.value[2]):
+                logger.warning(line)
         _plans[key] = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
     return _plans[key].get(host.name) is not None
 

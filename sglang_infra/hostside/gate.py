@@ -45,15 +45,18 @@ def say(line):
     print(f"gate[{socket.gethostname()}]: {printable(checks.redact(line))}", file=sys.stderr, flush=True)
 
 
+MAX_CONFIG = 16 << 20  # bytes of a compose.yaml or .env the gate copies
+
+
 def copy(source, dest):
     """
     cp -p, atomically and checked (safefs.write_atomic): content, mode, times
     and owner (the gate runs as root; the files belong to the account). A
-    full disk raises instead of leaving a truncated copy.
+    full disk raises instead of leaving a truncated copy; a symlink at either
+    name, or on the way to it, is refused (named in the OSError), never
+    followed.
     """
-    with open(source, "rb") as handle:
-        content = handle.read()
-    st = os.stat(source)
+    content, st = safefs.read_with_stat(source, MAX_CONFIG)
     safefs.write_atomic(dest, content, stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid),
                         times=(st.st_atime_ns, st.st_mtime_ns), verify=True)
 
@@ -78,7 +81,7 @@ class Gate:
 
     def config(self, suffix=""):
         return [os.path.join(self.docker_dir, name + suffix) for name in CONFIG
-                if name == names.COMPOSE_FILE or os.path.isfile(os.path.join(self.docker_dir, name))]
+                if name == names.COMPOSE_FILE or os.path.lexists(os.path.join(self.docker_dir, name))]
 
     def compose(self, *words):
         try:
@@ -177,13 +180,18 @@ class Gate:
         except OSError as error:
             say(f"could not keep the failed config as *.failed ({error})")
         good = [path + ".good" for path in self.config()]
-        if not all(os.path.isfile(path) for path in good):
+        if not all(os.path.lexists(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
             self.record(failed, tried)
             return 1
         say(f"FAILED: {failed}. Rolling back to the last known-good config")
-        for path in good:
-            copy(path, path[: -len(".good")])
+        try:
+            for path in good:
+                copy(path, path[: -len(".good")])
+        except OSError as error:
+            say(f"FAILED: {failed}. The known-good config could not be restored ({error}); the host needs a person")
+            self.record(failed, tried, rolled_back=False)
+            return 2
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()

@@ -29,6 +29,7 @@ GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers, its reply read in f
 
 COMMAND_TIMEOUT = 30   # seconds, for nvidia-smi and the compose plugin
 MAX_ENTRIES = 1_000_000  # entries hf-cache's size walks at most; a larger tree is reported as partial
+MAX_SECONDS = 60         # and the time it takes at most
 
 
 def _run(argv):
@@ -73,29 +74,23 @@ def compose(plugin):
 
 
 def cache_size(top):
-    """Bytes of the regular files below ``top``, each inode once (blobs and their links), no link followed."""
-    seen, files, entries, partial = set(), 0, 0, False
-    pending = [top]
-    while pending:
-        try:
-            listing = list(os.scandir(pending.pop()))
-        except OSError:
-            continue
-        for entry in listing:
-            entries += 1
-            if entries > MAX_ENTRIES:
-                partial, pending = True, []
-                break
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                pending.append(entry.path)
-            elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+    """Bytes of the regular files below ``top``, each inode once (blobs and their links), no link followed
+    (safefs.walk: every directory opened from its parent's descriptor), at most MAX_ENTRIES entries and
+    MAX_SECONDS."""
+    seen, files = set(), 0
+    budget = safefs.Budget(MAX_ENTRIES, MAX_SECONDS)
+    try:
+        fd = safefs.open_dir(top)
+    except OSError:
+        return {"bytes": 0, "files": 0, "partial": True}
+    try:
+        for _path, st in safefs.walk(fd, top, budget):
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 files += st.st_size
-    return {"bytes": files, "files": len(seen), "partial": partial}
+    finally:
+        os.close(fd)
+    return {"bytes": files, "files": len(seen), "partial": budget.stopped is not None}
 
 
 def disk(path):

@@ -156,23 +156,21 @@ def _names(st, users={}, groups={}):
     return users[st.st_uid], groups[st.st_gid]
 
 
-def _walk(top):
-    """(path, lstat) of everything below ``top``, never following a symlink."""
-    stack_ = [top]
-    while stack_:
-        current = stack_.pop()
-        try:
-            entries = list(os.scandir(current))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            yield entry.path, st
-            if stat.S_ISDIR(st.st_mode):
-                stack_.append(entry.path)
+LAYOUT_ENTRIES = 2_000_000   # entries below the home one read walks
+LAYOUT_SECONDS = 120
+
+
+def _walk(top, budget):
+    """(path, lstat) of everything below ``top``, never following a symlink (safefs.walk), within ``budget``."""
+    try:
+        fd = safefs.open_dir(top)
+    except OSError as error:
+        budget.stopped = str(error)
+        return
+    try:
+        yield from safefs.walk(fd, top, budget)
+    finally:
+        os.close(fd)
 
 
 def layout(spec):
@@ -209,7 +207,8 @@ def layout(spec):
             add("world_writable", home)
     except OSError:
         pass
-    for path, st in _walk(home):
+    budget = safefs.Budget(LAYOUT_ENTRIES, LAYOUT_SECONDS)
+    for path, st in _walk(home, budget):
         owner, owner_group = _names(st)
         link, directory = stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode)
         mode = stat.S_IMODE(st.st_mode)
@@ -230,7 +229,9 @@ def layout(spec):
             add("docker_group_writable", path, st)
     for paths in drift.values():
         paths.sort()
-    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed)}
+    stopped = budget.stopped and f"the walk of {home} stopped early: {budget.stopped}; drift past that point is " \
+                                 "not repaired by this run"
+    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed), "stopped_early": stopped}
 
 
 def files(directory):

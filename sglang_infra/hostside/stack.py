@@ -86,8 +86,8 @@ def file_digests(docker_dir):
 
 
 def write_private(path, text, like):
-    """Replace ``path`` with ``text`` (never through a symlink), owned like the file ``like``."""
-    st = os.stat(like)
+    """Replace ``path`` with ``text`` (never through a symlink), owned like the file ``like`` (not followed)."""
+    st = os.lstat(like)
     safefs.write_atomic(path, text.encode(), 0o644, owner=(st.st_uid, st.st_gid))
 
 
