@@ -50,15 +50,7 @@ def _regular_or_absent(dir_fd, name, path):
 def _replace(dir_fd, name, data, mode, owner, times=None):
     """``name`` replaced by a new file holding ``data``: written beside it, renamed over it."""
     tmp = f"{name}.{os.getpid()}.tmp"
-    st = safefs.create_new(dir_fd, tmp, data, mode, owner, times)
-    try:
-        safefs.rename_own(dir_fd, tmp, name, st)
-    except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
+    safefs.rename_new(dir_fd, tmp, name, safefs.create_new(dir_fd, tmp, data, mode, owner, times))
 
 
 def put(dest, owner, mode, data, keep_previous=False, check=None):
@@ -72,8 +64,9 @@ def put(dest, owner, mode, data, keep_previous=False, check=None):
             os.unlink(candidate, dir_fd=dir_fd)  # a leftover of an interrupted run
         except FileNotFoundError:
             pass
-        st = safefs.create_new(dir_fd, candidate, data, mode, owner)
-        try:
+
+        def checked_and_kept():
+            """The candidate passed its check, and the old file is kept as .previous."""
             if check:
                 try:
                     found = subprocess.run(["sh", "-c", check], capture_output=True, text=True, timeout=CHECK_TIMEOUT)
@@ -93,13 +86,9 @@ def put(dest, owner, mode, data, keep_previous=False, check=None):
                     old = handle.read(MAX_PREVIOUS)
                 _replace(dir_fd, previous, old, stat.S_IMODE(was.st_mode), (was.st_uid, was.st_gid),
                          (was.st_atime_ns, was.st_mtime_ns))
-            safefs.rename_own(dir_fd, candidate, name, st)
-        except BaseException:
-            try:
-                os.unlink(candidate, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
+
+        safefs.rename_new(dir_fd, candidate, name, safefs.create_new(dir_fd, candidate, data, mode, owner),
+                          checked_and_kept)
     finally:
         os.close(dir_fd)
 

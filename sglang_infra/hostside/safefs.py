@@ -210,22 +210,32 @@ def write_atomic(path, data, mode=0o664, owner=None, times=None, verify=False, t
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY) if trusted_dir else open_dir(directory)
     tmp = f"{name}.{os.getpid()}.tmp"
+
+    def read_back():
+        back = read_regular(tmp, len(data) + 1, dir_fd=dir_fd)
+        if back is None or hashlib.sha256(back).digest() != hashlib.sha256(data).digest():
+            raise OSError(f"{path}: the new copy does not read back as written")
+
     try:
         st = create_new(dir_fd, tmp, data, mode, owner, times)
-        try:
-            if verify:
-                back = read_regular(tmp, len(data) + 1, dir_fd=dir_fd)
-                if back is None or hashlib.sha256(back).digest() != hashlib.sha256(data).digest():
-                    raise OSError(f"{path}: the new copy does not read back as written")
-            rename_own(dir_fd, tmp, name, st)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
+        rename_new(dir_fd, tmp, name, st, read_back if verify else None)
     finally:
         os.close(dir_fd)
+
+
+def rename_new(dir_fd, tmp, name, st, before=None):
+    """The new file ``tmp`` (its stat ``st``, made by create_new) renamed over ``name`` after ``before()``, if
+    given; on any failure ``tmp`` is removed and the old ``name`` is left as it was."""
+    try:
+        if before is not None:
+            before()
+        rename_own(dir_fd, tmp, name, st)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
 
 
 class Budget:
