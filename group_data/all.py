@@ -200,8 +200,14 @@ sglang_router_models = None
 # How the gateway picks a worker: cache_aware sends a prompt to the worker whose RadixAttention cache already holds its prefix, and balances by load once the workers are uneven; also random, round_robin, power_of_two or manual.
 sglang_router_policy = "cache_aware"
 
-# Host address the gateways publish their ports on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers.
-sglang_router_bind_address = "0.0.0.0"
+# Host address the gateways publish their ports on; None: every address when clients must send sglang_api_key_file's key (or the network is trusted), else refused: without a key anyone who reaches the port can add a worker of theirs and receive every prompt.
+sglang_router_bind_address = None
+
+# Serve a gateway without an API key on every address; off, so an open front door is a decision: everyone who reaches its port could add a worker (POST /workers) and read every prompt.
+sglang_router_trusted_network = False
+
+# Host address the gateways' Prometheus ports are published on; loopback, because the metrics name every worker and its load: name an address for a scraper on another machine.
+sglang_router_prometheus_bind_address = "127.0.0.1"
 
 # Port of the first model's gateway (the first model of sglang_models); each later model in the registry takes the next port, so adding a model at the end moves no one.
 sglang_router_port = 30080

@@ -28,11 +28,14 @@ pyinfra=.venv/bin/pyinfra
 python=.venv/bin/python
 [ -x "$python" ] || python=python3
 
-# A canary that matches no host would "pass" and let every host through: refuse it first.
-if ! canaries=$("$python" -m sglang_infra.inventoryfile match "$inventory" "$canary"); then
-  echo "rollout: refused, the canary matches no host; nothing was deployed" >&2
-  exit 1
-fi
+# A canary that matches no host, or only router hosts (which serve no model), would "pass" and let every host
+# through: refuse it first.
+canaries=$("$python" -m sglang_infra.inventoryfile canary "$inventory" "$canary")
+case $? in
+  0) ;;
+  3) echo "rollout: refused, the canary serves no model; nothing was deployed" >&2; exit 1 ;;
+  *) echo "rollout: refused, the canary matches no host; nothing was deployed" >&2; exit 1 ;;
+esac
 echo "rollout: canary hosts: $canaries" >&2
 
 canary_data=()

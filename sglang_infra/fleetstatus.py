@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from . import status
+from .hostside.printable import printable
 from .hostside.units import human
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -168,12 +169,13 @@ def summary_line(summary: dict) -> str:
 
 
 def table(report: dict) -> str:
-    rows = [HEADER] + [_cells(host) for host in report["hosts"]]
+    # Much of a row came from the hosts (log-derived reasons, worker URLs, labels): printed escaped.
+    rows = [HEADER] + [[printable(cell) for cell in _cells(host)] for host in report["hosts"]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     for host in report["hosts"]:
-        lines += [f"{host['host']}: {problem}" for problem in host["problems"]]
-        lines += [gateway_line(host["host"], gateway) for gateway in host.get("gateways") or ()]
+        lines += [printable(f"{host['host']}: {problem}") for problem in host["problems"]]
+        lines += [printable(gateway_line(host["host"], gateway)) for gateway in host.get("gateways") or ()]
     lines.append(summary_line(report["summary"]))
     return "\n".join(lines)
 

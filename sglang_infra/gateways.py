@@ -11,45 +11,29 @@ the host side in hostside/router_launch.py and hostside/router_workers.py.
 
 from __future__ import annotations
 
-import os
+import ipaddress
 import re
 from dataclasses import replace
 from typing import Any, Mapping
 
 from . import render
 from .hostside import names
+from .groups import groups_of, roles
 from .inventoryfile import inventory_file
-from .plantypes import LOCAL_URL, ROUTER_GROUP, Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
+from .plantypes import Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
 from .refusals import DeployDataError, check_fleet, check_pool, raise_if
-
-
-def groups_of(host) -> list[str]:
-    """
-    The inventory's own groups of a host: without pyinfra's `all`, and
-    without the group pyinfra adds holding every host, named after the
-    inventory file (e.g. `inventory` for inventory.py), which would make every
-    router host a serving one.
-    """
-    path = inventory_file()
-    stem = os.path.basename(path).rsplit(".", 1)[0] if path else None
-    everyone = {each.name for each in host.inventory}
-    out = []
-    for name in (getattr(group, "name", group) for group in (host.groups or ())):
-        implicit = name == stem and name != ROUTER_GROUP and \
-            {each.name for each in host.inventory.get_group(name)} == everyone
-        if name != "all" and not implicit:
-            out.append(name)
-    return out
-
-
-def roles(groups) -> tuple[bool, bool]:
-    """(serves, routes) of a host in ``groups``: every group but `router` serves a model."""
-    groups = set(groups)
-    return (not groups or bool(groups - {ROUTER_GROUP})), ROUTER_GROUP in groups
 
 
 def worker_url(address: str, port: int) -> str:
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def own_url(published_on: str, port: int) -> str:
+    """How the router host itself reaches a gateway port published on ``published_on`` (the gate, the worker
+    API, the status report): loopback when it is every address, else that address."""
+    if ipaddress.ip_address(published_on).is_unspecified:
+        published_on = "::1" if ":" in published_on else "127.0.0.1"
+    return worker_url(published_on, port)
 
 
 def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
@@ -72,7 +56,10 @@ def router_settings(data: Mapping[str, Any]) -> RouterSettings:
         registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
         prometheus_port=data["sglang_router_prometheus_port"],
         health_check_interval=data["sglang_router_health_check_interval"],
-        health_check_timeout=data["sglang_router_health_check_timeout"])
+        health_check_timeout=data["sglang_router_health_check_timeout"],
+        bind_address=data["sglang_router_bind_address"],
+        trusted_network=data["sglang_router_trusted_network"],
+        prometheus_bind_address=data["sglang_router_prometheus_bind_address"])
 
 
 def place(router: RouterSettings, workers: Mapping[str, list[Worker]]) -> list[Placement]:
@@ -96,7 +83,7 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
-            gate=replace(plan.gate, url=LOCAL_URL.format(port=spot.port), served_name=model.served_name,
+            gate=replace(plan.gate, url=own_url(plan.router.published_on, spot.port), served_name=model.served_name,
                          baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
         compose = render.router_compose_yaml(plan, gateway)
         gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose),
@@ -115,26 +102,30 @@ def fronts(routers, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Fron
     for router in routers:
         data = router.data.dict()
         paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
-        for spot in place(router_settings(data), workers):
+        settings = router_settings(data)
+        for spot in place(settings, workers):
             out.setdefault(spot.key, []).append(Front(
-                router=router.name, slug=spot.slug, url=LOCAL_URL.format(port=spot.port),
-                metrics=LOCAL_URL.format(port=spot.prometheus_port) + "/metrics",
+                router=router.name, slug=spot.slug, url=own_url(settings.published_on, spot.port),
+                metrics=own_url(settings.prometheus_bind_address, spot.prometheus_port) + "/metrics",
                 directory=f"{paths.gateways}/{spot.slug}",
                 key_file=paths.server_config if data.get("sglang_api_key_file") else None))
     return {key: tuple(found) for key, found in out.items()}
 
 
-def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True) -> dict[str, HostPlan | None]:
+def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
+          inventory_path: str | None = None) -> dict[str, HostPlan | None]:
     """
     Every router host's plan with its gateways: the workers of each model are
     the inventory's serving hosts of that model (those outside this run too,
     which then keep the membership they have); refused when any router host
     has a problem with the fleet (a status report keeps such a plan as it is).
+    ``inventory_path``: the inventory's file outside a pyinfra run.
     """
+    path = inventory_path or inventory_file()
     workers: dict[str, list[Worker]] = {}
     routers = []
     for each in inventory:
-        serves, routes = roles(groups_of(each))
+        serves, routes = roles(groups_of(each, path))
         if serves:
             key, worker = fleet_worker(each.name, each.data.dict(), plans.get(each.name))
             workers.setdefault(key, []).append(worker)

@@ -3,6 +3,8 @@ deploy (load, match), and, inside a run, which file this run's inventory is
 (the lock lives beside it; its name is a group pyinfra adds).
 
     python3 -m sglang_infra.inventoryfile match INVENTORY PATTERN   the hosts --limit PATTERN would take; exit 1 if none
+    python3 -m sglang_infra.inventoryfile canary INVENTORY PATTERN  the same, and exit 3 when none of them serves a
+                                                                    model (router hosts only: a gate that proves nothing)
 """
 
 from __future__ import annotations
@@ -54,8 +56,15 @@ def inventory_file() -> str | None:
     return inventory if inventory and os.path.isfile(inventory) else None
 
 
+def serving(inventory, names: list[str], path: str) -> list[str]:
+    """Those of ``names`` that serve a model (in any group but `router`, gateways.roles)."""
+    from .groups import groups_of, roles
+
+    return [name for name in names if roles(groups_of(inventory.get_host(name), path))[0]]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] != "match":
+    if len(argv) != 3 or argv[0] not in ("match", "canary"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     inventory_path, pattern = argv[1], argv[2]
@@ -66,6 +75,11 @@ def main(argv: list[str]) -> int:
         print(f"'{pattern}' matches no host of {inventory_path}: name one of its hosts "
               f"({', '.join(h.name for h in inventory)}) or groups ({', '.join(groups) or 'none'})", file=sys.stderr)
         return 1
+    if argv[0] == "canary" and not serving(inventory, names, inventory_path):
+        print(f"'{pattern}' takes only router hosts ({', '.join(names)}), which serve no model: their gate proves "
+              "nothing about a new image, model or lock. Name a canary with at least one host that serves a model "
+              "(a host in any group but router)", file=sys.stderr)
+        return 3
     print(" ".join(names))
     return 0
 

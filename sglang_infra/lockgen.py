@@ -159,7 +159,7 @@ def resolve_image(reference: str) -> str:
     auth = _registry_auth(reference, socket_path)
     if auth:
         headers["X-Registry-Auth"] = auth
-    connection = dockerapi._UnixConnection(socket_path)
+    connection = dockerapi.UnixConnection(socket_path)
     connection.timeout = HTTP_TIMEOUT
     try:
         connection.request("GET", f"/distribution/{urllib.parse.quote(reference, safe='/:@')}/json",
@@ -340,6 +340,10 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
     for name, data in hosts:
         if not data["sglang_toolchain_image"]:
             continue
+        problems = toolchain.problems(data)   # pins are worked out from data the refusals accept
+        if problems:
+            key, what, fix = problems[0]
+            raise LockGenError(f"host {name}: {key}: {what}. Fix: {fix}")
         indexes = [data["sglang_pip_index_url"] or default_index()]
         extra = toolchain.flashinfer_index_url(data)
         if extra:
@@ -365,7 +369,7 @@ def write(path: str, doc: dict) -> bool:
         old = None
     if old is not None and lockfile.body(old) == lockfile.body(doc):
         return False
-    write_atomic(path, lockfile.render(doc).encode(), mode=0o644)
+    write_atomic(path, lockfile.render(doc).encode(), mode=0o644, trusted_dir=True)
     return True
 
 

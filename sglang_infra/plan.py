@@ -19,8 +19,8 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from . import ACCOUNT, models, platforms, render, toolchain
-from .gateways import roles, router_settings
 from .gpus import derive_flags, parse_snapshot
+from .groups import roles
 from .hostside import names
 from .plantypes import LOCAL_URL, Gate, HostPlan, Paths
 from .refusals import Judged, check_host_state, judge, raise_if

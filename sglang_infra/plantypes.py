@@ -24,8 +24,8 @@ LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775
 TOOLCHAIN_CONTEXT = "docker/toolchain"
 # The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
-# The inventory group whose hosts run the gateway (sglang-router), one per model.
-ROUTER_GROUP = "router"
+# Where a gateway's port is published when sglang_router_bind_address is None.
+EVERY_ADDRESS = "0.0.0.0"
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Front:
 
     router: str               # the router host's inventory name
     slug: str                 # router/<slug>/ on it
-    url: str                  # the gateway's API, on the router host (LOCAL_URL)
+    url: str                  # the gateway's API, where the router host itself reaches it (gateways.own_url)
     metrics: str              # its Prometheus endpoint, on the router host (smg_worker_requests_active)
     directory: str            # router/<slug>/ there (workers.json)
     key_file: str | None      # the router host's server config holding the key the gateway requires
@@ -113,6 +113,14 @@ class RouterSettings:
     prometheus_port: int               # the first gateway's Prometheus port
     health_check_interval: int
     health_check_timeout: int
+    bind_address: str | None           # sglang_router_bind_address: None publishes on every address
+    trusted_network: bool              # sglang_router_trusted_network: an open front door, decided
+    prometheus_bind_address: str       # where the Prometheus ports are published
+
+    @property
+    def published_on(self) -> str:
+        """The host address the gateway's own port is published on."""
+        return self.bind_address or EVERY_ADDRESS
 
 
 class Placement(NamedTuple):

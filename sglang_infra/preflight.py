@@ -17,7 +17,9 @@ import json
 from pyinfra import logger
 
 from . import factcache, status
-from .gateways import fleet, groups_of
+from .gateways import fleet
+from .groups import groups_of
+from .inventoryfile import inventory_file
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan
 from .refusals import DeployDataError, judge, raise_if
@@ -37,7 +39,7 @@ def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return resolve_judged(host.name, judged, snapshot, groups_of(host)), [], snapshot
+        return resolve_judged(host.name, judged, snapshot, groups_of(host, inventory_file())), [], snapshot
     except DeployDataError as error:
         return None, error.problems, snapshot
 
@@ -52,6 +54,17 @@ def _overrides(host) -> str | None:
         if keys:
             parts.append(f"{source} sets {', '.join(keys)}")
     return f"[{host.name}] over group_data, {'; '.join(parts)}" if parts else None
+
+
+def walk_warnings(name: str, snapshot: dict | None) -> list[str]:
+    """What the host's one read left unread, because a walk below the home (the layout's, the model cache's)
+    reached its bound in entries or time, or met a link where none may be: one line each."""
+    found = []
+    for section in ("layout", "models"):
+        said = ((snapshot or {}).get(section) or {}).get("stopped_early")
+        if said:
+            found.append(f"[{name}] {said}")
+    return found
 
 
 def preflight(host, inventory) -> bool:
@@ -81,6 +94,9 @@ def preflight(host, inventory) -> bool:
     else:
         raise_if([problem for _, job in jobs for problem in job.value[1]])
     if key not in _plans:
+        for each, job in jobs:
+            for line in walk_warnings(each.name, job.value[2]):
+                logger.warning(line)
         _plans[key] = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
     return _plans[key].get(host.name) is not None
 

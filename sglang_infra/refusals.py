@@ -16,6 +16,7 @@ Three passes, each over what it can see:
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,8 +29,11 @@ from pyinfra.api.exceptions import PyinfraError
 from . import ACCOUNT, models, platforms, toolchain
 from . import lock as lockfile
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
+from .hostside import names
+from .hostside.printable import printable
 from .inventoryfile import inventory_dir
-from .plantypes import ROUTER_GROUP, HostPlan, Placement, Worker
+from .groups import ROUTER_GROUP
+from .plantypes import HostPlan, Placement, Worker
 from .schema import SCHEMA, image_problem, system_dir_problem
 from .templating import template_path
 
@@ -129,7 +133,7 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
         guess = _suggest(key, frozenset(SCHEMA) | theirs)
         hint = f"did you mean {guess}? " if guess else ""
         err(key, "unknown key: neither this project's, nor pyinfra's own (a typo would silently fall back to the "
-                 "default)", f"{hint}the known keys are listed in README.md and group_data/all.py; keys of your "
+                 "default)", f"{hint}the known keys are listed in docs/variables.md and group_data/all.py; keys of your "
                              f"own start with {SITE_PREFIX}")
 
     missing = [key for key in SCHEMA if key not in data]
@@ -239,10 +243,22 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
                                ("sglang_tools_dir", existing.get("tools"), ("root",))):
         if found and (not found["directory"] or (not found["empty"] and found["owner"] not in owners)):
             what = "is not a directory" if not found["directory"] else \
-                f"already exists with content and belongs to {found['owner']}"
+                f"already exists with content and belongs to {printable(found['owner'])}"
             err(key, f"{data[key]} {what}; the deploy would take it over (re-own and re-mode it)",
                 f"choose a directory of its own, or, if this one is meant for it, chown it to "
                 f"{owners[0]} first")
+    # A root-owned tools directory is adopted only when it holds the deploy's own entries and nothing else:
+    # root owns system places too (/var/spool/cron/crontabs would become root:sglang 755).
+    tools = existing.get("tools")
+    if tools and tools["directory"] and not tools["empty"] and tools["owner"] == "root":
+        strangers = [name for name in tools.get("entries", ()) if not names.tools_entry(name)]
+        if strangers or tools.get("more") or "entries" not in tools:
+            shown = ", ".join(printable(name) for name in strangers[:5]) + (", ..." if len(strangers) > 5 or
+                                                                             tools.get("more") else "")
+            err("sglang_tools_dir", f"{data['sglang_tools_dir']} already exists with content that is not the "
+                f"deploy's ({shown or 'unknown entries'}; it keeps only {', '.join(names.TOOLS_ENTRIES)} there); "
+                "the deploy would take it over (re-mode it root:sglang 755)",
+                "choose a directory of its own (an empty or a new one), e.g. '/var/lib/sglang-tools'")
     preflight = snapshot["account"]
     user, group = preflight.get("user"), preflight.get("group")
     want_uid, want_gid = data["sglang_uid"], data["sglang_gid"]
@@ -302,9 +318,12 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
         elif not workers.get(key):
             err("sglang_router_models", f"no host of the inventory serves {key!r}, so its gateway would have no "
                 "workers", f"serve it on some host (sglang_model = {key!r}), or remove it from the list")
-        elif key not in plan.registry:
-            err("sglang_models", f"entry {key!r}, which this router host fronts, is not a complete registry entry",
-                "give it repo_id, revision and served_name (group_data/all.py shows the fields)")
+    # Every fronted entry, listed or fronted because some host serves it (one outside this run too), is whole.
+    for spot in placed:
+        if spot.key not in plan.registry:
+            err("sglang_models", f"entry {spot.key!r}, which this router host fronts, is not a well-formed "
+                "registry entry", "give it repo_id, revision, served_name, role and baseline_tok_s (or "
+                "'unvetted': True) as group_data/all.py shows, or stop serving it")
     ports: dict[int, str] = {}
     for spot in placed:
         for port_key, port in (("sglang_router_port", spot.port), ("sglang_router_prometheus_port",
@@ -324,6 +343,14 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
             err("sglang_router_models", f"{spot.key!r} and {slugs[spot.slug]!r} make the same directory name",
                 "front only one of them from this host")
         slugs[spot.slug] = spot.key
+    # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
+    if plan.api_key is None and not router.trusted_network and \
+            ipaddress.ip_address(router.published_on).is_unspecified:
+        err("sglang_router_bind_address", f"{'every address' if router.bind_address is None else router.bind_address} "
+            "with no sglang_api_key_file: anyone who reaches the gateway's port could add a worker of their own "
+            "(POST /workers) and receive every prompt", "set sglang_api_key_file (clients then send its key), or "
+            "set sglang_router_bind_address to the one address clients reach this host on (e.g. its internal "
+            "interface's, or '127.0.0.1'), or, on a network you trust, sglang_router_trusted_network = True")
     if router.health_check_timeout >= router.health_check_interval:
         err("sglang_router_health_check_timeout", f"{router.health_check_timeout} s is not below "
             f"sglang_router_health_check_interval ({router.health_check_interval} s)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from . import ship
+from .hostside import names
 from .defaults import reasons
 from .gpus import Derived
 from .models import Model
@@ -41,7 +42,7 @@ _ENTRY_REASONS = {
 }
 
 # The files under sglang_home rendered from templates/<name>.j2.
-SCRIPTS = ("test_tool_calling.sh", "benchmark.sh", "gate.sh")
+SCRIPTS = (*names.VALIDATION_SCRIPTS, names.GATE_SCRIPT)
 
 
 def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:
@@ -90,6 +91,7 @@ def compose_yaml(plan: HostPlan) -> str:
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         gpu_reservation=plan.gpus.count > 0,
         stop_grace_period=plan.drain_timeout + STOP_MARGIN,
+        model_label=names.MODEL_LABEL,
     )
 
 
@@ -110,7 +112,7 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
 
 def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
     """A gateway's validation scripts and gate (the same templates, through the gateway), and its launcher."""
-    return {**scripts(plan, gateway), "launch.py": ship.program("router_launch")}
+    return {**scripts(plan, gateway), names.LAUNCHER: ship.program("router_launch")}
 
 
 # (data key, sglang-router 0.3.2 flag) of the gateway, each rendered with its reason from group_data/all.py.
@@ -132,6 +134,7 @@ def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
     return render_template(
         "templates/router-compose.yaml.j2", **plan.template_values,
-        gateway=gateway, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
+        gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
+        launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
     )

@@ -125,14 +125,24 @@ SYSTEM_DIRS = frozenset({
     "/var/tmp", "/var/lib/docker",
 })
 NO_DIRS_BELOW = ("/dev/", "/proc/", "/sys/", "/run/", "/tmp/", "/var/tmp/", "/etc/", "/boot/", "/usr/", "/root/",
-                 "/var/lib/docker/")
+                 "/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/", "/libx32/", "/lost+found/", "/snap/",
+                 # The system's spools, logs, mail, caches and backups (/var/spool/cron/crontabs is root's crontab).
+                 "/var/spool/", "/var/log/", "/var/mail/", "/var/cache/", "/var/backups/", "/var/run/", "/var/lock/",
+                 # The system's own state under /var/lib (a directory of its own there, e.g. /var/lib/sglang-tools,
+                 # is fine): the package managers, the init system, the container engines, the login stack.
+                 *(f"/var/lib/{name}/" for name in (
+                     "docker", "containerd", "dpkg", "apt", "aptitude", "systemd", "dbus", "polkit-1", "sudo", "pam",
+                     "ucf", "private", "machines", "cloud", "snapd", "nvidia", "nvidia-container-toolkit", "ssh",
+                     "dhcp", "NetworkManager", "cron", "logrotate", "man-db", "misc", "python")))
 
 
 def system_dir_problem(path: str) -> str | None:
     """Why ``path`` must not be a directory the deploy owns, or None."""
     if path in SYSTEM_DIRS:
         return f"{path} is a system directory, which the deploy would re-own and re-mode"
-    below = next((top for top in NO_DIRS_BELOW if path.startswith(top)), None)
+    below = next((top for top in NO_DIRS_BELOW if (path + "/").startswith(top)), None)
+    if below == path + "/":
+        return f"{path} is a system directory, which the deploy would re-own and re-mode"
     if below:
         return f"{path} is below {below.rstrip('/')}, which is the system's (or world-writable)"
     return None
@@ -286,7 +296,12 @@ SCHEMA: dict[str, Key] = {
                                 "use e.g. ['qwen3.6-35b-a3b-awq'], or None for every served model"),
     "sglang_router_policy": Key(f"one of {', '.join(ROUTER_POLICIES)} (sglang-router 0.3.2's policies)",
                                 _one_of(*ROUTER_POLICIES), "use 'cache_aware'"),
-    "sglang_router_bind_address": Key("an IP address", _ip, "use '0.0.0.0' for every interface or '127.0.0.1'"),
+    "sglang_router_bind_address": Key("None or an IP address", _optional(_ip),
+                                      "use None, the address clients reach this host on, or '127.0.0.1'"),
+    "sglang_router_trusted_network": Key("True or False", lambda v: isinstance(v, bool),
+                                         "use False, or True only on a network you trust"),
+    "sglang_router_prometheus_bind_address": Key("an IP address", _ip,
+                                                 "use '127.0.0.1', or the address your scraper reaches"),
     "sglang_router_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30080"),
     "sglang_router_prometheus_port": Key("a TCP port 1-65535", _int_range(1, 65535),
                                          "use a port number such as 29000"),

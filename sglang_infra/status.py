@@ -10,7 +10,7 @@ so how many of their operations would change is the drift. When pyinfra
 exits, one row per inventory host is written to the file as JSON: what row()
 says about the plan and the snapshot, nothing else.
 
-The lock rules (see README, Fleet status):
+The lock rules (docs/status.md):
 - image: without a lock, "no lock". With one, the digest it records for
   sglang_image must be what the container runs: the running image's
   RepoDigests hold `repo@<that digest>`; with the toolchain image (built FROM
@@ -32,9 +32,9 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from .hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
+
 ENV = "SGLANG_STATUS_REPORT"
-TOOLCHAIN_BASE_LABEL = "sglang.toolchain.base"
-MODEL_LABEL = "sglang.model"
 SHORT_COMMIT = 7    # as git abbreviates
 SHORT_DIGEST = 12   # as docker abbreviates
 
@@ -129,13 +129,32 @@ def _gpus(report) -> dict | None:
             "total_mib": sum(g["total_mib"] for g in known) if known else None}
 
 
+def _of(value, kind):
+    """``value`` when it is of ``kind`` (a bool is no number), else None: the gate's record is a file on the host."""
+    if isinstance(value, bool) and kind is not bool:
+        return None
+    return value if isinstance(value, kind) else None
+
+
+def _gate_record(report) -> tuple[dict | None, dict]:
+    """The last gate's record and its benchmark figures, each field of the type it must have (None otherwise)."""
+    gate = report.get("gate")
+    if not isinstance(gate, Mapping) or not gate:
+        return None, {}
+    benchmark = gate.get("benchmark") if isinstance(gate.get("benchmark"), Mapping) else {}
+    number = (int, float)
+    return {"time": _of(gate.get("time"), str), "passed": _of(gate.get("passed"), bool),
+            "reason": None if gate.get("reason") is None else str(gate.get("reason")),
+            "rolled_back": _of(gate.get("rolled_back"), bool)}, \
+        {key: _of(benchmark.get(key), number) for key in ("tok_per_s", "baseline_tok_per_s", "ratio_to_baseline")}
+
+
 def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
     """One host's row: the plan and the snapshot (with its report section) judged, and the drifted operations."""
     report = snapshot.get("report") or {}
     container = (snapshot.get("stack") or {}).get("container")
     image = _running_image(snapshot, container)
-    gate = report.get("gate") or None
-    benchmark = (gate or {}).get("benchmark") or {}
+    gate, benchmark = _gate_record(report)
     os_release = snapshot.get("os") or {}
     cache, disk = report.get("cache") or {}, report.get("disk") or {}
     return {
@@ -158,7 +177,7 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
             # whether what runs now is what the gate last passed (the stamp, hostside/stamp.py)
-            "current": (snapshot.get("gate") or {}).get("stamp") == (snapshot.get("gate") or {}).get("digest")},
+            "current": stamp_current((snapshot.get("gate") or {}).get("stamp"), (snapshot.get("gate") or {}).get("digest"))},
         "drift": {"operations": len(drift), "names": drift},
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from sglang_infra.hostside.names import COMPOSE_FILE
 from sglang_infra.operations.files import checked_file
 
 
@@ -18,7 +19,7 @@ def account_file(name: str, dest: str, content: str, account: str, mode: str = "
 def compose_file(name: str, directory: str, content: str, account: str):
     """``directory``/compose.yaml holds ``content``; a new version replaces the old one only after the host's own
     `docker compose config -q` accepts it, in that directory."""
-    return account_file(name, f"{directory}/compose.yaml", content, account,
+    return account_file(name, f"{directory}/{COMPOSE_FILE}", content, account,
                         check=f"docker compose --project-directory {directory} -f {{candidate}} config -q")
 
 

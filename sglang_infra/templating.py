@@ -6,11 +6,14 @@ Dockerfile render through it.
 from __future__ import annotations
 
 import json
+import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
+
+from .hostside.printable import printable
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -28,6 +31,10 @@ def environment() -> jinja2.Environment:
     )
     # A JSON string is a valid YAML double-quoted scalar; compose interpolates every value, so a `$` is doubled.
     env.filters["q"] = lambda value: json.dumps(str(value)).replace("$", "$$")
+    # A value in a bash script: one word, single-quoted when it needs to be, so no `$(`, backtick or space acts.
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    # A value in a comment (of a script or a YAML file): one line, its control characters escaped.
+    env.filters["line"] = printable
     return env
 
 

@@ -13,12 +13,12 @@ config, with a rollback to its last good config.
 
 from pyinfra import host
 
+from sglang_infra.hostside import names
 from sglang_infra.operations.docker import image_present
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.gate import not_failed_before, validated
 from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
 from sglang_infra.operations.stack import stack_up
-from sglang_infra.hostside.names import text_digest
 from sglang_infra.preflight import plan_of
 from sglang_infra.taskhelpers import compose_file, scripts_in_place
 
@@ -47,7 +47,7 @@ for gateway in plan.gateways:
     scripts_in_place(where, dict(sorted(gateway.scripts.items())), plan.account)
     not_failed_before(
         name=f"Ensure the {gateway.key} gateway's compose.yaml is not one that already failed its gate here",
-        failed=f"{where}/compose.yaml.failed",
+        failed=f"{where}/{names.failed(names.COMPOSE_FILE)}",
         sha=compose_sha,
         retry=gateway.gate.retry_failed,
     )
@@ -75,9 +75,9 @@ for gateway in plan.gateways:
         name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
         home=plan.paths.home,
         image=plan.router_image,
-        gate=f"{where}/gate.sh",
-        files={f"{where}/{name}": text_digest(text)
-               for name, text in {**gateway.scripts, "compose.yaml": gateway.compose}.items()},
+        gate=f"{where}/{names.GATE_SCRIPT}",
+        files={f"{where}/{name}": names.text_digest(text)
+               for name, text in {**gateway.scripts, names.COMPOSE_FILE: gateway.compose}.items()},
         always=gateway.gate.always,
         gateway=gateway.slug,
     )

@@ -6,6 +6,7 @@ they are."""
 
 from pyinfra import host
 
+from sglang_infra.hostside import names
 from sglang_infra.operations.files import account_env_file, secret_file
 from sglang_infra.operations.gate import not_failed_before
 from sglang_infra.operations.stack import stack_up
@@ -18,7 +19,7 @@ compose_sha = plan.compose_sha
 
 not_failed_before(
     name="Ensure this compose.yaml is not one that already failed its gate here (unless sglang_retry_failed)",
-    failed=f"{docker_dir}/compose.yaml.failed",
+    failed=f"{docker_dir}/{names.failed(names.COMPOSE_FILE)}",
     sha=compose_sha,
     retry=plan.gate.retry_failed,
 )
@@ -32,7 +33,7 @@ server_secrets = secret_file(
 
 account_env_file(
     name=f"Ensure {docker_dir}/.env carries the {plan.account} account's real uid and gid",
-    dest=f"{docker_dir}/.env",
+    dest=f"{docker_dir}/{names.ENV_FILE}",
     user=plan.account,
 )
 

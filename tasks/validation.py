@@ -7,10 +7,10 @@ throughput, roll back to the last known-good config on failure.
 
 from pyinfra import host
 
+from sglang_infra.hostside import names
 from sglang_infra.hostside.gate import CHECKS_BUDGET as GATE_CHECKS_SECONDS
 from sglang_infra.operations.gate import validated
 from sglang_infra.operations.roll import rolled
-from sglang_infra.hostside.names import text_digest
 from sglang_infra.preflight import plan_of
 from sglang_infra.taskhelpers import scripts_in_place, secrets_change
 
@@ -20,8 +20,8 @@ home = plan.paths.home
 scripts_in_place(home, plan.scripts, plan.account)
 
 written = {f"{home}/{script}": text for script, text in plan.scripts.items()}
-written[f"{plan.paths.docker}/compose.yaml"] = plan.compose
-files = {path: text_digest(text) for path, text in written.items()}
+written[f"{plan.paths.docker}/{names.COMPOSE_FILE}"] = plan.compose
+files = {path: names.text_digest(text) for path, text in written.items()}
 if plan.roll is not None:
     rolled(
         name=f"Ensure the stack runs the current compose.yaml and passed its gate, restarted in its turn in "
@@ -30,7 +30,7 @@ if plan.roll is not None:
         image=plan.serving_image,
         model=plan.served.pinned,
         compose_sha=plan.compose_sha,
-        gate=f"{home}/gate.sh",
+        gate=f"{home}/{names.GATE_SCRIPT}",
         files=files,
         roll=plan.roll,
         metrics_url=f"{plan.gate.url}/metrics",
@@ -44,7 +44,7 @@ else:
         name="Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
         home=home,
         image=plan.serving_image,
-        gate=f"{home}/gate.sh",
+        gate=f"{home}/{names.GATE_SCRIPT}",
         files=files,
         always=plan.gate.always,
     )

@@ -124,12 +124,17 @@ def wait_for_text(log: Path, text: str, timeout: float = 300) -> bool:
 class CheckReport:
     returncode: int
     output: str
-    # "host::test_name" -> "passed" | "failed" | "error" | "skipped"
+    # "host::test_name" -> "passed" | "failure" | "error" | "skipped" (JUnit tags)
     outcomes: dict[str, str]
 
     def failed(self, host: str) -> set[str]:
+        """The checks that failed or broke on ``host`` (a check that does not apply to it is skipped)."""
         return {key.split("::", 1)[1] for key, outcome in self.outcomes.items()
-                if key.startswith(f"{host}::") and outcome != "passed"}
+                if key.startswith(f"{host}::") and outcome in ("failure", "error")}
+
+    def skipped(self, host: str) -> set[str]:
+        return {key.split("::", 1)[1] for key, outcome in self.outcomes.items()
+                if key.startswith(f"{host}::") and outcome == "skipped"}
 
     def passed(self, host: str) -> set[str]:
         return {key.split("::", 1)[1] for key, outcome in self.outcomes.items()

@@ -14,7 +14,7 @@ FINGERPRINT = (
     "getent passwd sglang; getent group sglang; getent group docker; id -nG sglang 2>&1; "
     "ls -la --time-style=+%s /opt /opt/sglang 2>&1; find /opt/sglang -printf '%p %u %g %m %s\\n' 2>&1; "
     "dpkg-query -W -f='${Package} ${Status}\\n' docker.io docker-compose 2>&1; "
-    "stat -c %Y /var/lib/apt/lists 2>&1; true"
+    "stat -c %Y /var/lib/apt/lists 2>&1; stat -c '%U %G %a' /srv/crontabs 2>&1; true"
 )
 
 
@@ -26,6 +26,8 @@ def hosts(testbed):
                    "--home-dir /opt/sglang --no-create-home --shell /usr/sbin/nologin sglang")
     # A directory of someone else's, with content, that data could name as the home.
     made[BAD].exec("mkdir -p /srv/data && echo x > /srv/data/notes && chown -R nobody:nogroup /srv/data")
+    # A root-owned directory with content that is not the deploy's (like /var/spool/cron/crontabs).
+    made[BAD].exec("mkdir -m 700 /srv/crontabs && echo '* * * * * true' > /srv/crontabs/root")
     # The alien host claims to be an operating system the deploy does not support.
     made[ALIEN].exec("sed -i -e 's/^ID=.*/ID=rocky/' -e 's/^VERSION_ID=.*/VERSION_ID=\"9.4\"/' /etc/os-release")
     return made
@@ -60,6 +62,9 @@ CASES = {
     "system directory as home": ({"sglang_home": "/etc"}, BAD, "sglang_home", "/etc is a system directory"),
     "someone else's directory as home": ({"sglang_home": "/srv/data"}, BAD, "sglang_home",
                                          "/srv/data already exists with content and belongs to nobody"),
+    "root's directory with content as tools dir": ({"sglang_tools_dir": "/srv/crontabs"}, BAD, "sglang_tools_dir",
+                                                   "/srv/crontabs already exists with content that is not the "
+                                                   "deploy's (root;"),
     "one flashinfer package apart": (
         {"sglang_toolchain_image": True, "sglang_flashinfer_versions": {"flashinfer-jit-cache": "0.6.13"}}, BAD,
         "sglang_flashinfer_versions", "flashinfer-jit-cache is set to 0.6.13+cu130, but flashinfer-python is "

@@ -2,7 +2,7 @@
 stand-in workers: a completion through it, concurrent load reaching both workers, a re-run that changes nothing;
 a worker whose gate fails is never added, one rolled back keeps serving its last good config in the gateway; a stopped
 worker is dropped by the gateway's health checks while it keeps answering, and the next deploy restores it; the
-three refusals, before any change."""
+four refusals (an open front door among them), before any change."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy
+from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
 GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"   # the production model (tests/testbed/hub.py: tiny-chat)
@@ -30,8 +30,11 @@ def fleet(testbed, workdir):
 
     def inventory(file, production=(W1, W2), router=(GW,), data=None, extra=None):
         data = data or {}
+        # No API key here: each router host publishes its gateway on its own test-network address, named
+        # (never every address by default, which a router host without a key is refused).
         groups = {"production": [(hosts[n], data.get(n, {})) for n in production],
-                  "router": [(hosts[n], data.get(n, {})) for n in router]}
+                  "router": [(hosts[n], {"sglang_router_bind_address": hosts[n].address, **data.get(n, {})})
+                             for n in router]}
         return testbed.inventory(workdir / file, {g: m for g, m in groups.items() if m})
 
     good = inventory("router.py")
@@ -97,6 +100,28 @@ def test_the_gateway_passed_its_own_gate_with_both_workers(fleet):
     assert workers(hosts) == {url_of(hosts, W1): True, url_of(hosts, W2): True}
     listed = json.loads(hosts[GW].exec(f"cat {GATEWAY_DIR}/workers.json").stdout)
     assert listed == sorted([url_of(hosts, W1), url_of(hosts, W2)])
+
+
+def test_the_host_checks_judge_a_router_only_host_by_its_gateways(fleet, workdir):
+    hosts, _, good, _ = fleet
+    checks = run_host_checks(good, workdir)
+    for name in (W1, W2, GW):
+        assert checks.failed(name) == set() and checks.passed(name), checks.output[-3000:]
+    assert {"test_each_gateway_answers_with_its_model", "test_each_gateway_runs_and_passed_its_gate_for_what_runs_now",
+            "test_each_gateways_compose_yaml_is_the_rendering_of_the_data"} <= checks.passed(GW)
+    # A host only in the router group serves no model: the serving checks do not apply to it.
+    assert {"test_the_api_answers_with_the_served_model", "test_every_kept_model_is_complete_and_verified_in_the_cache",
+            "test_the_last_gate_passed_for_what_runs_now"} <= checks.skipped(GW)
+    assert "test_each_gateway_answers_with_its_model" in checks.skipped(W1)
+
+
+def test_the_metrics_are_published_on_loopback_only(fleet):
+    hosts = fleet[0]
+    assert hosts[GW].exec(f"cd {GATEWAY_DIR} && docker compose port router 29000").stdout.split() == \
+        ["127.0.0.1:29000"]
+    assert "smg_" in hosts[GW].exec("curl -sf --max-time 10 http://127.0.0.1:29000/metrics").stdout
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://{hosts[GW].address}:29000/metrics", timeout=5)
 
 
 def test_a_completion_through_the_gateway_works(fleet):
@@ -184,6 +209,8 @@ def test_with_a_worker_stopped_the_gateway_keeps_answering_and_the_next_deploy_r
     ("port_clash", f"host {W1}: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on 30000, the "
                    "port this host's own server already publishes (sglang_port). Fix:"),
     ("unknown_policy", f"host {GW}: sglang_router_policy: 'fastest' is not one of cache_aware"),
+    ("open_front_door", f"host {GW}: sglang_router_bind_address: 0.0.0.0 with no sglang_api_key_file: anyone who "
+                        "reaches the gateway's port could add a worker of their own (POST /workers)"),
 ])
 def test_bad_input_is_refused_before_any_change(fleet, case, line):
     hosts, inventory, _, _ = fleet
@@ -191,6 +218,8 @@ def test_bad_input_is_refused_before_any_change(fleet, case, line):
         args, file = (), inventory("refuse-empty.py", production=())
     elif case == "port_clash":
         args, file = ("--data", "sglang_router_port=30000"), inventory("refuse-clash.py", router=(GW, W1))
+    elif case == "open_front_door":
+        args, file = (), inventory("refuse-open.py", data={GW: {"sglang_router_bind_address": "0.0.0.0"}})
     else:
         args, file = ("--data", "sglang_router_policy=fastest"), inventory("refuse-policy.py")
     before = (started(hosts[GW]), hosts[GW].exec(f"sha256sum {GATEWAY_DIR}/compose.yaml").stdout)

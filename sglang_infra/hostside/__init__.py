@@ -25,9 +25,12 @@ modules it imports into one self-contained source.
     stamp.py            the gate's contract: the digest of what passed
     stack.py            the record of what `docker compose up` started, and whether it still runs
     repair.py           drift repair below the home, one path component at a time, never following a symlink
+    put.py              every file the deploy writes, from stdin, checked, never through a link
     dockerapi.py        Docker's Engine API over its unix socket (no Go binary started)
-    safefs.py           reads that never follow a symlink, and atomic writes
+    safefs.py           directories opened without links, reads that never follow a symlink, atomic writes, bounded walks
     units.py            the one size formatter (host programs and the control side alike)
+    names.py            the names host programs and the control side share (directories, files, labels,
+                        scripts), the stamp comparison and the rendered-file digest: defined once
     router_workers.py   a gateway's worker set: workers.json, then the gateway's /workers API
     router_launch.py    starts sglang-router inside the gateway's image, worker set and API key from files
     toolchain_check.py  the pins inside the toolchain image

@@ -10,6 +10,11 @@ on failure they also print a one-line reason on stderr and exit non-zero.
                   TTFT p50/p99, errors; compared with the model's baseline
     ready         wait until /health stops answering 503, then for a real
                   completion, with progress on stderr
+    models        /health, then the model ids /v1/models lists (scripts/check.sh)
+
+Every read from a server is bounded in bytes and in time (read_bounded,
+bounded_lines), and each check as a whole ends within its --timeout and a
+margin (watchdog).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import argparse
 import json
 import os
 import re
+import socket
 import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 # ---------------------------------------------------------------- repetition loops
@@ -178,6 +185,8 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
 # ---------------------------------------------------------------- HTTP
 # Set from --api-key-file: the server's API key, read from its file (never passed on a command line).
 _HEADERS = {}
+_SECRETS = []   # the key, as it may appear in a log line or an answer, for redact()
+REDACTED = "<redacted>"
 
 
 def use_api_key_file(path):
@@ -188,7 +197,24 @@ def use_api_key_file(path):
         for line in handle:
             key, sep, value = line.partition(":")
             if sep and key.strip() == "api-key":
-                _HEADERS["Authorization"] = "Bearer " + json.loads(value.strip())
+                secret = json.loads(value.strip())
+                _HEADERS["Authorization"] = "Bearer " + secret
+                _SECRETS[:] = sorted({secret, urllib.parse.quote(secret, safe=""),
+                                      urllib.parse.quote_plus(secret, safe="")} - {""}, key=len, reverse=True)
+
+
+def auth_headers():
+    """The headers that carry the key (none without one)."""
+    return dict(_HEADERS)
+
+
+def redact(text):
+    """``text`` without the key: SGLang logs its server args (the key included) at start and /server_info
+    carries it (sgl-project/sglang#37457); whatever a server wrote or answered is redacted before it is
+    printed or stored."""
+    for secret in _SECRETS:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def _post(url: str, payload: dict, timeout: float):
@@ -198,21 +224,70 @@ def _post(url: str, payload: dict, timeout: float):
 
 
 MAX_ANSWER_BYTES = 16 << 20  # far above any real answer to the checks' prompts
+MAX_LINE_BYTES = 1 << 20     # one line of a stream (one chunk of a few tokens is a few hundred bytes)
+MAX_ERROR_BYTES = 4096       # of an error's body, kept to say why
+MAX_GATEWAY_BYTES = 1 << 20  # a gateway's reply (its worker list: a few hundred bytes a worker)
 
 
-def _read_bounded(reply, deadline: float) -> bytes:
-    """The whole body, or OSError when it is not complete by ``deadline`` or grows past MAX_ANSWER_BYTES."""
-    parts, size = [], 0
+class Unbounded(OSError):
+    """A server's answer that did not end in time or grew past its bound; the message says which."""
+
+
+def _read_timeout(reply, deadline: float) -> None:
+    """Each read of ``reply`` waits at most until ``deadline`` (the socket's own timeout is per read)."""
+    fp = getattr(reply, "fp", None)
+    sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(_left(deadline, 3600))
+
+
+def _blocks(reply, deadline: float, limit: int):
+    """The body's blocks as they arrive; Unbounded when it is not done by ``deadline`` or passes ``limit`` bytes."""
+    size = 0
     while True:
         if time.monotonic() > deadline:
-            raise OSError("the answer did not finish in time")
-        block = reply.read1(65536)
+            raise Unbounded("the answer did not finish in time")
+        _read_timeout(reply, deadline)
+        try:
+            block = reply.read1(65536)
+        except (TimeoutError, socket.timeout):
+            raise Unbounded("the answer did not finish in time") from None
         if not block:
-            return b"".join(parts)
+            return
         size += len(block)
-        if size > MAX_ANSWER_BYTES:
-            raise OSError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-        parts.append(block)
+        if size > limit:
+            raise Unbounded(f"the answer is larger than {limit} bytes")
+        yield block
+
+
+def read_bounded(reply, deadline: float, limit: int = MAX_ANSWER_BYTES) -> bytes:
+    """The whole body of a server's answer, or Unbounded when it is not complete by ``deadline`` (a monotonic
+    time) or grows past ``limit`` bytes. Every read from a server goes through here or bounded_lines()."""
+    return b"".join(_blocks(reply, deadline, limit))
+
+
+def bounded_lines(reply, deadline: float, limit: int = MAX_ANSWER_BYTES, max_line: int = MAX_LINE_BYTES):
+    """The body's lines as they arrive (a stream), bounded like read_bounded() and each line at ``max_line``."""
+    pending = b""
+    for block in _blocks(reply, deadline, limit):
+        pending += block
+        *lines, pending = pending.split(b"\n")
+        yield from lines
+        if len(pending) > max_line:
+            raise Unbounded(f"a line of the answer is longer than {max_line} bytes")
+    if pending:
+        yield pending
+
+
+def error_body(error, seconds: float = 10, limit: int = 200) -> str:
+    """The start of an HTTP error's body, to say why: read for at most ``seconds``, at most ``limit`` characters."""
+    parts, deadline = [], time.monotonic() + seconds
+    try:
+        for block in _blocks(error, deadline, MAX_ERROR_BYTES):
+            parts.append(block)
+    except (Unbounded, OSError, AttributeError):
+        pass
+    return b"".join(parts).decode(errors="replace")[:limit]
 
 
 def _chat_url(base: str) -> str:
@@ -225,9 +300,9 @@ def check_tool_calling(url: str, model: str, timeout: float) -> dict:
     started = time.monotonic()
     try:
         with _post(_chat_url(url), payload, timeout) as reply:
-            response = json.loads(_read_bounded(reply, started + timeout))
+            response = json.loads(read_bounded(reply, started + timeout))
     except urllib.error.HTTPError as error:
-        body = error.read().decode(errors="replace")[:200]
+        body = error_body(error)
         return {"check": "tool_calling", "ok": False, "problems": [f"HTTP {error.code} from the server: {body}"]}
     except (urllib.error.URLError, OSError, ValueError) as error:
         return {"check": "tool_calling", "ok": False, "problems": [f"no usable answer from {url}: {error}"]}
@@ -237,6 +312,29 @@ def check_tool_calling(url: str, model: str, timeout: float) -> dict:
             "seconds": round(time.monotonic() - started, 3),
             "tool_calls": len(message.get("tool_calls") or []),
             "reasoning_chars": len(message.get("reasoning_content") or "")}
+
+
+# ---------------------------------------------------------------- the served models
+MAX_MODELS_BYTES = 1 << 20   # /v1/models: a few hundred bytes a model
+
+
+def list_models(url: str, timeout: float) -> dict:
+    """/health, then the ids /v1/models lists: each read bounded in bytes, the two together in ``timeout``."""
+    deadline = time.monotonic() + timeout
+    base = url.rstrip("/")
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=_left(deadline, timeout)) as reply:
+            read_bounded(reply, deadline, MAX_MODELS_BYTES)
+        request = urllib.request.Request(base + "/v1/models", headers=dict(_HEADERS))
+        with urllib.request.urlopen(request, timeout=_left(deadline, timeout)) as reply:
+            listed = json.loads(read_bounded(reply, deadline, MAX_MODELS_BYTES))
+        models = [m["id"] for m in listed["data"]]
+    except urllib.error.HTTPError as error:
+        return {"check": "models", "ok": False, "problems": [f"HTTP {error.code} from {url}: {error_body(error)}"]}
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as error:
+        return {"check": "models", "ok": False, "problems": [f"no usable answer from {url} within {timeout:g} s: "
+                                                              f"{error}"]}
+    return {"check": "models", "ok": True, "problems": [], "models": models}
 
 
 # ---------------------------------------------------------------- benchmark
@@ -264,10 +362,7 @@ def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict
     started = time.monotonic()
     try:
         with _post(_chat_url(url), payload, timeout) as reply:
-            for raw in reply:
-                if time.monotonic() - started > timeout:
-                    out["error"] = f"the stream did not finish within {timeout:g} s"
-                    return
+            for raw in bounded_lines(reply, started + timeout):
                 line = raw.decode().strip()
                 if not line.startswith("data:"):
                     continue
@@ -283,6 +378,8 @@ def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict
                     out["tokens"] = chunk["usage"].get("completion_tokens", 0)
         if "tokens" not in out:
             out["error"] = "the stream carried no usage"
+    except Unbounded as error:
+        out["error"] = f"{error} (the stream's bound: {timeout:g} s, {MAX_ANSWER_BYTES} bytes)"
     except (urllib.error.URLError, OSError, ValueError) as error:
         out["error"] = str(error)
 
@@ -344,7 +441,7 @@ def write_result(results_dir: str, result: dict) -> str:
         except FileExistsError:
             continue
         with os.fdopen(fd, "w") as handle:
-            json.dump(result, handle, indent=2)
+            json.dump(json.loads(redact(json.dumps(result))), handle, indent=2)
         return path
     raise OSError(f"no free result file name in {results_dir}")
 
@@ -382,7 +479,7 @@ def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: 
             payload = {"model": model, "messages": [{"role": "user", "content": READY_PROMPT}],
                        "max_tokens": 16, "temperature": 0}
             with _post(_chat_url(url), payload, timeout=_left(deadline, 60)) as reply:
-                answer = json.loads(_read_bounded(reply, min(deadline, time.monotonic() + 60)))
+                answer = json.loads(read_bounded(reply, min(deadline, time.monotonic() + 60)))
             if answer.get("choices"):
                 return {"check": "ready", "ok": True, "problems": [],
                         "seconds": round(time.monotonic() - started, 1)}
@@ -408,14 +505,30 @@ def _left(deadline: float, cap: float) -> float:
 
 
 # ---------------------------------------------------------------- command line
+WATCHDOG_MARGIN = 30   # seconds beyond --timeout: a check as a whole ends by then, whatever a server does
+
+
+def watchdog(check: str, seconds: float) -> None:
+    """End this process with a reason after ``seconds``: a server dripping its headers a byte at a time is
+    bounded per read only, so the check as a whole is bounded here."""
+    def expire():
+        print(f"{check} FAILED: no result within {seconds:g} s: the server answers too slowly, or not at all",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sglang-validate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="check", required=True)
-    for name in ("tool-calling", "benchmark", "ready"):
+    for name in ("tool-calling", "benchmark", "ready", "models"):
         p = sub.add_parser(name)
         p.add_argument("--url", required=True)
-        p.add_argument("--model", required=True)
+        p.add_argument("--model", required=name != "models")
         p.add_argument("--timeout", type=float, default=300)
         p.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
         if name == "benchmark":
@@ -427,17 +540,20 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--distinct-prompts", action="store_true",
                            help="start every prompt differently (unrelated users), to measure a gateway's spread")
     args = parser.parse_args(argv)
+    watchdog(args.check, args.timeout + WATCHDOG_MARGIN)
     use_api_key_file(args.api_key_file)
     if args.check == "tool-calling":
         result = check_tool_calling(args.url, args.model, args.timeout)
     elif args.check == "ready":
         result = wait_ready(args.url, args.model, args.timeout)
+    elif args.check == "models":
+        result = list_models(args.url, args.timeout)
     else:
         result = run_benchmark(args.url, args.model, args.concurrency, args.max_tokens, args.timeout,
                                args.baseline, args.min_fraction, args.results_dir, args.distinct_prompts)
-    print(json.dumps(result, sort_keys=True))
+    print(redact(json.dumps(result, sort_keys=True)))
     if not result["ok"]:
-        print(f"{result['check']} FAILED: {'; '.join(result['problems'])}", file=sys.stderr)
+        print(redact(f"{result['check']} FAILED: {'; '.join(result['problems'])}"), file=sys.stderr)
         return 1
     return 0
 

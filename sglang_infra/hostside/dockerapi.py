@@ -11,7 +11,7 @@ SOCKET = "/var/run/docker.sock"
 TIMEOUT = 10  # seconds; a local daemon answers in milliseconds
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class UnixConnection(http.client.HTTPConnection):
     def __init__(self, path):
         super().__init__("localhost", timeout=TIMEOUT)
         self._path = path
@@ -29,7 +29,7 @@ class Unavailable(Exception):
 def get(path, query=None, socket_path=SOCKET):
     """The decoded JSON of GET ``path``; None on 404; Unavailable when the engine does not answer."""
     url = path + ("?" + urllib.parse.urlencode(query) if query else "")
-    connection = _UnixConnection(socket_path)
+    connection = UnixConnection(socket_path)
     try:
         connection.request("GET", url)
         reply = connection.getresponse()
@@ -66,6 +66,7 @@ def containers(labels, socket_path=SOCKET):
             "status": found.get("Status"),
             "image_id": found.get("ImageID"),
             "labels": found.get("Labels") or {},
+            "ports": found.get("Ports") or [],   # [{"IP", "PrivatePort", "PublicPort", "Type"}] it publishes
         })
     return out
 

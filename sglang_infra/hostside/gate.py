@@ -27,7 +27,8 @@ import subprocess
 import sys
 import time
 
-from . import checks, safefs, stack, stamp
+from . import checks, names, safefs, stack, stamp
+from .printable import printable
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
@@ -39,24 +40,29 @@ BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baselin
 
 
 def say(line):
-    print(f"gate[{socket.gethostname()}]: {line}", file=sys.stderr, flush=True)
+    """One line for the operator (and CI): without the API key, whatever the server logged or answered, and
+    with control characters escaped in what came from the server or its container."""
+    print(f"gate[{socket.gethostname()}]: {printable(checks.redact(line))}", file=sys.stderr, flush=True)
+
+
+MAX_CONFIG = 16 << 20  # bytes of a compose.yaml or .env the gate copies
 
 
 def copy(source, dest):
     """
     cp -p, atomically and checked (safefs.write_atomic): content, mode, times
     and owner (the gate runs as root; the files belong to the account). A
-    full disk raises instead of leaving a truncated copy.
+    full disk raises instead of leaving a truncated copy; a symlink at either
+    name, or on the way to it, is refused (named in the OSError), never
+    followed.
     """
-    with open(source, "rb") as handle:
-        content = handle.read()
-    st = os.stat(source)
+    content, st = safefs.read_with_stat(source, MAX_CONFIG)
     safefs.write_atomic(dest, content, stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid),
                         times=(st.st_atime_ns, st.st_mtime_ns), verify=True)
 
 
 # The config a pass keeps as *.good and a rollback restores; .env only where the stack has one.
-CONFIG = ("compose.yaml", ".env")
+CONFIG = (names.COMPOSE_FILE, names.ENV_FILE)
 
 
 class Gate:
@@ -66,7 +72,7 @@ class Gate:
         self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
         gateway = getattr(args, "gateway", None)   # gate.sh always passes it; a caller of Gate may not
         if gateway:
-            self.docker_dir = self.scripts_dir = os.path.join(args.home, "router", gateway)
+            self.docker_dir = self.scripts_dir = os.path.join(args.home, names.GATEWAY_DIR, gateway)
             self.project, self.service = stack.gateway(gateway)
             self.extra = stamp.GATEWAY_FILES
         else:
@@ -75,7 +81,7 @@ class Gate:
 
     def config(self, suffix=""):
         return [os.path.join(self.docker_dir, name + suffix) for name in CONFIG
-                if name == "compose.yaml" or os.path.isfile(os.path.join(self.docker_dir, name))]
+                if name == names.COMPOSE_FILE or os.path.lexists(os.path.join(self.docker_dir, name))]
 
     def compose(self, *words):
         try:
@@ -89,6 +95,8 @@ class Gate:
         found = stack.container(self.project, self.service)
         if found is None or found["state"] != "running":
             return f"the container is not running ({found['status'] if found else 'no container'})"
+        if checks.auth_headers() and not stack.holds(self.args.url, self.project, self.service):
+            return f"the container does not publish {self.args.url}; the API key is sent to no other port"
         return None
 
     def validate(self):
@@ -112,7 +120,7 @@ class Gate:
                 return reason
             say("toolchain check passed")
         deadline = time.monotonic() + CHECKS_BUDGET
-        for script in stamp.SCRIPTS:
+        for script in names.VALIDATION_SCRIPTS:
             try:
                 found = subprocess.run(["bash", os.path.join(self.scripts_dir, script)], capture_output=True, text=True,
                                        timeout=max(1.0, deadline - time.monotonic()))
@@ -122,7 +130,7 @@ class Gate:
                 return reason
             lines = (found.stdout + found.stderr).strip().splitlines()
             summary = [line for line in lines if line.startswith("{")][-1:]
-            if script == "benchmark.sh" and summary:
+            if script == names.VALIDATION_SCRIPTS[1] and summary:
                 self.benchmark = benchmark_fields(summary[0])
             if found.returncode != 0:
                 reason = f"{script}: {([l for l in lines if not l.startswith('{')][-1:] or ['no output'])[0]}"
@@ -139,15 +147,16 @@ class Gate:
         found = stack.container(self.project, self.service)
         stack.write_private(os.path.join(self.docker_dir, stamp.STAMP),
                             stamp.digest(self.scripts_dir, found, self.docker_dir, self.extra) + "\n",
-                            os.path.join(self.docker_dir, "compose.yaml"))
+                            os.path.join(self.docker_dir, names.COMPOSE_FILE))
 
     def record(self, failed, benchmark, rolled_back=None):
         """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
-        text = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passed": failed is None,
-                           "reason": failed, "rolled_back": rolled_back, "benchmark": benchmark}, sort_keys=True)
+        text = checks.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                         "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
+                                         "benchmark": benchmark}, sort_keys=True))
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
-                                os.path.join(self.docker_dir, "compose.yaml"))
+                                os.path.join(self.docker_dir, names.COMPOSE_FILE))
         except OSError as error:
             say(f"could not record the outcome in {stamp.LAST} ({error})")
 
@@ -167,17 +176,22 @@ class Gate:
             say("passed; this config is now the last known-good one")
             return 0
         try:
-            self.keep(".failed")
+            self.keep(names.FAILED_SUFFIX)
         except OSError as error:
             say(f"could not keep the failed config as *.failed ({error})")
         good = [path + ".good" for path in self.config()]
-        if not all(os.path.isfile(path) for path in good):
+        if not all(os.path.lexists(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
             self.record(failed, tried)
             return 1
         say(f"FAILED: {failed}. Rolling back to the last known-good config")
-        for path in good:
-            copy(path, path[: -len(".good")])
+        try:
+            for path in good:
+                copy(path, path[: -len(".good")])
+        except OSError as error:
+            say(f"FAILED: {failed}. The known-good config could not be restored ({error}); the host needs a person")
+            self.record(failed, tried, rolled_back=False)
+            return 2
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()
@@ -202,7 +216,7 @@ def benchmark_fields(line):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="gate.sh", description=__doc__,
+    parser = argparse.ArgumentParser(prog=names.GATE_SCRIPT, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", required=True)
     parser.add_argument("--url", required=True)

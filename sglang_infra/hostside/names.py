@@ -33,6 +33,18 @@ TOOLCHAIN_INPUTS_LABEL = TOOLCHAIN_LABEL_PREFIX + ".inputs"
 VALIDATION_SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
 GATE_SCRIPT = "gate.sh"
 
+# What the deploy keeps in sglang_tools_dir: the pull's venv, the Hub token's private directory, the pull
+# script (and its swap's candidate and previous copies, named after it). An existing tools directory holding
+# anything else is someone else's, never adopted.
+TOOLS_ENTRIES = ("venv", "secret", "hfpull.py")
+# How many entries of an existing directory the snapshot names (enough to tell the deploy's from another's).
+EXISTING_ENTRIES_SHOWN = 64
+
+
+def tools_entry(name):
+    """True when ``name``, an entry of sglang_tools_dir, is one the deploy keeps there."""
+    return name in TOOLS_ENTRIES or name.startswith(TOOLS_ENTRIES[-1] + ".")
+
 
 def failed(name):
     """The name the gate keeps a failed file under (compose.yaml -> compose.yaml.failed)."""

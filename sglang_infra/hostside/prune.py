@@ -2,12 +2,18 @@
 partial downloads of a repo that goes entirely, through huggingface_hub's own
 delete_revisions; a repo whose pull is running (PULL_LOCK held) is skipped. hfpull.py's
 `prune` command.
+
+huggingface_hub takes a snapshot link's target as the blob it deletes, wherever it
+points: a member's link from snapshots/<rev>/f to a file elsewhere would have that file
+deleted. Only regular files directly in the repo's own blobs/ are ever removed; any other
+"blob" of the plan is named and left (own_blobs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 
 from . import manifest
 from .pull import COMMIT_RE, say
@@ -73,8 +79,8 @@ def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
         try:
             whole = len(going) == len(repo.revisions)
             # One repo at a time: a commit id shared by two repos (a fork) must not leave both.
-            strategy = dataclasses.replace(info, repos=frozenset({repo})).delete_revisions(
-                *(r.commit_hash for r in going))
+            strategy = own_blobs(dataclasses.replace(info, repos=frozenset({repo})).delete_revisions(
+                *(r.commit_hash for r in going)), str(repo.repo_path), going)
             for r in going:
                 refs = ", ".join(sorted(r.refs)) or "none"
                 say(f"prune: {verb + ' ' if verb else ''}{repo.repo_id}@{r.commit_hash[:12]} "
@@ -105,6 +111,30 @@ def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
             lock.release()
     say(f"prune: {'would free' if dry_run else 'freed'} {human(freed)}")
     return {"removed": removed, "freed_bytes": freed, "dry_run": dry_run}
+
+
+def own_blobs(strategy, repo_dir: str, going):
+    """``strategy`` without any blob that is not a regular file directly in ``repo_dir``/blobs (a snapshot link
+    that pointed elsewhere, to a file of the account's or another repo's); each one left is named."""
+    blobs_dir = os.path.join(os.path.abspath(repo_dir), "blobs")
+    sizes = {str(f.blob_path): f.size_on_disk for r in going for f in r.files}
+    kept, left = [], 0
+    for path in sorted(strategy.blobs, key=str):
+        here = os.path.abspath(str(path))
+        try:
+            regular = stat.S_ISREG(os.lstat(here).st_mode)
+        except OSError:
+            regular = False
+        if os.path.dirname(here) == blobs_dir and regular:
+            kept.append(path)
+            continue
+        left += sizes.get(str(path), 0)
+        say(f"prune: leaving {here}: a snapshot link of {os.path.basename(repo_dir)} points there, and it is not "
+            f"a blob in the repo's own blobs/")
+    if left or len(kept) != len(strategy.blobs):
+        strategy = dataclasses.replace(strategy, blobs=frozenset(kept),
+                                       expected_freed_size=max(0, strategy.expected_freed_size - left))
+    return strategy
 
 
 def _drop_stale_manifests(repo_dir: str, present: set[str], dry_run: bool) -> None:

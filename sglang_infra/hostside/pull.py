@@ -21,6 +21,7 @@ from concurrent.futures import wait as wait_futures
 from urllib.parse import urljoin, urlsplit
 
 from . import manifest, ranges
+from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, Retryable, VerifyError
 from .pull_locks import LOCK_POLL, PULL_LOCK, FileLock, held_by
 from .safefs import read_regular, write_atomic
@@ -68,8 +69,10 @@ _SAY = threading.Lock()
 
 
 def say(line: str) -> None:
+    """One line of progress; what came from the Hub or the cache (file and folder names) with control
+    characters escaped."""
     with _SAY:  # whole lines, whichever worker speaks
-        print(line, flush=True)
+        print(printable(line), flush=True)
 
 
 def hash_file(path: str, lfs: bool) -> str:
@@ -80,17 +83,27 @@ def hash_file(path: str, lfs: bool) -> str:
 def hashes(path: str, lfs: bool) -> tuple[str, str]:
     """(the blob name's hash, the content's sha256), in one read: for an LFS file both are its sha256; for a
     regular file the first is git's blob sha1."""
-    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        return hashes_fd(fd, lfs)
+    finally:
+        os.close(fd)
+
+
+def hashes_fd(fd: int, lfs: bool) -> tuple[str, str]:
+    """hashes() of the file open as ``fd``, read from its start."""
+    size = os.fstat(fd).st_size
     content = hashlib.sha256()
     git = None if lfs else hashlib.sha1(b"blob %d\0" % size)
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            content.update(chunk)
-            if git is not None:
-                git.update(chunk)
+    offset = 0
+    while True:
+        chunk = os.pread(fd, CHUNK, offset)
+        if not chunk:
+            break
+        offset += len(chunk)
+        content.update(chunk)
+        if git is not None:
+            git.update(chunk)
     return (git or content).hexdigest(), content.hexdigest()
 
 
@@ -114,6 +127,19 @@ def bounded_client():
 def _same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def keeps_token(url: str, location: str) -> bool:
+    """
+    Whether the request to ``location``, where ``url`` led, may carry the
+    token: never when the scheme changes away from https (the token would
+    cross the network in clear, whatever the host), else when both are one
+    origin or a Hub origin (huggingface_hub's own rule, whose details vary
+    between its releases; its 1.x compared the host alone).
+    """
+    if urlsplit(url).scheme.lower() == "https" and urlsplit(location).scheme.lower() != "https":
+        return False
+    return _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
 
 
 # --------------------------------------------------------------------------- pull
@@ -462,20 +488,34 @@ class Puller:
                 raise VerifyError(f"{path}: the lock records two contents for one blob {blob.name}")
             blob.locked = want["sha256"]
 
-    def _verify(self, blob: Blob, file_path: str) -> str | None:
-        """Why the file is not the blob (its size, the hash it is named by: sha256 for an LFS file, git-sha1
-        for a regular one, and the lock's sha256), or None; then its content sha256 is recorded on the blob.
-        Called once per file, after its bytes are complete, before it is linked into the snapshot."""
-        size = os.path.getsize(file_path)
-        if size != blob.size:
-            return f"size {size} != {blob.size}"
-        named, content = hashes(file_path, blob.lfs)
+    def _verify(self, blob: Blob, fd: int) -> str | None:
+        """Why the file open as ``fd`` is not the blob (its size, the hash it is named by: sha256 for an LFS
+        file, git-sha1 for a regular one, and the lock's sha256), or None; then its content sha256 is recorded
+        on the blob. Called once per file, after its bytes are complete, before it is linked into the
+        snapshot. Through the descriptor: what is verified is what the caller then changes (fchmod)."""
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size != blob.size:
+            return f"size {st.st_size} != {blob.size}"
+        named, content = hashes_fd(fd, blob.lfs)
         if named != blob.name:
             return f"{'sha256' if blob.lfs else 'git-sha1'} mismatch"
         if blob.locked and content != blob.locked:
             return f"sha256 {content} differs from the lock's {blob.locked}"
         blob.sha256 = content
         return None
+
+    def _verify_path(self, blob: Blob, path: str) -> str | None:
+        """_verify() of the file at ``path``, opened without following a link."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            return f"cannot open it ({e.strerror})"
+        try:
+            return self._verify(blob, fd)
+        finally:
+            os.close(fd)
 
     # -- per blob
     def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
@@ -521,18 +561,18 @@ class Puller:
         p = self.progress
         assert p is not None
         try:
-            st = os.stat(blob_path)
+            st = os.lstat(blob_path)
         except FileNotFoundError:
             st = None
         if st is not None:
-            size, mtime, content = trust.get(blob.name, (None, None, None))
-            recorded = (size, mtime) == (st.st_size, st.st_mtime_ns) and size == blob.size
+            recorded = stat.S_ISREG(st.st_mode) and manifest.still_trusted(trust.get(blob.name), st, blob.size)
+            content = (trust.get(blob.name) or {}).get("sha256")
             if recorded and content and blob.locked in (None, content):
                 blob.sha256 = content
                 p.file_line(index, path, f"present {human(blob.size)} (verified by an earlier pull)")
                 p.update(have=blob.size)
                 return
-            if stat.S_ISREG(st.st_mode) and self._verify(blob, blob_path) is None:
+            if stat.S_ISREG(st.st_mode) and self._verify_path(blob, blob_path) is None:
                 p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
                 p.update(have=blob.size)
                 return
@@ -543,11 +583,14 @@ class Puller:
         have = self._adopt_orphans(blob, partial, index, path)
         p.update(active=1)
         try:
-            self._download(blob, partial, have, index, path)
+            verified = self._download(blob, partial, have, index, path)
         finally:
             p.update(active=-1)
-        os.chmod(partial, 0o664)
         os.replace(partial, blob_path)
+        now = os.lstat(blob_path)
+        if (now.st_dev, now.st_ino) != verified:
+            os.unlink(blob_path)
+            raise VerifyError(f"{path}: the verified file was replaced before it took its name; run again")
         _unlink(partial + ranges.SIDECAR)
         self._count(files_fetched=1)
         self.stats.changed = True
@@ -647,14 +690,15 @@ class Puller:
         headers = build_hf_headers(token=self._token_arg(), library_name=LIBRARY_NAME)
         headers["Accept-Encoding"] = "identity"
         location = urljoin(url, meta.location) if meta.location else url
-        same = _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
-        if not same:
+        if not keeps_token(url, location):
             headers.pop("authorization", None)
         return location, headers
 
-    def _download(self, blob: Blob, partial: str, have: int, index: int, path: str) -> None:
+    def _download(self, blob: Blob, partial: str, have: int, index: int, path: str) -> tuple[int, int]:
         """Fetch what `partial` lacks (per its range sidecar, else everything after its first
-        `have` bytes), then verify size and hash; one retry from 0."""
+        `have` bytes), then verify size and hash through one descriptor and make it group-readable
+        and writable through the same descriptor (fchmod: a link swapped in after the verify
+        changes nothing); one retry from 0. The verified file's (st_dev, st_ino)."""
         for attempt in (1, 2):
             sidecar = read_regular(partial + ranges.SIDECAR, ranges.MAX_SIDECAR_BYTES)
             spans = ranges.resume(blob.size, have, sidecar, self.workers)
@@ -667,9 +711,15 @@ class Puller:
                                                          f"on disk, {len(spans)} range(s)")
             if ranges.missing(spans):
                 self._fetch(blob, partial, spans, index, path)
-            what = self._verify(blob, partial)
-            if what is None:
-                return
+            fd = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                what = self._verify(blob, fd)
+                if what is None:
+                    os.fchmod(fd, 0o664)
+                    st = os.fstat(fd)
+                    return st.st_dev, st.st_ino
+            finally:
+                os.close(fd)
             self.progress.update(have=-min(os.path.getsize(partial), blob.size))
             os.unlink(partial)
             _unlink(partial + ranges.SIDECAR)
@@ -807,11 +857,11 @@ class Puller:
     def _write_manifest(self, blobs: list[Blob], commit: str) -> None:
         files = []
         for blob in blobs:
-            st = os.stat(os.path.join(self.blobs_dir, blob.name))
-            if st.st_size != blob.size:
+            st = os.lstat(os.path.join(self.blobs_dir, blob.name))
+            if not stat.S_ISREG(st.st_mode) or st.st_size != blob.size:
                 raise VerifyError(f"blob {blob.name} changed size while pulling")
             for p in blob.paths:
-                files.append(manifest.entry(p, blob.name, blob.size, st.st_mtime_ns, blob.lfs, blob.sha256))
+                files.append(manifest.entry(p, blob.name, st, blob.lfs, blob.sha256))
         data = manifest.document(self.repo_id, commit, files, int(time.time()))
         old = manifest.load(self.repo_dir, commit)
         if old is not None and old.get("files") == data["files"] and old.get("repo_id") == self.repo_id:

@@ -23,12 +23,13 @@ import time
 import re
 import urllib.request
 
-from . import checks, dockerapi, safefs, stack, stamp
+from . import checks, dockerapi, names, safefs, stack, stamp
 
-GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers
+GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers, its reply read in full
 
 COMMAND_TIMEOUT = 30   # seconds, for nvidia-smi and the compose plugin
 MAX_ENTRIES = 1_000_000  # entries hf-cache's size walks at most; a larger tree is reported as partial
+MAX_SECONDS = 60         # and the time it takes at most
 
 
 def _run(argv):
@@ -73,29 +74,23 @@ def compose(plugin):
 
 
 def cache_size(top):
-    """Bytes of the regular files below ``top``, each inode once (blobs and their links), no link followed."""
-    seen, files, entries, partial = set(), 0, 0, False
-    pending = [top]
-    while pending:
-        try:
-            listing = list(os.scandir(pending.pop()))
-        except OSError:
-            continue
-        for entry in listing:
-            entries += 1
-            if entries > MAX_ENTRIES:
-                partial, pending = True, []
-                break
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                pending.append(entry.path)
-            elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+    """Bytes of the regular files below ``top``, each inode once (blobs and their links), no link followed
+    (safefs.walk: every directory opened from its parent's descriptor), at most MAX_ENTRIES entries and
+    MAX_SECONDS."""
+    seen, files = set(), 0
+    budget = safefs.Budget(MAX_ENTRIES, MAX_SECONDS)
+    try:
+        fd = safefs.open_dir(top)
+    except OSError:
+        return {"bytes": 0, "files": 0, "partial": True}
+    try:
+        for _path, st in safefs.walk(fd, top, budget):
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 files += st.st_size
-    return {"bytes": files, "files": len(seen), "partial": partial}
+    finally:
+        os.close(fd)
+    return {"bytes": files, "files": len(seen), "partial": budget.stopped is not None}
 
 
 def disk(path):
@@ -108,30 +103,45 @@ def disk(path):
 
 
 def last_gate(home):
+    """The last gate's record, without the API key (a record written before the gate redacted may hold it)."""
     raw = safefs.read_regular(os.path.join(home, "docker", stamp.LAST), 65536)
     try:
-        found = json.loads(raw) if raw else None
+        found = json.loads(checks.redact(raw.decode(errors="replace"))) if raw else None
     except ValueError:
         return {"unreadable": True}
     return found if isinstance(found, dict) else None
 
 
+def use_key(home):
+    """Read the API key (the server's config file), when there is one: sent to the gateways, redacted from
+    everything the report carries."""
+    key_file = os.path.join(home, "docker", "secrets", "server.yaml")
+    if os.path.isfile(key_file) and not os.path.islink(key_file):
+        checks.use_api_key_file(key_file)
+
+
 def gateways(home):
     """[{"slug", "port", "workers": [{"url", "healthy"}] or None, "error"}] of the gateways below the home."""
     out = []
-    key_file = os.path.join(home, "docker", "secrets", "server.yaml")
     for slug, directory in stack.gateway_dirs(home).items():
-        text = (safefs.read_regular(os.path.join(directory, "compose.yaml"), 1 << 20) or b"").decode(errors="replace")
+        text = (safefs.read_regular(os.path.join(directory, names.COMPOSE_FILE), 1 << 20) or b"").decode(errors="replace")
         port = re.search(r"--port=(\d+)", text)
         found = {"slug": slug, "port": int(port.group(1)) if port else None, "workers": None, "error": None}
         try:
             if port is None:
                 raise OSError("no --port in its compose.yaml")
-            if os.path.isfile(key_file):
-                checks.use_api_key_file(key_file)
-            request = urllib.request.Request(f"http://127.0.0.1:{found['port']}/workers", headers=checks._HEADERS)
+            # Only to the port the gateway's own running container publishes: a port no container holds is
+            # anyone's to listen on, and the request carries the key.
+            addresses = stack.published(found["port"], *stack.gateway(slug))
+            if not addresses:
+                raise OSError(f"its container does not run and publish port {found['port']}; nothing was sent")
+            address = "127.0.0.1" if addresses[0] in ("0.0.0.0", "::") else addresses[0]
+            url = f"http://[{address}]:{found['port']}" if ":" in address else f"http://{address}:{found['port']}"
+            request = urllib.request.Request(url + "/workers", headers=checks.auth_headers())
+            started = time.monotonic()
             with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
-                listed = json.loads(reply.read()).get("workers", [])
+                listed = json.loads(checks.read_bounded(reply, started + GATEWAY_TIMEOUT,
+                                                        checks.MAX_GATEWAY_BYTES)).get("workers", [])
             found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
         except (OSError, ValueError) as error:
             found["error"] = f"the gateway does not answer: {error}"
@@ -141,6 +151,7 @@ def gateways(home):
 
 def read(home, docker):
     """The report section; ``docker`` is the snapshot's own docker section (socket, plugin)."""
+    use_key(home)
     cache = os.path.join(home, "hf-cache")
     try:
         real_cache = stat.S_ISDIR(os.lstat(cache).st_mode)

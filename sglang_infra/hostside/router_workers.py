@@ -14,7 +14,9 @@ the gateway reports it healthy. workers.json follows, when the gateway has one.
    workers and removes the others, without a restart; both are queued by the
    gateway, so the list is read again until it matches (bounded).
 Prints one line saying what changed. The key, when there is one, is read
-from the server's config file and sent as a Bearer header, never printed.
+from the server's config file and sent as a Bearer header, never printed,
+and only to a URL the gateway's own running container publishes (the
+Engine API says so): a port no container holds is anyone's to listen on.
 """
 
 import json
@@ -24,19 +26,21 @@ import time
 import urllib.error
 import urllib.request
 
-from . import checks, stack
+from . import checks, names, safefs, stack
+from .printable import printable
 
-WORKERS_FILE = "workers.json"
 SETTLE_SECONDS = 30   # the gateway applies queued additions and removals within milliseconds here
-TIMEOUT = 10
+MAX_WORKERS_FILE_BYTES = 1 << 20   # workers.json: a list of URLs
+TIMEOUT = 10          # seconds, for one call to the gateway, its reply read in full
 
 
 def call(base, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **checks._HEADERS})
+                                     headers={"Content-Type": "application/json", **checks.auth_headers()})
+    started = time.monotonic()
     with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
-        raw = reply.read()
+        raw = checks.read_bounded(reply, started + TIMEOUT, checks.MAX_GATEWAY_BYTES)
     return json.loads(raw) if raw else {}
 
 
@@ -67,14 +71,21 @@ def one_worker(directory, base, change):
     """A rolling restart's step for one worker (see the module's docstring); exit code 0 when it holds."""
     url = change.get("remove") or change.get("add")
     adding = "add" in change
-    listed = os.path.join(directory, WORKERS_FILE)
-    if os.path.isfile(listed):
-        with open(listed) as handle:
-            now = set(json.load(handle))
+    listed = os.path.join(directory, names.WORKERS_FILE)
+    raw = safefs.read_regular(listed, MAX_WORKERS_FILE_BYTES)   # no link followed: the account can write here
+    if raw is not None:
+        try:
+            now = set(json.loads(raw))
+        except (ValueError, TypeError):
+            now = set()
         wanted = now | {url} if adding else now - {url}
         if wanted != now:
             stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
-                                os.path.join(directory, "compose.yaml"))
+                                os.path.join(directory, names.COMPOSE_FILE))
+    if checks.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+        print(f"router_workers: the gateway's container does not publish {base}, so the key is not sent there; "
+              f"nothing to {'add' if adding else 'remove'}")
+        return 0
     try:
         have = registered(base)
         if adding and url not in have:
@@ -82,7 +93,7 @@ def one_worker(directory, base, change):
         elif not adding and url in have:
             call(base, "DELETE", f"/workers/{have[url]}")
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: the gateway at {base} does not answer ({error}); nothing to {'add' if adding else 'remove'}")
+        print(f"router_workers: the gateway at {base} does not answer ({printable(error)}); nothing to {'add' if adding else 'remove'}")
         return 0
     deadline = time.monotonic() + (float(change.get("healthy_within", 0)) if adding else 0) + SETTLE_SECONDS
     while True:
@@ -107,16 +118,20 @@ def main(argv=None):
     wanted = json.loads(sys.stdin.read())
     if isinstance(wanted, dict):
         return one_worker(directory, base, wanted)
-    stack.write_private(os.path.join(directory, WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
-                        os.path.join(directory, "compose.yaml"))
+    stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
+                        os.path.join(directory, names.COMPOSE_FILE))
+    if checks.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+        print(f"router_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
+              "running yet, or published elsewhere), so the key is not sent there; it reads the file when it starts")
+        return 0
     try:
         added, removed = sync(base, wanted)
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: {WORKERS_FILE} written; the gateway does not answer ({error}), it reads the file "
+        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({printable(error)}), it reads the file "
               "when it starts")
         return 0
-    print(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has {len(wanted)} "
-          "worker(s)")
+    print(printable(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has "
+                    f"{len(wanted)} worker(s)"))
     return 0
 
 

@@ -1,34 +1,144 @@
-"""Reading files that may sit in a group-writable tree, as root.
+"""Reading and writing files that others may have changed, as root.
 
-Admins and the serving container can write into hf-cache, so a name there may
-be a symlink planted to make root read something else. Every read here opens
-with O_NOFOLLOW, accepts only a regular file, and is bounded in size; every
-write goes to a new file (O_EXCL, O_NOFOLLOW) that then takes the name.
+Admins and the serving container can write into hf-cache, and the account
+owns the rest of the home, so a name there may be a symlink planted to make
+root read or write something else. Every read here opens with O_NOFOLLOW,
+accepts only a regular file, and is bounded in size; every write goes to a
+new file (O_EXCL, O_NOFOLLOW) whose owner, mode and times are set through its
+descriptor, and that then takes the name. Directories are opened one path
+component at a time (open_dir), so no component is a link that someone other
+than root could have made; walks are bounded in entries and time (Budget).
 """
 
+import errno
 import hashlib
 import os
 import stat
+import time
 
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | _CLOEXEC
 
 
-def _open_regular(path):
-    fd = os.open(path, _FLAGS)
+class Refused(OSError):
+    """A path that is a symlink (or not what it must be) where root must not follow one; the message names it."""
+
+
+def _root_only(st):
+    """A directory only root can change entries in: a link found there is root's own."""
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def open_dir(path):
+    """
+    A descriptor of the directory ``path``, opened from / one component at a
+    time. A component may be a symlink only inside a directory that root
+    alone can write (``/opt`` moved to another disk by the admin); anywhere
+    below a directory someone else can write, a symlink is refused (Refused,
+    naming the path) and never followed.
+    """
+    path = os.path.abspath(path)
+    fd = os.open("/", DIR_FLAGS)
+    walked = ""
+    try:
+        for part in [p for p in path.split("/") if p]:
+            walked += "/" + part
+            flags = DIR_FLAGS & ~os.O_NOFOLLOW if _root_only(os.fstat(fd)) else DIR_FLAGS
+            try:
+                nxt = os.open(part, flags, dir_fd=fd)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
+                    raise Refused(f"{walked} is a symlink; refusing to follow it") from error
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(dir_fd, name):
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def open_subdir(dir_fd, name):
+    """A directory entry of ``dir_fd`` opened as a directory, never through a symlink; None if it is not one."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def lstat_in(dir_fd, name):
+    try:
+        return os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def listdir_fd(dir_fd):
+    try:
+        return sorted(os.listdir(dir_fd))
+    except OSError:
+        return []
+
+
+def _open_regular(path, dir_fd=None):
+    fd = os.open(path, _FLAGS, dir_fd=dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(f"{path} is not a regular file")
     return fd
 
 
-def read_regular(path, limit):
+def read_regular(path, limit, dir_fd=None):
     """At most ``limit`` bytes of a regular file that is not a symlink, or None."""
     try:
-        fd = _open_regular(path)
+        fd = _open_regular(path, dir_fd)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
         return handle.read(limit)
+
+
+def is_regular(path):
+    """A regular file, not a symlink to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_with_stat(path, limit):
+    """(content, stat) of a regular file, at most ``limit`` bytes, its directory opened with open_dir and the file
+    with O_NOFOLLOW; Refused when it is a symlink, OSError when it is not a regular file or larger."""
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_dir(directory)
+    try:
+        if _is_link(dir_fd, name):
+            raise Refused(f"{path} is a symlink; refusing to follow it")
+        fd = _open_regular(name, dir_fd)
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path} is larger than {limit} bytes")
+    return data, st
+
+
+def sha256_fd(fd):
+    """The sha256 of what ``fd`` reads from its current offset to the end."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: os.read(fd, 1 << 20), b""):
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def sha256_regular(path):
@@ -37,39 +147,160 @@ def sha256_regular(path):
         fd = _open_regular(path)
     except OSError:
         return None
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_atomic(path, data, mode=0o664, owner=None, times=None, verify=False):
-    """
-    Replace ``path`` with ``data``: written to a new file beside it (never
-    through a symlink, never over another file), flushed to disk, optionally
-    read back and compared, given ``mode``, ``owner`` (uid, gid) and
-    ``times`` (atime_ns, mtime_ns), and only then renamed over the name. A
-    full disk raises and leaves the old file as it was.
-    """
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if verify and sha256_regular(tmp) != hashlib.sha256(data).hexdigest():
-            raise OSError(f"{tmp} does not read back as written")
+        return sha256_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def create_new(dir_fd, name, data, mode, owner=None, times=None):
+    """
+    ``name`` in ``dir_fd`` created anew (O_EXCL, O_NOFOLLOW: never another
+    file, never through a link) holding ``data``, flushed, then given
+    ``owner``, ``mode`` and ``times`` through its descriptor. Its lstat.
+    """
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
         if owner is not None:
-            os.chown(tmp, *owner)
-        os.chmod(tmp, mode)
+            os.fchown(fd, *owner)
+        os.fchmod(fd, mode)
         if times is not None:
-            os.utime(tmp, ns=times)
-        os.replace(tmp, path)
+            os.utime(fd, ns=times)
+        return os.fstat(fd)
     except BaseException:
+        os.close(fd)
         try:
-            os.unlink(tmp)
+            os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
         raise
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def rename_own(dir_fd, tmp, name, st):
+    """Rename ``tmp`` (created as ``st``) over ``name``, both in ``dir_fd``: refused if ``tmp`` is no longer the
+    file created, and checked again once renamed."""
+    found = lstat_in(dir_fd, tmp)
+    if found is None or (found.st_dev, found.st_ino) != (st.st_dev, st.st_ino):
+        raise Refused(f"{tmp} was replaced before it took its name; nothing was renamed")
+    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    found = lstat_in(dir_fd, name)
+    if found is None or (found.st_dev, found.st_ino) != (st.st_dev, st.st_ino):
+        raise Refused(f"{name} was replaced while it took its new content")
+
+
+def write_atomic(path, data, mode=0o664, owner=None, times=None, verify=False, trusted_dir=False):
+    """
+    Replace ``path`` with ``data``: written to a new file beside it (never
+    through a symlink, never over another file, its directory opened with
+    open_dir), flushed to disk, optionally read back and compared, given
+    ``mode``, ``owner`` (uid, gid) and ``times`` (atime_ns, mtime_ns) through
+    its descriptor, and only then renamed over the name. A full disk raises
+    and leaves the old file as it was. ``trusted_dir``: the directory is the
+    caller's own (the control machine's lock), opened as the caller names it.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY) if trusted_dir else open_dir(directory)
+    tmp = f"{name}.{os.getpid()}.tmp"
+
+    def read_back():
+        back = read_regular(tmp, len(data) + 1, dir_fd=dir_fd)
+        if back is None or hashlib.sha256(back).digest() != hashlib.sha256(data).digest():
+            raise OSError(f"{path}: the new copy does not read back as written")
+
+    try:
+        st = create_new(dir_fd, tmp, data, mode, owner, times)
+        rename_new(dir_fd, tmp, name, st, read_back if verify else None)
+    finally:
+        os.close(dir_fd)
+
+
+def rename_new(dir_fd, tmp, name, st, before=None):
+    """The new file ``tmp`` (its stat ``st``, made by create_new) renamed over ``name`` after ``before()``, if
+    given; on any failure ``tmp`` is removed and the old ``name`` is left as it was."""
+    try:
+        if before is not None:
+            before()
+        rename_own(dir_fd, tmp, name, st)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+class Budget:
+    """A walk's bound: at most ``entries`` entries and ``seconds`` of time. ``spend()`` is False once either is
+    used up, and ``stopped`` then says which."""
+
+    def __init__(self, entries, seconds):
+        self.left = entries
+        self.entries = entries
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.stopped = None
+
+    def spend(self, n=1):
+        if self.stopped is None:
+            self.left -= n
+            if self.left < 0:
+                self.stopped = f"more than {self.entries} entries"
+            elif time.monotonic() > self.deadline:
+                self.stopped = f"more than {self.seconds} s"
+        return self.stopped is None
+
+
+MAX_DEPTH = 256  # directories below a walk's top; a deeper tree is left unread, and said so
+
+
+def walk(dir_fd, top, budget):
+    """
+    (path, lstat) of everything below the directory open as ``dir_fd`` (named
+    ``top``; not closed here), depth first. Each directory is opened from its
+    parent's descriptor with O_NOFOLLOW, so a directory swapped for a link
+    while the walk runs is never entered; at most MAX_DEPTH levels, and only
+    while ``budget`` lasts (its ``stopped`` then says why the walk ended).
+    """
+    stack = [(top, None, os.scandir(dir_fd))]
+    try:
+        while stack:
+            path, fd, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                entries.close()
+                if fd is not None:
+                    os.close(fd)
+                stack.pop()
+                continue
+            if not budget.spend():
+                return
+            parent = dir_fd if fd is None else fd
+            st = lstat_in(parent, entry.name)
+            if st is None:
+                continue
+            full = path + "/" + entry.name
+            yield full, st
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) >= MAX_DEPTH:
+                    budget.stopped = f"a tree deeper than {MAX_DEPTH} directories ({full})"
+                    return
+                child = open_subdir(parent, entry.name)
+                if child is not None:
+                    try:
+                        stack.append((full, child, os.scandir(child)))
+                    except OSError:
+                        os.close(child)
+    finally:
+        for _path, fd, entries in stack:
+            entries.close()
+            if fd is not None:
+                os.close(fd)

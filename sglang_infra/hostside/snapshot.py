@@ -29,7 +29,7 @@ import stat
 import subprocess
 import sys
 
-from . import cachestate, dockerapi, report, safefs, stack, stamp
+from . import cachestate, dockerapi, names, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -156,23 +156,21 @@ def _names(st, users={}, groups={}):
     return users[st.st_uid], groups[st.st_gid]
 
 
-def _walk(top):
-    """(path, lstat) of everything below ``top``, never following a symlink."""
-    stack_ = [top]
-    while stack_:
-        current = stack_.pop()
-        try:
-            entries = list(os.scandir(current))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            yield entry.path, st
-            if stat.S_ISDIR(st.st_mode):
-                stack_.append(entry.path)
+LAYOUT_ENTRIES = 2_000_000   # entries below the home one read walks
+LAYOUT_SECONDS = 120
+
+
+def _walk(top, budget):
+    """(path, lstat) of everything below ``top``, never following a symlink (safefs.walk), within ``budget``."""
+    try:
+        fd = safefs.open_dir(top)
+    except OSError as error:
+        budget.stopped = str(error)
+        return
+    try:
+        yield from safefs.walk(fd, top, budget)
+    finally:
+        os.close(fd)
 
 
 def layout(spec):
@@ -209,7 +207,8 @@ def layout(spec):
             add("world_writable", home)
     except OSError:
         pass
-    for path, st in _walk(home):
+    budget = safefs.Budget(LAYOUT_ENTRIES, LAYOUT_SECONDS)
+    for path, st in _walk(home, budget):
         owner, owner_group = _names(st)
         link, directory = stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode)
         mode = stat.S_IMODE(st.st_mode)
@@ -230,7 +229,9 @@ def layout(spec):
             add("docker_group_writable", path, st)
     for paths in drift.values():
         paths.sort()
-    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed)}
+    stopped = budget.stopped and f"the walk of {home} stopped early: {budget.stopped}; drift past that point is " \
+                                 "not repaired by this run"
+    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed), "stopped_early": stopped}
 
 
 def files(directory):
@@ -254,7 +255,7 @@ def files(directory):
     return out
 
 
-_MODEL_LABEL = re.compile(r'^\s*sglang\.model:\s*"?([^"\s]+)"?\s*$', re.M)
+_MODEL_LABEL = re.compile(r'^\s*' + re.escape(names.MODEL_LABEL) + r':\s*"?([^"\s]+)"?\s*$', re.M)
 
 
 def models(home):
@@ -290,18 +291,26 @@ def tools(tools_dir):
 
 
 def adopted(path):
-    """An existing directory's owner and whether it has entries: the deploy refuses to adopt a stranger's."""
+    """An existing directory's owner, whether it has entries and the first of their names (sorted, at most
+    names.EXISTING_ENTRIES_SHOWN, ``more`` when there are others): the deploy refuses to adopt a stranger's."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
     owner, group = _names(st)
-    try:
-        with os.scandir(path) as entries:
-            empty = next(entries, None) is None
-    except OSError:
-        empty = True
-    return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": empty}
+    shown, more = [], False
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    if len(shown) == names.EXISTING_ENTRIES_SHOWN:
+                        more = True
+                        break
+                    shown.append(entry.name)
+        except OSError:
+            pass
+    return {"owner": owner, "group": group, "directory": stat.S_ISDIR(st.st_mode), "empty": not shown,
+            "entries": sorted(shown), "more": more}
 
 
 def routers(home, engine_api):
@@ -315,7 +324,7 @@ def routers(home, engine_api):
                 running = stack.state(directory, project, service)
             except dockerapi.Unavailable:
                 pass
-        raw = safefs.read_regular(os.path.join(directory, "workers.json"), 1 << 20)
+        raw = safefs.read_regular(os.path.join(directory, names.WORKERS_FILE), 1 << 20)
         try:
             workers = json.loads(raw) if raw else None
         except ValueError:
@@ -330,7 +339,7 @@ def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, "docker")
     gateways = stack.gateway_dirs(home)
-    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, "router")] if gateways else []),
+    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, names.GATEWAY_DIR)] if gateways else []),
                             *gateways.values()])
     engine = docker()
     running = {"container": None, "record": None, "current": False}

@@ -13,15 +13,16 @@ that container still exists and is running, and the files still match.
 import json
 import os
 import sys
+import urllib.parse
 
-from . import dockerapi, safefs
+from . import dockerapi, names, safefs
 
 PROJECT = "sglang"   # compose.yaml's `name:`
 SERVICE = "sglang"   # its one service
 RECORD = ".stack"
 # A gateway (the `router` group) runs in a project of its own per model, in router/<slug>/ below the home.
 GATEWAY_PROJECT = "sglang-router-{slug}"
-GATEWAY_SERVICE = "router"
+GATEWAY_SERVICE = names.GATEWAY_SERVICE
 
 
 def gateway(slug):
@@ -31,7 +32,7 @@ def gateway(slug):
 
 def gateway_dirs(home):
     """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink."""
-    top = os.path.join(home, "router")
+    top = os.path.join(home, names.GATEWAY_DIR)
     if os.path.islink(top) or not os.path.isdir(top):
         return {}
     return {entry.name: entry.path for entry in sorted(os.scandir(top), key=lambda e: e.name)
@@ -48,20 +49,52 @@ def container(project=PROJECT, service=SERVICE):
     return found
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def published(port, project=PROJECT, service=SERVICE):
+    """The host addresses the service's own running container publishes TCP ``port`` on, as the engine reports
+    them ("0.0.0.0" or "::": every address); none when it does not run or the engine does not answer."""
+    try:
+        found = dockerapi.compose_containers(project).get(service)
+    except (dockerapi.Unavailable, ValueError):
+        return []
+    if found is None or found["state"] != "running":
+        return []
+    return [p.get("IP") or "0.0.0.0" for p in found.get("ports") or ()
+            if p.get("PublicPort") == port and p.get("Type", "tcp") == "tcp"]
+
+
+def holds(url, project=PROJECT, service=SERVICE):
+    """
+    Whether ``url`` (http://ADDRESS:PORT) is a port the service's own
+    running container publishes: the API key is sent nowhere else (a port no
+    container holds is free for any local user to listen on). Loopback
+    stands for a port published on every address.
+    """
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    return any(address == parts.hostname or address in ("0.0.0.0", "::") and parts.hostname in LOOPBACK
+               for address in (published(port, project, service) if port else ()))
+
+
 def file_digests(docker_dir):
-    return {name: safefs.sha256_regular(os.path.join(docker_dir, name)) for name in ("compose.yaml", ".env")}
+    return {name: safefs.sha256_regular(os.path.join(docker_dir, name)) for name in (names.COMPOSE_FILE, names.ENV_FILE)}
 
 
 def write_private(path, text, like):
-    """Replace ``path`` with ``text`` (never through a symlink), owned like the file ``like``."""
-    st = os.stat(like)
+    """Replace ``path`` with ``text`` (never through a symlink), owned like the file ``like`` (not followed)."""
+    st = os.lstat(like)
     safefs.write_atomic(path, text.encode(), 0o644, owner=(st.st_uid, st.st_gid))
 
 
 def record(docker_dir, project=PROJECT, service=SERVICE):
     found = container(project, service)
     text = json.dumps({"container": found and found["id"], **file_digests(docker_dir)}, sort_keys=True)
-    write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, "compose.yaml"))
+    write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, names.COMPOSE_FILE))
 
 
 def state(docker_dir, project=PROJECT, service=SERVICE):
@@ -73,7 +106,7 @@ def state(docker_dir, project=PROJECT, service=SERVICE):
     except ValueError:
         recorded = None
     current = bool(found and recorded and recorded.get("container") == found["id"]
-                   and {k: recorded.get(k) for k in ("compose.yaml", ".env")} == file_digests(docker_dir))
+                   and {k: recorded.get(k) for k in (names.COMPOSE_FILE, names.ENV_FILE)} == file_digests(docker_dir))
     return {"container": found, "record": recorded, "current": current}
 
 

@@ -16,15 +16,14 @@ with (workers.json) and its launcher: a change of either runs its gate again.
 import hashlib
 import os
 
-from . import safefs
+from . import names, safefs
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
 # {"time": UTC, "passed", "reason", "rolled_back", "benchmark": benchmark.sh's summary or None}.
 LAST = ".last-gate"
-SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
 # Besides compose.yaml and .env, what a gateway's digest covers (router/<slug>/).
-GATEWAY_FILES = ("workers.json", "launch.py")
+GATEWAY_FILES = (names.WORKERS_FILE, names.LAUNCHER)
 
 
 def digest(home, container, docker_dir=None, extra=()):
@@ -36,11 +35,11 @@ def digest(home, container, docker_dir=None, extra=()):
     """
     docker_dir = docker_dir or os.path.join(home, "docker")
     container = container or {}
-    parts = [f"compose={safefs.sha256_regular(os.path.join(docker_dir, 'compose.yaml'))}",
-             f"env={safefs.sha256_regular(os.path.join(docker_dir, '.env'))}",
+    parts = [f"compose={safefs.sha256_regular(os.path.join(docker_dir, names.COMPOSE_FILE))}",
+             f"env={safefs.sha256_regular(os.path.join(docker_dir, names.ENV_FILE))}",
              f"image={container.get('image_id') or ''}",
              f"container={container.get('id') or ''}@{container.get('started_at') or ''}"]
-    parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in SCRIPTS]
+    parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(docker_dir, name))}" for name in extra]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 

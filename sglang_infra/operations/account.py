@@ -9,6 +9,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand
 
 from .. import ship
+from ..hostside.printable import printable
 from ..platforms import NOLOGIN_SHELL
 from ..snapshot import current
 from .base import diff_wanted, q, snapshot_operation
@@ -17,8 +18,10 @@ from .base import diff_wanted, q, snapshot_operation
 # Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
 DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
                     "docker_group_writable")
-# Paths per repair command, so a large repair never exceeds the remote's argument limit.
-REPAIR_CHUNK = 200
+# Bytes of one repair command, program and paths together, as the shell receives it: pyinfra runs a command as
+# one `sh -c` argument, and Linux refuses any one argument longer than 128 KiB (MAX_ARG_STRLEN), whatever the
+# count of paths in it. Paths are batched by their size, not their count.
+REPAIR_COMMAND_BYTES = 96 * 1024
 
 
 @snapshot_operation
@@ -106,15 +109,31 @@ def _show_drift(found: dict, dirs: dict[str, str], user: str, group: str) -> Non
         now = found["dirs"].get(path)
         if now != {"owner": user, "group": group, "mode": mode}:
             shown = f"{now['owner']}:{now['group']} {now['mode']}" if now else "missing"
-            host.log(f"Will fix {path}: {shown} -> {user}:{group} {mode}", logger.info)
+            host.log(f"Will fix {path}: {printable(shown)} -> {user}:{group} {mode}", logger.info)
     details = found.get("details", {})
     listed = [(category, path) for category in DRIFT_CATEGORIES for path in found["drift"].get(category, [])]
     for category, path in listed[:DIFF_PATHS]:
         now = details.get(path)
         shown = f"{now[0]}:{now[1]} {now[2]}" if now else "?"
-        host.log(f"Will fix {path!r}: {shown} -> {EXPECTED[category].format(user=user, group=group)}", logger.info)
+        host.log(f"Will fix {path!r}: {printable(shown)} -> {EXPECTED[category].format(user=user, group=group)}",
+                 logger.info)
     if len(listed) > DIFF_PATHS:
         host.log(f"... and {len(listed) - DIFF_PATHS} more drifted entries", logger.info)
+
+
+def by_size(prefix: str, words: list[str], limit: int):
+    """``words`` in batches, each of which with ``prefix`` stays within ``limit`` bytes once quoted again for
+    `sh -c` (a word too long alone goes in a batch of its own)."""
+    batch, size = [], len(q(prefix))
+    for word in words:
+        cost = 1 + len(q(word))
+        if batch and size + cost > limit:
+            yield batch
+            batch, size = [], len(q(prefix))
+        batch.append(word)
+        size += cost
+    if batch:
+        yield batch
 
 
 @snapshot_operation
@@ -139,10 +158,9 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
             changed = True
             yield f"python3 -c {program} dir={mode} {q(home)} {q(user)} {q(group)} {q(path)}"
     for category in DRIFT_CATEGORIES:
-        paths = found["drift"].get(category, [])
-        for start in range(0, len(paths), REPAIR_CHUNK):
+        prefix = f"python3 -c {program} {category} {q(home)} {q(user)} {q(group)}"
+        for batch in by_size(prefix, [q(p) for p in found["drift"].get(category, [])], REPAIR_COMMAND_BYTES):
             changed = True
-            chunk = " ".join(q(p) for p in paths[start:start + REPAIR_CHUNK])
-            yield f"python3 -c {program} {category} {q(home)} {q(user)} {q(group)} {chunk}"
+            yield " ".join([prefix, *batch])
     if not changed:
         host.noop(f"{home} and everything under it already conform")

@@ -8,6 +8,7 @@ import hashlib
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand
 
+from ..hostside.names import TOOLCHAIN_INPUTS_LABEL
 from ..snapshot import current
 from .base import diff_wanted, q, run_streamed, snapshot_operation
 
@@ -68,7 +69,7 @@ def nvidia_runtime():
 
 @snapshot_operation
 def toolchain_image(tag: str, inputs_hash: str, dockerfile: str, context_dir: str, check: str,
-                    label: str = "sglang.toolchain.inputs"):
+                    label: str = TOOLCHAIN_INPUTS_LABEL):
     """
     Ensure the toolchain image ``tag`` exists, built from ``dockerfile`` with
     ``context_dir`` as context, and carries ``inputs_hash`` in ``label``: a

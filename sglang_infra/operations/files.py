@@ -5,19 +5,34 @@ account_env_file), and the secret that travels only through stdin
 from __future__ import annotations
 
 import hashlib
-from io import BytesIO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, StringCommand
+from pyinfra.api import OperationError, StringCommand
 
-from .. import render
+from .. import render, ship
 from ..snapshot import current
 from .base import file_entry, q, show_diff, snapshot_operation
 
 
+def put_command(dest: str, content: bytes, user: str, group: str, mode: str, keep_previous: bool = False,
+                check: str | None = None) -> StringCommand:
+    """
+    hostside/put.py writing ``content`` (through the command's stdin, never
+    on its command line) into ``dest``: a new file root creates itself,
+    checked, then renamed into place; a symlink at ``dest``, beside it or on
+    the way to it is refused and named, never followed.
+    """
+    words = [q(dest), q(user), q(group), mode, str(len(content))]
+    if keep_previous:
+        words.append("--keep-previous")
+    if check:
+        words += ["--check", q(check)]
+    return StringCommand(f"python3 -c {q(ship.program('put'))} {' '.join(words)}", _stdin=content.decode())
+
+
 def swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):
     """
-    Upload ``content`` next to ``dest``, run ``check`` on it (with {candidate}
+    Write ``content`` next to ``dest``, run ``check`` on it (with {candidate}
     substituted), and only then move it into place, keeping the previous
     version as ``dest``.previous. A candidate that fails the check is deleted
     and the old file stays in place.
@@ -27,33 +42,16 @@ def swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: 
         raise OperationError(f"{dest} exists but is not a regular file; move it away by hand")
     digest = hashlib.sha256(content).hexdigest()
     if current and current["sha256"] == digest:
-        fixes = []
-        if (current["owner"], current["group"]) != (user, group):
-            fixes.append(f"chown {q(user)}:{q(group)} {q(dest)}")
-        if current["mode"] != mode:
-            fixes.append(f"chmod {mode} {q(dest)}")
-        if fixes:
-            yield " && ".join(fixes)
+        if (current["owner"], current["group"], current["mode"]) != (user, group, mode):
+            # The same content, rewritten with its owner and mode: a chown by path would follow a link.
+            yield put_command(dest, content, user, group, mode)
         else:
             host.noop(f"{dest} is already up to date")
         return
 
     show_diff(dest, current, content)
-    candidate = f"{dest}.candidate"
-    yield FileUploadCommand(BytesIO(content), candidate,
-                            remote_temp_filename=host.get_temp_filename(candidate))
-    steps = [f"chown {q(user)}:{q(group)} {q(candidate)}", f"chmod {mode} {q(candidate)}"]
-    if check:
-        checked = check.format(candidate=q(candidate))
-        steps.append(
-            f"{{ out=$({checked} 2>&1) || {{ rm -f {q(candidate)}; "
-            f"echo \"refused: the new {dest} failed its check, the current file is unchanged: $out\" >&2; "
-            f"exit 1; }}; }}"
-        )
-    if current:
-        steps.append(f"cp -p {q(dest)} {q(dest + '.previous')}")
-    steps.append(f"mv -f {q(candidate)} {q(dest)}")
-    yield " && ".join(steps)
+    checked = check.format(candidate=q(f"{dest}.candidate")) if check else None
+    yield put_command(dest, content, user, group, mode, keep_previous=bool(current), check=checked)
 
 
 @snapshot_operation
@@ -105,10 +103,6 @@ def secret_file(dest: str, content: bytes | None, user: str):
             user, user, "600"):
         host.noop(f"{dest} already holds the configured token")
         return
-    upload = f"{dest}.upload"
     # Through the command's stdin, as root, straight into a directory only the account can enter: never on a
     # command line, never in a file the SSH login writes (an SFTP upload under a sudo login goes via /tmp).
-    yield StringCommand(
-        f"umask 077 && head -c {len(content)} > {q(upload)} && chown {q(user)}:{q(user)} {q(upload)} && "
-        f"chmod 600 {q(upload)} && mv -f {q(upload)} {q(dest)}",
-        _stdin=content.decode())
+    yield put_command(dest, content, user, user, "600")

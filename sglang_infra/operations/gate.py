@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import FunctionCommand
 
+from ..hostside.names import stamp_current
 from .base import file_entry, q, run_streamed, snapshot_operation
 from .docker import image_id
 from .stack import stack_section
@@ -50,6 +51,6 @@ def gate_passed(image: str, files: dict[str, str], gateway: str | None = None) -
     """validated's decision: the gate's stamp matches the host as it is, and ``files`` and ``image`` are on it."""
     section = stack_section(gateway)
     found = section["stack"]["container"]
-    return (section["stamp"] is not None and section["stamp"] == section["digest"]
+    return (stamp_current(section["stamp"], section["digest"])
             and all((file_entry(path) or {}).get("sha256") == sha for path, sha in files.items())
             and found is not None and found["image_id"] == image_id(image))

@@ -10,6 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from .. import ship
+from ..hostside.names import COMPOSE_FILE, stamp_current
 from .base import diff_wanted, q, snapshot_operation
 from .stack import stack_section
 
@@ -50,7 +51,7 @@ def worker_validated(snapshot: dict | None) -> bool:
     if not snapshot or not snapshot.get("gate"):
         return False
     container = (snapshot.get("stack") or {}).get("container") or {}
-    return bool(snapshot["gate"]["stamp"] and snapshot["gate"]["stamp"] == snapshot["gate"]["digest"]
+    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
                 and container.get("state") == "running")
 
 

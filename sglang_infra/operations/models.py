@@ -9,6 +9,7 @@ from typing import Iterable
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
+from ..hostside.printable import printable
 from ..hostside.units import human
 from ..snapshot import current
 from ..toolchain import pip_index_options
@@ -123,7 +124,8 @@ def models_pruned(hub: str, keep: list[str], tools_dir: str):
         host.noop("the cache holds only revisions this host serves or keeps")
         return
     for repo_id, commit, size in plan:
-        logger.info(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({human(size)}) is not kept")
+        # repo ids and commits here are hf-cache's folder names, which a group member can choose
+        logger.info(printable(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({human(size)}) is not kept"))
     keep_all = sorted({*keep, *cache.get("referenced", [])})
     args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
     for pinned in keep_all:

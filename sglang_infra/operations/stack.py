@@ -7,6 +7,7 @@ from __future__ import annotations
 from pyinfra import host
 
 from .. import ship
+from ..hostside.names import COMPOSE_FILE, MODEL_LABEL
 from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
 from ..snapshot import current
 from .base import file_entry, q, snapshot_operation
@@ -49,7 +50,7 @@ def restart(project_dir: str, image: str, model: str | None, compose_sha: str, r
     """stack_up's decision: why the stack must be (re)started (none: it runs the current config), and the command."""
     stack = stack_section(gateway)["stack"]
     found = stack["container"]
-    on_disk = (file_entry(f"{project_dir}/compose.yaml") or {}).get("sha256")
+    on_disk = (file_entry(f"{project_dir}/{COMPOSE_FILE}") or {}).get("sha256")
     reasons = []
     if found is None:
         reasons.append("the service has no container")
@@ -64,7 +65,7 @@ def restart(project_dir: str, image: str, model: str | None, compose_sha: str, r
     forced = bool(recreate_if is not None and host.state.is_executing and recreate_if())
     if forced:
         reasons.append("the server's private config changed")
-    switched = found is not None and found["labels"].get("sglang.model") not in (None, model)
+    switched = found is not None and found["labels"].get(MODEL_LABEL) not in (None, model)
     force = " --force-recreate" if switched or forced else ""
     record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
     return reasons, (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import ship
+from ..hostside.names import TOOLCHAIN_BASE_LABEL, TOOLCHAIN_INPUTS_LABEL, TOOLCHAIN_LABEL_PREFIX
 from ..templating import render_template
 from .pins import flashinfer_index_url, nvcc_release
 from .pip import pip_index_options
@@ -38,8 +39,8 @@ PIP_ENV = ("PIP_BREAK_SYSTEM_PACKAGES=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PI
            "PIP_ROOT_USER_ACTION=ignore")
 
 IMAGE_REPOSITORY = "sglang-serving"
-LABEL_PREFIX = "sglang.toolchain"
-INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
+LABEL_PREFIX = TOOLCHAIN_LABEL_PREFIX
+INPUTS_LABEL = TOOLCHAIN_INPUTS_LABEL
 
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 _IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
@@ -92,7 +93,7 @@ def _render(data: Mapping[str, Any], pinned: Mapping[str, str], base_image: str,
     labels = []
     if inputs_hash:
         labels.append((INPUTS_LABEL, inputs_hash))
-    labels += [(f"{LABEL_PREFIX}.base", base_image), (f"{LABEL_PREFIX}.cuda-flavor", data["sglang_cuda_flavor"])]
+    labels += [(TOOLCHAIN_BASE_LABEL, base_image), (f"{LABEL_PREFIX}.cuda-flavor", data["sglang_cuda_flavor"])]
     labels += [(f"{LABEL_PREFIX}.pin.{name}", version) for name, version in pinned.items()]
     check = f"{SHARE_DIR}/{CHECK_NAME}"
     labels.append((f"{LABEL_PREFIX}.check", f"python3 {check}"))

@@ -19,6 +19,8 @@ import paramiko
 import pytest
 import testinfra
 
+from sglang_infra import gateways, groups
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
@@ -28,10 +30,18 @@ def _load_inventory(path: str):
     return inventoryfile.load(path)
 
 
+_inventories: dict[str, object] = {}
+
+
+def _inventory(path: str):
+    if path not in _inventories:
+        _inventories[path] = _load_inventory(path)
+    return _inventories[path]
+
+
 def _hosts(config):
     path = config.getoption("--hosts-inventory")
-    inventory = _load_inventory(path)
-    return [(h.name, h.data.dict()) for h in inventory]
+    return [(h.name, h.data.dict(), path) for h in _inventory(path)]
 
 
 # Every host is connected to once, before any check: a host that cannot be reached gets one line saying why,
@@ -43,15 +53,15 @@ _unreachable: dict[str, str] = {}
 def pytest_generate_tests(metafunc):
     if "target" in metafunc.fixturenames:
         hosts = []
-        for name, data in _hosts(metafunc.config):
+        for name, data, path in _hosts(metafunc.config):
             if name not in _clients and name not in _unreachable:
                 try:
                     _clients[name] = _client(name, data)
                 except Exception as error:  # each reason becomes one line below
                     _unreachable[name] = _reason(name, data, error)
             if name in _clients:
-                hosts.append((name, data))
-        metafunc.parametrize("target", hosts, ids=[name for name, _ in hosts], indirect=True, scope="module")
+                hosts.append((name, data, path))
+        metafunc.parametrize("target", hosts, ids=[name for name, _, _ in hosts], indirect=True, scope="module")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -110,9 +120,11 @@ def _client(name: str, data: dict) -> paramiko.SSHClient:
 
 
 class Target:
-    def __init__(self, name: str, data: dict):
+    def __init__(self, name: str, data: dict, inventory_path: str):
         self.name = name
         self.data = data
+        self.inventory, self.inventory_path = _inventory(inventory_path), inventory_path
+        self.groups = groups.groups_of(self.inventory.get_host(name), inventory_path)
         address = data.get("ssh_hostname") or name
         user = data.get("ssh_user")
         self.host = testinfra.get_host(f"paramiko://{user + '@' if user else ''}{address}")
@@ -131,10 +143,13 @@ class Target:
 
     @cached_property
     def plan(self):
-        """The host's plan, resolved from its data and its snapshot as the deploy resolves it."""
+        """The host's plan, resolved from its data, its groups and its snapshot as the deploy resolves it; a
+        router host's with its gateways, whose workers are the inventory's serving hosts."""
         from sglang_infra.plan import resolve
 
-        return resolve(self.name, self.data, self.snapshot)
+        plan = resolve(self.name, self.data, self.snapshot, self.groups)
+        return gateways.fleet({self.name: plan}, self.inventory, refuse=False,
+                              inventory_path=self.inventory_path)[self.name] if plan.routes else plan
 
     def run(self, command: str):
         if self.sudo:
@@ -145,7 +160,7 @@ class Target:
 
 @pytest.fixture(scope="module")
 def target(request):
-    name, data = request.param
-    t = Target(name, data)
+    name, data, path = request.param
+    t = Target(name, data, path)
     yield t
     t.host.backend.client.close()

@@ -7,8 +7,28 @@ import shlex
 
 import json
 
-from sglang_infra import ACCOUNT
+import pytest
+
+from sglang_infra import ACCOUNT, ship
+from sglang_infra.groups import ROUTER_GROUP
+from sglang_infra.hostside import names
 from sglang_infra.platforms import NOLOGIN_SHELL
+
+
+@pytest.fixture
+def serving(target):
+    """A host that serves a model; a host only in the router group runs gateways alone (checked below)."""
+    if not target.plan.serves:
+        pytest.skip(f"{target.name} serves no model: it is only in the {ROUTER_GROUP} group")
+    return target
+
+
+@pytest.fixture
+def routing(target):
+    """A router host, with its gateways."""
+    if not target.plan.routes:
+        pytest.skip(f"{target.name} is not in the {ROUTER_GROUP} group")
+    return target
 
 
 def _passwd(target):
@@ -95,26 +115,30 @@ def test_docker_compose_is_v2(target):
     assert int(version.split(".")[0]) >= 2, version
 
 
-def test_compose_yaml_is_the_rendering_of_the_data(target):
+def test_compose_yaml_is_the_rendering_of_the_data(serving):
+    target = serving
     path = f"{target.data['sglang_home']}/docker/compose.yaml"
     remote = target.run(f"sha256sum {path}").stdout.split()[0]
     assert remote == hashlib.sha256(target.plan.compose.encode()).hexdigest()
     assert _stat(target, path) == [ACCOUNT, ACCOUNT, "644"]
 
 
-def test_compose_yaml_is_accepted_by_compose(target):
+def test_compose_yaml_is_accepted_by_compose(serving):
+    target = serving
     docker_dir = f"{target.data['sglang_home']}/docker"
     result = target.run(f"docker compose --project-directory {docker_dir} config -q")
     assert result.rc == 0, result.stderr
 
 
-def test_compose_pins_the_image(target):
+def test_compose_pins_the_image(serving):
+    target = serving
     docker_dir = f"{target.data['sglang_home']}/docker"
     images = target.run(f"docker compose --project-directory {docker_dir} config --images").stdout.split()
     assert images == [target.plan.serving_image]
 
 
-def test_the_serving_image_carries_the_toolchain_pins(target):
+def test_the_serving_image_carries_the_toolchain_pins(serving):
+    target = serving
     if not target.plan.build:
         return
     result = target.run(f"docker run --rm --entrypoint /bin/sh {target.plan.serving_image} "
@@ -122,14 +146,16 @@ def test_the_serving_image_carries_the_toolchain_pins(target):
     assert result.rc == 0 and json.loads(result.stdout.strip().splitlines()[-1])["ok"], result.stdout
 
 
-def test_every_kept_model_is_complete_and_verified_in_the_cache(target):
+def test_every_kept_model_is_complete_and_verified_in_the_cache(serving):
+    target = serving
     cache = target.snapshot["models"]
     for model in target.plan.kept:
         revisions = cache["repos"].get(model.repo_id, {}).get("revisions", {})
         assert revisions.get(model.revision, {}).get("complete"), f"{model.pinned} is not complete"
 
 
-def test_the_pull_environment_is_outside_the_home_and_the_token_private(target):
+def test_the_pull_environment_is_outside_the_home_and_the_token_private(serving):
+    target = serving
     tools = target.data["sglang_tools_dir"]
     assert not tools.startswith(target.data["sglang_home"] + "/")
     assert _stat(target, f"{tools}/secret") == [ACCOUNT, ACCOUNT, "700"]
@@ -138,7 +164,8 @@ def test_the_pull_environment_is_outside_the_home_and_the_token_private(target):
         assert token.stdout.split() == [ACCOUNT, ACCOUNT, "600"]
 
 
-def test_env_file_carries_the_account_ids(target):
+def test_env_file_carries_the_account_ids(serving):
+    target = serving
     _, _, uid, gid, *_ = _passwd(target)
     path = f"{target.data['sglang_home']}/docker/.env"
     values = dict(line.split("=", 1) for line in target.run(f"cat {path}").stdout.splitlines()
@@ -148,7 +175,8 @@ def test_env_file_carries_the_account_ids(target):
 
 
 # ---------------------------------------------------------------- serving: what the operator relies on
-def test_the_server_container_runs_and_is_not_unhealthy(target):
+def test_the_server_container_runs_and_is_not_unhealthy(serving):
+    target = serving
     found = target.snapshot["stack"]["container"]
     assert found is not None, "no server container"
     assert found["state"] == "running", f"the server container is {found['state']} ({found['status']})"
@@ -157,31 +185,66 @@ def test_the_server_container_runs_and_is_not_unhealthy(target):
     assert found["health"] != "unhealthy", f"Docker reports the server unhealthy ({found['status']})"
 
 
-def test_the_api_answers_with_the_served_model(target):
-    # With an API key, it is read on the host from the server's own config file, never put on a command line.
-    probe = ("import json, sys, urllib.request\n"
-             "base, headers = sys.argv[1], {}\n"
-             "for line in (open(sys.argv[2]) if len(sys.argv) > 2 else []):\n"
-             "    if line.startswith('api-key:'): headers['Authorization'] = 'Bearer ' + json.loads(line[8:])\n"
-             "urllib.request.urlopen(base + '/health', timeout=10).read()\n"
-             "models = urllib.request.urlopen(urllib.request.Request(base + '/v1/models', headers=headers), timeout=10)\n"
-             "print(json.dumps([m['id'] for m in json.load(models)['data']]))\n")
-    key_file = target.plan.gate.api_key_file or ""
-    result = target.run(f"python3 -c {shlex.quote(probe)} {target.plan.gate.url} {key_file}")
+API_TIMEOUT = 30   # seconds for the whole probe: /health and /v1/models, each read bounded in bytes too
+
+
+def api_probe(url: str, key_file: str | None) -> str:
+    """The command that lists the served models on the host: the checks program's `models`, bounded in bytes
+    and in total time (hostside/checks.py); the key, if any, is read on the host from the server's own config."""
+    key = f" --api-key-file {shlex.quote(key_file)}" if key_file else ""
+    return (f"python3 -c {shlex.quote(ship.program('checks'))} models --url {shlex.quote(url)} "
+            f"--timeout {API_TIMEOUT}{key}")
+
+
+def test_the_api_answers_with_the_served_model(serving):
+    target = serving
+    result = target.run(api_probe(target.plan.gate.url, target.plan.gate.api_key_file))
     assert result.rc == 0, f"the API does not answer on {target.plan.gate.url}: {result.stderr.strip()[-300:]}"
-    assert target.plan.gate.served_name in json.loads(result.stdout), result.stdout
+    assert target.plan.gate.served_name in json.loads(result.stdout)["models"], result.stdout
 
 
-def test_the_last_gate_passed_for_what_runs_now(target):
+def test_the_last_gate_passed_for_what_runs_now(serving):
+    target = serving
     gate = target.snapshot["gate"]
     assert gate["stamp"] is not None, "the gate never passed on this host"
-    assert gate["stamp"] == gate["digest"], ("the last gate record is not for the config and container running now "
+    assert names.stamp_current(gate["stamp"], gate["digest"]), ("the last gate record is not for the config and container running now "
                                              "(changed, restarted or rolled back since); run the deploy")
 
 
-def test_the_server_reads_the_model_cache_read_only(target):
+def test_the_server_reads_the_model_cache_read_only(serving):
+    target = serving
     found = target.snapshot["stack"]["container"]
     assert found is not None, "no server container"
     mounts = json.loads(target.run(f"docker inspect -f '{{{{json .Mounts}}}}' {found['id']}").stdout)
     cache = [m for m in mounts if m["Destination"] == "/hf-cache"]
     assert cache and cache[0]["RW"] is False, cache
+
+
+# ---------------------------------------------------------------- router hosts: each gateway
+def test_a_router_host_runs_a_gateway_for_each_model_it_fronts(routing):
+    found = routing.snapshot.get("routers") or {}
+    assert sorted(found) == sorted(g.slug for g in routing.plan.gateways), found
+
+
+def test_each_gateways_compose_yaml_is_the_rendering_of_the_data(routing):
+    for gateway in routing.plan.gateways:
+        path = f"{gateway.dir}/{names.COMPOSE_FILE}"
+        remote = routing.run(f"sha256sum {path}").stdout.split()[:1]
+        assert remote == [gateway.compose_sha], f"the {gateway.key} gateway's {path} is not the rendered one"
+
+
+def test_each_gateway_runs_and_passed_its_gate_for_what_runs_now(routing):
+    for gateway in routing.plan.gateways:
+        found = (routing.snapshot.get("routers") or {}).get(gateway.slug) or {}
+        container = (found.get("stack") or {}).get("container") or {}
+        assert container.get("state") == "running", f"the {gateway.key} gateway's container is not running"
+        assert names.stamp_current(found.get("stamp"), found.get("digest")), \
+            f"the {gateway.key} gateway's last gate is not for what runs now; run the deploy"
+
+
+def test_each_gateway_answers_with_its_model(routing):
+    for gateway in routing.plan.gateways:
+        result = routing.run(api_probe(gateway.gate.url, gateway.gate.api_key_file))
+        assert result.rc == 0, f"the {gateway.key} gateway does not answer on {gateway.gate.url}: " \
+                               f"{result.stderr.strip()[-300:]}"
+        assert gateway.served_name in json.loads(result.stdout)["models"], result.stdout

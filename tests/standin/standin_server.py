@@ -7,7 +7,9 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 - GET  /health                503 while "loading", then 200 (empty body)
 - GET  /v1/models             the served model
 - GET  /server_info, /get_server_info, /model_info, /get_model_info
-                              what the gateway (sglang-router) asks a worker for when it adds it
+                              what the gateway (sglang-router) asks a worker for when it adds it (the
+                              server info with the API key in clear, as SGLang's; its start-up log line
+                              server_args=... carries the key too)
 - POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
                               streaming as server-sent events ending in [DONE];
                               404 for an unknown model, 400 for a bad request
@@ -35,6 +37,10 @@ Behaviour is set by environment variables, which compose passes through:
       never_ready        /health answers 503 forever
       never_completes    /health answers 200, but a completion never comes back (the connection is held, then
                          dropped after NEVER_SECONDS)
+      drip               /health answers 200; every other route answers 200 and then one byte every
+                         STANDIN_DRIP_SECONDS (default 2), for NEVER_SECONDS: a per-read timeout never fires
+      endless_line       /health answers 200; every other route answers 200 and then streams bytes without a
+                         newline as fast as it can, up to ENDLESS_BYTES
 
 Production defaults never reference this file or its image.
 """
@@ -51,8 +57,10 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready", "never_completes")
+FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready", "never_completes",
+            "drip", "endless_line")
 NEVER_SECONDS = 600  # "never", for any test's timeout; the wait still ends by itself
+ENDLESS_BYTES = 4 << 30   # "gigabytes without a newline"; the stream still ends by itself
 REASONING = ("The user wants the current weather for a city. I have a get_weather tool whose parameters are "
              "a city and a unit. Both are stated in the request, so I will call the tool directly and report "
              "the result afterwards.")
@@ -125,6 +133,7 @@ class StandIn:
         self.tokens_per_second = 10.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
         self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
         self.capacity = float(env.get("STANDIN_CAPACITY_TOKENS_PER_SECOND", 0))
+        self.drip_seconds = float(env.get("STANDIN_DRIP_SECONDS", 2))
         self.active = 0
         self.lock = threading.Lock()
         self.terminating = False   # SIGTERM came: /health answers 503, requests are still served
@@ -135,9 +144,11 @@ class StandIn:
         return max(own, self.active / self.capacity) if self.capacity else own
 
     def info(self) -> dict:
-        """SGLang's /server_info in brief: the fields a gateway reads."""
+        """SGLang's /server_info in brief: the fields a gateway reads, and the API key in clear, as SGLang's
+        carries it (sgl-project/sglang#37457): a stand-in shows that failure mode too."""
         return {"model_path": self.args.model_path, "served_model_name": self.served, "tp_size": self.args.tp_size,
-                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in"}
+                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in",
+                "api_key": self.args.api_key}
 
     def ready(self) -> bool:
         return self.failure != "never_ready" and time.monotonic() >= self.ready_at
@@ -207,8 +218,34 @@ def make_handler(standin: StandIn):
             self._error(401, "Unauthorized", "AuthenticationError")
             return False
 
+        def _misbehaves(self) -> bool:
+            """drip and endless_line: a 200 whose body never ends (one byte at a time, or without a newline)."""
+            if standin.failure not in ("drip", "endless_line") or self.path == "/health":
+                return False
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            started, sent = time.monotonic(), 0
+            try:
+                while time.monotonic() - started < NEVER_SECONDS and sent < ENDLESS_BYTES:
+                    if standin.failure == "drip":
+                        self.wfile.write(b"d")
+                        self.wfile.flush()
+                        time.sleep(standin.drip_seconds)
+                        sent += 1
+                    else:
+                        self.wfile.write(b"x" * 65536)
+                        sent += 65536
+            except OSError:   # the client gave up, as it should
+                pass
+            return True
+
         def do_GET(self):
             if self.path.startswith("/v1/") and not self._authorized():
+                return
+            if self._misbehaves():
                 return
             if self.path == "/metrics" and standin.args.enable_metrics:
                 data = standin.metrics().encode()
@@ -239,6 +276,8 @@ def make_handler(standin: StandIn):
 
         def do_POST(self):
             if not self._authorized():
+                return
+            if self._misbehaves():
                 return
             if self.path != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}", "NotFoundError")
@@ -356,6 +395,10 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
               file=sys.stderr, flush=True)
         return 1
+    # SGLang logs its server arguments at start, the API key in clear (sgl-project/sglang#37457); so does the
+    # stand-in, so that a test can prove that the project redacts it from everything it prints or stores.
+    shown = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(args).items()) if name != "config")
+    print(f"[stand-in] server_args=ServerArgs({shown})", file=sys.stderr, flush=True)
     server = Server((args.host, args.port), make_handler(standin))
     signal.signal(signal.SIGTERM, lambda *_: drain_then_stop(standin, server))
     print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "

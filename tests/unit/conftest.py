@@ -67,7 +67,11 @@ def command_text(command) -> str:
         content = command.src.getvalue()
         return f"upload {command.dest} sha256={hashlib.sha256(content).hexdigest()}"
     if isinstance(command, StringCommand):
-        return _short(str(command))
+        text = _short(str(command))
+        stdin = command.connector_arguments.get("_stdin")
+        if text.startswith("python3 -c <hostside/put.py>") and isinstance(stdin, str):
+            text += f" <stdin sha256={hashlib.sha256(stdin.encode()).hexdigest()}>"  # the file's content
+        return text
     if isinstance(command, FunctionCommand):
         return _short(f"function {command.function.__name__}{tuple(command.args)}")
     return _short(str(command).strip())

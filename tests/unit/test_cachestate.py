@@ -44,7 +44,8 @@ def make_revision(cache: Path, repo_id: str, commit: str, files: dict[str, bytes
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
         st = blob.stat()
-        entries.append({"path": path, "blob": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "lfs": lfs,
+        entries.append({"path": path, "blob": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                        "ino": st.st_ino, "ctime_ns": st.st_ctime_ns, "lfs": lfs,
                         "sha256": hashlib.sha256(data).hexdigest()})
     if manifest:
         (repo / ".sglang").mkdir(exist_ok=True)
@@ -62,7 +63,7 @@ FILES = {"config.json": b'{"a": 1}', "sub/tokenizer.json": b"{}",
 
 
 def test_missing_cache_dir(tmp_path):
-    assert cachestate.scan(str(tmp_path / "nope")) == {"repos": {}}
+    assert cachestate.scan(str(tmp_path / "nope")) == {"repos": {}, "stopped_early": None}
 
 
 def test_verified_revision_and_ignored_entries(tmp_path):
@@ -117,7 +118,8 @@ def test_touched_blob_and_wrong_link(tmp_path):
 
     rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
     assert not rev["verified"]
-    assert sorted(rev["problems"]) == ["mtime changed for config.json", "wrong link for sub/tokenizer.json"]
+    assert sorted(rev["problems"]) == ["blob of config.json changed since it was verified (inode or ctime)",
+                                       "wrong link for sub/tokenizer.json"]
 
 
 def test_snapshot_without_manifest_is_unverified(tmp_path):
@@ -200,3 +202,88 @@ def test_unreadable_manifest_counts_as_none(tmp_path, bad):
     (repo / ".sglang" / f"{C1}.json").write_text(bad)
     rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
     assert rev["verified"] is False and rev["files"] == 1
+
+
+def test_a_rewritten_blob_with_its_mtime_put_back_is_not_verified(tmp_path):
+    """A member of the group rewrites a blob (same size) and `touch -d`s its mtime back: size, mtime and the
+    link all match the manifest, the ctime does not."""
+    import time
+
+    repo = make_revision(tmp_path, "org/m", C1, FILES)
+    blob = (repo / "snapshots" / C1 / "model.safetensors").resolve()
+    st = blob.stat()
+    time.sleep(0.02)
+    blob.write_bytes(b"\x02" * 4096)
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (blob.stat().st_size, blob.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert not rev["verified"]
+    assert rev["problems"] == ["blob of model.safetensors changed since it was verified (inode or ctime)"]
+
+
+def test_a_manifest_without_inode_and_ctime_is_not_trusted(tmp_path):
+    repo = make_revision(tmp_path, "org/m", C1, FILES)
+    path = repo / ".sglang" / f"{C1}.json"
+    data = json.loads(path.read_text())
+    for item in data["files"]:
+        del item["ino"], item["ctime_ns"]
+    path.write_text(json.dumps(data))
+    rev = cachestate.scan(str(tmp_path))["repos"]["org/m"]["revisions"][C1]
+    assert not rev["verified"] and all("hashed again" in p for p in rev["problems"])
+
+
+@pytest.fixture
+def members_cache(tmp_path):
+    """hf-cache as on a host: its directories belong to the account, not root (links in them are members')."""
+    hub = tmp_path / "hf-cache" / "hub"
+    hub.mkdir(parents=True)
+    if os.geteuid() == 0:
+        for d in (tmp_path, tmp_path / "hf-cache", hub):
+            os.chown(d, 65534, 65534)
+    secrets = tmp_path / "etc"
+    secrets.mkdir()
+    (secrets / "shadow").write_text("root:$6$secret-hash:19000::::::\n")
+    return hub, secrets
+
+
+def test_no_link_in_the_cache_is_followed(members_cache):
+    """refs/ a link to /etc read the start of every file there; snapshots/<rev> or a repo folder a link to /
+    walked the whole filesystem; an unverified snapshot's file linked outside blobs/ counted as present."""
+    hub, secrets = members_cache
+    repo = make_revision(hub, "org/m", C1, FILES, manifest=False)
+    (repo / "refs").symlink_to(secrets)
+    (repo / "snapshots" / C2).symlink_to(secrets)
+    (repo / "snapshots" / C1 / "stolen.json").symlink_to(secrets / "shadow")
+    (hub / "models--org--other").symlink_to(secrets)
+    state = cachestate.scan(str(hub))
+    text = json.dumps(state)
+    assert "secret-hash" not in text and "shadow" not in text.replace("stolen", "")
+    assert list(state["repos"]) == ["org/m"]
+    entry = state["repos"]["org/m"]
+    assert entry["refs"] == {} and list(entry["revisions"]) == [C1]
+    assert "missing blob for stolen.json" in entry["revisions"][C1]["problems"]
+    assert entry["revisions"][C1]["files"] == 4 and state["stopped_early"] is None
+
+
+def test_a_cache_dir_that_is_a_link_is_refused_and_said(members_cache):
+    hub, secrets = members_cache
+    os.rmdir(hub)
+    hub.symlink_to(secrets)
+    state = cachestate.scan(str(hub))
+    assert state["repos"] == {} and f"{hub} is a symlink" in state["stopped_early"]
+
+
+def test_the_scan_is_bounded_and_says_when_it_stops_early(tmp_path):
+    from sglang_infra.hostside import safefs
+
+    make_revision(tmp_path, "org/m", C1, FILES)
+    for i in range(50):
+        make_revision(tmp_path, f"org/m{i}", C1, {"config.json": b"{}"}, manifest=False)
+    state = cachestate.scan(str(tmp_path), safefs.Budget(entries=40, seconds=60))
+    assert "stopped early: more than 40 entries" in state["stopped_early"]
+    assert len(state["repos"]) < 51
+    deep = tmp_path / "models--org--m" / "refs"
+    for _ in range(safefs.MAX_DEPTH + 5):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    assert "deeper than" in cachestate.scan(str(tmp_path))["stopped_early"]

@@ -36,3 +36,29 @@ def test_a_full_disk_leaves_the_last_known_good_copy_as_it_was(tmp_path, monkeyp
         gate.copy(str(source), str(dest))
     assert dest.read_text() == "old known-good\n"
     assert sorted(os.listdir(tmp_path)) == ["compose.yaml", "compose.yaml.good"]
+
+
+def test_the_gate_copies_no_file_through_a_link_and_names_it(tmp_path):
+    """compose.yaml (or .good, in a rollback) made a link to a file root can read: never copied from."""
+    docker, secret = tmp_path / "docker", tmp_path / "server.yaml"
+    docker.mkdir()
+    secret.write_text("api-key: s3cret\n")
+    (docker / "compose.yaml.good").symlink_to(secret)
+    with pytest.raises(OSError, match="compose.yaml.good is a symlink"):
+        gate.copy(str(docker / "compose.yaml.good"), str(docker / "compose.yaml"))
+    assert not (docker / "compose.yaml").exists()
+
+
+def test_the_gate_walks_no_directory_link_to_its_files(tmp_path):
+    if os.geteuid() == 0:
+        os.chown(tmp_path, 65534, 65534)  # the account's directory, as on a host: not root's alone
+    real, elsewhere = tmp_path / "docker", tmp_path / "elsewhere"
+    real.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "compose.yaml").write_text("services: {}\n")
+    os.symlink(elsewhere, tmp_path / "linked")
+    with pytest.raises(OSError, match="linked is a symlink"):
+        gate.copy(str(tmp_path / "linked" / "compose.yaml"), str(real / "compose.yaml.good"))
+    with pytest.raises(OSError, match="linked is a symlink"):
+        gate.copy(str(elsewhere / "compose.yaml"), str(tmp_path / "linked" / "compose.yaml.good"))
+    assert sorted(os.listdir(elsewhere)) == ["compose.yaml"] and not os.listdir(real)

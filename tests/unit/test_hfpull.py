@@ -89,9 +89,16 @@ def base_cache(hub, tmp_path_factory):
 
 @pytest.fixture
 def pulled(base_cache, tmp_path):
-    """A private copy of base_cache (links, modes and mtimes kept, so its manifests still hold)."""
+    """A private copy of base_cache (links, modes and mtimes kept). A copy is new inodes, which a host would hash
+    again; here its manifests are recorded anew for them, as the pull would after hashing."""
     cache = tmp_path / "hub"
     shutil.copytree(base_cache, cache, symlinks=True)
+    for path in cache.glob("models--*/.sglang/*.json"):
+        data = json.loads(path.read_text())
+        for entry in data["files"]:
+            st = (path.parent.parent / "blobs" / entry["blob"]).lstat()
+            entry.update(ino=st.st_ino, ctime_ns=st.st_ctime_ns)
+        path.write_text(json.dumps(data))
     return cache
 
 
@@ -359,6 +366,7 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
         blob = repo_dir(ours, "org/small") / "blobs" / entry["blob"]
         assert (entry["blob"], entry["size"], entry["lfs"]) == (meta["etag"], meta["size"], meta["lfs"])
         assert entry["mtime_ns"] == blob.stat().st_mtime_ns
+        assert (entry["ino"], entry["ctime_ns"]) == (blob.stat().st_ino, blob.stat().st_ctime_ns)
         assert stat.S_IMODE(blob.stat().st_mode) == 0o664
     for d in (repo_dir(ours, "org/small"), repo_dir(ours, "org/small") / "snapshots" / commit / "sub" / "dir",
               repo_dir(ours, "org/small") / ".sglang", ours / ".locks" / "models--org--small"):
@@ -610,9 +618,10 @@ def test_corrupted_blob_is_detected_and_fetched_again(hub, pulled):
     blob = repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]
     data = bytearray(blob.read_bytes())
     data[1234] ^= 0xFF
-    blob.write_bytes(bytes(data))  # same size, new mtime
+    blob.write_bytes(bytes(data))  # same size, new ctime
     rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
-    assert not rev["verified"] and rev["problems"] == ["mtime changed for model.safetensors"]
+    assert not rev["verified"]
+    assert rev["problems"] == ["blob of model.safetensors changed since it was verified (inode or ctime)"]
     hub.reset()
 
     r = pull(tmp_path, "org/small", commit, hub)
@@ -759,6 +768,42 @@ def test_token_is_dropped_on_a_redirect_to_another_origin(cdn_hub, tmp_path):
         cdn_hub.file_meta("org/gated", commit, p)["etag"] for p in cdn_hub.files("org/gated", commit))
 
 
+def file_location_headers(monkeypatch, tmp_path, endpoint, location, library_rule=None):
+    """The headers the pull sends to ``location`` when the Hub's HEAD of a file at ``endpoint`` points there."""
+    from types import SimpleNamespace
+
+    from sglang_infra.hostside import pull as pull_module
+
+    blob = Blob(name="e" * 64, size=10, lfs=True, paths=["model.safetensors"])
+    meta = SimpleNamespace(commit_hash="c" * 40, etag=blob.name, size=blob.size, location=location)
+    monkeypatch.setattr(pull_module, "get_hf_file_metadata", lambda *args, **kwargs: meta)
+    if library_rule is not None:
+        monkeypatch.setattr(pull_module, "_is_same_or_hub_host", library_rule)
+    puller = Puller(str(tmp_path), "org/gated", "main", endpoint, TOKEN, 0)
+    puller.commit = "c" * 40
+    return puller._file_location(blob.paths[0], blob)
+
+
+def same_host(url, target):
+    """huggingface_hub 1.x's rule for keeping the token across a redirect: the same host, whatever the scheme."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname == urlsplit(target).hostname
+
+
+@pytest.mark.parametrize("library_rule", [None, same_host])
+def test_the_token_is_dropped_on_a_redirect_from_https_to_http_on_the_same_host(monkeypatch, tmp_path,
+                                                                                 library_rule):
+    location, headers = file_location_headers(monkeypatch, tmp_path, "https://mirror.example",
+                                              "http://mirror.example/lfs/blob", library_rule)
+    assert location == "http://mirror.example/lfs/blob"
+    assert "authorization" not in {k.lower() for k in headers} and TOKEN not in json.dumps(headers)
+    # The same origin, still https, keeps it: the rule drops only what must be dropped.
+    _, kept = file_location_headers(monkeypatch, tmp_path, "https://mirror.example",
+                                    "https://mirror.example/lfs/blob", library_rule)
+    assert kept["authorization"] == f"Bearer {TOKEN}"
+
+
 def test_missing_repo_and_revision(hub, tmp_path):
     r = pull(tmp_path, "org/nope", "main", hub)
     assert r.rc == 3 and r.err.startswith("pull failed: RepoNotFound: "), r
@@ -899,3 +944,76 @@ def test_prune_argument_errors(tmp_path, capsys):
     assert hfpull.main(["prune", "--cache-dir", str(tmp_path / "absent"), "--keep", "a/b@" + "1" * 40]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         'SGLANG_PRUNE_RESULT {"dry_run": false, "freed_bytes": 0, "removed": []}'
+
+
+def test_a_blob_rewritten_with_its_mtime_put_back_is_hashed_again_and_fetched(hub, pulled):
+    """A member rewrites a verified blob (same size) and `touch -d`s the old mtime back: its ctime moved, so the
+    pull hashes it again instead of taking the manifest's word."""
+    tmp_path = pulled
+    commit = hub.commit("org/small", "main")
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    blob = repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]
+    st = blob.stat()
+    time.sleep(0.02)
+    data = bytearray(blob.read_bytes())
+    data[7] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+    hub.reset()
+    r = pull(tmp_path, "org/small", commit, hub)
+    assert r.rc == 0, r
+    assert "already verified" not in r.out and "blob on disk is wrong" in r.out
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_path, monkeypatch):
+    """Between the verify and the chmod, a member swaps the partial for a link to a file the account owns (a
+    compose file): the chmod by path made that file group-writable."""
+    victim = tmp_path / "compose.yaml"
+    victim.write_text("services: {}\n")
+    victim.chmod(0o644)
+    commit = hub.commit("org/small", "main")
+    original = Puller._verify
+
+    def racing(self, blob, where):
+        why = original(self, blob, where)
+        partial = os.path.join(self.blobs_dir, blob.name + ".incomplete")
+        if why is None and os.path.isfile(partial) and not os.path.islink(partial):
+            os.rename(partial, partial + ".moved")
+            os.symlink(victim, partial)
+        return why
+
+    monkeypatch.setattr(Puller, "_verify", racing)
+    puller = Puller(str(tmp_path / "hub"), "org/small", commit, hub.url, None, lock_wait=5)
+    try:
+        puller.run()
+    except Exception:
+        pass  # the swapped file is refused; what matters is the victim's mode
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    blobs = repo_dir(tmp_path / "hub", "org/small") / "blobs"
+    assert not [n for n in os.listdir(blobs) if (blobs / n).is_symlink() and not n.endswith(".incomplete")]
+
+
+def test_prune_removes_only_blobs_of_the_repos_own_blobs_dir(hub, pulled):
+    """huggingface_hub takes a snapshot link's target as the blob to delete: a member's link from a pruned
+    revision to a file of the account's (a compose file) or to another repo's kept blob had that file deleted."""
+    tmp_path = pulled
+    old, new = hub.commit("org/small", "old"), hub.commit("org/small", "main")
+    other = hub.commit("org/other", "main")
+    ok_pull(tmp_path, "org/small", "old", hub)
+    victim = tmp_path.parent / "compose.yaml"
+    victim.write_text("services: {}\n")
+    kept_blob = next((repo_dir(tmp_path, "org/other") / "blobs").iterdir())
+    snap = repo_dir(tmp_path, "org/small") / "snapshots" / old
+    (snap / "stolen.yaml").symlink_to(os.path.relpath(victim, snap))
+    (snap / "borrowed.bin").symlink_to(os.path.relpath(kept_blob, snap))
+
+    r = prune(tmp_path, "--keep", f"org/small@{new}", "--keep", f"org/other@{other}")
+    assert r.rc == 0, r
+    assert {(x["repo_id"], x["commit"]) for x in r.result["removed"]} == {("org/small", old)}
+    assert victim.read_text() == "services: {}\n" and kept_blob.exists()
+    assert f"prune: leaving {victim}" in r.out and f"prune: leaving {kept_blob}" in r.out
+    assert not snap.exists()
+    state = cachestate.scan(str(tmp_path))["repos"]
+    assert state["org/other"]["revisions"][other]["verified"] and state["org/small"]["revisions"][new]["verified"]

@@ -70,9 +70,8 @@ def test_the_token_is_uploaded_private_and_only_when_it_differs():
         raw = list(files.secret_file._inner(dest=f"{SECRET_DIR}/hf-token", content=token, user="sglang"))
     factcache.invalidate(fake)
     assert [command_text(c) for c in raw] == [
-        f"umask 077 && head -c {len(token)} > {SECRET_DIR}/hf-token.upload && chown sglang:sglang "
-        f"{SECRET_DIR}/hf-token.upload && chmod 600 {SECRET_DIR}/hf-token.upload && "
-        f"mv -f {SECRET_DIR}/hf-token.upload {SECRET_DIR}/hf-token"]
+        f"python3 -c <hostside/put.py> {SECRET_DIR}/hf-token sglang sglang 600 {len(token)} "
+        f"<stdin sha256={sha}>"]
     assert raw[0].connector_arguments["_stdin"] == token.decode()
     commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"}, secret_facts(sha))
     assert commands == [] and fake.noops
@@ -113,36 +112,23 @@ def test_checked_file_refuses_to_replace_a_directory():
                              "group": "sglang"}, {"Snapshot": {"files": {"/opt/sglang/docker": {"compose.yaml": False}}}})
 
 
-def test_layout_chunks_large_repairs():
-    paths = [f"/opt/sglang/hf-cache/hub/f{i}" for i in range(450)]
+def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument():
+    """pyinfra runs a command as one `sh -c` argument; Linux refuses one longer than 128 KiB (MAX_ARG_STRLEN).
+    Long paths (near PATH_MAX each) must be batched by their size, not by their count."""
+    import shlex
+
+    deep = "/opt/sglang/hf-cache/hub/models--a--b/" + "/".join(["d" * 250] * 15)
+    paths = [f"{deep}/it's-{i}" for i in range(300)]
+    short = [f"/opt/sglang/hf-cache/hub/f{i}" for i in range(450)]
     commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
-                      {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths}}}})
-    assert len(commands) == 3
-    assert sum(c.count("/opt/sglang/hf-cache/hub/f") for c in commands) == 450
-
-
-def test_rejected_candidate_is_removed_and_the_command_fails():
-    """The check's failure path, run for real in a shell on this machine."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        dest = Path(tmp) / "compose.yaml"
-        dest.write_text("good\n")
-        candidate = Path(f"{dest}.candidate")
-        candidate.write_text("bad\n")
-        user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-        group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
-        commands, _ = run("checked_file", {"dest": str(dest), "content": "bad\n", "user": user, "group": group,
-                                           "check": "grep -q good {candidate}"},
-                          {"Snapshot": {"files": {str(dest.parent): {dest.name: {
-                              "owner": user, "group": group, "mode": "644", "sha256": "0"}}}}})
-        result = subprocess.run(["sh", "-c", commands[1]], capture_output=True, text=True)
-        assert result.returncode != 0
-        assert "failed its check, the current file is unchanged" in result.stderr
-        assert dest.read_text() == "good\n"
-        assert not candidate.exists()
+                      {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths,
+                                                                     "cache_group": short}}}})
+    program = shlex.quote(__import__("sglang_infra.ship", fromlist=["program"]).program("repair"))
+    sent = [c.replace("<hostside/repair.py>", program) for c in commands]
+    assert all(len(shlex.quote(c).encode()) < 128 * 1024 for c in sent), [len(c) for c in sent]
+    listed = [w for c in sent for w in shlex.split(c)[7:]]
+    assert sorted(listed) == sorted(paths + short)
+    assert len([c for c in commands if " cache_group " in c]) == 1   # short paths still travel together
 
 
 def test_a_host_that_stops_answering_fails_alone():

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 import runpy
+from dataclasses import replace
 
 import yaml
 
@@ -99,9 +100,10 @@ def test_a_pin_change_names_another_serving_image():
 
 
 def test_the_gate_checks_the_pins_in_the_running_container_only_with_the_layer():
-    assert '--toolchain-check "python3 /usr/local/share/sglang-toolchain/toolchain_check.py"' in \
+    assert "--toolchain-check 'python3 /usr/local/share/sglang-toolchain/toolchain_check.py'" in \
         plan_for(DEFAULTS).scripts["gate.sh"]
-    assert '--toolchain-check "' not in plan_for({**DEFAULTS, "sglang_toolchain_image": False}).scripts["gate.sh"]
+    assert '--toolchain-check' not in \
+        plan_for({**DEFAULTS, "sglang_toolchain_image": False}).scripts["gate.sh"].split("<<'PYTHON'")[0]
 
 
 def test_debug_flags_are_commented_out_unless_asked():
@@ -216,7 +218,7 @@ def test_an_api_key_reaches_the_server_as_a_mounted_file_never_as_text(tmp_path)
     assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
     assert "k3y-0123456789abcdef" not in plan.compose + "".join(plan.scripts.values())
     for script in ("test_tool_calling.sh", "benchmark.sh", "gate.sh"):
-        assert '--api-key-file "/opt/sglang/docker/secrets/server.yaml"' in plan.scripts[script], script
+        assert '--api-key-file /opt/sglang/docker/secrets/server.yaml ' in plan.scripts[script], script
     from sglang_infra.plan import server_config
     assert server_config(plan.api_key) == b'api-key: "k3y-0123456789abcdef"\n'
 
@@ -224,4 +226,45 @@ def test_an_api_key_reaches_the_server_as_a_mounted_file_never_as_text(tmp_path)
 def test_without_an_api_key_nothing_of_it_is_rendered():
     plan = plan_for(DEFAULTS)
     assert "--config=" not in plan.compose and "sglang-secrets" not in plan.compose
-    assert "--api-key-file \"" not in plan.scripts["test_tool_calling.sh"]
+    assert "--api-key-file" not in plan.scripts["test_tool_calling.sh"].split("<<'PYTHON'")[0]
+
+
+HOSTILE_NAMES = ("$(touch {marker})", "`touch {marker}`", "x'; touch {marker}; '", "a b\n touch {marker}")
+
+
+def test_no_operator_value_in_a_script_runs_as_a_command(tmp_path):
+    """A `$(`, a backtick, a quote or a newline in a served name (or any value) reaches the program as one word:
+    each script is run by bash with a stand-in python3 that records its arguments, and nothing else runs."""
+    import json
+    import os
+    import subprocess
+
+    marker = tmp_path / "ran"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "python3"
+    stub.write_text(f"#!{os.path.realpath(__import__('sys').executable)}\n"
+                    "import json, sys; sys.stdin.read(); print(json.dumps(sys.argv[1:]))\n")
+    stub.chmod(0o755)
+    plan = plan_for(DEFAULTS)
+    for hostile in HOSTILE_NAMES:
+        name = hostile.format(marker=marker)
+        # Past the refusals (served names are judged): the rendering alone must hold.
+        hostile_plan = replace(plan, gate=replace(plan.gate, served_name=name))
+        for script, text in render.scripts(hostile_plan).items():
+            path = tmp_path / script
+            path.write_text(text)
+            done = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30,
+                                  env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+            assert done.returncode == 0, (script, done.stderr)
+            args = json.loads(done.stdout)
+            assert args[args.index("--model") + 1] == name, (script, args)
+            assert not marker.exists(), (script, name)
+
+
+def test_the_sh_filter_quotes_and_the_line_filter_keeps_a_comment_one_line():
+    from sglang_infra.templating import environment
+
+    assert environment().filters["sh"]("/opt/sglang") == "/opt/sglang"
+    assert environment().filters["sh"]("$(id)") == "'$(id)'"
+    assert "\n" not in environment().filters["line"]("a\nb\x1b[2J")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import runpy
 from unittest import mock
 
 import pytest
 import yaml
 
+from harness import PROJECT_DIR
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
-from sglang_infra import factcache, gateways as fleet_front
+from sglang_infra import factcache, groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import router_launch
 from sglang_infra.operations import gateway as gateway_ops
@@ -23,8 +25,13 @@ DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
 
 
+# A router host without an API key must name the address it serves on (or trust the network): these tests name one.
+INTERNAL = "10.0.0.5"
+
+
 def router(groups=("router",), **data):
-    return resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, **data}, converged_snapshot(None), groups)
+    values = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL, **data}
+    return resolve("gw-1", values, converged_snapshot(None), groups)
 
 
 def worker(name, address, model=PROD, **data):
@@ -54,9 +61,9 @@ def test_a_router_only_host_serves_no_model_and_needs_no_gpu():
 
 
 def test_a_host_in_router_and_production_does_both():
-    assert fleet_front.roles(["production", "router"]) == (True, True)
-    assert fleet_front.roles(["production"]) == (True, False)
-    assert fleet_front.roles([]) == (True, False)
+    assert fleet_groups.roles(["production", "router"]) == (True, True)
+    assert fleet_groups.roles(["production"]) == (True, False)
+    assert fleet_groups.roles([]) == (True, False)
 
 
 def test_each_served_model_gets_its_own_gateway_port_and_the_workers_that_serve_it():
@@ -93,6 +100,26 @@ def test_a_listed_model_nobody_serves_is_refused():
     assert f"no host of the inventory serves {QUALITY!r}" in problem and "Fix:" in problem
 
 
+BROKEN = {"repo_id": "Org/Broken-AWQ", "revision": "a" * 40, "served_name": "$(touch /tmp/x)", "unvetted": True}
+
+
+def test_a_listed_model_with_a_malformed_entry_is_refused_by_the_data_alone():
+    data = {**DEFAULTS, "sglang_require_gpu": False, "sglang_models": {**DEFAULTS["sglang_models"], "broken": BROKEN},
+            "sglang_router_models": ["broken"]}
+    found = [p for p in check_data("gw-1", data) if "'broken'" in p]
+    assert found and all(p.startswith("host gw-1: sglang_models: entry 'broken': served_name") for p in found), found
+
+
+def test_a_served_model_with_a_malformed_entry_is_not_fronted():
+    """Fronting every served key: a host outside this run serves a key whose entry here is malformed."""
+    plan = router(sglang_models={**DEFAULTS["sglang_models"], "broken": BROKEN})
+    _, outside = fleet_worker("gpu-09", {**DEFAULTS, "sglang_model": "broken", "ssh_hostname": "10.0.0.19"}, None)
+    found = refusals(plan, {**TWO, "broken": [outside]})
+    assert found == ["host gw-1: sglang_models: entry 'broken', which this router host fronts, is not a well-formed "
+                     "registry entry. Fix: give it repo_id, revision, served_name, role and baseline_tok_s (or "
+                     "'unvetted': True) as group_data/all.py shows, or stop serving it."]
+
+
 def test_a_gateway_port_on_the_workers_port_of_the_same_host_is_refused():
     plan = router(groups=("production", "router"), sglang_router_port=30000)
     [problem] = refusals(plan, TWO)
@@ -116,6 +143,37 @@ def test_a_health_timeout_not_below_the_interval_is_refused():
     assert "sglang_router_health_check_timeout" in problem
 
 
+@pytest.mark.parametrize("address", [None, "0.0.0.0", "::"])
+def test_a_gateway_without_a_key_on_every_address_is_refused(address):
+    [problem] = refusals(router(sglang_router_bind_address=address), TWO)
+    assert problem.startswith("host gw-1: sglang_router_bind_address: ")
+    assert "could add a worker of their own (POST /workers) and receive every prompt" in problem
+    assert "Fix: set sglang_api_key_file" in problem and "sglang_router_trusted_network = True" in problem
+
+
+def published(plan):
+    return yaml.safe_load(with_gateways(plan, TWO).gateways[0].compose)["services"]["router"]["ports"]
+
+
+def test_the_front_door_is_open_on_every_address_only_with_a_key_or_by_decision(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("k3y-0123456789abcdef\n")
+    assert published(router(sglang_router_bind_address=None, sglang_api_key_file=str(key_file))) == \
+        ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
+    assert published(router(sglang_router_bind_address=None, sglang_router_trusted_network=True)) == \
+        ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
+    assert published(router(sglang_router_prometheus_bind_address="10.0.0.9")) == \
+        [f"{INTERNAL}:30080:30080", "10.0.0.9:29000:29000"]
+
+
+def test_the_shipped_defaults_publish_no_gateway_port_on_every_address_without_a_key():
+    shipped = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
+               if k.startswith("sglang_router_")}
+    assert shipped["sglang_router_bind_address"] is None and shipped["sglang_router_trusted_network"] is False
+    assert shipped["sglang_router_prometheus_bind_address"] == "127.0.0.1"
+    assert refusals(router(**shipped), TWO)
+
+
 def compose(**data):
     return yaml.safe_load(with_gateways(router(**data), TWO).gateways[0].compose)
 
@@ -128,7 +186,7 @@ def test_the_compose_runs_sglang_routers_launcher_with_the_fleets_health_setting
                  "--health-check-interval-secs=5", "--health-failure-threshold=2", "--health-success-threshold=1",
                  "--health-check-timeout-secs=3", "--request-timeout-secs=1800", "--worker-startup-timeout-secs=120"):
         assert flag in command
-    assert service["ports"] == ["0.0.0.0:30080:30080", "0.0.0.0:29000:29000"]
+    assert service["ports"] == [f"{INTERNAL}:30080:30080", "127.0.0.1:29000:29000"]
     assert service["image"] == DEFAULTS["sglang_image"]
     assert not any("--worker-urls" in arg for arg in command)   # the worker set lives in workers.json
 
@@ -146,14 +204,16 @@ def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path
     assert service["command"][3] == "/etc/sglang-secrets/server.yaml"
     assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
     assert "k3y-0123456789abcdef" not in gateway.compose + "".join(gateway.scripts.values())
-    assert '--api-key-file "/opt/sglang/docker/secrets/server.yaml"' in gateway.scripts["gate.sh"]
+    assert '--api-key-file /opt/sglang/docker/secrets/server.yaml ' in gateway.scripts["gate.sh"]
 
 
 def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
     gateway = with_gateways(router(), TWO).gateways[0]
     assert set(gateway.scripts) == {"test_tool_calling.sh", "benchmark.sh", "gate.sh", "launch.py"}
-    assert '--url "http://127.0.0.1:30080"' in gateway.scripts["benchmark.sh"]
-    assert '--gateway "qwen3-6-35b-a3b-awq"' in gateway.scripts["gate.sh"]
+    assert f'--url http://{INTERNAL}:30080 ' in gateway.scripts["benchmark.sh"]   # where it is published
+    everywhere = with_gateways(router(sglang_router_bind_address=None, sglang_router_trusted_network=True), TWO)
+    assert '--url http://127.0.0.1:30080 ' in everywhere.gateways[0].scripts["benchmark.sh"]
+    assert '--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts["gate.sh"]
     assert "--baseline 985" in gateway.scripts["benchmark.sh"]
 
 

@@ -160,7 +160,7 @@ def test_models_reads_the_cache_and_the_compose_references(tmp_path):
 
 
 def test_models_of_a_host_without_a_cache(tmp_path):
-    assert read(tmp_path / "none")["models"] == {"repos": {}, "referenced": []}
+    assert read(tmp_path / "none")["models"] == {"repos": {}, "referenced": [], "stopped_early": None}
 
 
 def test_tools_reads_the_venv_release_without_starting_it(tmp_path):
@@ -298,3 +298,30 @@ def test_a_name_that_is_not_utf8_is_counted_not_sent(tree):
     _os.chmod(bad, 0o644)
     found = read(tree, dirs=_dirs(tree))["layout"]
     assert found["unnamed"] == 1 and found["drift"] == {}
+
+
+def test_an_existing_tools_dir_is_reported_with_its_entries_bounded(tmp_path):
+    from sglang_infra.hostside import names
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "root").write_text("* * * * * true\n")
+    (tools / "venv").mkdir()
+    found = read(tmp_path / "home", tools)["existing"]["tools"]
+    assert (found["empty"], found["entries"], found["more"]) == (False, ["root", "venv"], False)
+    for n in range(names.EXISTING_ENTRIES_SHOWN):
+        (tools / f"f{n}").write_text("")
+    found = read(tmp_path / "home", tools)["existing"]["tools"]
+    assert len(found["entries"]) == names.EXISTING_ENTRIES_SHOWN and found["more"] is True
+
+
+def test_the_layout_walk_is_bounded_and_the_deploy_says_so(tree, monkeypatch):
+    from sglang_infra.hostside import snapshot as hostsnapshot
+    from sglang_infra.preflight import walk_warnings
+
+    monkeypatch.setattr(hostsnapshot, "LAYOUT_ENTRIES", 3)
+    spec = {"home": str(tree), "user": pwd.getpwuid(os.geteuid()).pw_name, "dirs": []}
+    found = hostsnapshot.layout(spec)
+    assert "stopped early: more than 3 entries" in found["stopped_early"]
+    lines = walk_warnings("h1", {"layout": found, "models": {"stopped_early": "the scan of x stopped early: y"}})
+    assert lines == [f"[h1] {found['stopped_early']}", "[h1] the scan of x stopped early: y"]

@@ -239,3 +239,52 @@ def test_the_snapshot_reads_the_report_section_only_when_asked(tmp_path):
     assert found["cache"] == {"bytes": 10, "files": 1, "partial": False}
     assert found["disk"]["path"] == str(home / "hf-cache") and 0 < found["disk"]["free"] <= found["disk"]["total"]
     assert found["gate"] is None and isinstance(found["now"], float)
+
+
+# ---------------------------------------------------------------- what came from a host
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b1m\r\u202e"
+
+
+@pytest.mark.parametrize("record", [
+    {"time": 5, "passed": "yes", "reason": ["x"], "benchmark": {"tok_per_s": "fast", "ratio_to_baseline": "x"}},
+    {"time": "t", "passed": True, "benchmark": ["not", "a", "mapping"]},
+    {"passed": False, "benchmark": {"tok_per_s": True, "baseline_tok_per_s": {}, "ratio_to_baseline": None}},
+    ["not", "a", "record"],
+    "a string",
+])
+def test_a_malformed_gate_record_does_not_crash_the_report(record):
+    plan = _plan()
+    row = status.row("gpu-01", plan, _snapshot(plan, gate_record=record), [])
+    lines = fleetstatus.table(fleetstatus.judged([row])).splitlines()
+    assert lines[-1].startswith("fleet: 1 host(s)")
+    gate = row["gate"]
+    if gate is not None:
+        assert gate["passed"] in (True, False, None) and gate["time"] in ("t", None)
+        assert all(gate[k] is None or isinstance(gate[k], float) for k in ("tok_per_s", "ratio_to_baseline"))
+
+
+def test_text_from_a_host_is_printed_with_its_control_characters_escaped():
+    plan = _plan()
+    record = {"time": "2026-01-01T10:01:00Z", "passed": False, "reason": f"gate.sh: HTTP 500: {ESCAPES}"}
+    row = {**status.row("gpu-01", plan, _snapshot(plan, gate_record=record), []),
+           "gateways": [{"slug": "m", "port": 30080, "error": None,
+                         "workers": [{"url": f"http://10.0.0.1:30000/{ESCAPES}", "healthy": True}]}]}
+    text = fleetstatus.table(fleetstatus.judged([row]))
+    assert not any(c in text for c in "\x1b\x07\x9b\r\u202e"), repr(text)
+    assert "gate.sh: HTTP 500: \\x1b]0;owned\\x07\\x1b[2J\\x9b1m\\x0d\\u202e" in text
+    assert "http://10.0.0.1:30000/\\x1b]0;owned" in text
+
+
+def test_the_one_escape_helper_keeps_printable_text_and_escapes_the_rest():
+    from sglang_infra.hostside.printable import printable, printable_lines
+
+    assert printable("Qwen/Qwen3.6 — ok ✓") == "Qwen/Qwen3.6 — ok ✓"
+    assert printable("a\nb\tc\x00") == "a\\x0ab\\x09c\\x00"
+    assert printable(b"\xff\x1b") == "\ufffd\\x1b"
+    assert printable_lines("one\x1b[2J\ntwo") == "one\\x1b[2J\ntwo"
+
+
+def test_the_gate_prints_the_servers_log_lines_escaped(capsys):
+    gate.say(f"| {ESCAPES}")
+    err = capsys.readouterr().err
+    assert not any(c in err for c in "\x1b\x07\x9b\r\u202e") and "\\x1b]0;owned" in err

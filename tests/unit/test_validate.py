@@ -289,7 +289,10 @@ def test_the_run_names_what_a_hosts_own_data_sets_over_group_data():
     ("sglang_home", {"owner": "sglang", "group": "sglang", "directory": True, "empty": False}, None, False),
     ("sglang_home", {"owner": "root", "group": "root", "directory": False, "empty": True}, None, True),
     ("sglang_tools_dir", {"owner": "bob", "group": "bob", "directory": True, "empty": False}, None, True),
-    ("sglang_tools_dir", {"owner": "root", "group": "sglang", "directory": True, "empty": False}, None, False),
+    ("sglang_tools_dir", {"owner": "root", "group": "sglang", "directory": True, "empty": False,
+                          "entries": ["hfpull.py", "hfpull.py.previous", "secret", "venv"], "more": False}, None, False),
+    ("sglang_tools_dir", {"owner": "root", "group": "root", "directory": True, "empty": True,
+                          "entries": [], "more": False}, None, False),
 ])
 def test_an_existing_directory_of_someone_else_is_not_adopted(key, existing, owner, refused):
     state = snapshot(FRESH)
@@ -298,6 +301,26 @@ def test_an_existing_directory_of_someone_else_is_not_adopted(key, existing, own
     assert bool(errors) is refused, errors
     if refused:
         assert errors[0].startswith(f"host gpu-01: {key}: ") and "Fix: choose a directory of its own" in errors[0]
+
+
+@pytest.mark.parametrize("entries,more", [(["root"], False), (["hfpull.py", "venv", "notes.txt"], False),
+                                          (["hfpull.py", "secret", "venv"], True), (["\x1b]0;x\x07"], False)])
+def test_a_root_owned_directory_with_content_not_the_deploys_is_not_adopted_as_tools_dir(entries, more):
+    """/var/spool/cron/crontabs is root's and not empty: it would become root:sglang 755."""
+    state = snapshot(FRESH)
+    state["existing"] = {"tools": {"owner": "root", "group": "crontab", "directory": True, "empty": False,
+                                   "entries": entries, "more": more}}
+    [error] = check_host_state("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, state)
+    assert error.startswith("host gpu-01: sglang_tools_dir: /var/lib/sglang-tools already exists with content "
+                            "that is not the deploy's (") and "Fix: choose a directory of its own" in error
+    assert "\x1b" not in error and "\x07" not in error
+
+
+@pytest.mark.parametrize("path", ["/var/spool/cron/crontabs", "/var/spool/anything", "/var/log/sglang",
+                                  "/var/lib/dpkg", "/var/lib/apt/lists", "/var/cache/sglang", "/lib/sglang"])
+def test_system_places_below_var_and_the_root_are_refused(path):
+    errors = errors_for(sglang_tools_dir=path)
+    assert any(e.startswith(f"host gpu-01: sglang_tools_dir: {path} is") for e in errors), errors
 
 
 @pytest.mark.parametrize("key,ok", [("0123456789abcdef0123", True), ("short", False), ("has space inside 12345", False),
@@ -319,3 +342,13 @@ def test_a_token_is_never_sent_over_plain_http(tmp_path):
                                                      "is plain http") and "hf_0123" not in errors[0]
     assert errors_for(sglang_hf_endpoint="https://mirror.internal", sglang_hf_token_file=str(token)) == []
     assert errors_for(sglang_hf_endpoint="http://mirror.internal:8080") == []   # no token, nothing to leak
+
+
+def test_a_ca_bundle_holding_a_private_key_is_refused_with_the_toolchain_image_off(tmp_path):
+    # Judged whether or not the bundle is used: turning the toolchain image on later cannot surprise anyone.
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+                      "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----\n")
+    [found] = errors_for(sglang_extra_ca_bundle=str(bundle), sglang_toolchain_image=False)
+    assert found.startswith("host gpu-01: sglang_extra_ca_bundle: ") and "private key" in found
+    assert errors_for(sglang_extra_ca_bundle=str(bundle), sglang_toolchain_image=True) == [found]

@@ -125,12 +125,13 @@ def free_port() -> int:
 def standin():
     servers = []
 
-    def start(failure="", load=0.0, rate=2000, served="qwen-test"):
+    def start(failure="", load=0.0, rate=2000, served="qwen-test", drip=2.0):
         port = free_port()
         server = standin_server.serve_in_thread(
             ["--model-path", "org/model", "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
              "--tp-size", "2", "--tool-call-parser", "qwen3_coder"],
-            {"STANDIN_FAILURE": failure, "STANDIN_LOAD_SECONDS": str(load), "STANDIN_TOKENS_PER_SECOND": str(rate)})
+            {"STANDIN_FAILURE": failure, "STANDIN_LOAD_SECONDS": str(load), "STANDIN_TOKENS_PER_SECOND": str(rate),
+             "STANDIN_DRIP_SECONDS": str(drip)})
         servers.append(server)
         return f"http://127.0.0.1:{port}"
 
@@ -387,3 +388,113 @@ def test_with_an_api_key_the_checks_send_it_and_the_server_refuses_without(tmp_p
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ---------------------------------------------------------------- every read from a server is bounded
+def finished_within(seconds, call, *args):
+    """(elapsed, result or the exception raised) of ``call``, run in a thread; fails when it is not done in time
+    (the thread is a daemon: a read that never ends does not keep the test run alive)."""
+    import threading
+
+    found = {}
+
+    def run():
+        try:
+            found["result"] = call(*args)
+        except Exception as error:   # the caller judges what was raised
+            found["result"] = error
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{call.__name__} did not end within {seconds} s"
+    return time.monotonic() - started, found["result"]
+
+
+def test_a_stream_dripping_a_byte_every_few_seconds_ends_at_its_deadline(standin):
+    """One byte every 2 s never trips a per-read timeout: only a deadline over the whole stream ends it."""
+    url = standin(failure="drip", drip=1.0)
+    elapsed, result = finished_within(20, v.run_benchmark, url, "qwen-test", 2, 4, 3, None, 0.8, None)
+    assert not result["ok"] and result["errors"] == 2, result
+    assert "did not finish in time" in result["problems"][0], result
+    assert elapsed < 3 + 2, elapsed   # the stream's own deadline, not the benchmark's join margin (+5 s)
+
+
+def test_a_stream_without_a_newline_ends_at_the_line_bound(standin):
+    elapsed, result = finished_within(20, v.run_benchmark, standin(failure="endless_line"), "qwen-test", 1, 4, 10,
+                                      None, 0.8, None)
+    assert not result["ok"] and f"longer than {v.MAX_LINE_BYTES} bytes" in result["problems"][0], result
+    assert elapsed < 10, elapsed
+
+
+@pytest.mark.parametrize("failure,reason", [("drip", "did not finish in time"),
+                                            ("endless_line", f"larger than {v.MAX_MODELS_BYTES} bytes")])
+def test_the_models_probe_is_bounded_in_time_and_bytes(standin, failure, reason):
+    elapsed, result = finished_within(20, v.list_models, standin(failure=failure, drip=1.0), 3)
+    assert not result["ok"] and reason in result["problems"][0], result
+    assert elapsed < 3 + 2, elapsed
+
+
+def test_the_models_probe_lists_the_served_model(standin, capsys):
+    assert v.main(["models", "--url", standin(), "--timeout", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"] == ["qwen-test"]
+
+
+def test_the_gateways_worker_api_is_read_within_its_deadline(standin, monkeypatch):
+    from sglang_infra.hostside import router_workers
+
+    monkeypatch.setattr(router_workers, "TIMEOUT", 2)
+    elapsed, error = finished_within(20, router_workers.registered, standin(failure="drip", drip=0.5))
+    assert isinstance(error, v.Unbounded) and "did not finish in time" in str(error), error
+    assert elapsed < 2 + 2, elapsed
+
+
+def test_the_status_probe_of_a_gateway_is_read_within_its_deadline(standin, monkeypatch, tmp_path):
+    from sglang_infra.hostside import report
+
+    url = standin(failure="endless_line")
+    (tmp_path / "router" / "model").mkdir(parents=True)
+    (tmp_path / "router" / "model" / "compose.yaml").write_text(f"--port={url.rsplit(':', 1)[1]}\n")
+    monkeypatch.setattr(report, "GATEWAY_TIMEOUT", 2)
+    # The probe goes only to a port the gateway's own container publishes (Docker's answer, stood in for here).
+    monkeypatch.setattr(report.stack, "published", lambda port, project, service: ["127.0.0.1"])
+    elapsed, found = finished_within(20, report.gateways, str(tmp_path))
+    assert found[0]["error"] == f"the gateway does not answer: the answer is larger than {v.MAX_GATEWAY_BYTES} bytes"
+    assert elapsed < 2 + 2, elapsed
+
+
+def test_a_whole_check_ends_by_its_watchdog_with_a_reason():
+    """A server that drips even its headers a byte at a time is bounded per read only (http.client reads them
+    before the checks see a body): the check's process ends anyway, with a reason, at --timeout plus a margin."""
+    import subprocess
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def drip_headers():
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(0.3):
+                try:
+                    conn.sendall(b"X")
+                except OSError:
+                    return
+
+    threading.Thread(target=drip_headers, daemon=True).start()
+    program = ("import sys; sys.path.insert(0, sys.argv[1]); from sglang_infra.hostside import checks; "
+               "checks.WATCHDOG_MARGIN = 1; sys.exit(checks.main(sys.argv[2:]))")
+    try:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", program, str(PROJECT_DIR), "tool-calling", "--url",
+                               f"http://127.0.0.1:{listener.getsockname()[1]}", "--model", "m", "--timeout", "2"],
+                              capture_output=True, text=True, timeout=30)
+    finally:
+        stop.set()
+        listener.close()
+    assert done.returncode == 1 and time.monotonic() - started < 2 + 1 + 3, done
+    assert "tool-calling FAILED: no result within 3 s" in done.stderr, done.stderr

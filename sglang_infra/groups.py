@@ -1,0 +1,38 @@
+"""A host's roles, from the inventory groups it is in: every group but
+`router` serves a model; `router` runs the fleet's gateways (gateways.py).
+A host in both does both; a host only in `router` serves no model and needs
+no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The inventory group whose hosts run the gateway (sglang-router), one per model.
+ROUTER_GROUP = "router"
+
+
+def groups_of(host, inventory_path: str | None) -> list[str]:
+    """
+    The inventory's own groups of a host: without pyinfra's `all`, and
+    without the group pyinfra adds holding every host, named after the
+    inventory file (e.g. `inventory` for inventory.py), which would make every
+    router host a serving one. ``inventory_path``: that file
+    (inventoryfile.inventory_file() in a pyinfra run), or None.
+    """
+    path = inventory_path
+    stem = os.path.basename(path).rsplit(".", 1)[0] if path else None
+    everyone = {each.name for each in host.inventory}
+    out = []
+    for name in (getattr(group, "name", group) for group in (host.groups or ())):
+        implicit = name == stem and name != ROUTER_GROUP and \
+            {each.name for each in host.inventory.get_group(name)} == everyone
+        if name != "all" and not implicit:
+            out.append(name)
+    return out
+
+
+def roles(groups) -> tuple[bool, bool]:
+    """(serves, routes) of a host in ``groups``: every group but `router` serves a model."""
+    groups = set(groups)
+    return (not groups or bool(groups - {ROUTER_GROUP})), ROUTER_GROUP in groups
