@@ -49,19 +49,6 @@ def gateway_slug(key: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
 
 
-def router_settings(data: Mapping[str, Any]) -> RouterSettings:
-    """A router host's settings for its gateways, from its data (judged by refusals.check_fleet)."""
-    return RouterSettings(
-        models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
-        registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
-        prometheus_port=data["sglang_router_prometheus_port"],
-        health_check_interval=data["sglang_router_health_check_interval"],
-        health_check_timeout=data["sglang_router_health_check_timeout"],
-        bind_address=data["sglang_router_bind_address"],
-        trusted_network=data["sglang_router_trusted_network"],
-        prometheus_bind_address=data["sglang_router_prometheus_bind_address"])
-
-
 def place(router: RouterSettings, workers: Mapping[str, list[Worker]]) -> list[Placement]:
     """The gateways a router host runs, in registry order: the keys it lists, else every key some host
     serves; each at the ports of its position in the registry."""
@@ -102,7 +89,7 @@ def fronts(routers, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Fron
     for router in routers:
         data = router.data.dict()
         paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
-        settings = router_settings(data)
+        settings = RouterSettings.of(data)
         for spot in place(settings, workers):
             out.setdefault(spot.key, []).append(Front(
                 router=router.name, slug=spot.slug, url=own_url(settings.published_on, spot.port),

@@ -22,7 +22,7 @@ from . import ACCOUNT, models, platforms, render, toolchain
 from .gpus import derive_flags, parse_snapshot
 from .groups import roles
 from .hostside import names
-from .plantypes import LOCAL_URL, Gate, HostPlan, Paths
+from .plantypes import LOCAL_URL, Gate, HostPlan, Paths, RouterSettings
 from .refusals import Judged, check_host_state, judge, raise_if
 
 
@@ -100,7 +100,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
         serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
-        router=router_settings(data) if routes else None,
+        router=RouterSettings.of(data) if routes else None,
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
     )
     compose = render.compose_yaml(plan)

@@ -117,6 +117,19 @@ class RouterSettings:
     trusted_network: bool              # sglang_router_trusted_network: an open front door, decided
     prometheus_bind_address: str       # where the Prometheus ports are published
 
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> "RouterSettings":
+        """A router host's settings, from its data (judged by refusals.check_fleet)."""
+        return cls(
+            models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
+            registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
+            prometheus_port=data["sglang_router_prometheus_port"],
+            health_check_interval=data["sglang_router_health_check_interval"],
+            health_check_timeout=data["sglang_router_health_check_timeout"],
+            bind_address=data["sglang_router_bind_address"],
+            trusted_network=data["sglang_router_trusted_network"],
+            prometheus_bind_address=data["sglang_router_prometheus_bind_address"])
+
     @property
     def published_on(self) -> str:
         """The host address the gateway's own port is published on."""

@@ -17,7 +17,8 @@ import time
 import urllib.error
 import urllib.request
 
-from . import checks
+from . import checks, stack
+from .printable import printable
 
 WORKER_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 GATEWAY_GAUGE = "smg_worker_requests_active"
@@ -40,10 +41,17 @@ def in_flight(text, worker=None):
     return total if seen else None
 
 
-def read(url):
-    request = urllib.request.Request(url, headers=dict(checks._HEADERS))
+MAX_METRICS_BYTES = 4 << 20   # an exposition of a few hundred series
+
+
+def read(url, worker=None):
+    """One read of ``url``, bounded in bytes and seconds. The key goes only to the serving container's own
+    published port (a worker's /metrics needs it when the server has one; a gateway's Prometheus port does not)."""
+    headers = checks.auth_headers() if worker is None and stack.holds(url) else {}
+    request = urllib.request.Request(url, headers=headers)
+    started = time.monotonic()
     with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
-        return reply.read().decode(errors="replace")
+        return checks.read_bounded(reply, started + TIMEOUT, MAX_METRICS_BYTES).decode(errors="replace")
 
 
 def main(argv=None):
@@ -56,9 +64,9 @@ def main(argv=None):
     count = None
     while True:
         try:
-            count = in_flight(read(url), worker)
-        except (urllib.error.URLError, OSError) as error:
-            print(f"drain: unknown: {url} does not answer ({error}); no count of requests in flight there")
+            count = in_flight(read(url, worker), worker)
+        except (urllib.error.URLError, OSError, checks.Unbounded) as error:
+            print(f"drain: unknown: {url} does not answer ({printable(error)}); no count of requests in flight there")
             return 3
         if count is None:
             print(f"drain: unknown: {url} counts no requests in flight for this worker")

@@ -8,7 +8,7 @@ restarted and still runs that config, so the host stays as its last gate stamped
 import os
 import sys
 
-from . import gate
+from . import gate, safefs
 
 
 def main(argv=None):
@@ -16,7 +16,7 @@ def main(argv=None):
     restored = []
     for name in gate.CONFIG:
         path = os.path.join(docker_dir, name)
-        if os.path.isfile(path + ".good"):
+        if safefs.is_regular(path + ".good"):   # a link there is not followed (gate.copy refuses one too)
             gate.copy(path + ".good", path)
             restored.append(name)
     print(f"restore_good: {', '.join(restored) or 'nothing'} put back from the last known-good copy")

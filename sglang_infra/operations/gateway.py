@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from .. import ship
-from ..hostside.names import COMPOSE_FILE, stamp_current
+from ..hostside.names import stamp_current
 from .base import diff_wanted, q, snapshot_operation
 from .stack import stack_section
 

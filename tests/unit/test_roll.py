@@ -9,8 +9,7 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
-from conftest import FakeHost, converged_snapshot, on_host, pinned_defaults
-from sglang_infra import factcache
+from conftest import converged_snapshot, pinned_defaults
 from sglang_infra.gateways import fleet as fleet_of
 from sglang_infra.hostside.drain import in_flight
 from sglang_infra.operations import roll as roll_ops
@@ -219,8 +218,7 @@ class InvHost:
 
 def inventory_plans(workers=3, **data):
     hosts = [InvHost(f"gpu-0{n}", ["production"], **data) for n in range(1, workers + 1)]
-    hosts.append(InvHost("gw-1", ["router"], sglang_require_gpu=False))
-    inventory = SimpleNamespace(__iter__=None)
+    hosts.append(InvHost("gw-1", ["router"], sglang_require_gpu=False, sglang_router_bind_address="127.0.0.1"))
     plans = {}
     for each in hosts:
         groups = each.groups
@@ -232,7 +230,7 @@ def inventory_plans(workers=3, **data):
 def fleet_plans(hosts, plans, names=None):
     from unittest import mock
 
-    with mock.patch("sglang_infra.gateways.groups_of", lambda host: host.groups):
+    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
         return fleet_of({n: p for n, p in plans.items() if names is None or n in names}, hosts)
 
 
@@ -318,3 +316,46 @@ def test_drain_says_unknown_when_the_worker_has_no_metrics(capsys):
 
     assert drain.main(["1", "http://127.0.0.1:9/metrics"]) == 3
     assert capsys.readouterr().out.startswith("drain: unknown: ")
+
+
+def test_a_linked_good_copy_is_not_followed(tmp_path, capsys):
+    """The docker directory is the account's: a .good that is a link to a file elsewhere is left, never read."""
+    from sglang_infra.hostside import restore_good
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("root's own file\n")
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    (docker / "compose.yaml").write_text("new")
+    (docker / "compose.yaml.good").symlink_to(elsewhere)
+    assert restore_good.main([str(docker)]) == 0
+    assert (docker / "compose.yaml").read_text() == "new"
+    assert "nothing put back" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("own_port, sent", [(True, True), (False, False)])
+def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port, sent):
+    from sglang_infra.hostside import checks, drain, stack
+
+    seen = []
+
+    class Reply:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read1(self, size=-1):
+            body, self.body = getattr(self, "body", b"sglang:num_running_reqs 0\n"), b""
+            return body
+
+    def urlopen(request, timeout):
+        seen.append(request.get_header("Authorization"))
+        return Reply()
+
+    monkeypatch.setattr(checks, "auth_headers", lambda: {"Authorization": "Bearer k"})
+    monkeypatch.setattr(stack, "holds", lambda url, *a: own_port)
+    monkeypatch.setattr(drain.urllib.request, "urlopen", urlopen)
+    assert drain.main(["1", "http://127.0.0.1:30000/metrics"]) == 0
+    assert seen == (["Bearer k"] if sent else [None])
