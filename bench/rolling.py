@@ -113,7 +113,7 @@ def main() -> int:
             values = {"sglang_drain_timeout": 60, "sglang_extra_env": {**ENV, "ROLL_MARK": mark}}
             groups = {"production": [(hosts[n], values) for n in WORKERS]}
             if routed:
-                groups["router"] = [(hosts[GW], {})]
+                groups["router"] = [(hosts[GW], {"sglang_router_bind_address": hosts[GW].address})]
             return bed.inventory(state / file, groups)
 
         code, lines, _ = deploy(inventory("converge.py", "a"))

@@ -29,7 +29,7 @@ def fleet(testbed, workdir):
     def inventory(file, env=None, **data):
         values = {**BASE, "sglang_extra_env": {**ENV, **(env or {})}, **data}
         return testbed.inventory(workdir / file, {"production": [(hosts[n], values) for n in WORKERS],
-                                                  "router": [(hosts[GW], {})]})
+                                                  "router": [(hosts[GW], {"sglang_router_bind_address": hosts[GW].address})]})
 
     first = run_deploy(inventory("rolling.py"))
     assert first.returncode == 0, first.output[-4000:]
