@@ -132,9 +132,10 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
             if plan is not None and plan.serves:
                 pool = f"{key} behind " + ", ".join(f"{f.router}/{f.slug}" for f in behind)
                 errors += check_pool(plan.name, plan.max_unavailable, pool, len(workers[key]))
+                others = tuple(f for other, found in fronting.items() if other != key for f in found)
                 out[worker.host] = replace(plan, roll=Roll(
                     url=worker.url, fronts=behind, pool=pool, pool_size=len(workers[key]),
-                    max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout))
+                    max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout, others=others))
     if refuse:
         raise_if(errors)
     return out

@@ -101,6 +101,7 @@ class Roll:
     pool_size: int
     max_unavailable: int
     drain_timeout: int
+    others: tuple[Front, ...] = ()  # the gateways of every other model: a worker switching models leaves them
 
 
 @dataclass(frozen=True)

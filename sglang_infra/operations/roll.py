@@ -7,8 +7,10 @@ greenlet. The operation's one FunctionCommand takes a slot of its pool's
 semaphore (sglang_max_unavailable slots; the pool is the workers of one model
 behind the same gateways; other pools go on in parallel), then:
 
-1. takes the worker out of every gateway that fronts it, through each router
-   host's own connection (hostside/router_workers.py), until none lists it;
+1. takes the worker out of every gateway that fronts it (on a model switch,
+   also those of every other model, which may still list it), through each
+   router host's own connection (hostside/router_workers.py), until none
+   lists it;
 2. waits until it has no request in flight (its own /metrics, else the
    gateway's smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
@@ -35,7 +37,8 @@ from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
-from .stack import restart
+from ..hostside.names import MODEL_LABEL
+from .stack import restart, stack_section
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).
 TURN_MARGIN = 600
@@ -77,8 +80,14 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
         host.noop("the stack already runs the current compose.yaml, which passed the gate")
         return
     why = "; ".join(reasons) or "the gate is due"
+    found = stack_section(None)["stack"]["container"]
+    leaving = ()
+    if found is not None and found["labels"].get(MODEL_LABEL) not in (None, model):
+        # a model switch: the gateways of the model it served may still list it; it leaves them too, first
+        leaving = roll.others
+        why += " (a model switch: it leaves the other models' gateways too)"
     yield FunctionCommand(roll_worker, (roll, command if reasons else None, f"bash {q(gate)}", why,
-                                        metrics_url, key_file, turn_seconds, project_dir), {})
+                                        metrics_url, key_file, turn_seconds, project_dir, leaving), {})
 
 
 def on_router(state, front, change: dict) -> tuple[bool, str]:
@@ -124,9 +133,10 @@ def gate_reason(output) -> str:
 
 
 def roll_worker(state, host, roll: Roll, up: str | None, gate: str, why: str, metrics_url: str,
-                key_file: str | None, turn_seconds: int, project_dir: str) -> bool:
+                key_file: str | None, turn_seconds: int, project_dir: str, leaving=()) -> bool:
     """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
-    ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand)."""
+    ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand).
+    ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others)."""
     def say(line, log=logger.info):
         host.log_styled(f"roll: {line}", log_func=log)
 
@@ -149,8 +159,8 @@ def roll_worker(state, host, roll: Roll, up: str | None, gate: str, why: str, me
             for front in roll.fronts:
                 say(f"{host.name} is the only worker of gateway {front.router}/{front.slug}: it cannot serve while "
                     "this worker restarts", logger.warning)
-        say(f"{why}: taking {roll.url} out of {len(roll.fronts)} gateway(s)")
-        for front in roll.fronts:
+        say(f"{why}: taking {roll.url} out of {len(leaving) + len(roll.fronts)} gateway(s)")
+        for front in (*leaving, *roll.fronts):
             ok, said = on_router(state, front, {"remove": roll.url})
             if not ok:
                 failure = f"the gateway {front.router}/{front.slug} did not drop it ({said})"

@@ -188,6 +188,20 @@ def test_a_current_worker_yields_nothing_and_touches_no_gateway():
     stale["Snapshot"]["gate"]["stamp"] = "d0"   # the gate is due: the worker takes its turn
     commands, _ = run("rolled", case["args"], stale)
     assert [c.split("(")[0] for c in commands] == ["function roll_worker"]
+    assert commands[0].endswith(", ())")   # the same model: it leaves no other model's gateway
+
+
+def test_a_model_switch_hands_the_roll_the_other_models_gateways():
+    from test_operations import CASES, run
+
+    case = dict(CASES)["rolled.noop"]
+    switched = json.loads(json.dumps(case["facts"]))
+    switched["Snapshot"]["stack"]["container"]["labels"]["sglang.model"] = "org/previous"
+    switched["Snapshot"]["gate"]["stamp"] = "d0"   # what runs is not what the data asks for
+    args = {**case["args"], "roll": SimpleNamespace(others=("the-other-gateway",))}
+    commands, _ = run("rolled", args, switched)
+    assert len(commands) == 1 and commands[0].endswith(", ('the-other-gateway',))")
+    assert "a model switch" in commands[0]
 
 
 def test_in_flight_counts_from_the_worker_and_from_the_gateway():
@@ -359,3 +373,32 @@ def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port,
     monkeypatch.setattr(drain.urllib.request, "urlopen", urlopen)
     assert drain.main(["1", "http://127.0.0.1:30000/metrics"]) == 0
     assert seen == (["Bearer k"] if sent else [None])
+
+
+def test_a_worker_knows_the_other_models_gateways_it_leaves_on_a_switch():
+    hosts, plans = inventory_plans()
+    other = InvHost("gpu-09", ["production"], sglang_model="qwen3.6-27b-awq-int4")
+    hosts.insert(0, other)
+    plans[other.name] = resolve(other.name, other.values, converged_snapshot("rtx4090-2gpu-node"), other.groups)
+    out = fleet_plans(hosts, plans)
+    assert [f.slug for f in out["gpu-01"].roll.fronts] == ["qwen3-6-35b-a3b-awq"]
+    assert [f.slug for f in out["gpu-01"].roll.others] == ["qwen3-6-27b-awq-int4"]
+    assert [f.slug for f in out["gpu-09"].roll.others] == ["qwen3-6-35b-a3b-awq"]
+
+
+def test_a_switching_worker_leaves_the_other_models_gateways_first_and_comes_back_only_to_its_own(fleet):
+    state, _, log = fleet
+    old = Front(router="gw-1", slug="old", url="http://127.0.0.1:30081", metrics="http://127.0.0.1:29001/metrics",
+                directory="/opt/sglang/router/old", key_file=None)
+    calls = []
+    real = roll_ops.on_router
+    roll_ops.on_router = lambda state, front, change: calls.append((front.slug, change)) or real(state, front, change)
+    try:
+        assert roll_ops.roll_worker(state, Host("gpu-01", log), roll(size=2)(1), UP, GATE, "a switch",
+                                    "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker", (old,))
+    finally:
+        roll_ops.on_router = real
+    url = "http://10.0.0.1:30000"
+    assert [(slug, "add" if "add" in change else "remove") for slug, change in calls] == \
+        [("old", "remove"), ("m", "remove"), ("m", "add")]
+    assert all((change.get("remove") or change.get("add")) == url for _, change in calls)
