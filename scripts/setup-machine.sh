@@ -10,6 +10,8 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+# promtool checks the alert rules and runs their tests (tests/unit/test_alert_rules.py); it comes with Debian's prometheus.
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   apt-get update -qq

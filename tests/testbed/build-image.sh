@@ -34,7 +34,7 @@ fi
 mount -t proc proc "$root/proc"
 chroot "$root" apt-get update -qq >/dev/null
 chroot "$root" env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -qq --download-only docker.io docker-compose >/dev/null
+  apt-get install -y -qq --download-only docker.io docker-compose prometheus prometheus-node-exporter >/dev/null
 umount "$root/proc"
 
 # A server accepts root logins by key only; keys are injected per container.
