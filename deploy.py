@@ -17,10 +17,13 @@ compat.install_fast_call_locations()  # operation call sites without reading sou
 report.install(state)         # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 if preflight(host, inventory):  # every host's plan; bad data on any host refuses the run (a status report skips that host)
-    serves = plan_of(host).serves  # a host only in the `router` group serves no model: it runs gateways
-    local.include("tasks/account.py")        # 1. the sglang system account
-    local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
-    local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
+    plan = plan_of(host)
+    serves = plan.serves  # a host only in the `router` or `monitor` group serves no model
+    if serves or plan.routes:  # a host only in `monitor` runs Prometheus alone: no account, no Docker
+        local.include("tasks/account.py")        # 1. the sglang system account
+        local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
+        local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
+    local.include("tasks/node_exporter.py")      # 3b. every host: the node exporter, ready for the gate's metrics
     if serves:
         local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
         local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
@@ -30,3 +33,5 @@ if preflight(host, inventory):  # every host's plan; bad data on any host refuse
     local.include("tasks/router.py")         # 9. router hosts: one gateway per model, in front of the workers that passed
     if serves:
         local.include("tasks/model_pruning.py")  # 10. opt-in: cached revisions nothing keeps or references
+    if plan.monitors:
+        local.include("tasks/monitor.py")        # 12. monitor hosts: Prometheus over the inventory, alert rules, dashboard

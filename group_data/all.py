@@ -242,6 +242,44 @@ sglang_drain_timeout = 300
 # Workers of one pool (one model behind the same gateways) a change may restart at once; 1 keeps every other worker serving, and it must stay below the pool's size.
 sglang_max_unavailable = 1
 
+# ---------------------------------------------------------------- Fleet metrics (every host; Prometheus on the monitor group)
+
+# Debian's prometheus-node-exporter on every host: the host's CPU, memory and disks, and, through its textfile collector, the gate's last result (pass or fail, tool calls, tok/s against the model's baseline, whether the running config is the one that passed).
+sglang_node_exporter = True
+
+# Host address the node exporter listens on; loopback, because it describes the host to whoever reaches it: name the address the monitor hosts reach this host on (the deploy refuses loopback when a monitor host elsewhere scrapes it).
+sglang_node_exporter_bind_address = "127.0.0.1"
+
+# The node exporter's port (its own default).
+sglang_node_exporter_port = 9100
+
+# Where Prometheus listens on a monitor host (address:port); loopback, because its API answers every query about the fleet and takes no password: name the address a site's Grafana reaches.
+sglang_prometheus_listen_address = "127.0.0.1:9090"
+
+# How long Prometheus keeps samples (a Prometheus duration); 15d, Debian's default, covers two weeks of comparisons at a few GB for a small fleet.
+sglang_prometheus_retention = "15d"
+
+# How often Prometheus scrapes each target (a Prometheus duration); 15s resolves a queue that builds within a minute at a modest load on the hosts.
+sglang_prometheus_scrape_interval = "15s"
+
+# How long a target may be down, or a worker unhealthy in its gateway, before the alert fires: 2m rides out a drained restart's gap without paging anyone.
+sglang_alert_down_for = "2m"
+
+# The gate's measured tok/s under this fraction of the model's baseline raises an alert: half the baseline is a broken GPU or flag, not noise.
+sglang_alert_throughput_fraction = 0.5
+
+# Requests waiting in a worker's queue above this many, for sglang_alert_queue_for, raise an alert: the fleet needs another worker.
+sglang_alert_queue_depth = 16
+
+# How long the queue must stay above sglang_alert_queue_depth before the alert fires: a burst is served within minutes; a backlog is not.
+sglang_alert_queue_for = "10m"
+
+# The filesystem holding hf-cache with less than this fraction free raises an alert: the next model pull would not fit.
+sglang_alert_disk_free_fraction = 0.1
+
+# How long the running config may differ from the one that passed its gate before the alert fires: a deploy in progress differs for minutes.
+sglang_alert_config_for = "15m"
+
 # ---------------------------------------------------------------- Launch flags
 
 # The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from . import render
@@ -87,7 +87,7 @@ def fronts(routers, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Fron
     """
     out: dict[str, list[Front]] = {}
     for router in routers:
-        data = router.data.dict()
+        data = router.data
         paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
         settings = RouterSettings.of(data)
         for spot in place(settings, workers):
@@ -97,6 +97,26 @@ def fronts(routers, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Fron
                 directory=f"{paths.gateways}/{spot.slug}",
                 key_file=paths.server_config if data.get("sglang_api_key_file") else None))
     return {key: tuple(found) for key, found in out.items()}
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """A host of the inventory (in this run or not), as the fleet's roles see it: its data and its groups."""
+
+    name: str
+    data: Mapping[str, Any]
+    groups: tuple[str, ...]
+    serves: bool
+    routes: bool
+
+
+def inventory_roles(inventory, path: str) -> list[InventoryHost]:
+    """Every host of the inventory with its data, its own groups and its roles, in inventory order."""
+    out = []
+    for each in inventory:
+        groups = tuple(groups_of(each, path))
+        out.append(InventoryHost(each.name, each.data.dict(), groups, *roles(groups)))
+    return out
 
 
 def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
@@ -111,12 +131,11 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
     path = inventory_path or inventory_file()
     workers: dict[str, list[Worker]] = {}
     routers = []
-    for each in inventory:
-        serves, routes = roles(groups_of(each, path))
-        if serves:
-            key, worker = fleet_worker(each.name, each.data.dict(), plans.get(each.name))
+    for each in inventory_roles(inventory, path):
+        if each.serves:
+            key, worker = fleet_worker(each.name, each.data, plans.get(each.name))
             workers.setdefault(key, []).append(worker)
-        if routes:
+        if each.routes:
             routers.append(each)
     out, errors = dict(plans), []
     for name, plan in plans.items():

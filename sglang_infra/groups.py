@@ -1,7 +1,8 @@
 """A host's roles, from the inventory groups it is in: every group but
-`router` serves a model; `router` runs the fleet's gateways (gateways.py).
-A host in both does both; a host only in `router` serves no model and needs
-no GPU.
+`router` and `monitor` serves a model; `router` runs the fleet's gateways
+(gateways.py); `monitor` runs Prometheus over the whole inventory
+(monitoring.py). A host in several does each; a host only in `router` or
+`monitor` serves no model and needs no GPU.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ import os
 
 # The inventory group whose hosts run the gateway (sglang-router), one per model.
 ROUTER_GROUP = "router"
+# The inventory group whose hosts run Prometheus, scraping every host of the inventory.
+MONITOR_GROUP = "monitor"
+# The groups that give a host a role of the fleet's; any other group serves a model.
+ROLE_GROUPS = (ROUTER_GROUP, MONITOR_GROUP)
 
 
 def groups_of(host, inventory_path: str | None) -> list[str]:
@@ -25,7 +30,7 @@ def groups_of(host, inventory_path: str | None) -> list[str]:
     everyone = {each.name for each in host.inventory}
     out = []
     for name in (getattr(group, "name", group) for group in (host.groups or ())):
-        implicit = name == stem and name != ROUTER_GROUP and \
+        implicit = name == stem and name not in ROLE_GROUPS and \
             {each.name for each in host.inventory.get_group(name)} == everyone
         if name != "all" and not implicit:
             out.append(name)
@@ -33,6 +38,11 @@ def groups_of(host, inventory_path: str | None) -> list[str]:
 
 
 def roles(groups) -> tuple[bool, bool]:
-    """(serves, routes) of a host in ``groups``: every group but `router` serves a model."""
+    """(serves, routes) of a host in ``groups``: every group but `router` and `monitor` serves a model."""
     groups = set(groups)
-    return (not groups or bool(groups - {ROUTER_GROUP})), ROUTER_GROUP in groups
+    return (not groups or bool(groups - set(ROLE_GROUPS))), ROUTER_GROUP in groups
+
+
+def monitors(groups) -> bool:
+    """True when a host in ``groups`` runs the fleet's Prometheus."""
+    return MONITOR_GROUP in set(groups)

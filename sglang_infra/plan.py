@@ -18,11 +18,11 @@ import json
 from dataclasses import replace
 from typing import Any, Mapping
 
-from . import ACCOUNT, models, platforms, render, toolchain
+from . import ACCOUNT, models, platforms, plantypes, render, toolchain
 from .gpus import derive_flags, parse_snapshot
-from .groups import roles
+from .groups import monitors, roles
 from .hostside import names
-from .plantypes import LOCAL_URL, Gate, HostPlan, Paths, RouterSettings
+from .plantypes import LOCAL_URL, Gate, HostPlan, MonitorSettings, NodeExporter, Paths, RouterSettings
 from .refusals import Judged, check_host_state, judge, raise_if
 
 
@@ -41,9 +41,21 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, An
     spec = {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
             "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
             "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
+    spec.update(metrics_spec())
     if report:
         spec["report"] = True
     return spec
+
+
+def metrics_spec() -> dict[str, list[str]]:
+    """What the snapshot reads of the fleet metrics' files, units and packages, on every host (a host's role
+    comes from its groups, known after the read; these are a few small directories)."""
+    return {"system_dirs": sorted({plantypes.PROMETHEUS_DIR, plantypes.dropin_dir(plantypes.PROMETHEUS_SERVICE),
+                                   plantypes.dropin_dir(plantypes.NODE_EXPORTER_SERVICE), plantypes.SYSTEMD_DIR,
+                                   plantypes.PROGRAM_DIR, plantypes.DASHBOARD_DIR}),
+            "services": [f"{plantypes.PROMETHEUS_SERVICE}.service", f"{plantypes.NODE_EXPORTER_SERVICE}.service",
+                         f"{plantypes.GATE_METRICS_UNIT}.timer"],
+            "packages": [plantypes.PROMETHEUS_SERVICE, plantypes.NODE_EXPORTER_SERVICE]}
 
 
 def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=()) -> HostPlan:
@@ -102,6 +114,11 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
         router=RouterSettings.of(data) if routes else None,
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
+        monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
     )
     compose = render.compose_yaml(plan)
-    return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=render.scripts(plan))
+    exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \
+        if data["sglang_node_exporter"] else None
+    return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=render.scripts(plan),
+                   node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
+                   gate_metrics_units=render.gate_metrics_units(plan) if exporter and serves else {})

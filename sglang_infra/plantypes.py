@@ -26,6 +26,24 @@ TOOLCHAIN_CONTEXT = "docker/toolchain"
 LOCAL_URL = "http://127.0.0.1:{port}"
 # Where a gateway's port is published when sglang_router_bind_address is None.
 EVERY_ADDRESS = "0.0.0.0"
+# Fleet metrics: files root owns outside the home (Debian's packages read /etc/prometheus; systemd's drop-ins
+# override a packaged unit's command line without touching the package's own files).
+PROMETHEUS_DIR = "/etc/prometheus"
+PROMETHEUS_CONFIG = f"{PROMETHEUS_DIR}/prometheus.yml"
+ALERT_RULES = f"{PROMETHEUS_DIR}/sglang-alerts.yml"
+PROMETHEUS_STORAGE = "/var/lib/prometheus/metrics2/"   # Debian's own
+SYSTEMD_DIR = "/etc/systemd/system"
+DROPIN_NAME = "sglang.conf"
+PROMETHEUS_SERVICE = "prometheus"
+NODE_EXPORTER_SERVICE = "prometheus-node-exporter"
+GATE_METRICS_UNIT = "sglang-gate-metrics"   # .service and .timer: the gate's metrics refreshed every minute
+PROGRAM_DIR = "/usr/local/lib/sglang"       # host programs systemd runs as root (root's own, 0755)
+DASHBOARD_DIR = "/usr/share/sglang/grafana"
+DASHBOARD_FILE = "sglang-fleet.json"
+
+
+def dropin_dir(service: str) -> str:
+    return f"{SYSTEMD_DIR}/{service}.service.d"
 
 
 @dataclass(frozen=True)
@@ -164,6 +182,58 @@ class Gateway:
 
 
 @dataclass(frozen=True)
+class NodeExporter:
+    """The host's prometheus-node-exporter, as its data sets it."""
+
+    bind_address: str        # sglang_node_exporter_bind_address
+    port: int                # sglang_node_exporter_port
+    dropin: str = field(default="", repr=False)   # its systemd drop-in (render.py): listen address, textfile dir
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.bind_address}]:{self.port}" if ":" in self.bind_address else f"{self.bind_address}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One scrape target of the fleet's Prometheus (monitoring.py): a job, where it is reached, its labels."""
+
+    job: str                        # sglang (a worker's /metrics), sglang-router (a gateway's), node, prometheus
+    address: str                    # host:port, as the monitor host reaches it
+    labels: tuple[tuple[str, str], ...]   # host, group, model, role: sorted (name, value) pairs
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """A monitor host's Prometheus and its alert thresholds, as its data sets them."""
+
+    listen_address: str             # sglang_prometheus_listen_address (address:port)
+    retention: str
+    scrape_interval: str
+    alerts: Mapping[str, Any] = field(repr=False)   # the rules template's inputs, from the sglang_alert_* keys
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> "MonitorSettings":
+        return cls(listen_address=data["sglang_prometheus_listen_address"],
+                   retention=data["sglang_prometheus_retention"],
+                   scrape_interval=data["sglang_prometheus_scrape_interval"],
+                   alerts={key[len("sglang_alert_"):]: value for key, value in sorted(data.items())
+                           if key.startswith("sglang_alert_")})
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """What a monitor host runs: Prometheus scraping ``targets``, with the alert rules and the dashboard."""
+
+    settings: MonitorSettings
+    targets: tuple[Target, ...]
+    config: str = field(default="", repr=False)      # prometheus.yml
+    rules: str = field(default="", repr=False)       # the alert rules
+    dropin: str = field(default="", repr=False)      # prometheus.service's drop-in: listen address, retention
+    dashboard: str = field(default="", repr=False)   # the Grafana dashboard, for a site's Grafana to provision
+
+
+@dataclass(frozen=True)
 class HostPlan:
     name: str
     account: str
@@ -227,6 +297,13 @@ class HostPlan:
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
     max_unavailable: int = 1
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts
+    # fleet metrics: the node exporter (None: sglang_node_exporter off), the gate's metrics timer on a serving
+    # host with one, and, on a host of the `monitor` group, Prometheus over the inventory (set by preflight)
+    node_exporter: NodeExporter | None = None
+    gate_metrics_units: Mapping[str, str] = field(default_factory=dict, repr=False)
+    monitors: bool = False
+    monitor_settings: MonitorSettings | None = None
+    monitor: Monitor | None = None
 
     @property
     def keep(self) -> list[str]:

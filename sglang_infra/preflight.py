@@ -4,7 +4,8 @@ runs on any host.
 At the top of deploy.py, the first host's load reads every host's snapshot in
 parallel (one gevent job each, one pass per run, joined by every later
 host's load), judges and resolves each into its plan (plan.py), then gives
-the router hosts their gateways (gateways.fleet). Any problem on any host
+the router hosts their gateways (gateways.fleet) and the monitor hosts their
+scrape targets (monitoring.with_monitors). Any problem on any host
 refuses the run (refusals.py). In the status report's mode (status.py) a
 refused or unreadable host becomes a row of the report instead, and its
 tasks are skipped. Tasks read their host's plan with plan_of(host).
@@ -20,6 +21,7 @@ from . import factcache, status
 from .gateways import fleet
 from .groups import groups_of
 from .inventoryfile import inventory_file
+from .monitoring import with_monitors
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan
 from .refusals import DeployDataError, judge, raise_if
@@ -97,7 +99,8 @@ def preflight(host, inventory) -> bool:
         for each, job in jobs:
             for line in walk_warnings(each.name, job.value[2]):
                 logger.warning(line)
-        _plans[key] = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
+        plans = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
+        _plans[key] = with_monitors(plans, inventory, inventory_file(), refuse=not report)
     return _plans[key].get(host.name) is not None
 
 

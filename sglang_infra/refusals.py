@@ -32,7 +32,7 @@ from .gpus import Derived, GpuInventory, derive_flags, plan_problems
 from .hostside import names
 from .hostside.printable import printable
 from .inventoryfile import inventory_dir
-from .groups import ROUTER_GROUP
+from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .plantypes import HostPlan, Placement, Worker
 from .schema import SCHEMA, image_problem, system_dir_problem
 from .templating import template_path
@@ -365,3 +365,29 @@ def check_pool(name: str, max_unavailable: int, pool: str, size: int) -> list[st
                         f"workers of {pool} restart at once, and its gateways would have none to send requests to",
                         f"use a number below {size}, e.g. 1")]
     return []
+
+
+@dataclass(frozen=True)
+class Unscrapable:
+    """A port a monitor host would scrape on another host, where that host binds it to loopback only."""
+
+    host: str
+    key: str       # the data key that binds it
+    bind: str
+    job: str
+
+
+def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> list[str]:
+    """A monitor host's problems with the fleet: ``scraped``, the inventory's serving and router hosts, and the
+    ports of other hosts bound where it cannot reach them."""
+    errors = []
+    if not scraped:
+        errors.append(problem(name, "inventory", f"the {MONITOR_GROUP} group has no host to scrape: no host of "
+                              "the inventory serves a model or runs a gateway", "add the serving hosts (e.g. the "
+                              f"production group) to the inventory, or take {name} out of the {MONITOR_GROUP} group"))
+    for each in unreachable:
+        errors.append(problem(each.host, each.key, f"{each.bind} is loopback, but monitor host {name} scrapes "
+                              f"this host's {each.job} metrics from another machine",
+                              f"set {each.key} for {each.host} to the address {name} reaches it on (e.g. its "
+                              "private interface's address)"))
+    return errors

@@ -13,8 +13,9 @@ from .hostside import names
 from .defaults import reasons
 from .gpus import Derived
 from .models import Model
-from .plantypes import Gateway, HostPlan
-from .templating import render_template
+from . import plantypes
+from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter
+from .templating import render_template, template_text
 
 # Where the container sees docker/secrets (the server's private config, with the API key).
 SECRETS_IN_CONTAINER = "/etc/sglang-secrets"
@@ -138,3 +139,51 @@ def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
     )
+
+
+# ---------------------------------------------------------------- fleet metrics
+
+def node_exporter_dropin(exporter: NodeExporter) -> str:
+    """prometheus-node-exporter.service's drop-in: where it listens, and the textfile collector the gate writes."""
+    return render_template("templates/systemd/prometheus-node-exporter.conf.j2", listen=exporter.listen,
+                           textfile_dir=names.TEXTFILE_DIR, reason=reasons()["sglang_node_exporter_bind_address"])
+
+
+def gate_metrics_units(plan: HostPlan) -> dict[str, str]:
+    """The gate's metrics program and the systemd service and timer that refresh its file every minute, by the
+    path each has on the host."""
+    program = f"{plantypes.PROGRAM_DIR}/gate_metrics.py"
+    unit = f"{plantypes.SYSTEMD_DIR}/{plantypes.GATE_METRICS_UNIT}"
+    return {
+        program: ship.program("gate_metrics"),
+        f"{unit}.service": render_template("templates/systemd/sglang-gate-metrics.service.j2", program=program,
+                                           home=plan.paths.home, textfile_dir=names.TEXTFILE_DIR),
+        f"{unit}.timer": render_template("templates/systemd/sglang-gate-metrics.timer.j2"),
+    }
+
+
+def prometheus_config(monitor: Monitor) -> str:
+    """prometheus.yml: the inventory's targets by job, each with its labels, and the alert rules."""
+    jobs: dict[str, list] = {}
+    for target in monitor.targets:
+        jobs.setdefault(target.job, []).append(target)
+    return render_template("templates/prometheus/prometheus.yml.j2", settings=monitor.settings,
+                           rules_file=plantypes.ALERT_RULES, jobs=jobs)
+
+
+def prometheus_dropin(settings: MonitorSettings) -> str:
+    """prometheus.service's drop-in: its config, storage, retention and listen address on its command line."""
+    why = reasons()
+    return render_template("templates/systemd/prometheus.conf.j2", settings=settings,
+                           config=plantypes.PROMETHEUS_CONFIG, storage=plantypes.PROMETHEUS_STORAGE,
+                           listen_reason=why["sglang_prometheus_listen_address"],
+                           retention_reason=why["sglang_prometheus_retention"])
+
+
+def alert_rules(settings: MonitorSettings) -> str:
+    return render_template("templates/prometheus/sglang-alerts.yml.j2", **settings.alerts)
+
+
+def dashboard() -> str:
+    """The Grafana dashboard, as the repository has it (a plain file: Grafana's own ${...} stay as they are)."""
+    return template_text(f"templates/grafana/{plantypes.DASHBOARD_FILE}")

@@ -72,6 +72,26 @@ def _ip(value: Any) -> bool:
     return True
 
 
+# A Prometheus duration, as its flags and rule files take it: units from ms to y, largest first, e.g. '1h30m'.
+_DURATION_RE = re.compile(r"^(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?$")
+
+
+def _duration(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and bool(_DURATION_RE.fullmatch(value)) \
+        and any(ch != "0" for ch in value if ch.isdigit())
+
+
+def listen_address(value: Any) -> tuple[str, int] | None:
+    """(IP address, port) of an 'address:port' ('[v6]:port' for IPv6), or None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return (host, int(port)) if _ip(host) and (":" not in host or value.startswith("[")) else None
+
+
 def image_problem(value: Any) -> str | None:
     """Why an image reference is not a pinned one, or None when it is."""
     if not isinstance(value, str) or not value:
@@ -319,6 +339,24 @@ SCHEMA: dict[str, Key] = {
     "sglang_max_unavailable": Key("an integer 1-1000", _int_range(1, 1000), "use e.g. 1"),
     "sglang_router_worker_startup_timeout": Key("an integer number of seconds 1-7200", _int_range(1, 7200),
                                                 "use e.g. 120"),
+    # fleet metrics: the node exporter on every host, Prometheus on the monitor group (rules in refusals.check_monitor)
+    "sglang_node_exporter": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_node_exporter_bind_address": Key("an IP address", _ip,
+                                             "use '127.0.0.1', or the address the monitor hosts reach this host on"),
+    "sglang_node_exporter_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 9100"),
+    "sglang_prometheus_listen_address": Key("an 'address:port' with an IP address ('[v6]:port' for IPv6)",
+                                            lambda v: listen_address(v) is not None,
+                                            "use e.g. '127.0.0.1:9090' or '10.0.0.5:9090'"),
+    "sglang_prometheus_retention": Key("a Prometheus duration such as '15d' or '12h'", _duration, "use e.g. '15d'"),
+    "sglang_prometheus_scrape_interval": Key("a Prometheus duration such as '15s'", _duration, "use e.g. '15s'"),
+    "sglang_alert_down_for": Key("a Prometheus duration such as '2m'", _duration, "use e.g. '2m'"),
+    "sglang_alert_throughput_fraction": Key("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1,
+                                            "use a fraction such as 0.5"),
+    "sglang_alert_queue_depth": Key("an integer 1-1000000", _int_range(1, 1_000_000), "use e.g. 16"),
+    "sglang_alert_queue_for": Key("a Prometheus duration such as '10m'", _duration, "use e.g. '10m'"),
+    "sglang_alert_disk_free_fraction": Key("a number in (0, 1)", lambda v: _is_number(v) and 0 < v < 1,
+                                           "use a fraction such as 0.1"),
+    "sglang_alert_config_for": Key("a Prometheus duration such as '15m'", _duration, "use e.g. '15m'"),
     # launch flags
     "sglang_dtype": Key(f"'derive', None or one of {', '.join(DTYPES)}", _optional(_one_of(DERIVE, *DTYPES)),
                         "use 'derive', 'float16' for AWQ/Marlin before SM90, or None for the model's own dtype"),

@@ -35,6 +35,8 @@ def environment() -> jinja2.Environment:
     env.filters["sh"] = lambda value: shlex.quote(str(value))
     # A value in a comment (of a script or a YAML file): one line, its control characters escaped.
     env.filters["line"] = printable
+    # A value in a YAML file nothing interpolates (prometheus.yml): a JSON string, a YAML double-quoted scalar.
+    env.filters["yq"] = lambda value: json.dumps(str(value))
     return env
 
 
@@ -47,6 +49,12 @@ def template_path(template: str) -> Path:
 def _compiled(source: str) -> jinja2.Template:
     # Compiled once per run, not once per host: compiling costs more than rendering.
     return environment().from_string(source)
+
+
+@lru_cache(maxsize=16)
+def template_text(template: str) -> str:
+    """A file of templates/ used as it is (not a Jinja template), read once per run."""
+    return template_path(template).read_text(encoding="utf-8")
 
 
 def render_template(template: str, **context: Any) -> str:

@@ -9,8 +9,9 @@ document apart.
 Sections: os, account, docker (engine, images, runtimes), gpus (nvidia-smi's
 own output, parsed on the control side), layout (the managed directories and
 the drifted entries below the home), files (owner, mode and sha256 of the
-files the deploy writes), models (cachestate.py), tools (the pull's venv),
-stack (stack.py), gate (stamp.py), and routers: each gateway in
+files the deploy writes, the home's and root's system_dirs), models (cachestate.py), tools (the pull's venv),
+stack (stack.py), gate (stamp.py), services and packages (the fleet
+metrics' systemd units and Debian packages), and routers: each gateway in
 router/<slug>/ (its stack, stamp and the worker set in its workers.json);
 with "report": true in the spec also report (report.py), what
 scripts/status.sh shows beyond the deploy's needs.
@@ -132,6 +133,44 @@ def docker():
             out["api"] = True
         except dockerapi.Unavailable:
             pass
+    return out
+
+
+def _is_dir(path):
+    """True when ``path`` is a directory itself (not a link to one)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def services(units):
+    """Each systemd unit's state: loaded, active, enabled, and whether systemd must re-read it (a drop-in
+    changed); one systemctl call for all."""
+    out = {}
+    if not units:
+        return out
+    raw = _run("systemctl", "show", *units, "-p", "Id", "-p", "LoadState", "-p", "ActiveState",
+               "-p", "UnitFileState", "-p", "NeedDaemonReload")
+    for block in raw.split("\n\n"):
+        found = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if found.get("Id") in units:
+            out[found["Id"]] = {"loaded": found.get("LoadState") == "loaded", "active": found.get("ActiveState"),
+                                "enabled": found.get("UnitFileState"),
+                                "reload_needed": found.get("NeedDaemonReload") == "yes"}
+    return out
+
+
+def packages(wanted):
+    """The installed version of each of ``wanted`` (Debian packages), None when it is not installed."""
+    out = {name: None for name in wanted}
+    if wanted and shutil.which("dpkg-query"):
+        for line in _run("dpkg-query", "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n",
+                         *wanted).splitlines():
+            name, _, rest = line.partition("\t")
+            status, _, version = rest.partition("\t")
+            if name in out and status.startswith("ii"):
+                out[name] = version.strip()
     return out
 
 
@@ -362,7 +401,11 @@ def read(spec):
         "existing": {"home": adopted(home), "tools": adopted(tools_dir)},
         "files": {d: files(d) for d in (home, docker_dir, os.path.join(docker_dir, "toolchain"),
                                         os.path.join(docker_dir, "secrets"), tools_dir,
-                                        os.path.join(tools_dir, "secret"), *gateways.values())},
+                                        os.path.join(tools_dir, "secret"), *gateways.values(),
+                                        *spec.get("system_dirs", ()))},
+        "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},
+        "services": services(spec.get("services", [])),
+        "packages": packages(spec.get("packages", [])),
         "models": models(home),
         "tools": tools(tools_dir),
         "stack": running,

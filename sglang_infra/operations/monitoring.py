@@ -1,0 +1,73 @@
+"""The fleet's metrics: Debian's prometheus and prometheus-node-exporter
+installed, their systemd units running with the deploy's drop-ins, reloaded
+or restarted only when what they read changed."""
+
+from __future__ import annotations
+
+from pyinfra import host
+
+from ..snapshot import current
+from .base import q, snapshot_operation
+
+# apt's own answers to a conffile the deploy wrote before the package (a drop-in, a config): keep ours.
+_APT = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold")
+
+
+@snapshot_operation
+def packages_installed(packages: list[str]):
+    """
+    Ensure the Debian ``packages`` are installed (without their recommends:
+    the exporters' collector scripts and the web UI's extras are not what
+    this deploy runs). apt's lists are refreshed only when the install
+    cannot find a package in them.
+    """
+    found = current(host)["packages"]
+    missing = [name for name in packages if not found.get(name)]
+    if not missing:
+        host.noop(f"{', '.join(packages)} already installed")
+        return
+    words = " ".join(q(name) for name in missing)
+    yield f"{_APT} {words} || {{ apt-get update -qq && {_APT} {words}; }}"
+
+
+@snapshot_operation
+def service_running(unit: str, restart_if=None, reload_if=None):
+    """
+    Ensure the systemd ``unit`` is enabled and running what its files say
+    now: systemd re-reads a changed drop-in, the unit restarts when
+    ``restart_if()`` (its command line changed) and reloads when
+    ``reload_if()`` (a file it reads on SIGHUP changed). Nothing happens
+    when none of that holds.
+    """
+    state = current(host)["services"].get(unit) or {}
+    executing = host.state.is_executing
+    restart = bool(restart_if is not None and executing and restart_if())
+    reload = bool(reload_if is not None and executing and reload_if())
+    commands = []
+    if state.get("reload_needed") or restart:
+        # A unit file or drop-in written by this run: systemd re-reads it before the unit (re)starts.
+        commands.append("systemctl daemon-reload")
+        restart = True
+    if state.get("enabled") != "enabled":
+        commands.append(f"systemctl enable {q(unit)}")
+    if state.get("active") != "active":
+        commands.append(f"systemctl start {q(unit)}")
+    elif restart:
+        commands.append(f"systemctl restart {q(unit)}")
+    elif reload:
+        commands.append(f"systemctl reload {q(unit)}")
+    if not commands:
+        host.noop(f"{unit} is already enabled and running its current config")
+        return
+    yield " && ".join(commands)
+
+
+@snapshot_operation
+def root_directory(path: str):
+    """Ensure ``path``, a directory of root's outside the home (a systemd drop-in directory, the programs systemd
+    runs), exists, 0755 and root's."""
+    if current(host)["system_dirs"].get(path):
+        host.noop(f"{path} already exists")
+        return
+    yield f"install -d -m 0755 -o root -g root {q(path)}"
