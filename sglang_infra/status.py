@@ -27,12 +27,14 @@ The lock rules (docs/status.md):
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import json
 import os
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from .hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
+from .schema import listen_address
 
 ENV = "SGLANG_STATUS_REPORT"
 SHORT_COMMIT = 7    # as git abbreviates
@@ -185,7 +187,18 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         # a host only in the router group serves no model; a router host's gateways and their workers' health
         "serves": plan.serves,
         "gateways": report.get("gateways") or [],
+        # a monitor host: where its Prometheus answers (the fleet's metrics, alerts and the dashboard's source)
+        "prometheus": prometheus_url(name, plan.monitor_settings) if plan.monitors else None,
     }
+
+
+def prometheus_url(name: str, settings) -> str:
+    """Where a monitor host's Prometheus answers: its listen address, the host's name when that is every
+    address (loopback stays loopback: reached from that host, or through an SSH tunnel)."""
+    address, port = listen_address(settings.listen_address)
+    if ipaddress.ip_address(address).is_unspecified:
+        address = name
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
 
 
 def unanswered(name: str, reason: str | None = None, refused: list[str] | None = None,

@@ -288,3 +288,20 @@ def test_the_gate_prints_the_servers_log_lines_escaped(capsys):
     gate.say(f"| {ESCAPES}")
     err = capsys.readouterr().err
     assert not any(c in err for c in "\x1b\x07\x9b\r\u202e") and "\\x1b]0;owned" in err
+
+
+@pytest.mark.parametrize("listen,expected", [
+    ("10.0.0.9:9090", "http://10.0.0.9:9090"), ("0.0.0.0:9090", "http://mon-1:9090"),
+    ("[fd00::9]:9191", "http://[fd00::9]:9191"), ("127.0.0.1:9090", "http://127.0.0.1:9090"),
+])
+def test_the_report_names_a_monitor_hosts_prometheus(listen, expected):
+    from sglang_infra.plan import resolve
+    from conftest import converged_snapshot
+
+    plan = resolve("mon-1", {**pinned_defaults(), "sglang_require_gpu": False,
+                             "sglang_prometheus_listen_address": listen}, converged_snapshot(None), ("monitor",))
+    row = status.row("mon-1", plan, _snapshot(plan), [])
+    assert row["prometheus"] == expected
+    assert f"mon-1: the fleet's Prometheus (metrics, alerts, the dashboard's source) at {expected}" in \
+        fleetstatus.table(fleetstatus.judged([row])).splitlines()
+    assert status.row("gpu-01", _plan(), _snapshot(_plan()), [])["prometheus"] is None
