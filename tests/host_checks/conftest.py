@@ -19,7 +19,7 @@ import paramiko
 import pytest
 import testinfra
 
-from sglang_infra import gateways, groups
+from sglang_infra import gateways, groups, monitoring
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -148,8 +148,13 @@ class Target:
         from sglang_infra.plan import resolve
 
         plan = resolve(self.name, self.data, self.snapshot, self.groups)
-        return gateways.fleet({self.name: plan}, self.inventory, refuse=False,
-                              inventory_path=self.inventory_path)[self.name] if plan.routes else plan
+        if plan.routes:
+            plan = gateways.fleet({self.name: plan}, self.inventory, refuse=False,
+                                  inventory_path=self.inventory_path)[self.name]
+        if plan.monitors:
+            plan = monitoring.with_monitors({self.name: plan}, self.inventory, self.inventory_path,
+                                            refuse=False)[self.name]
+        return plan
 
     def run(self, command: str):
         if self.sudo:

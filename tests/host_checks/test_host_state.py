@@ -10,9 +10,11 @@ import json
 import pytest
 
 from sglang_infra import ACCOUNT, ship
-from sglang_infra.groups import ROUTER_GROUP
+from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
 from sglang_infra.platforms import NOLOGIN_SHELL
+from sglang_infra.plantypes import (ALERT_RULES, DROPIN_NAME, NODE_EXPORTER_SERVICE, PROMETHEUS_CONFIG,
+                                    PROMETHEUS_SERVICE, dropin_dir)
 
 
 @pytest.fixture
@@ -20,6 +22,23 @@ def serving(target):
     """A host that serves a model; a host only in the router group runs gateways alone (checked below)."""
     if not target.plan.serves:
         pytest.skip(f"{target.name} serves no model: it is only in the {ROUTER_GROUP} group")
+    return target
+
+
+@pytest.fixture
+def with_account(target):
+    """A host that serves or routes: the account, the home and Docker; a host only in the monitor group runs
+    Prometheus alone."""
+    if not (target.plan.serves or target.plan.routes):
+        pytest.skip(f"{target.name} is only in the {MONITOR_GROUP} group: no account, no Docker")
+    return target
+
+
+@pytest.fixture
+def monitoring(target):
+    """A monitor host, with its Prometheus."""
+    if not target.plan.monitors:
+        pytest.skip(f"{target.name} is not in the {MONITOR_GROUP} group")
     return target
 
 
@@ -37,7 +56,8 @@ def _passwd(target):
     return line.split(":")
 
 
-def test_account_is_a_nologin_system_account(target):
+def test_account_is_a_nologin_system_account(with_account):
+    target = with_account
     name, _, uid, _, _, home, shell = _passwd(target)
     assert shell == NOLOGIN_SHELL
     assert home == target.data["sglang_home"]
@@ -46,7 +66,8 @@ def test_account_is_a_nologin_system_account(target):
         assert int(uid) == target.data["sglang_uid"]
 
 
-def test_account_primary_group_is_its_own(target):
+def test_account_primary_group_is_its_own(with_account):
+    target = with_account
     gid = int(_passwd(target)[3])
     group = target.run(f"getent group {ACCOUNT}").stdout.strip().split(":")
     assert int(group[2]) == gid
@@ -54,16 +75,19 @@ def test_account_primary_group_is_its_own(target):
         assert gid == target.data["sglang_gid"]
 
 
-def test_account_password_is_locked(target):
+def test_account_password_is_locked(with_account):
+    target = with_account
     field = target.run(f"getent shadow {ACCOUNT}").stdout.split(":")[1]
     assert field[:1] in ("!", "*")
 
 
-def test_account_is_in_docker_group(target):
+def test_account_is_in_docker_group(with_account):
+    target = with_account
     assert "docker" in target.run(f"id -nG {ACCOUNT}").stdout.split()
 
 
-def test_admins_are_in_the_account_group(target):
+def test_admins_are_in_the_account_group(with_account):
+    target = with_account
     for admin in target.data["sglang_admins"]:
         assert ACCOUNT in target.run(f"id -nG {admin}").stdout.split(), admin
 
@@ -72,21 +96,25 @@ def _stat(target, path):
     return target.run(f"stat -c '%U %G %a' {path}").stdout.split()
 
 
-def test_home_is_owned_and_private(target):
+def test_home_is_owned_and_private(with_account):
+    target = with_account
     assert _stat(target, target.data["sglang_home"]) == [ACCOUNT, ACCOUNT, "750"]
 
 
-def test_docker_dir_is_not_group_writable(target):
+def test_docker_dir_is_not_group_writable(with_account):
+    target = with_account
     assert _stat(target, f"{target.data['sglang_home']}/docker") == [ACCOUNT, ACCOUNT, "755"]
 
 
-def test_hf_cache_dirs_are_setgid_and_group_writable(target):
+def test_hf_cache_dirs_are_setgid_and_group_writable(with_account):
+    target = with_account
     home = target.data["sglang_home"]
     for path in (f"{home}/hf-cache", f"{home}/hf-cache/hub"):
         assert _stat(target, path) == [ACCOUNT, ACCOUNT, "2775"], path
 
 
-def test_hf_cache_has_no_drifted_entries(target):
+def test_hf_cache_has_no_drifted_entries(with_account):
+    target = with_account
     cache = f"{target.data['sglang_home']}/hf-cache"
     found = target.run(
         f"find {cache} -mindepth 1 \\( ! -group {ACCOUNT} -o \\( ! -type l ! -type d ! -perm -060 \\) "
@@ -94,23 +122,27 @@ def test_hf_cache_has_no_drifted_entries(target):
     assert found == ""
 
 
-def test_nothing_is_world_writable(target):
+def test_nothing_is_world_writable(with_account):
+    target = with_account
     assert target.run(f"find {target.data['sglang_home']} ! -type l -perm -002 -print").stdout == ""
 
 
-def test_everything_outside_hf_cache_and_results_is_owned_by_the_account(target):
+def test_everything_outside_hf_cache_and_results_is_owned_by_the_account(with_account):
+    target = with_account
     home = target.data["sglang_home"]
     found = target.run(f"find {home} \\( -path {home}/hf-cache -o -path {home}/results \\) -prune -o "
                        f"\\( ! -user {ACCOUNT} -o ! -group {ACCOUNT} \\) -print").stdout
     assert found == ""
 
 
-def test_docker_engine_is_running_and_enabled(target):
+def test_docker_engine_is_running_and_enabled(with_account):
+    target = with_account
     assert target.run("systemctl is-active docker").stdout.strip() == "active"
     assert target.run("systemctl is-enabled docker").stdout.strip() == "enabled"
 
 
-def test_docker_compose_is_v2(target):
+def test_docker_compose_is_v2(with_account):
+    target = with_account
     version = target.run("docker compose version --short").stdout.strip().lstrip("v")
     assert int(version.split(".")[0]) >= 2, version
 
@@ -248,3 +280,27 @@ def test_each_gateway_answers_with_its_model(routing):
         assert result.rc == 0, f"the {gateway.key} gateway does not answer on {gateway.gate.url}: " \
                                f"{result.stderr.strip()[-300:]}"
         assert gateway.served_name in json.loads(result.stdout)["models"], result.stdout
+
+
+def _sha(target, path):
+    found = target.run(f"sha256sum {shlex.quote(path)}")
+    return found.stdout.split()[0] if found.rc == 0 else None
+
+
+def test_the_node_exporter_runs_with_the_deploys_flags(target):
+    exporter = target.plan.node_exporter
+    if exporter is None:
+        pytest.skip(f"{target.name}: sglang_node_exporter is off")
+    dropin = f"{dropin_dir(NODE_EXPORTER_SERVICE)}/{DROPIN_NAME}"
+    assert _sha(target, dropin) == names.text_digest(exporter.dropin), f"{dropin} is not the rendered drop-in"
+    assert target.run(f"systemctl is-active {NODE_EXPORTER_SERVICE}").stdout.strip() == "active"
+    assert f"{exporter.listen}" in target.run("ss -Hltn").stdout
+
+
+def test_prometheus_runs_the_rendered_config_and_rules(monitoring):
+    monitor = monitoring.plan.monitor
+    for path, text in ((PROMETHEUS_CONFIG, monitor.config), (ALERT_RULES, monitor.rules)):
+        assert _sha(monitoring, path) == names.text_digest(text), f"{path} is not the rendering of the inventory"
+    assert monitoring.run(f"systemctl is-active {PROMETHEUS_SERVICE}").stdout.strip() == "active"
+    checked = monitoring.run(f"promtool check config {PROMETHEUS_CONFIG}")
+    assert checked.rc == 0, checked.stdout + checked.stderr
