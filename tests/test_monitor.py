@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dashboard_queries import concrete, panel_queries
-from harness import PROJECT_DIR, run_deploy
+from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, GW, MON = "sg-mon-w1", "sg-mon-w2", "sg-mon-gw", "sg-mon-prom"
 SCRAPE = 5          # seconds: sglang_prometheus_scrape_interval here (the rules are evaluated as often)
@@ -97,6 +97,16 @@ def test_prometheus_and_the_exporters_listen_only_where_the_data_says(fleet):
     assert f"{hosts[W1].address}:9100" in hosts[W1].exec("ss -Hltn").stdout
     # A monitor-only host runs no Docker and has no service account.
     assert hosts[MON].exec("command -v docker || id sglang", check=False).returncode != 0
+
+
+def test_the_host_checks_pass_on_every_host_and_check_the_monitors_prometheus(fleet, workdir):
+    hosts, _, good = fleet
+    checks = run_host_checks(good, workdir)
+    for name in hosts:
+        assert checks.failed(name) == set() and checks.passed(name), checks.output[-3000:]
+    assert "test_prometheus_runs_the_rendered_config_and_rules" in checks.passed(MON)
+    assert "test_the_node_exporter_runs_with_the_deploys_flags" in checks.passed(W1)
+    assert "test_account_is_a_nologin_system_account" in checks.skipped(MON)
 
 
 def test_a_rerun_changes_nothing_on_any_host_the_monitor_included(fleet):
