@@ -68,7 +68,7 @@ def test_a_monitor_scrapes_every_worker_gateway_and_node_exporter_of_the_invento
     [(gateway, labels)] = jobs["sglang-router"].items()
     assert gateway.startswith("10.0.0.5:290") and labels == {"host": "gw-1", "group": "router", "model": PROD,
                                                               "role": "gateway"}
-    assert set(jobs["node"]) == {"10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.5:9100"}
+    assert set(jobs["node"]) == {"10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.5:9100", "127.0.0.1:9100"}
     # The monitor's own node exporter listens on loopback by default: it scrapes it there.
     assert jobs["node"]["127.0.0.1:9100"] == {"host": "mon-1", "group": "monitor", "model": "", "role": "node"}
 
@@ -154,7 +154,8 @@ def test_the_config_lists_every_target_with_its_labels_and_the_rules():
 
 
 def test_a_host_name_with_quotes_stays_one_yaml_string():
-    hosts = [inventory_host('gpu-"01": x', ["production"], ssh_hostname="10.0.0.11"),
+    hosts = [inventory_host('gpu-"01": x', ["production"], ssh_hostname="10.0.0.11",
+                            sglang_node_exporter_bind_address="10.0.0.11"),
              inventory_host("mon-1", ["monitor"])]
     config = config_of(with_monitor(monitor_plan(), hosts))
     [worker] = [job for job in config["scrape_configs"] if job["job_name"] == "sglang"]
