@@ -10,7 +10,9 @@
    validate again, and exit non-zero saying so (1: rolled back, 2: the
    rollback failed too and the host needs a person).
 Either way, the outcome is recorded in docker/.last-gate (stamp.LAST): when,
-pass or fail and why, and the benchmark's figures (scripts/status.sh).
+pass or fail and why, whether test_tool_calling.sh passed, and the benchmark's
+figures (scripts/status.sh); a worker's gate then writes its metrics for the
+node exporter (gate_metrics.py).
 
 With --gateway SLUG the same gate validates a gateway (the `router` group):
 its stack, scripts, stamp and record are in router/SLUG/ below the home, the
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from . import checks, names, safefs, stack, stamp
+from . import checks, gate_metrics, names, safefs, stack, stamp
 from .printable import printable
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
@@ -70,7 +72,9 @@ class Gate:
         self.args = args
         self.home = args.home
         self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
+        self.tool_call_ok = None   # whether test_tool_calling.sh passed in the last validate(); None: never ran
         gateway = getattr(args, "gateway", None)   # gate.sh always passes it; a caller of Gate may not
+        self.gateway = gateway
         if gateway:
             self.docker_dir = self.scripts_dir = os.path.join(args.home, names.GATEWAY_DIR, gateway)
             self.project, self.service = stack.gateway(gateway)
@@ -101,7 +105,7 @@ class Gate:
 
     def validate(self):
         """None when everything passed, else the reason."""
-        self.benchmark = None
+        self.benchmark = self.tool_call_ok = None
         ready = checks.wait_ready(self.args.url, self.args.model, self.args.ready_timeout, gone=self.gone)
         if not ready["ok"]:
             say(f"ready FAILED: {'; '.join(ready['problems'])}")
@@ -125,9 +129,13 @@ class Gate:
                 found = subprocess.run(["bash", os.path.join(self.scripts_dir, script)], capture_output=True, text=True,
                                        timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                if script == names.VALIDATION_SCRIPTS[0]:
+                    self.tool_call_ok = False
                 reason = f"{script}: did not finish within the gate's {CHECKS_BUDGET} s for the checks"
                 say(reason)
                 return reason
+            if script == names.VALIDATION_SCRIPTS[0]:
+                self.tool_call_ok = found.returncode == 0
             lines = (found.stdout + found.stderr).strip().splitlines()
             summary = [line for line in lines if line.startswith("{")][-1:]
             if script == names.VALIDATION_SCRIPTS[1] and summary:
@@ -149,11 +157,13 @@ class Gate:
                             stamp.digest(self.scripts_dir, found, self.docker_dir, self.extra) + "\n",
                             os.path.join(self.docker_dir, names.COMPOSE_FILE))
 
-    def record(self, failed, benchmark, rolled_back=None):
-        """The outcome in docker/.last-gate, for the status report; a failure to write it fails nothing."""
+    def record(self, failed, benchmark, rolled_back=None, tool_call_ok=None):
+        """The outcome in docker/.last-gate, for the status report and the metrics: ``benchmark`` (benchmark.sh's
+        summary) and ``tool_call_ok`` (whether test_tool_calling.sh passed; None: it never ran) are of the config
+        the gate tried. A failure to write it fails nothing."""
         text = checks.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                          "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
-                                         "benchmark": benchmark}, sort_keys=True))
+                                         "tool_call_ok": tool_call_ok, "benchmark": benchmark}, sort_keys=True))
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
                                 os.path.join(self.docker_dir, names.COMPOSE_FILE))
@@ -161,18 +171,36 @@ class Gate:
             say(f"could not record the outcome in {stamp.LAST} ({error})")
 
     def run(self):
+        """The gate's exit code; a worker's gate then writes its metrics, whatever the outcome."""
+        try:
+            return self.decide()
+        finally:
+            if not self.gateway:
+                self.write_metrics()
+
+    def write_metrics(self):
+        """The outcome for the node exporter now, not at the timer's next minute. Any failure is said and fails
+        nothing: the metrics report the gate, they are no part of it."""
+        try:
+            gate_metrics.write(self.home)
+        except Exception as error:   # noqa: BLE001 - whatever it is, the gate's outcome stands
+            say(f"could not write the gate's metrics ({error})")
+
+    def decide(self):
         failed = self.validate()
-        tried = self.benchmark
+        # What the config tried did in its checks: the record keeps it even when a rollback validates again.
+        tried, tool_call_ok = self.benchmark, self.tool_call_ok
         if failed is None:
             try:
                 self.keep(".good")
             except OSError as error:
                 say(f"FAILED: the checks passed, but the known-good copy could not be saved ({error}); "
                     "nothing was stamped, the previous known-good config is kept")
-                self.record(f"the known-good copy could not be saved ({error})", tried)
+                self.record(f"the known-good copy could not be saved ({error})", tried,
+                            tool_call_ok=tool_call_ok)
                 return 1
             self.stamp()
-            self.record(None, tried)
+            self.record(None, tried, tool_call_ok=tool_call_ok)
             say("passed; this config is now the last known-good one")
             return 0
         try:
@@ -182,7 +210,7 @@ class Gate:
         good = [path + ".good" for path in self.config()]
         if not all(os.path.lexists(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
-            self.record(failed, tried)
+            self.record(failed, tried, tool_call_ok=tool_call_ok)
             return 1
         say(f"FAILED: {failed}. Rolling back to the last known-good config")
         try:
@@ -190,12 +218,12 @@ class Gate:
                 copy(path, path[: -len(".good")])
         except OSError as error:
             say(f"FAILED: {failed}. The known-good config could not be restored ({error}); the host needs a person")
-            self.record(failed, tried, rolled_back=False)
+            self.record(failed, tried, rolled_back=False, tool_call_ok=tool_call_ok)
             return 2
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()
-        self.record(failed, tried, rolled_back=again is None)
+        self.record(failed, tried, rolled_back=again is None, tool_call_ok=tool_call_ok)
         if again is None:
             self.stamp()
             say(f"FAILED: {failed}. Rolled back to the last known-good config, which serves and validates again; "

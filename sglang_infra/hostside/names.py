@@ -32,6 +32,11 @@ TOOLCHAIN_INPUTS_LABEL = TOOLCHAIN_LABEL_PREFIX + ".inputs"
 # The validation scripts in the home (a gateway's: in its directory), and the gate that runs them.
 VALIDATION_SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
 GATE_SCRIPT = "gate.sh"
+# The node exporter's textfile collector: the gate's metrics (gate_metrics.py) are one file there, which the
+# deploy's node exporter drop-in names as its collector directory. It is the directory Debian's
+# prometheus-node-exporter reads by default, so other collectors' files already there keep being read.
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+GATE_METRICS_FILE = "sglang_gate.prom"
 
 # What the deploy keeps in sglang_tools_dir: the pull's venv, the Hub token's private directory, the pull
 # script (and its swap's candidate and previous copies, named after it). An existing tools directory holding

@@ -1,13 +1,16 @@
-"""The gate's own pieces: saving the known-good config, run on temp files."""
+"""The gate's own pieces: saving the known-good config, its record and its metrics, run on temp files."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
+import subprocess
+from types import SimpleNamespace
 
 import pytest
 
-from sglang_infra.hostside import gate
+from sglang_infra.hostside import gate, names, safefs, stamp
 
 
 def test_the_known_good_copy_keeps_content_mode_and_replaces_a_planted_symlink(tmp_path):
@@ -62,3 +65,77 @@ def test_the_gate_walks_no_directory_link_to_its_files(tmp_path):
     with pytest.raises(OSError, match="linked is a symlink"):
         gate.copy(str(elsewhere / "compose.yaml"), str(tmp_path / "linked" / "compose.yaml.good"))
     assert sorted(os.listdir(elsewhere)) == ["compose.yaml"] and not os.listdir(real)
+
+
+# ---------------------------------------------------------------- the record and the metrics, from a run of the gate
+SUMMARY = '{"time": "2026-01-01T10:04:59Z", "tok_per_s": 812.5, "baseline_tok_per_s": 985, "ok": true}'
+TOOL_CALLS_PASS = "#!/bin/bash\necho '{\"ok\": true}'\n"
+TOOL_CALLS_FAIL = "#!/bin/bash\necho '{\"ok\": false}'\necho 'no tool_calls in the answer' >&2\nexit 1\n"
+
+
+def _worker(tmp_path, monkeypatch, tool_calls=TOOL_CALLS_PASS, ready=True, gateway=None):
+    """A gate over a temp home whose scripts are real bash files; the server's readiness, compose and the
+    container are stand-ins (no Docker here)."""
+    home = tmp_path / "home"
+    docker = home / (os.path.join(names.GATEWAY_DIR, gateway) if gateway else "docker")
+    docker.mkdir(parents=True)
+    (docker / names.COMPOSE_FILE).write_text("services: {}\n")
+    scripts = docker if gateway else home
+    (scripts / names.VALIDATION_SCRIPTS[0]).write_text(tool_calls)
+    (scripts / names.VALIDATION_SCRIPTS[1]).write_text(f"#!/bin/bash\necho '{SUMMARY}'\n")
+    monkeypatch.setattr(gate.checks, "wait_ready",
+                        lambda *a, **k: {"ok": ready, "problems": [] if ready else ["not ready after 1 s"]})
+    monkeypatch.setattr(gate.stack, "container", lambda *a, **k: {"id": "c" * 64, "state": "running",
+                                                                   "image_id": "sha256:" + "e" * 64,
+                                                                   "started_at": "2026-01-01T10:00:00Z"})
+    run = gate.Gate(SimpleNamespace(home=str(home), url="http://127.0.0.1:30000", model="m", ready_timeout=1,
+                                    toolchain_check=None, gateway=gateway))
+    monkeypatch.setattr(run, "compose", lambda *words: subprocess.CompletedProcess(words, 0, "", ""))
+    return run, docker
+
+
+@pytest.mark.parametrize("tool_calls, ready, code, expected", [
+    (TOOL_CALLS_PASS, True, 0, True),
+    (TOOL_CALLS_FAIL, True, 1, False),
+    (TOOL_CALLS_PASS, False, 1, None),
+], ids=["passed", "tool-calls-failed", "never-ready"])
+def test_the_gate_record_carries_whether_the_tool_calls_passed(tmp_path, monkeypatch, tool_calls, ready, code,
+                                                               expected):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, tool_calls, ready)
+    assert run.run() == code
+    found = json.loads((docker / stamp.LAST).read_text())
+    assert found["tool_call_ok"] is expected and found["passed"] is (code == 0)
+    assert set(found) == {"time", "passed", "reason", "rolled_back", "tool_call_ok", "benchmark"}
+
+
+@pytest.mark.parametrize("tool_calls, passed", [(TOOL_CALLS_PASS, 1), (TOOL_CALLS_FAIL, 0)],
+                         ids=["passed", "failed"])
+def test_a_worker_gate_writes_its_metrics_whatever_the_outcome(tmp_path, monkeypatch, tool_calls, passed):
+    textfile = tmp_path / "textfile"
+    textfile.mkdir()
+    write = gate.gate_metrics.write
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: write(home, str(textfile)))
+    run, _docker = _worker(tmp_path, monkeypatch, tool_calls)
+    run.run()
+    text = (textfile / names.GATE_METRICS_FILE).read_text()
+    assert f"\nsglang_gate_passed {passed}\n" in text and f"\nsglang_gate_tool_call_ok {passed}\n" in text
+    assert f"\nsglang_config_validated {passed}\n" in text
+
+
+def test_a_gateways_gate_writes_no_metrics(tmp_path, monkeypatch):
+    written = []
+    monkeypatch.setattr(gate.gate_metrics, "write", written.append)
+    run, _docker = _worker(tmp_path, monkeypatch, gateway="m")
+    assert run.run() == 0 and written == []
+
+
+def test_metrics_that_cannot_be_written_fail_nothing_and_are_said_in_one_line(tmp_path, monkeypatch, capsys):
+    def refused(home):
+        raise safefs.Refused("/var/lib/prometheus/node-exporter is a symlink; refusing to follow it")
+
+    monkeypatch.setattr(gate.gate_metrics, "write", refused)
+    run, _docker = _worker(tmp_path, monkeypatch)
+    assert run.run() == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "metrics" in line]
+    assert len(said) == 1 and "is a symlink" in said[0]

@@ -1,0 +1,186 @@
+"""The last gate's result as Prometheus metrics, for the node exporter's textfile collector.
+
+One file, names.GATE_METRICS_FILE in the collector's directory
+(names.TEXTFILE_DIR), in Prometheus' text exposition format: when the last
+gate ended, whether it passed, whether its tool-calling check passed, its
+benchmark's tok/s and the model's baseline, whether the config running now is
+the one the gate stamped, and the room left where hf-cache lives. gate.py
+writes it at the end of every worker gate; a systemd timer the deploy
+installs refreshes it every minute, so a container restarted or a
+compose.yaml edited since the gate shows as not validated before the next
+deploy looks.
+
+The node exporter reads every *.prom file of its directory on each scrape, so
+the file is written beside it under a name that does not end in .prom,
+flushed to disk and renamed over the old one: a scrape sees the old file or
+the new one, never half of one. Nothing here follows a symlink (safefs). A
+metric whose value is unknown (no gate yet, a malformed record, no hf-cache)
+is left out rather than written as NaN. Without the directory (no node
+exporter installed) nothing is written, and that is no error.
+
+    python3 gate_metrics.py --home /opt/sglang [--textfile-dir DIR]
+"""
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import time
+
+from . import dockerapi, names, report, safefs, stack, stamp
+from .printable import printable
+
+# Every metric the file can hold, in the file's order, with its HELP text. Gauges without labels of their own:
+# Prometheus adds the host's and the model's from the scrape target.
+METRICS = (
+    ("sglang_gate_last_run_timestamp_seconds", "When the last gate on this host ended, in Unix seconds."),
+    ("sglang_gate_passed", "1 when the last gate passed, 0 when it failed (rolled back or not)."),
+    ("sglang_gate_tool_call_ok", f"1 when {names.VALIDATION_SCRIPTS[0]} passed in the last gate, "
+                                 "0 when it failed or never ran (the server did not become ready)."),
+    ("sglang_gate_tokens_per_second", "Aggregate output tokens per second of the last gate's benchmark."),
+    ("sglang_gate_baseline_tokens_per_second", "The served model's baseline tokens per second, which the last "
+                                               "gate's benchmark was compared with."),
+    ("sglang_config_validated", "1 when the config and the container running now are the ones the last passing "
+                                "gate stamped, 0 when anything changed or restarted since."),
+    ("sglang_hf_cache_avail_bytes", "Bytes free for unprivileged users on the filesystem holding hf-cache."),
+    ("sglang_hf_cache_size_bytes", "Size in bytes of the filesystem holding hf-cache."),
+    ("sglang_gate_metrics_written_timestamp_seconds", "When this file was written, in Unix seconds."),
+)
+HF_CACHE = "hf-cache"   # below the home, as report.py reads it
+FILE_MODE = 0o644       # the node exporter runs as its own user and must read it
+
+
+def _number(value):
+    """``value`` when it is a finite number (a bool is none: the record is a file on the host), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _seconds(text):
+    """Unix seconds of the record's UTC ISO time ("2025-01-31T12:00:00Z"), or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)).timestamp()
+
+
+def record_values(home):
+    """The metrics of the last gate's record (docker/.last-gate, read by report.py as status.sh reads it): each
+    field that is there and of its type, the others left out."""
+    record = report.last_gate(home)
+    if not isinstance(record, dict):
+        return {}
+    benchmark = record.get("benchmark") if isinstance(record.get("benchmark"), dict) else {}
+    found = {"sglang_gate_last_run_timestamp_seconds": _seconds(record.get("time")),
+             "sglang_gate_tokens_per_second": _number(benchmark.get("tok_per_s")),
+             "sglang_gate_baseline_tokens_per_second": _number(benchmark.get("baseline_tok_per_s"))}
+    if isinstance(record.get("passed"), bool):
+        found["sglang_gate_passed"] = int(record["passed"])
+    # None: the check never ran (the server never became ready), so it did not pass. A record written before the
+    # gate kept this field says nothing about it, and the metric is left out.
+    if "tool_call_ok" in record and (record["tool_call_ok"] is None or isinstance(record["tool_call_ok"], bool)):
+        found["sglang_gate_tool_call_ok"] = int(bool(record["tool_call_ok"]))
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def running_container(home):
+    """The worker's container as snapshot.py's read finds it (stack.state), None when the engine does not answer:
+    the digest is then of no container, and matches no stamp."""
+    try:
+        return stack.state(os.path.join(home, "docker"))["container"]
+    except (dockerapi.Unavailable, ValueError):
+        return None
+
+
+def config_values(home):
+    """Whether the gate's stamp names the config as it is now, computed as snapshot.py computes "gate" for the
+    deploy: the same stamp, the same digest, the one comparison."""
+    current = names.stamp_current(stamp.read(home), stamp.digest(home, running_container(home)))
+    return {"sglang_config_validated": int(current)}
+
+
+def cache_values(home):
+    """Free and total bytes of hf-cache's filesystem. hf-cache is the account's and its group's to change, so
+    it is opened without following a link (a link there gives nothing) and measured through its descriptor:
+    statvfs on its path would follow one."""
+    home_fd = safefs.open_dir(home)
+    try:
+        fd = safefs.open_subdir(home_fd, HF_CACHE)
+    finally:
+        os.close(home_fd)
+    if fd is None:
+        return {}
+    try:
+        found = os.fstatvfs(fd)
+    finally:
+        os.close(fd)
+    return {"sglang_hf_cache_avail_bytes": found.f_bavail * found.f_frsize,
+            "sglang_hf_cache_size_bytes": found.f_blocks * found.f_frsize}
+
+
+def gather(home, now=None):
+    """{metric: value} of everything known now; each part that cannot be read is left out, never fatal."""
+    values = {}
+    for part in (record_values, config_values, cache_values):
+        try:
+            values.update(part(home))
+        except (OSError, ValueError, dockerapi.Unavailable):
+            pass   # a home half made, a file unreadable: the other parts still say what they know
+    values["sglang_gate_metrics_written_timestamp_seconds"] = round(time.time() if now is None else now, 3)
+    return values
+
+
+def exposition(values):
+    """Prometheus' text format of ``values``: HELP, TYPE and the sample of each metric known, in METRICS' order."""
+    lines = []
+    for name, help_text in METRICS:
+        if name in values:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]!r}"]
+    return "\n".join(lines) + "\n"
+
+
+def write(home, textfile_dir=names.TEXTFILE_DIR, now=None):
+    """
+    The metrics file, replaced atomically in ``textfile_dir``: the path
+    written, or None when the directory does not exist. Refused (an OSError
+    naming it) when a link is on the way to the directory; a link at the
+    file's name is replaced by the new file, never written through.
+    """
+    try:
+        dir_fd = safefs.open_dir(textfile_dir)
+    except FileNotFoundError:
+        return None
+    try:
+        data = exposition(gather(home, now)).encode()
+        # A name the collector skips (it reads *.prom only), unique to this process, created anew (O_EXCL).
+        tmp = f".{names.GATE_METRICS_FILE}.{os.getpid()}.tmp"
+        created = safefs.create_new(dir_fd, tmp, data, FILE_MODE)
+        safefs.rename_new(dir_fd, tmp, names.GATE_METRICS_FILE, created)
+    finally:
+        os.close(dir_fd)
+    return os.path.join(textfile_dir, names.GATE_METRICS_FILE)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="gate_metrics.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--textfile-dir", default=names.TEXTFILE_DIR,
+                        help=f"the node exporter's textfile collector directory (default {names.TEXTFILE_DIR})")
+    args = parser.parse_args(argv)
+    try:
+        write(args.home, args.textfile_dir)
+    except OSError as error:
+        print(f"gate_metrics: could not write the gate's metrics into {printable(args.textfile_dir)}: "
+              f"{printable(error)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
