@@ -22,6 +22,7 @@ modules it imports into one self-contained source.
     prune.py            pruning: every cached model revision not kept is deleted
     checks.py           readiness, the tool-calling check and the benchmark
     gate.py             the gate: checks after a change, stamp or roll back
+    gate_metrics.py     the last gate's result as Prometheus metrics for the node exporter's textfile collector
     stamp.py            the gate's contract: the digest of what passed
     stack.py            the record of what `docker compose up` started, and whether it still runs
     repair.py           drift repair below the home, one path component at a time, never following a symlink
