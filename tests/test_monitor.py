@@ -128,7 +128,9 @@ def complete(hosts, i: int) -> None:
 
 
 def gateway_requests(hosts) -> float | None:
-    result = api(hosts, "query", query=f'sum(smg_http_requests_total{{host="{GW}"}})')["result"]
+    """The gateway's count of chat completions (its compose healthcheck's own requests have another path)."""
+    result = api(hosts, "query",
+                 query=f'sum(smg_http_requests_total{{host="{GW}", path="/v1/chat/completions"}})')["result"]
     return float(result[0]["value"][1]) if result else None
 
 
