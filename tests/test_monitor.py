@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dashboard_queries import concrete, panel_queries
+import harness
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, GW, MON = "sg-mon-w1", "sg-mon-w2", "sg-mon-gw", "sg-mon-prom"
@@ -60,13 +61,7 @@ def api(hosts, path: str, **params) -> dict:
 
 
 def wait_for(predicate, seconds: float = WAIT):
-    """Poll ``predicate`` once a second, at most ``seconds``; its last value."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(1)
+    return harness.wait_for(predicate, seconds)
 
 
 def targets(hosts) -> dict[tuple[str, str], str]:

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import harness
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
@@ -85,13 +86,7 @@ def started(host, directory=GATEWAY_DIR) -> str:
 
 
 def wait_for(predicate, seconds: float = HEALTH_WAIT):
-    """Poll ``predicate`` once a second, at most ``seconds``; its last value."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(1)
+    return harness.wait_for(predicate, seconds)
 
 
 def test_the_gateway_passed_its_own_gate_with_both_workers(fleet):

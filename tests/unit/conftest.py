@@ -118,3 +118,18 @@ def plan_for(data: dict, case: str | None = "rtx4090-2gpu-node", **sections):
     from sglang_infra.plan import resolve
 
     return resolve("gpu-01", data, converged_snapshot(case, **sections))
+
+
+def promtool(*args: str, cwd):
+    """promtool (Debian's prometheus, which scripts/setup-machine.sh installs) run in ``cwd``; missing, the test
+    fails saying so."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool is not installed: scripts/setup-machine.sh installs it (Debian's package prometheus)",
+                    pytrace=False)
+    return subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)

@@ -7,12 +7,11 @@ in the rule it sets. promtool is Debian's (package prometheus); scripts/setup-ma
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from conftest import pinned_defaults
+from conftest import pinned_defaults, promtool
 from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.plantypes import MonitorSettings
@@ -47,14 +46,6 @@ def cases() -> list[tuple[str, str, str, bool]]:
 
 
 CASES = cases()
-
-
-def promtool(*args: str, cwd) -> subprocess.CompletedProcess:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool is not installed: scripts/setup-machine.sh installs it (Debian's package prometheus)",
-                    pytrace=False)
-    return subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture

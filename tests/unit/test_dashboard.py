@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from dashboard_queries import concrete, metric_names, panel_queries, panels
+from conftest import promtool
 from harness import PROJECT_DIR
 
 DASHBOARD = PROJECT_DIR / "templates" / "grafana" / "sglang-fleet.json"
@@ -43,14 +42,6 @@ KNOWN = {
 REMOVED_AT_MINUS_ONE = ("smg_worker_health", "smg_worker_cb_state", "smg_worker_requests_active")
 DROPS_MINUS_ONE = re.compile(r"\s*(>=\s*0|>\s*-1|==\s*[012])(?![\d.])")
 SELECTOR = re.compile(r"\{([^}]*)\}")
-
-
-def promtool(*args: str, cwd) -> subprocess.CompletedProcess:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool is not installed: scripts/setup-machine.sh installs it (Debian's package prometheus)",
-                    pytrace=False)
-    return subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def query_id(value) -> str:
