@@ -248,3 +248,29 @@ def test_an_existing_system_directory_is_left_alone():
     assert commands == [] and noops
     commands, _ = run(ops.root_directory, {"system_dirs": {}}, path="/usr/local/lib/sglang")
     assert commands == ["install -d -m 0755 -o root -g root /usr/local/lib/sglang"]
+
+
+def test_the_snapshot_reads_each_units_state_from_one_systemctl_call(monkeypatch):
+    from sglang_infra.hostside import snapshot
+
+    calls = []
+    shown = ("Id=prometheus.service\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
+             "NeedDaemonReload=yes\n\nId=sglang-gate-metrics.timer\nLoadState=not-found\nActiveState=inactive\n"
+             "UnitFileState=\nNeedDaemonReload=no\n")
+    monkeypatch.setattr(snapshot, "_run", lambda *argv: calls.append(argv) or shown)
+    found = snapshot.services(["prometheus.service", "sglang-gate-metrics.timer"])
+    assert len(calls) == 1
+    assert found == {"prometheus.service": {"loaded": True, "active": "active", "enabled": "enabled",
+                                            "reload_needed": True},
+                     "sglang-gate-metrics.timer": {"loaded": False, "active": "inactive", "enabled": "",
+                                                   "reload_needed": False}}
+
+
+def test_the_snapshot_counts_only_installed_packages(monkeypatch):
+    from sglang_infra.hostside import snapshot
+
+    monkeypatch.setattr(snapshot.shutil, "which", lambda name: "/usr/bin/dpkg-query")
+    monkeypatch.setattr(snapshot, "_run", lambda *argv: "prometheus\tii \t2.53.3+ds1-2\n"
+                                                        "prometheus-node-exporter\trc \t1.9.0-1\n")
+    assert snapshot.packages(["prometheus", "prometheus-node-exporter"]) == {
+        "prometheus": "2.53.3+ds1-2", "prometheus-node-exporter": None}
