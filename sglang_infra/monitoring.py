@@ -56,7 +56,11 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
     unreachable: list[Unscrapable] = []
 
     def add(job, host_name, key, bind, port, **labels):
-        address = scrape_address(bind, port, reach, host_name == monitor)
+        try:
+            address = scrape_address(bind, port, reach, host_name == monitor)
+        except ValueError:   # a host outside this run (--limit) is not judged: its data may be malformed
+            unreachable.append(Unscrapable(host_name, key, bind, job, loopback=False))
+            return
         if address is None:
             unreachable.append(Unscrapable(host_name, key, bind, job))
         else:

@@ -375,6 +375,7 @@ class Unscrapable:
     key: str       # the data key that binds it
     bind: str
     job: str
+    loopback: bool = True   # False: the value is no IP address at all
 
 
 def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> list[str]:
@@ -386,6 +387,11 @@ def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> l
                               "the inventory serves a model or runs a gateway", "add the serving hosts (e.g. the "
                               f"production group) to the inventory, or take {name} out of the {MONITOR_GROUP} group"))
     for each in unreachable:
+        if not each.loopback:
+            errors.append(problem(each.host, each.key, f"{each.bind!r} is not an IP address, so monitor host {name} "
+                                  f"cannot tell where to scrape this host's {each.job} metrics",
+                                  "use an IP address, e.g. '10.0.0.11'"))
+            continue
         errors.append(problem(each.host, each.key, f"{each.bind} is loopback, but monitor host {name} scrapes "
                               f"this host's {each.job} metrics from another machine",
                               f"set {each.key} for {each.host} to the address {name} reaches it on (e.g. its "

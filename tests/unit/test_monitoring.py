@@ -274,3 +274,12 @@ def test_the_snapshot_counts_only_installed_packages(monkeypatch):
                                                         "prometheus-node-exporter\trc \t1.9.0-1\n")
     assert snapshot.packages(["prometheus", "prometheus-node-exporter"]) == {
         "prometheus": "2.53.3+ds1-2", "prometheus-node-exporter": None}
+
+
+def test_a_malformed_bind_address_on_a_host_outside_the_run_is_refused_not_a_crash():
+    hosts = [inventory_host("gpu-01", ["production"], ssh_hostname="10.0.0.11",
+                            sglang_node_exporter_bind_address="gpu-01.internal"),
+             inventory_host("mon-1", ["monitor"])]
+    [problem] = refusals(monitor_plan(), hosts)
+    assert problem.startswith("host gpu-01: sglang_node_exporter_bind_address: 'gpu-01.internal' is not an IP "
+                              "address, so monitor host mon-1 cannot tell where to scrape")
