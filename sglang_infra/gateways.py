@@ -119,6 +119,14 @@ def inventory_roles(inventory, path: str) -> list[InventoryHost]:
     return out
 
 
+def unavailable(setting: int | str, size: int) -> int:
+    """How many of a pool's ``size`` workers may be out of service at once: sglang_max_unavailable as a count,
+    or as a share "N%" of the pool rounded down, never below 1 (as Kubernetes' maxUnavailable)."""
+    if isinstance(setting, str):
+        return max(1, size * int(setting.rstrip("%")) // 100)
+    return setting
+
+
 def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
           inventory_path: str | None = None) -> dict[str, HostPlan | None]:
     """
@@ -150,11 +158,14 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
             plan = out.get(worker.host)
             if plan is not None and plan.serves:
                 pool = f"{key} behind " + ", ".join(f"{f.router}/{f.slug}" for f in behind)
-                errors += check_pool(plan.name, plan.max_unavailable, pool, len(workers[key]))
+                size = len(workers[key])
+                allowed = unavailable(plan.max_unavailable, size)
+                errors += check_pool(plan.name, plan.max_unavailable, allowed, pool, size)
                 others = tuple(f for other, found in fronting.items() if other != key for f in found)
                 out[worker.host] = replace(plan, roll=Roll(
-                    url=worker.url, fronts=behind, pool=pool, pool_size=len(workers[key]),
-                    max_unavailable=plan.max_unavailable, drain_timeout=plan.drain_timeout, others=others))
+                    url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,
+                    drain_timeout=plan.drain_timeout, others=others,
+                    members=tuple((each.host, each.url) for each in workers[key])))
     if refuse:
         raise_if(errors)
     return out

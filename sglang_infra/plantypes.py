@@ -117,9 +117,10 @@ class Roll:
     fronts: tuple[Front, ...]
     pool: str                       # the workers of one model fronted by the same gateways
     pool_size: int
-    max_unavailable: int
+    max_unavailable: int            # workers of the pool out of service at once, counted (a share worked out)
     drain_timeout: int
     others: tuple[Front, ...] = ()  # the gateways of every other model: a worker switching models leaves them
+    members: tuple[tuple[str, str], ...] = ()   # (host, url) of every worker of the pool, in this run or not
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,7 @@ class HostPlan:
     router: RouterSettings | None = None
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
-    max_unavailable: int = 1
+    max_unavailable: int | str = 1  # sglang_max_unavailable as written: a count, or "N%" of a pool (gateways.unavailable)
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts
     # fleet metrics: the node exporter (None: sglang_node_exporter off), the gate's metrics timer on a serving
     # host with one, and, on a host of the `monitor` group, Prometheus over the inventory (set by preflight)

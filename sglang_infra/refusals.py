@@ -358,12 +358,14 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
     return errors
 
 
-def check_pool(name: str, max_unavailable: int, pool: str, size: int) -> list[str]:
-    """A serving host's problem with the pool it rolls in: more of its workers out at once than it can spare."""
-    if size > 1 and max_unavailable >= size:
-        return [problem(name, "sglang_max_unavailable", f"{max_unavailable} would let every one of the {size} "
-                        f"workers of {pool} restart at once, and its gateways would have none to send requests to",
-                        f"use a number below {size}, e.g. 1")]
+def check_pool(name: str, setting: int | str, allowed: int, pool: str, size: int) -> list[str]:
+    """A serving host's problem with the pool it rolls in: more of its workers out at once than it can spare
+    (``allowed``: sglang_max_unavailable, ``setting``, worked out for the pool's ``size``)."""
+    if size > 1 and allowed >= size:
+        share = f" ({setting!r} of {size} is {allowed})" if isinstance(setting, str) else ""
+        return [problem(name, "sglang_max_unavailable", f"{setting!r}{share} would let every one of the {size} "
+                        f"workers of {pool} be out of service at once, and its gateways would have none to send "
+                        "requests to", f"use a number below {size}, e.g. 1, or a share such as \"25%\"")]
     return []
 
 

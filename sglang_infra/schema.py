@@ -19,6 +19,7 @@ _IMAGE_RE = re.compile(
 )
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _FLAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
+_SHARE_RE = re.compile(r"^[1-9][0-9]?%$")   # a share of a pool: "1%" to "99%"
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 DERIVE = "derive"  # the value is derived from the host's GPUs (sglang_infra/gpus.py)
@@ -336,7 +337,10 @@ SCHEMA: dict[str, Key] = {
     "sglang_enable_metrics": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
     "sglang_drain_timeout": Key("an integer number of seconds 1-86400", _int_range(1, 86400),
                                 "use a positive number of seconds, e.g. 300"),
-    "sglang_max_unavailable": Key("an integer 1-1000", _int_range(1, 1000), "use e.g. 1"),
+    "sglang_max_unavailable": Key("an integer 1-1000, or a share of the pool's workers from \"1%\" to \"99%\"",
+                                  lambda v: _int_range(1, 1000)(v) or (isinstance(v, str) and bool(_SHARE_RE.match(v))),
+                                  "use e.g. 1, or \"25%\" (a share is rounded down and never below 1; \"100%\" and 0 "
+                                  "would leave a pool's gateways no worker, or stop no worker at all)"),
     "sglang_router_worker_startup_timeout": Key("an integer number of seconds 1-7200", _int_range(1, 7200),
                                                 "use e.g. 120"),
     # fleet metrics: the node exporter on every host, Prometheus on the monitor group (rules in refusals.check_monitor)

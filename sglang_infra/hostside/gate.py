@@ -220,6 +220,9 @@ class Gate:
             say(f"FAILED: {failed}. The known-good config could not be restored ({error}); the host needs a person")
             self.record(failed, tried, rolled_back=False, tool_call_ok=tool_call_ok)
             return 2
+        # The failed config serves nobody: stopped at once, not drained (a hung server would hold the stop for
+        # the whole stop_grace_period); the readiness wait of the good config starts when it is gone.
+        self.compose("stop", "--timeout", str(stack.QUICK_STOP_SECONDS))
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()

@@ -2,7 +2,9 @@
 
     python3 router_workers.py GATEWAY_DIR URL [KEY_FILE]   (the wanted worker URLs as a JSON list on stdin)
 
-or, for one worker of a rolling restart (operations/roll.py), a JSON object on stdin:
+or, for the roll (operations/roll.py), a JSON object on stdin: {"view": true} prints
+what the gateway lists now as one JSON line ({"answers", "listed", "healthy"}; a
+gateway that does not answer fronts nobody); and, for one worker of a rolling restart,
 {"remove": WORKER_URL} takes it out (and waits until the gateway no longer lists
 it); {"add": WORKER_URL, "healthy_within": SECONDS} puts it back and waits until
 the gateway reports it healthy. workers.json follows, when the gateway has one.
@@ -67,6 +69,20 @@ def sync(base, wanted):
     return added, removed
 
 
+def view(directory, base):
+    """What the gateway lists now, as one JSON line: the roll counts the pool's workers out of service from it."""
+    answers, found = False, []
+    if not checks.auth_headers() or stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+        try:
+            found = [w for w in call(base, "GET", "/workers").get("workers", []) if isinstance(w, dict)]
+            answers = True
+        except (urllib.error.URLError, OSError, ValueError, AttributeError):
+            found = []
+    print(json.dumps({"answers": answers, "listed": sorted(str(w.get("url")) for w in found),
+                      "healthy": sorted(str(w.get("url")) for w in found if w.get("is_healthy") is True)}))
+    return 0
+
+
 def one_worker(directory, base, change):
     """A rolling restart's step for one worker (see the module's docstring); exit code 0 when it holds."""
     url = change.get("remove") or change.get("add")
@@ -117,6 +133,8 @@ def main(argv=None):
     checks.use_api_key_file(argv[2] if len(argv) > 2 else None)
     wanted = json.loads(sys.stdin.read())
     if isinstance(wanted, dict):
+        if wanted.get("view"):
+            return view(directory, base)
         return one_worker(directory, base, wanted)
     stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                         os.path.join(directory, names.COMPOSE_FILE))

@@ -23,6 +23,11 @@ RECORD = ".stack"
 # A gateway (the `router` group) runs in a project of its own per model, in router/<slug>/ below the home.
 GATEWAY_PROJECT = "sglang-router-{slug}"
 GATEWAY_SERVICE = names.GATEWAY_SERVICE
+# Seconds between SIGTERM and SIGKILL when a container that serves nobody is replaced: a config that failed its
+# gate (the rollback), or a worker out of service (operations/roll.py). No client's request is worth waiting for
+# there, and a hung server would otherwise hold the stop for compose's whole stop_grace_period (the drain plus
+# 30 s); 10 s still lets a healthy process release its GPU memory and its port in order.
+QUICK_STOP_SECONDS = 10
 
 
 def gateway(slug):

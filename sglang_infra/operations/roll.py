@@ -1,35 +1,45 @@
 """Rolling, drained restarts of a serving host some gateway of the inventory
-fronts (docs/front-door.md): the restart and the gate as one operation, one
-worker of a pool at a time.
+fronts (docs/front-door.md): the restart and the gate as one operation.
 
 pyinfra runs an operation on every host at once, each host in its own
-greenlet. The operation's one FunctionCommand takes a slot of its pool's
-semaphore (sglang_max_unavailable slots; the pool is the workers of one model
-behind the same gateways; other pools go on in parallel), then:
+greenlet. The first worker of a pool (the workers of one model behind the
+same gateways; pools go on in parallel) asks its gateways what they list now.
+A worker is in service when it runs a config its gate stamped and at least one
+gateway lists it healthy; the pool's other workers are out of service, and
+they count against sglang_max_unavailable while they are out.
 
-1. takes the worker out of every gateway that fronts it (on a model switch,
-   also those of every other model, which may still list it), through each
-   router host's own connection (hostside/router_workers.py), until none
-   lists it;
-2. waits until it has no request in flight (its own /metrics, else the
-   gateway's smg_worker_requests_active), at most sglang_drain_timeout;
+A worker out of service (new, stopped, crashed, unhealthy in every gateway)
+takes no capacity away: it goes at once, in parallel with the others. It
+leaves any gateway that lists it, its old container is stopped at once (no
+drain: it serves nobody), then `up`, its gate, and back in its gateways when
+the gate passed. Its failure fails that host alone.
+
+A worker in service waits for its turn: until fewer than sglang_max_unavailable
+of the pool are out of service (those already out count, so they go first).
+Then:
+1. out of every gateway that fronts it (on a model switch, also those of every
+   other model, which may still list it), through each router host's own
+   connection (hostside/router_workers.py), until none lists it;
+2. drained: no request in flight (its own /metrics, else the gateway's
+   smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
-4. runs its gate directly against it, the rollback included;
-5. puts it back in every gateway, and waits until each reports it healthy;
-6. gives the slot back (always: every wait above is bounded).
-A failed gate stops the roll of that pool: its later workers are not
-restarted (their last good compose.yaml and .env are put back on disk, so
-what runs is what their gate stamped), and fail naming the worker that failed
-and why.
+4. its gate, the rollback included;
+5. back in every gateway, until each reports it healthy.
+A failed gate of a worker in service stops the roll of that pool: its later
+workers in service are not restarted (their last good compose.yaml and .env
+are put back on disk, so what runs is what their gate stamped), and fail
+naming the worker that failed and why. Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from time import monotonic
+from dataclasses import dataclass, field
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
+from pyinfra.api.exceptions import PyinfraError
 
 from .. import factcache, ship
 from ..plantypes import Roll
@@ -37,29 +47,78 @@ from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
+from ..hostside.stack import QUICK_STOP_SECONDS
+from ..snapshot import current
 from ..hostside.names import MODEL_LABEL
 from .stack import restart, stack_section
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).
 TURN_MARGIN = 600
+# How long a worker in service waits for the pool's other workers of this run to come to the roll (each reads its
+# snapshot first) before it counts who is out without them.
+ARRIVAL_SECONDS = 60
+POLL_SECONDS = 0.2   # how often a worker in service waiting for its turn looks again (in this process, no I/O)
 
 
 @dataclass
 class PoolState:
-    slot: object              # gevent BoundedSemaphore of sglang_max_unavailable
-    failed: str | None = None  # "<worker>: <why>" once a worker of the pool failed its gate
+    """One pool's roll in this run, shared by its workers' greenlets."""
+
+    allowed: int                              # Roll.max_unavailable: out of service at once, at most
+    learning: object                          # gevent lock: the first worker asks the gateways, the others wait
+    out: set[str] | None = None               # the pool's workers out of service now (URLs); None: not asked yet
+    listed: set[str] = field(default_factory=set)   # what some gateway listed, healthy or not, when asked
+    arrived: set[str] = field(default_factory=set)  # workers of this run that came to the roll
+    done: set[str] = field(default_factory=set)     # workers of this run whose turn ended, or that needed none
+    rolling: set[str] = field(default_factory=set)  # workers in service taken out now, not back yet
+    failed: str | None = None                 # "<worker>: <why>" once a worker in service failed its gate
 
 
 _pools: dict[tuple[int, str], PoolState] = {}
 
 
 def pool_state(state, roll: Roll) -> PoolState:
-    from gevent.lock import BoundedSemaphore
+    from gevent.lock import Semaphore
 
     key = (id(state), roll.pool)
     if key not in _pools:
-        _pools[key] = PoolState(BoundedSemaphore(roll.max_unavailable))
+        _pools[key] = PoolState(roll.max_unavailable, Semaphore())
     return _pools[key]
+
+
+def learn(state, pool: PoolState, roll: Roll, say) -> None:
+    """Once per pool and run: which of its workers some gateway lists healthy now; the others are out of service.
+    A gateway that does not answer fronts nobody; one that cannot be asked (its router host unreachable) counts
+    every worker as serving, so nothing is taken out on a guess."""
+    with pool.learning:
+        if pool.out is not None:
+            return
+        members = {url for _, url in roll.members} | {roll.url}
+        healthy: set[str] = set()
+        for front in roll.fronts:
+            try:
+                _, said = on_router(state, front, {"view": True})
+                seen = json.loads(said)
+                healthy |= set(seen["healthy"])
+                pool.listed |= set(seen["listed"])
+            except (PyinfraError, OSError, ValueError, KeyError, TypeError) as error:
+                say(f"could not ask the gateway {front.router}/{front.slug} what it lists ({error}); its workers "
+                    "count as serving", logger.warning)
+                healthy |= members
+                pool.listed |= members
+        pool.out = members - healthy
+
+
+def in_run(state, roll: Roll) -> set[str]:
+    """The pool's workers in this run that are still going (pyinfra runs this operation on each at once)."""
+    active = {each.name for each in state.inventory.get_active_hosts()}
+    return {url for name, url in roll.members if name in active}
+
+
+def no_turn_needed(roll: Roll) -> None:
+    """This worker of the run needs no turn: the others of its pool do not wait for it."""
+    if host.state.is_executing:
+        pool_state(host.state, roll).done.add(roll.url)
 
 
 @snapshot_operation
@@ -77,17 +136,31 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if)
     if not reasons and not always and gate_passed(image, files):
+        no_turn_needed(roll)
         host.noop("the stack already runs the current compose.yaml, which passed the gate")
         return
     why = "; ".join(reasons) or "the gate is due"
     found = stack_section(None)["stack"]["container"]
-    leaving = ()
+    leaving: tuple = ()
     if found is not None and found["labels"].get(MODEL_LABEL) not in (None, model):
         # a model switch: the gateways of the model it served may still list it; it leaves them too, first
         leaving = roll.others
         why += " (a model switch: it leaves the other models' gateways too)"
-    yield FunctionCommand(roll_worker, (roll, command if reasons else None, f"bash {q(gate)}", why,
-                                        metrics_url, key_file, turn_seconds, project_dir, leaving), {})
+    up = None
+    if reasons:
+        # out of service, the old container serves nobody: stopped at once, not after compose's long grace
+        up = Up(command, f"cd {q(project_dir)} && docker compose stop --timeout {QUICK_STOP_SECONDS} && {command}")
+    yield FunctionCommand(roll_worker, (roll, up, f"bash {q(gate)}", why, metrics_url, key_file, turn_seconds,
+                                        project_dir, leaving, worker_validated(current(host))), {})
+
+
+@dataclass(frozen=True)
+class Up:
+    """The restart of a worker: drained in its turn (``drained``), or, out of service, its old container stopped
+    at once first (``at_once``)."""
+
+    drained: str
+    at_once: str
 
 
 def on_router(state, front, change: dict) -> tuple[bool, str]:
@@ -132,26 +205,30 @@ def gate_reason(output) -> str:
     return failed[-1] if failed else "its gate failed"
 
 
-def roll_worker(state, host, roll: Roll, up: str | None, gate: str, why: str, metrics_url: str,
-                key_file: str | None, turn_seconds: int, project_dir: str, leaving=()) -> bool:
+def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, metrics_url: str,
+                key_file: str | None, turn_seconds: int, project_dir: str, leaving=(), stamped: bool = True) -> bool:
     """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
     ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand).
-    ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others)."""
+    ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others).
+    ``stamped``: before the change, it ran a config its gate stamped (one half of being in service)."""
     def say(line, log=logger.info):
         host.log_styled(f"roll: {line}", log_func=log)
 
     pool = pool_state(state, roll)
+    pool.arrived.add(roll.url)
+    learn(state, pool, roll, say)
+    assert pool.out is not None
+    if not stamped or roll.url in pool.out:
+        pool.out.add(roll.url)   # counted before anything that yields: the others' turns see it at once
+        return out_of_service_turn(state, host, pool, roll, up, gate, why, turn_seconds, leaving, say)
     turn = 2 * roll.drain_timeout + 2 * turn_seconds + TURN_MARGIN
-    if not pool.slot.acquire(timeout=turn * roll.pool_size):
-        say(f"no turn in {roll.pool} within {turn * roll.pool_size} s; nothing was restarted", logger.error)
-        return False
-    if pool.failed:
-        try:   # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-            run_on(host, f"python3 -c {q(ship.program('restore_good'))} {q(project_dir)}", print_output=False)
-        finally:
-            pool.slot.release()
-        say(f"not restarted: the roll of {roll.pool} stopped at {pool.failed}; it keeps serving its last good "
-            "config", logger.error)
+    waited = wait_for_turn(state, pool, roll, turn * roll.pool_size)
+    if waited is not None or pool.failed:
+        pool.done.add(roll.url)
+        # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
+        run_on(host, f"python3 -c {q(ship.program('restore_good'))} {q(project_dir)}", print_output=False)
+        say(f"not restarted: {waited or f'the roll of {roll.pool} stopped at {pool.failed}'}; it keeps serving "
+            "its last good config", logger.error)
         return False
     failure = None
     try:
@@ -160,36 +237,111 @@ def roll_worker(state, host, roll: Roll, up: str | None, gate: str, why: str, me
                 say(f"{host.name} is the only worker of gateway {front.router}/{front.slug}: it cannot serve while "
                     "this worker restarts", logger.warning)
         say(f"{why}: taking {roll.url} out of {len(leaving) + len(roll.fronts)} gateway(s)")
-        for front in (*leaving, *roll.fronts):
-            ok, said = on_router(state, front, {"remove": roll.url})
-            if not ok:
-                failure = f"the gateway {front.router}/{front.slug} did not drop it ({said})"
-                break
+        failure = leave(state, (*leaving, *roll.fronts), roll.url)
         if failure is None:
             say(drain(state, host, roll, metrics_url, key_file))
-            if up is not None:
-                status, output = run_on(host, up)
-                if not status:
-                    failure = f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
-            if failure is None:
-                status, output = run_on(host, gate)
-                if not status:
-                    failure = gate_reason(output)
+            failure = restart_and_gate(host, up.drained if up else None, gate)
     finally:
         try:
-            back = serving_validated(host)
-            if back:
-                for front in roll.fronts:
-                    ok, said = on_router(state, front, {"add": roll.url, "healthy_within": turn_seconds})
-                    say(said, logger.info if ok else logger.error)
-                    if not ok and failure is None:
-                        failure = f"the gateway {front.router}/{front.slug} did not report it healthy ({said})"
-            else:
-                say("not put back in its gateways: it serves no config that passed its gate", logger.error)
+            back = come_back(state, host, pool, roll, turn_seconds, say)
+            if failure is None and back is not True:
+                failure = back or None
             if failure is not None:
                 pool.failed = f"{host.name}: {failure}"
                 say(f"{host.name} failed: {failure}; the roll of {roll.pool} stops here, its other workers "
-                    f"are not restarted{' (it is back in its gateways)' if back else ''}", logger.error)
+                    f"in service are not restarted{' (it is back in its gateways)' if back is True else ''}",
+                    logger.error)
         finally:
-            pool.slot.release()
+            pool.rolling.discard(roll.url)
+            pool.done.add(roll.url)
     return failure is None
+
+
+def wait_for_turn(state, pool: PoolState, roll: Roll, seconds: float) -> str | None:
+    """Wait until this worker in service may go out: fewer than the allowed number of the pool out of service,
+    counting those already out. None when it may (it is then counted out); else why it may not."""
+    import gevent
+
+    assert pool.out is not None
+    deadline = monotonic() + seconds
+    everyone = monotonic() + ARRIVAL_SECONDS
+    while not pool.failed:
+        if in_run(state, roll) - pool.arrived - pool.done and monotonic() < everyone:
+            gevent.sleep(POLL_SECONDS)   # the pool's other workers of this run say first whether they are out
+            continue
+        if len(pool.out) < pool.allowed:
+            pool.out.add(roll.url)
+            pool.rolling.add(roll.url)
+            return None
+        coming = (pool.out & in_run(state, roll)) - pool.done - {roll.url}
+        if not coming and not pool.rolling:   # nothing of this run will bring one of them back
+            out = ", ".join(sorted(pool.out))
+            return (f"{len(pool.out)} of the {roll.pool_size} workers of {roll.pool} are out of service ({out}) "
+                    f"and sglang_max_unavailable allows {pool.allowed}; bring them back (or remove them from the "
+                    "inventory), or raise sglang_max_unavailable")
+        if monotonic() > deadline:
+            return f"no turn in {roll.pool} within {seconds:.0f} s"
+        gevent.sleep(POLL_SECONDS)
+    return None
+
+
+def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None, gate: str, why: str,
+                        turn_seconds: int, leaving, say) -> bool:
+    """A worker that serves nobody: at once, out of any gateway that lists it, no drain, its old container stopped
+    at once; back in its gateways when its gate passed. Its failure fails this host alone."""
+    failure = None
+    try:
+        listed = [front for front in roll.fronts if roll.url in pool.listed]
+        say(f"{why}: out of service, restarted at once" +
+            (f" (out of {len(leaving) + len(listed)} gateway(s) first)" if leaving or listed else ""))
+        failure = leave(state, (*leaving, *listed), roll.url)
+        if failure is None:
+            failure = restart_and_gate(host, up.at_once if up else None, gate)
+    finally:
+        try:
+            back = come_back(state, host, pool, roll, turn_seconds, say)
+            if failure is None and back is not True:
+                failure = back or None
+            if failure is not None:
+                say(f"{host.name} failed: {failure}; it was out of service, so the roll of {roll.pool} goes on",
+                    logger.error)
+        finally:
+            pool.done.add(roll.url)
+    return failure is None
+
+
+def leave(state, fronts, url: str) -> str | None:
+    """Out of each of ``fronts``; None, or why not."""
+    for front in fronts:
+        ok, said = on_router(state, front, {"remove": url})
+        if not ok:
+            return f"the gateway {front.router}/{front.slug} did not drop it ({said})"
+    return None
+
+
+def restart_and_gate(host, up: str | None, gate: str) -> str | None:
+    """`up` (when the config changed), then the gate with its rollback; None, or why it failed."""
+    if up is not None:
+        status, output = run_on(host, up)
+        if not status:
+            return f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
+    status, output = run_on(host, gate)
+    return None if status else gate_reason(output)
+
+
+def come_back(state, host, pool: PoolState, roll: Roll, turn_seconds: int, say) -> bool | str:
+    """Back in every gateway when it serves a config its gate stamped (it is then no longer out of service):
+    True; False when it serves no such config; else why a gateway did not take it back."""
+    assert pool.out is not None
+    if not serving_validated(host):
+        say("not put back in its gateways: it serves no config that passed its gate", logger.error)
+        return False
+    problem: bool | str = True
+    for front in roll.fronts:
+        ok, said = on_router(state, front, {"add": roll.url, "healthy_within": turn_seconds})
+        say(said, logger.info if ok else logger.error)
+        if not ok and problem is True:
+            problem = f"the gateway {front.router}/{front.slug} did not report it healthy ({said})"
+    if problem is True:
+        pool.out.discard(roll.url)
+    return problem

@@ -139,3 +139,19 @@ def test_metrics_that_cannot_be_written_fail_nothing_and_are_said_in_one_line(tm
     assert run.run() == 0
     said = [line for line in capsys.readouterr().err.splitlines() if "metrics" in line]
     assert len(said) == 1 and "is a symlink" in said[0]
+
+
+def test_the_rollback_stops_the_failed_config_at_once_before_the_good_one_starts(tmp_path, monkeypatch):
+    """Issue 35: a failed config serves nobody; a hung server must not hold the rollback for the whole
+    stop_grace_period (the drain plus 30 s) that compose would otherwise give it."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    monkeypatch.setattr(gate.stack, "record", lambda *a, **k: None)
+    run, docker = _worker(tmp_path, monkeypatch, ready=False)
+    (docker / (names.COMPOSE_FILE + ".good")).write_text("services: {}\n")
+    calls = []
+    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
+                                                                                                          "", ""))
+    assert run.run() == 2   # never ready, the good config neither (the stand-in readiness says no to both)
+    verbs = [words[0] for words in calls if words[0] in ("stop", "up")]
+    assert verbs == ["stop", "up"]
+    assert calls[[w[0] for w in calls].index("stop")] == ("stop", "--timeout", str(gate.stack.QUICK_STOP_SECONDS))

@@ -19,7 +19,8 @@ from sglang_infra.refusals import DeployDataError, check_data
 
 FRONT = Front(router="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
-UP, GATE = "docker compose up -d", "bash /opt/sglang/gate.sh"
+UP = roll_ops.Up("docker compose up -d", "docker compose stop --timeout 10 && docker compose up -d")
+GATE = "bash /opt/sglang/gate.sh"
 
 
 class Output(SimpleNamespace):
@@ -30,8 +31,9 @@ class Output(SimpleNamespace):
 class Host:
     """A worker or a router host: run_shell_command records (host, what) in the shared log and yields to others."""
 
-    def __init__(self, name, log, gate_fails=False):
-        self.name, self.log, self.gate_fails = name, log, gate_fails
+    def __init__(self, name, log, gate_fails=False, validated=True):
+        self.name, self.log, self.gate_fails, self.validated = name, log, gate_fails, validated
+        self.gateway = {}   # on a router host: {worker url: healthy}, what its gateway lists
         self.connected, self.current_op_global_arguments, self.state = True, {}, None
         self.messages = []
 
@@ -46,7 +48,15 @@ class Host:
         gevent.sleep(0.01)
         if "router_workers" in text:
             change = json.loads(_stdin)
+            if change.get("view"):
+                self.log.append((self.name, "view"))
+                return True, Output([json.dumps({"answers": True, "listed": sorted(self.gateway),
+                                                 "healthy": sorted(u for u, ok in self.gateway.items() if ok)})])
             url = change.get("remove") or change.get("add")
+            if "add" in change:
+                self.gateway[url] = True
+            else:
+                self.gateway.pop(url, None)
             self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
             return True, Output([f"router_workers: {url} done"])
         if "restore_good" in text:
@@ -55,8 +65,11 @@ class Host:
         if "drain" in text:
             self.log.append((self.name, "drain"))
             return True, Output(["drain: no request in flight"])
-        if text == UP:
+        if text == UP.drained:
             self.log.append((self.name, "up"))
+            return True, Output()
+        if text == UP.at_once:
+            self.log.append((self.name, "stop at once, up"))
             return True, Output()
         if text == GATE:
             self.log.append((self.name, "gate"))
@@ -67,28 +80,49 @@ class Host:
         raise AssertionError(text)
 
 
+def url(n):
+    return f"http://10.0.0.{n}:30000"
+
+
 @pytest.fixture
 def fleet(monkeypatch):
+    """A router host whose gateway lists gpu-01..gpu-03 healthy (in service), and the run's active hosts."""
     log = []
     router = Host("gw-1", log)
-    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: router))
+    router.gateway = {url(n): True for n in (1, 2, 3)}
+    active = []   # run_all: the workers it runs
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: router, get_active_hosts=lambda: active),
+                            active=active)
     monkeypatch.setattr(roll_ops, "connector_arguments", lambda state, other: {})
-    monkeypatch.setattr(roll_ops, "serving_validated", lambda this: True)
+    monkeypatch.setattr(roll_ops, "serving_validated", lambda this: this.validated)
+    monkeypatch.setattr(roll_ops, "ARRIVAL_SECONDS", 3)
     yield state, router, log
     roll_ops._pools.clear()
 
 
-def roll(size=3, max_unavailable=1, pool="m behind gw-1/m"):
-    return lambda n: Roll(url=f"http://10.0.0.{n}:30000", fronts=(FRONT,), pool=pool, pool_size=size,
-                          max_unavailable=max_unavailable, drain_timeout=5)
+def roll(size=3, max_unavailable=1, pool="m behind gw-1/m", first=1):
+    members = tuple((f"gpu-0{n}", url(n)) for n in range(first, first + size))
+    return lambda n: Roll(url=url(n), fronts=(FRONT,), pool=pool, pool_size=size,
+                          max_unavailable=max_unavailable, drain_timeout=5, members=members)
 
 
-def run_all(state, workers, rolls):
+def run_all(state, workers, rolls, stamped=None):
+    stamped = stamped or [True] * len(workers)
+    state.active[:] = workers
     jobs = [gevent.spawn(roll_ops.roll_worker, state, w, r, UP, GATE, "compose.yaml changes",
-                         "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker")
-            for w, r in zip(workers, rolls)]
+                         "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker", (), s)
+            for w, r, s in zip(workers, rolls, stamped)]
     gevent.joinall(jobs, raise_error=True)
     return [job.value for job in jobs]
+
+
+def most_out(log, out=0):
+    """The most workers of the pool out of service at once, from the gateway's removals and additions."""
+    most = out
+    for _, what in log:
+        out += what.startswith("remove ") - what.startswith("add ")
+        most = max(most, out)
+    return most
 
 
 def test_each_worker_leaves_drains_restarts_passes_and_comes_back_before_the_next_one_leaves(fleet):
@@ -99,6 +133,8 @@ def test_each_worker_leaves_drains_restarts_passes_and_comes_back_before_the_nex
     for _, what in log:   # at most one worker of the pool between its removal and its return
         out += what.startswith("remove ") - what.startswith("add ")
         assert out <= 1
+    assert [what for _, what in log[:1]] == ["view"]   # the gateway is asked once what it lists
+    log = log[1:]
     turns = [log[i:i + 5] for i in range(0, len(log), 5)]
     assert len(turns) == 3
     for turn in turns:
@@ -120,11 +156,14 @@ def test_max_unavailable_two_lets_two_workers_out_at_once(fleet):
 
 
 def test_pools_roll_in_parallel(fleet):
-    state, _, log = fleet
-    a, b = Host("gpu-01", log), Host("gpu-02", log)
-    rolls = [roll(size=2, pool="a behind gw-1/a")(1), roll(size=2, pool="b behind gw-1/b")(2)]
+    state, router, log = fleet
+    a, b = Host("gpu-01", log), Host("gpu-04", log)
+    router.gateway.update({url(4): True, url(5): True})
+    rolls = [roll(size=2, pool="a behind gw-1/a")(1), roll(size=2, pool="b behind gw-1/b", first=4)(4)]
     assert run_all(state, [a, b], rolls) == [True, True]
-    assert [what for _, what in log[:2]] == ["remove http://10.0.0.1:30000", "remove http://10.0.0.2:30000"]
+    removals = [what for _, what in log if what.startswith("remove")]
+    assert removals[:2] == ["remove http://10.0.0.1:30000", "remove http://10.0.0.4:30000"]
+    assert [what for _, what in log].index("add http://10.0.0.1:30000") > 3   # both were out at once
 
 
 def test_a_failed_gate_stops_the_pool_and_the_others_never_restart(fleet):
@@ -142,6 +181,70 @@ def test_a_failed_gate_stops_the_pool_and_the_others_never_restart(fleet):
         assert any("stopped at gpu-01: benchmark.sh: 12 tok/s" in m for m in other.messages), other.messages
 
 
+def test_a_new_pool_starts_every_worker_at_once_and_a_broken_one_fails_alone(fleet):
+    """Issue 35: no gateway lists them yet (a first converge): nobody is served, so nobody waits for a turn."""
+    state, router, log = fleet
+    router.gateway = {}
+    bad = Host("gpu-02", log, gate_fails=True, validated=False)
+    workers = [Host("gpu-01", log), bad, Host("gpu-03", log)]
+    assert run_all(state, workers, [roll()(n) for n in (1, 2, 3)], stamped=[False] * 3) == [True, False, True]
+    whats = [what for _, what in log]
+    # every container started before any gate ended: the three went together, stopped at once, never drained
+    assert whats.count("stop at once, up") == 3 and "drain" not in whats and "up" not in whats
+    assert max(i for i, w in enumerate(whats) if w == "stop at once, up") < whats.index("gate") + 3
+    assert router.gateway == {url(1): True, url(3): True}   # the two that passed serve
+    assert any("it was out of service, so the roll of m behind gw-1/m goes on" in m for m in bad.messages)
+
+
+def test_workers_out_of_service_go_first_and_count_against_the_limit(fleet):
+    """A new worker joins a pool of three in service: it goes at once; the others wait until it is back, and
+    never more than one is out at a time, counting the new one."""
+    state, router, log = fleet
+    workers = [Host(f"gpu-0{n}", log) for n in (1, 2, 3, 4)]
+    rolls = [roll(size=4)(n) for n in (1, 2, 3, 4)]
+    assert run_all(state, workers, rolls, stamped=[True, True, True, False]) == [True] * 4
+    whats = [what for _, what in log]
+    assert whats.index("add " + url(4)) < min(whats.index("remove " + url(n)) for n in (1, 2, 3))
+    assert most_out(log, out=1) == 1
+
+
+def test_a_share_of_the_pool_lets_that_many_out_at_once(fleet):
+    state, router, log = fleet
+    router.gateway = {url(n): True for n in (1, 2, 3, 4)}
+    workers = [Host(f"gpu-0{n}", log) for n in (1, 2, 3, 4)]
+    assert run_all(state, workers, [roll(size=4, max_unavailable=2)(n) for n in (1, 2, 3, 4)]) == [True] * 4
+    assert most_out(log) == 2
+
+
+def test_workers_in_service_do_not_go_while_the_pool_has_no_worker_to_spare(fleet):
+    """A worker of the pool is out and stays out (outside this run): taking another out would pass the limit."""
+    state, router, log = fleet
+    router.gateway.pop(url(3))
+    workers = [Host("gpu-01", log), Host("gpu-02", log)]
+    assert run_all(state, workers, [roll()(n) for n in (1, 2)]) == [False, False]
+    assert not any(what.startswith(("remove", "add", "up", "stop")) for _, what in log)
+    said = workers[0].messages[-1]
+    assert "1 of the 3 workers of m behind gw-1/m are out of service (http://10.0.0.3:30000)" in said
+    assert "sglang_max_unavailable allows 1" in said
+
+
+def test_a_failed_new_worker_leaves_the_workers_in_service_no_spare(fleet):
+    state, router, log = fleet
+    router.gateway.pop(url(3))
+    workers = [Host("gpu-01", log), Host("gpu-03", log, gate_fails=True, validated=False)]
+    assert run_all(state, workers, [roll()(n) for n in (1, 3)], stamped=[True, False]) == [False, False]
+    assert [what for name, what in log if name == "gpu-01"] == ["restore good config"]
+    assert "out of service (http://10.0.0.3:30000)" in workers[0].messages[-1]
+
+
+@pytest.mark.parametrize("setting, size, allowed", [(1, 5, 1), (3, 5, 3), ("25%", 4, 1), ("50%", 4, 2),
+                                                    ("25%", 3, 1), ("10%", 32, 3), ("99%", 2, 1), ("1%", 1, 1)])
+def test_max_unavailable_as_a_count_or_a_share_rounded_down_never_below_one(setting, size, allowed):
+    from sglang_infra.gateways import unavailable
+
+    assert unavailable(setting, size) == allowed
+
+
 def test_a_worker_whose_rollback_failed_too_is_not_put_back(fleet, monkeypatch):
     state, _, log = fleet
     monkeypatch.setattr(roll_ops, "serving_validated", lambda this: False)
@@ -149,7 +252,7 @@ def test_a_worker_whose_rollback_failed_too_is_not_put_back(fleet, monkeypatch):
     assert not any(what.startswith("add ") for _, what in log)
 
 
-def test_the_slot_is_given_back_when_a_step_raises(fleet, monkeypatch):
+def test_the_turn_is_given_back_when_a_step_raises(fleet, monkeypatch):
     state, _, log = fleet
 
     def broken(*args, **kwargs):
@@ -158,8 +261,8 @@ def test_the_slot_is_given_back_when_a_step_raises(fleet, monkeypatch):
     monkeypatch.setattr(roll_ops, "drain", broken)
     with pytest.raises(OSError):
         run_all(state, [Host("gpu-01", log)], [roll(size=2)(1)])
-    pool = roll_ops.pool_state(state, roll(size=2)(1))
-    assert pool.slot.acquire(timeout=0.1)
+    pool = roll_ops.pool_state(state, roll(size=2)(1))   # its turn is over: the next worker may go
+    assert not pool.rolling and url(1) in pool.done and url(1) not in pool.out
 
 
 def test_a_single_worker_pool_says_so_once_per_gateway_and_goes_on(fleet):
@@ -188,7 +291,8 @@ def test_a_current_worker_yields_nothing_and_touches_no_gateway():
     stale["Snapshot"]["gate"]["stamp"] = "d0"   # the gate is due: the worker takes its turn
     commands, _ = run("rolled", case["args"], stale)
     assert [c.split("(")[0] for c in commands] == ["function roll_worker"]
-    assert commands[0].endswith(", ())")   # the same model: it leaves no other model's gateway
+    # the same model: it leaves no other model's gateway; its stamp is not current: it is out of service
+    assert commands[0].endswith(", (), False)")
 
 
 def test_a_model_switch_hands_the_roll_the_other_models_gateways():
@@ -200,7 +304,7 @@ def test_a_model_switch_hands_the_roll_the_other_models_gateways():
     switched["Snapshot"]["gate"]["stamp"] = "d0"   # what runs is not what the data asks for
     args = {**case["args"], "roll": SimpleNamespace(others=("the-other-gateway",))}
     commands, _ = run("rolled", args, switched)
-    assert len(commands) == 1 and commands[0].endswith(", ('the-other-gateway',))")
+    assert len(commands) == 1 and commands[0].endswith(", ('the-other-gateway',), False)")
     assert "a model switch" in commands[0]
 
 
@@ -281,6 +385,13 @@ def test_max_unavailable_not_below_the_pool_is_refused():
                for p in caught.value.problems)
 
 
+def test_a_share_is_worked_out_for_the_pool():
+    hosts, plans = inventory_plans(workers=3, sglang_max_unavailable="50%")
+    roll = fleet_plans(hosts, plans)["gpu-01"].roll
+    assert roll.max_unavailable == 1 and roll.pool_size == 3
+    assert [name for name, _ in roll.members] == ["gpu-01", "gpu-02", "gpu-03"]
+
+
 def test_a_single_worker_pool_is_not_refused():
     hosts, plans = inventory_plans(workers=1)
     assert fleet_plans(hosts, plans)["gpu-01"].roll.pool_size == 1
@@ -288,7 +399,10 @@ def test_a_single_worker_pool_is_not_refused():
 
 @pytest.mark.parametrize("key,value", [("sglang_drain_timeout", 0), ("sglang_drain_timeout", -5),
                                        ("sglang_drain_timeout", "300"), ("sglang_drain_timeout", 1.5),
-                                       ("sglang_max_unavailable", 0)])
+                                       ("sglang_max_unavailable", 0), ("sglang_max_unavailable", "0%"),
+                                       ("sglang_max_unavailable", "100%"), ("sglang_max_unavailable", "50"),
+                                       ("sglang_max_unavailable", "half"), ("sglang_max_unavailable", "12.5%"),
+                                       ("sglang_max_unavailable", True)])
 def test_bad_roll_settings_are_refused(key, value):
     problems = check_data("gpu-01", {**DEFAULTS, key: value})
     assert any(p.startswith(f"host gpu-01: {key}:") for p in problems), problems
@@ -399,6 +513,7 @@ def test_a_switching_worker_leaves_the_other_models_gateways_first_and_comes_bac
     finally:
         roll_ops.on_router = real
     url = "http://10.0.0.1:30000"
+    calls = [call for call in calls if "view" not in call[1]]
     assert [(slug, "add" if "add" in change else "remove") for slug, change in calls] == \
         [("old", "remove"), ("m", "remove"), ("m", "add")]
     assert all((change.get("remove") or change.get("add")) == url for _, change in calls)
