@@ -239,7 +239,7 @@ sglang_enable_metrics = True
 # Seconds a worker taken out of its gateways may take to finish its requests in flight before it is restarted anyway; compose's stop_grace_period is this plus 30 s, so Docker never SIGKILLs SGLang while it finishes them.
 sglang_drain_timeout = 300
 
-# Workers of one pool (one model behind the same gateways) a change may restart at once; 1 keeps every other worker serving, and it must stay below the pool's size.
+# Workers of one pool (one model behind the same gateways) that may be out of service at once during a change, counting those already out: an integer, or a share "N%" of the pool rounded down and never below 1 (as Kubernetes' maxUnavailable, it grows with the pool without an edit). 1 keeps every other worker serving while a change rolls; it must stay below the pool's size. Workers out of service (new, stopped, crashed) restart at once regardless.
 sglang_max_unavailable = 1
 
 # ---------------------------------------------------------------- Fleet metrics (every host; Prometheus on the monitor group)
