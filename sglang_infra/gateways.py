@@ -165,7 +165,7 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
                 out[worker.host] = replace(plan, roll=Roll(
                     url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,
                     drain_timeout=plan.drain_timeout, others=others,
-                    members=tuple((each.host, each.url) for each in workers[key])))
+                    members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start))
     if refuse:
         raise_if(errors)
     return out

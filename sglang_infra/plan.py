@@ -24,6 +24,7 @@ from .groups import monitors, roles
 from .hostside import names
 from .plantypes import LOCAL_URL, Gate, HostPlan, MonitorSettings, NodeExporter, Paths, RouterSettings
 from .refusals import Judged, check_host_state, judge, raise_if
+from .snapshot import worker_validated
 
 
 def server_config(api_key: bytes | None) -> bytes | None:
@@ -114,6 +115,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
         router=RouterSettings.of(data) if routes else None,
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
+        validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
     )
     compose = render.compose_yaml(plan)

@@ -121,6 +121,7 @@ class Roll:
     drain_timeout: int
     others: tuple[Front, ...] = ()  # the gateways of every other model: a worker switching models leaves them
     members: tuple[tuple[str, str], ...] = ()   # (host, url) of every worker of the pool, in this run or not
+    stamped: bool = False           # HostPlan.validated_at_start: one half of being in service
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,8 @@ class HostPlan:
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
     max_unavailable: int | str = 1  # sglang_max_unavailable as written: a count, or "N%" of a pool (gateways.unavailable)
+    # it ran a config its gate stamped when the run began (its snapshot before any change); the roll's "in service"
+    validated_at_start: bool = False
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts
     # fleet metrics: the node exporter (None: sglang_node_exporter off), the gate's metrics timer on a serving
     # host with one, and, on a host of the `monitor` group, Prometheus over the inventory (set by preflight)

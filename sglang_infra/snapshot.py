@@ -12,6 +12,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from . import factcache, ship
+from .hostside.names import stamp_current
 
 # A host without python3 still says what it is, so the preflight can name the problem.
 _WITHOUT_PYTHON = (
@@ -46,3 +47,18 @@ def current(host) -> dict:
         factcache.invalidate(host)
         raise Unreadable(f"could not read the host {host.name} (see the error above)")
     return found
+
+
+def worker_validated(snapshot: dict | None) -> bool:
+    """
+    A worker serves a config that passed its gate: the gate's stamp is the
+    digest of what runs now and its container runs. A worker rolled back to
+    its last good config counts too: it serves what passed (a rolling restart
+    puts it back in its gateways, operations/roll.py); one whose config never
+    passed does not.
+    """
+    if not snapshot or not snapshot.get("gate"):
+        return False
+    container = (snapshot.get("stack") or {}).get("container") or {}
+    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
+                and container.get("state") == "running")

@@ -75,6 +75,11 @@ CASES = {
     "nvcc major not the flavour's": (
         {"sglang_toolchain_image": True, "sglang_nvcc_version": "12.9.86"}, BAD, "sglang_nvcc_version",
         "kernels would be compiled by a CUDA 12 nvcc against a CUDA 13 stack"),
+    "all of a pool out at once": ({"sglang_max_unavailable": "100%"}, BAD, "sglang_max_unavailable",
+                                  '"100%" and 0 would leave'),
+    "no worker out at once": ({"sglang_max_unavailable": "0%"}, BAD, "sglang_max_unavailable",
+                              'a share of the pool\'s workers from "1%" to "99%"'),
+    "a share in words": ({"sglang_max_unavailable": "half"}, BAD, "sglang_max_unavailable", 'use e.g. 1, or "25%"'),
 }
 
 

@@ -90,6 +90,10 @@ def running_env(host) -> str:
     return host.exec("cd /opt/sglang/docker && docker inspect -f '{{json .Config.Env}}' $(docker compose ps -q)").stdout
 
 
+def roll_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "roll: " in line]
+
+
 def most_out_at_once(output: str) -> int:
     """The most workers between 'taking ... out' and 'is back and healthy', from the deploy's output in order."""
     out = most = 0
@@ -124,9 +128,9 @@ def test_a_config_change_rolls_every_worker_without_a_failed_request(fleet):
     assert all("ROLL_MARK=b" in running_env(hosts[name]) for name in WORKERS)
     assert all(started(hosts[name]) != before[name] for name in WORKERS)
     assert load.sent > 20, load.sent
-    assert (load.failed, load.cut) == (0, 0), load.errors[:5]
+    assert (load.failed, load.cut) == (0, 0), (load.errors[:5], roll_lines(result.output))
     assert load.fewest is not None and load.fewest >= len(WORKERS) - 1, load.fewest
-    assert most_out_at_once(result.output) == 1
+    assert most_out_at_once(result.output) == 1, roll_lines(result.output)
     assert listed(hosts) == {url_of(hosts, name): True for name in WORKERS}
     assert result.output.count("roll: ") >= len(WORKERS) * 3
 
@@ -151,9 +155,9 @@ def test_a_change_at_half_the_pool_takes_two_out_at_once_and_loses_no_request(fl
         result = run_deploy(inventory("rolling-half.py", env={"ROLL_MARK": "half"}, sglang_max_unavailable="50%"))
     assert result.returncode == 0, result.output[-4000:]
     assert all("ROLL_MARK=half" in running_env(hosts[name]) for name in WORKERS)
-    assert (load.failed, load.cut) == (0, 0), load.errors[:5]
+    assert (load.failed, load.cut) == (0, 0), (load.errors[:5], roll_lines(result.output))
     assert load.fewest is not None and load.fewest >= len(WORKERS) // 2, load.fewest
-    assert most_out_at_once(result.output) == 2
+    assert most_out_at_once(result.output) == 2, roll_lines(result.output)
     assert listed(hosts) == {url_of(hosts, name): True for name in WORKERS}
 
 

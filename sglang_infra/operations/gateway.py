@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from .. import ship
-from ..hostside.names import stamp_current
+from ..snapshot import worker_validated
 from .base import diff_wanted, q, snapshot_operation
 from .stack import stack_section
 
@@ -38,21 +38,6 @@ def _fleet_snapshot(name: str) -> dict | None:
     except Exception as error:   # a host lost mid-run, or not reachable: its worker counts as not validated
         logger.warning(f"[{host.name}] the worker {name} could not be read ({error!r}); it counts as not validated")
         return None
-
-
-def worker_validated(snapshot: dict | None) -> bool:
-    """
-    A worker serves a config that passed its gate: the gate's stamp is the
-    digest of what runs now and its container runs. A worker rolled back to
-    its last good config counts too: it serves what passed (a rolling restart
-    puts it back in its gateways, operations/roll.py); one whose config never
-    passed does not.
-    """
-    if not snapshot or not snapshot.get("gate"):
-        return False
-    container = (snapshot.get("stack") or {}).get("container") or {}
-    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
-                and container.get("state") == "running")
 
 
 @snapshot_operation

@@ -48,7 +48,6 @@ from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from ..hostside.stack import QUICK_STOP_SECONDS
-from ..snapshot import current
 from ..hostside.names import MODEL_LABEL
 from .stack import restart, stack_section
 
@@ -151,7 +150,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
         # out of service, the old container serves nobody: stopped at once, not after compose's long grace
         up = Up(command, f"cd {q(project_dir)} && docker compose stop --timeout {QUICK_STOP_SECONDS} && {command}")
     yield FunctionCommand(roll_worker, (roll, up, f"bash {q(gate)}", why, metrics_url, key_file, turn_seconds,
-                                        project_dir, leaving, worker_validated(current(host))), {})
+                                        project_dir, leaving, roll.stamped), {})
 
 
 @dataclass(frozen=True)
@@ -210,7 +209,8 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
     ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand).
     ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others).
-    ``stamped``: before the change, it ran a config its gate stamped (one half of being in service)."""
+    ``stamped``: when the run began, it ran a config its gate stamped (one half of being in service; its snapshot
+    now already sees the new files on disk)."""
     def say(line, log=logger.info):
         host.log_styled(f"roll: {line}", log_func=log)
 

@@ -289,10 +289,11 @@ def test_a_current_worker_yields_nothing_and_touches_no_gateway():
     assert commands == [] and fake.noops
     stale = json.loads(json.dumps(case["facts"]))
     stale["Snapshot"]["gate"]["stamp"] = "d0"   # the gate is due: the worker takes its turn
-    commands, _ = run("rolled", case["args"], stale)
+    args = {**case["args"], "roll": SimpleNamespace(others=(), stamped=True)}
+    commands, _ = run("rolled", args, stale)
     assert [c.split("(")[0] for c in commands] == ["function roll_worker"]
-    # the same model: it leaves no other model's gateway; its stamp is not current: it is out of service
-    assert commands[0].endswith(", (), False)")
+    # the same model: it leaves no other model's gateway; it ran a stamped config when the run began
+    assert commands[0].endswith(", (), True)")
 
 
 def test_a_model_switch_hands_the_roll_the_other_models_gateways():
@@ -302,7 +303,7 @@ def test_a_model_switch_hands_the_roll_the_other_models_gateways():
     switched = json.loads(json.dumps(case["facts"]))
     switched["Snapshot"]["stack"]["container"]["labels"]["sglang.model"] = "org/previous"
     switched["Snapshot"]["gate"]["stamp"] = "d0"   # what runs is not what the data asks for
-    args = {**case["args"], "roll": SimpleNamespace(others=("the-other-gateway",))}
+    args = {**case["args"], "roll": SimpleNamespace(others=("the-other-gateway",), stamped=False)}
     commands, _ = run("rolled", args, switched)
     assert len(commands) == 1 and commands[0].endswith(", ('the-other-gateway',), False)")
     assert "a model switch" in commands[0]
@@ -383,6 +384,17 @@ def test_max_unavailable_not_below_the_pool_is_refused():
         fleet_plans(hosts, plans)
     assert any("host gpu-01: sglang_max_unavailable: 2 would let every one of the 2 workers" in p
                for p in caught.value.problems)
+
+
+def test_in_service_is_judged_from_the_snapshot_before_any_change():
+    """The new compose.yaml is on disk before the roll runs, so the stamp no longer matches then: whether the
+    worker served a stamped config is taken from the snapshot the plan was resolved against."""
+    hosts, plans = inventory_plans(workers=2)
+    running = {"stack": {"container": {"state": "running"}}}
+    for stamp, stamped in (("d1", True), ("d0", False)):
+        snapshot = converged_snapshot("rtx4090-2gpu-node", gate={"stamp": stamp, "digest": "d1"}, **running)
+        plans["gpu-01"] = resolve("gpu-01", hosts[0].values, snapshot, hosts[0].groups)
+        assert fleet_plans(hosts, plans)["gpu-01"].roll.stamped is stamped
 
 
 def test_a_share_is_worked_out_for_the_pool():
