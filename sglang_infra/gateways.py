@@ -40,7 +40,7 @@ def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> t
     """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
     address = data.get("sglang_worker_address") or data.get("ssh_hostname") or name
     return data.get("sglang_model"), Worker(host=name, url=worker_url(address, data.get("sglang_port")),
-                                            docker_dir=f"{data.get('sglang_home')}/docker",
+                                            docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
                                             compose_sha=plan.compose_sha if plan is not None else None)
 
 

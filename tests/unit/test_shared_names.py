@@ -18,8 +18,11 @@ MODULES = sorted(p for d in ("sglang_infra", "tasks") for p in (PROJECT_DIR / d)
 # Every shared value, and the names derived from them that a caller would otherwise spell out.
 SHARED = {value for key, value in vars(names).items() if key.isupper() and isinstance(value, str)} \
     | set(names.VALIDATION_SCRIPTS) | {names.failed(names.COMPOSE_FILE), names.failed(names.ENV_FILE)}
-# Plain words that are also the names of other things (a compose service, a Docker group): counted only where
-# they are a path's component.
+# The home's directories below another (docker/secrets, hf-cache/hub): each component is a name of its own, which
+# os.path.join(docker_dir, "secrets") would spell out. Not the absolute paths (the textfile collector's).
+SHARED |= {part for value in SHARED if "/" in value and not value.startswith("/") for part in value.split("/")}
+# Plain words that are also the names of other things (a compose service, a Docker group, the results of a
+# check): counted only where they are a path's component.
 WORDS = {value for value in SHARED if re.fullmatch(r"[a-z]+", value)}
 
 
@@ -47,8 +50,10 @@ def spelled_out(source: str) -> list[tuple[int, str]]:
         text = node.value
         for value in SHARED:
             if value in WORDS:
+                # An absolute path outside an f-string is the system's (/var/lib/docker), not the home's.
+                path_like = id(node) in in_fstring or ("/" in text and not text.startswith("/"))
                 hit = (text == value and id(node) in joined) or \
-                    (id(node) in in_fstring and re.search(rf"(^|/){re.escape(value)}/", text))
+                    (path_like and re.search(rf"(^|/){re.escape(value)}/|/{re.escape(value)}$", text))
             elif id(node) in in_fstring or "/" in text:
                 hit = re.search(rf"(^|/){re.escape(value)}($|/)", text)
             else:
