@@ -20,6 +20,7 @@ from . import render
 from .hostside import names
 from .groups import groups_of, roles
 from .inventoryfile import inventory_file
+from .plan import gate_files
 from .plantypes import Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
 from .refusals import DeployDataError, check_fleet, check_pool, raise_if
 
@@ -71,10 +72,12 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
             gate=replace(plan.gate, url=own_url(plan.router.published_on, spot.port), served_name=model.served_name,
-                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
+                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None, metrics_url=None))
         compose = render.router_compose_yaml(plan, gateway)
-        gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose),
-                                scripts=render.gateway_scripts(plan, gateway)))
+        scripts = render.gateway_scripts(plan, gateway)
+        gate = replace(gateway.gate, files=gate_files(gateway.dir, scripts, gateway.dir, compose))
+        gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts,
+                                gate=gate))
     layout = dict(plan.layout, **{plan.paths.gateways: "755"}, **{g.dir: "755" for g in gateways})
     return replace(plan, gateways=tuple(gateways), layout=layout)
 

@@ -89,6 +89,17 @@ class Gate:
     toolchain_check: str | None
     always: bool
     retry_failed: bool
+    metrics_url: str | None = None    # a worker's own /metrics (its requests in flight, for the drain); not a gateway's
+    turn_seconds: int = 0             # the longest one gate may take: its readiness wait and its checks
+    files: Mapping[str, str] = field(default_factory=dict, repr=False)   # what it validates: path -> sha256
+
+
+@dataclass(frozen=True)
+class AptSource:
+    """A vendor's apt repository (aptrepo.vendor_repository): its signing key's URL and its source line."""
+
+    key_url: str
+    line: str                 # with {keyring}: where the key is kept
 
 
 @dataclass(frozen=True)
@@ -252,6 +263,8 @@ class HostPlan:
     engine_works: bool
     docker_source: str
     docker_apt_url: str
+    docker_repo: AptSource | None   # Docker's apt repository, when the engine is installed from it
+    docker_packages: tuple[str, ...]   # the engine's packages (none: a working engine is left alone)
     apt_cache_time: int
     gpus: GpuInventory = field(repr=False)
     install_nvidia_toolkit: bool
