@@ -75,6 +75,11 @@ def test_no_module_spells_out_a_shared_name(path):
     'top = os.path.join(home, "router")',
     'labels.get("sglang.model")',
     'SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")',
+    'key = os.path.join(home, "docker", "secrets", "server.yaml")',
+    'context = os.path.join(docker_dir, "toolchain")',
+    'hub = f"{home}/hf-cache/hub"',
+    'LAYOUT = {"docker/secrets": "700", "results": "2775"}',
+    'cache = os.path.join(home, "hf-cache")',
 ])
 def test_the_check_finds_a_name_spelled_out(source):
     assert spelled_out(source)
@@ -82,6 +87,16 @@ def test_the_check_finds_a_name_spelled_out(source):
 
 def test_a_word_that_names_something_else_is_not_a_shared_name():
     assert spelled_out('SERVICE = "router"\nGROUP = "router"\nwhat = "the gateway (router)"') == []
+
+
+@pytest.mark.parametrize("source", [
+    'groups = ["docker"]',
+    'PLUGINS = ("/usr/libexec/docker/cli-plugins", "/var/lib/docker")',
+    'say(f"the toolchain check of {image} found no results")',
+    'name = "Ensure hf-cache/hub holds only the revisions this host keeps"',
+])
+def test_a_home_name_in_prose_or_a_system_path_is_not_spelled_out(source):
+    assert spelled_out(source) == []
 
 
 def test_the_stamp_is_compared_in_one_function():
