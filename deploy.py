@@ -28,10 +28,9 @@ if preflight(host, inventory):  # every host's plan; bad data on any host refuse
         local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
         local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
         local.include("tasks/image.py")          # 6. the pinned serving image
-        local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack
-        local.include("tasks/validation.py")     # 8. validation scripts, and the gate after every change
-    local.include("tasks/router.py")         # 9. router hosts: one gateway per model, in front of the workers that passed
+        local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack and its gate
+    local.include("tasks/router.py")         # 8. router hosts: one gateway per model, in front of the workers that passed
     if serves:
-        local.include("tasks/model_pruning.py")  # 10. opt-in: cached revisions nothing keeps or references
+        local.include("tasks/model_pruning.py")  # 9. opt-in: cached revisions nothing keeps or references
     if plan.monitors:
-        local.include("tasks/monitor.py")        # 12. monitor hosts: Prometheus over the inventory, alert rules, dashboard
+        local.include("tasks/monitor.py")        # 10. monitor hosts: Prometheus over the inventory, alert rules, dashboard

@@ -20,6 +20,7 @@ from . import render
 from .hostside import names
 from .groups import groups_of, roles
 from .inventoryfile import inventory_file
+from .plan import gate_files
 from .plantypes import Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
 from .refusals import DeployDataError, check_fleet, check_pool, raise_if
 
@@ -40,7 +41,7 @@ def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> t
     """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
     address = data.get("sglang_worker_address") or data.get("ssh_hostname") or name
     return data.get("sglang_model"), Worker(host=name, url=worker_url(address, data.get("sglang_port")),
-                                            docker_dir=f"{data.get('sglang_home')}/docker",
+                                            docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
                                             compose_sha=plan.compose_sha if plan is not None else None)
 
 
@@ -71,10 +72,12 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
             gate=replace(plan.gate, url=own_url(plan.router.published_on, spot.port), served_name=model.served_name,
-                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None))
+                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None, metrics_url=None))
         compose = render.router_compose_yaml(plan, gateway)
-        gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose),
-                                scripts=render.gateway_scripts(plan, gateway)))
+        scripts = render.gateway_scripts(plan, gateway)
+        gate = replace(gateway.gate, files=gate_files(gateway.dir, scripts, gateway.dir, compose))
+        gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts,
+                                gate=gate))
     layout = dict(plan.layout, **{plan.paths.gateways: "755"}, **{g.dir: "755" for g in gateways})
     return replace(plan, gateways=tuple(gateways), layout=layout)
 

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .hostside import names
+
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -18,7 +20,8 @@ _WORD_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
 ROLES = ("production", "quality")
 
 # Inside the container, hf-cache is mounted at /hf-cache (compose.yaml).
-CONTAINER_HUB = "/hf-cache/hub"
+CONTAINER_HF_CACHE = "/" + names.HF_CACHE_DIR
+CONTAINER_HUB = "/" + names.HUB_DIR
 
 # Each field of a registry entry: (required, what it must be, how to write it).
 FIELDS = {

@@ -22,7 +22,8 @@ from . import ACCOUNT, models, platforms, plantypes, render, toolchain
 from .gpus import derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import names
-from .plantypes import LOCAL_URL, Gate, HostPlan, MonitorSettings, NodeExporter, Paths, RouterSettings
+from .hostside.gate import CHECKS_BUDGET
+from .plantypes import LOCAL_URL, AptSource, Gate, HostPlan, MonitorSettings, NodeExporter, Paths, RouterSettings
 from .refusals import Judged, check_host_state, judge, raise_if
 from .snapshot import worker_validated
 
@@ -34,6 +35,21 @@ def server_config(api_key: bytes | None) -> bytes | None:
 
 def paths_of(data: Mapping[str, Any]) -> Paths:
     return Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
+
+
+def gate_files(scripts_dir: str, scripts: Mapping[str, str], compose_dir: str, compose: str) -> dict[str, str]:
+    """What a gate validates, by path: its scripts (in their order), then compose.yaml, each by its sha256."""
+    written = {f"{scripts_dir}/{name}": text for name, text in scripts.items()}
+    written[f"{compose_dir}/{names.COMPOSE_FILE}"] = compose
+    return {path: names.text_digest(text) for path, text in written.items()}
+
+
+def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) -> AptSource | None:
+    """Docker's apt repository for ``platform``, when sglang_docker_source takes the engine from it."""
+    if platform is None or data["sglang_docker_source"] != "docker":
+        return None
+    url = f"{data['sglang_docker_apt_url']}/{platform.docker_repo_family}"
+    return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable")
 
 
 def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, Any]:
@@ -84,13 +100,18 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         if data["sglang_toolchain_image"] and serves else None
     values = render.template_values(data, derived)
     os_release = snapshot.get("os") or {}
+    platform = platforms.lookup(os_release.get("id"), os_release.get("version"))
+    engine_works = platforms.engine_works(snapshot.get("docker") or {})
+    installs = platform is not None and not engine_works   # a working engine is left alone
+    url = LOCAL_URL.format(port=data["sglang_port"])   # the server, as the gate reaches it on the host
     plan = HostPlan(
         name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
         admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
-        platform=platforms.lookup(os_release.get("id"), os_release.get("version")),
-        engine_works=platforms.engine_works(snapshot.get("docker") or {}),
-        docker_source=data["sglang_docker_source"],
-        docker_apt_url=data["sglang_docker_apt_url"], apt_cache_time=data["sglang_apt_cache_time"],
+        platform=platform, engine_works=engine_works, docker_source=data["sglang_docker_source"],
+        docker_apt_url=data["sglang_docker_apt_url"],
+        docker_repo=docker_repo(data, platform) if installs else None,
+        docker_packages=platforms.docker_packages(platform, data["sglang_docker_source"]) if installs else (),
+        apt_cache_time=data["sglang_apt_cache_time"],
         gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
         nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
         served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
@@ -104,12 +125,14 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         build=build, serving_image=build.tag if build else image, port=data["sglang_port"],
         derived=derived, flags=tuple(render.launch_flags(values, derived, served)),
         template_values=values,
-        gate=Gate(url=LOCAL_URL.format(port=data["sglang_port"]),
+        gate=Gate(url=url,
                   api_key_file=paths.server_config if judged.api_key else None,
                   served_name=served.served_name,
                   baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
                   toolchain_check=toolchain.check_command() if build else None,
-                  always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"]),
+                  always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"],
+                  metrics_url=f"{url}/metrics",
+                  turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
         serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
@@ -121,6 +144,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \
         if data["sglang_node_exporter"] else None
-    return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=render.scripts(plan),
+    scripts = render.scripts(plan)
+    gate = replace(plan.gate, files=gate_files(paths.home, scripts, paths.docker, compose))
+    return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts, gate=gate,
                    node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
                    gate_metrics_units=render.gate_metrics_units(plan) if exporter and serves else {})

@@ -12,16 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from . import platforms
+from .hostside import names
 from .gpus import Derived, GpuInventory
 from .lock import Lock, LockedModel
 from .models import Model
 from .toolchain import BuildContext
 
 # The runbook's layout under the home: path below it -> mode (docker/secrets: the server's private config).
-LAYOUT = {"": "750", "docker": "755", "docker/secrets": "700", "hf-cache": "2775", "hf-cache/hub": "2775",
-          "results": "2775"}
-# The toolchain image's build context, beside docker/Dockerfile.
-TOOLCHAIN_CONTEXT = "docker/toolchain"
+LAYOUT = {"": "750", names.DOCKER_DIR: "755", names.SECRETS_DIR: "700", names.HF_CACHE_DIR: "2775",
+          names.HUB_DIR: "2775", names.RESULTS_DIR: "2775"}
 # The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
 # Where a gateway's port is published when sglang_router_bind_address is None.
@@ -53,7 +52,10 @@ class Paths:
     home: str
     tools: str
     docker: str
+    dockerfile: str          # the toolchain image's, in docker/
+    hf_cache: str
     hub: str
+    results: str             # the benchmark's results
     token: str               # the Hub token, in the tools directory's private secret/
     secrets: str             # the server's private config (the API key), mounted read-only into the container
     server_config: str
@@ -62,10 +64,12 @@ class Paths:
 
     @classmethod
     def of(cls, home: str, tools: str, gateway_dir: str) -> "Paths":
-        return cls(home=home, tools=tools, docker=f"{home}/docker", hub=f"{home}/hf-cache/hub",
-                   token=f"{tools}/secret/hf-token", secrets=f"{home}/docker/secrets",
-                   server_config=f"{home}/docker/secrets/server.yaml",
-                   toolchain_context=f"{home}/{TOOLCHAIN_CONTEXT}", gateways=f"{home}/{gateway_dir}")
+        docker, secrets = f"{home}/{names.DOCKER_DIR}", f"{home}/{names.SECRETS_DIR}"
+        return cls(home=home, tools=tools, docker=docker, dockerfile=f"{docker}/{names.DOCKERFILE}",
+                   hf_cache=f"{home}/{names.HF_CACHE_DIR}", hub=f"{home}/{names.HUB_DIR}",
+                   results=f"{home}/{names.RESULTS_DIR}", token=f"{tools}/secret/hf-token", secrets=secrets,
+                   server_config=f"{secrets}/{names.SERVER_CONFIG}",
+                   toolchain_context=f"{home}/{names.TOOLCHAIN_DIR}", gateways=f"{home}/{gateway_dir}")
 
     def layout(self, toolchain_image: bool) -> dict[str, str]:
         """Each managed directory and its mode."""
@@ -85,6 +89,17 @@ class Gate:
     toolchain_check: str | None
     always: bool
     retry_failed: bool
+    metrics_url: str | None = None    # a worker's own /metrics (its requests in flight, for the drain); not a gateway's
+    turn_seconds: int = 0             # the longest one gate may take: its readiness wait and its checks
+    files: Mapping[str, str] = field(default_factory=dict, repr=False)   # what it validates: path -> sha256
+
+
+@dataclass(frozen=True)
+class AptSource:
+    """A vendor's apt repository (aptrepo.vendor_repository): its signing key's URL and its source line."""
+
+    key_url: str
+    line: str                 # with {keyring}: where the key is kept
 
 
 @dataclass(frozen=True)
@@ -249,6 +264,8 @@ class HostPlan:
     engine_works: bool
     docker_source: str
     docker_apt_url: str
+    docker_repo: AptSource | None   # Docker's apt repository, when the engine is installed from it
+    docker_packages: tuple[str, ...]   # the engine's packages (none: a working engine is left alone)
     apt_cache_time: int
     gpus: GpuInventory = field(repr=False)
     install_nvidia_toolkit: bool

@@ -12,13 +12,14 @@ from . import ship
 from .hostside import names
 from .defaults import reasons
 from .gpus import Derived
-from .models import Model
+from .models import CONTAINER_HF_CACHE, Model
 from . import plantypes
 from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter
 from .templating import render_template, template_text
 
-# Where the container sees docker/secrets (the server's private config, with the API key).
+# Where the container sees docker/secrets (the server's private config, with the API key), and its config file.
 SECRETS_IN_CONTAINER = "/etc/sglang-secrets"
+SERVER_CONFIG_IN_CONTAINER = f"{SECRETS_IN_CONTAINER}/{names.SERVER_CONFIG}"
 
 # (data key, SGLang flag), in the runbook's order. A None or False value
 # leaves the flag out; True renders the bare switch.
@@ -90,6 +91,8 @@ def compose_yaml(plan: HostPlan) -> str:
         reasons=reasons(),
         mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
+        server_config=SERVER_CONFIG_IN_CONTAINER,
+        hf_cache=(plan.paths.hf_cache, CONTAINER_HF_CACHE),
         gpu_reservation=plan.gpus.count > 0,
         stop_grace_period=plan.drain_timeout + STOP_MARGIN,
         model_label=names.MODEL_LABEL,
@@ -107,6 +110,7 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
                    baseline=gate.baseline_tok_s,
                    checks_program=ship.program("checks"), gate_program=ship.program("gate"),
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
+                   results_dir=plan.paths.results,
                    gateway=gateway.slug if gateway else None)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}
 
@@ -138,6 +142,7 @@ def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
         gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
+        server_config=SERVER_CONFIG_IN_CONTAINER,
     )
 
 

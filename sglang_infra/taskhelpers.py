@@ -29,16 +29,3 @@ def scripts_in_place(directory: str, scripts: Mapping[str, str], account: str) -
     for name, text in scripts.items():
         account_file(f"Ensure {directory}/{name} is up to date", f"{directory}/{name}", text, account,
                      mode="644" if name.endswith(".py") else "755")
-
-
-# tasks/stack.py's "the server's private config changed" (an operation's did_change), for tasks/validation.py,
-# where a worker behind a gateway restarts with its gate (operations/roll.py): by run and host.
-_secrets_changed: dict = {}
-
-
-def note_secrets_change(host, did_change) -> None:
-    _secrets_changed[(id(host.state), host.name)] = did_change
-
-
-def secrets_change(host):
-    return _secrets_changed[(id(host.state), host.name)]

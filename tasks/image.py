@@ -19,7 +19,7 @@ from sglang_infra.preflight import plan_of
 from sglang_infra.taskhelpers import account_file
 
 plan = plan_of(host)
-docker_dir, build = plan.paths.docker, plan.build
+build = plan.build
 
 image_present(
     name=f"Ensure the image {plan.image} is on the host",
@@ -29,8 +29,8 @@ image_present(
 
 if build:
     context_dir = plan.paths.toolchain_context
-    account_file(f"Ensure {docker_dir}/Dockerfile is rendered from templates/Dockerfile.j2",
-                 f"{docker_dir}/Dockerfile", build.dockerfile, plan.account)
+    account_file(f"Ensure {plan.paths.dockerfile} is rendered from templates/Dockerfile.j2",
+                 plan.paths.dockerfile, build.dockerfile, plan.account)
     for file_name, content in sorted(build.files.items()):
         account_file(f"Ensure {context_dir}/{file_name} is in the image's build context",
                      f"{context_dir}/{file_name}", content.decode(), plan.account)
@@ -38,7 +38,7 @@ if build:
         name=f"Ensure {build.tag} is built with the toolchain pins and passes its check",
         tag=build.tag,
         inputs_hash=build.inputs_hash,
-        dockerfile=f"{docker_dir}/Dockerfile",
+        dockerfile=plan.paths.dockerfile,
         context_dir=context_dir,
         check=plan.gate.toolchain_check,
         label=toolchain.INPUTS_LABEL,

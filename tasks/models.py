@@ -13,6 +13,7 @@ from pyinfra import host, logger
 from pyinfra.operations import apt
 
 from sglang_infra import ship
+from sglang_infra.hostside import names
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.models import model_pulled, pull_tools
 from sglang_infra.preflight import plan_of
@@ -49,7 +50,7 @@ secret_file(
 
 for model in plan.kept:
     model_pulled(
-        name=f"Ensure {model.key} ({model.pinned}) is complete and verified in hf-cache/hub",
+        name=f"Ensure {model.key} ({model.pinned}) is complete and verified in {names.HUB_DIR}",
         hub=plan.paths.hub,
         repo_id=model.repo_id,
         revision=model.revision,

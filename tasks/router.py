@@ -3,7 +3,7 @@ Gateway (sglang-router, `sglang_router.launch_router`) per model, each in its
 own compose stack under router/<slug>/, in front of the serving hosts of that
 model whose gate passed.
 
-Runs after tasks/validation.py: by the time its operations run, every worker
+Runs after tasks/stack.py: by the time its operations run, every worker
 of this run has been gated (or rolled back), and the worker set is decided
 from each worker's snapshot as it is then. A change of that set is applied
 through the gateway's /workers API, without a restart; the gateway's own gate
@@ -24,7 +24,7 @@ from sglang_infra.taskhelpers import compose_file, scripts_in_place
 
 plan = plan_of(host)
 
-# On every host: the workers' gates (tasks/validation.py) run before any gateway decides its workers.
+# On every host: the workers' gates (tasks/stack.py) run before any gateway decides its workers.
 fleet_barrier(name="Ensure every worker of this run was gated before any gateway sets its workers",
               reason="every worker of this run has been through its gate")
 
@@ -76,8 +76,7 @@ for gateway in plan.gateways:
         home=plan.paths.home,
         image=plan.router_image,
         gate=f"{where}/{names.GATE_SCRIPT}",
-        files={f"{where}/{name}": names.text_digest(text)
-               for name, text in {**gateway.scripts, names.COMPOSE_FILE: gateway.compose}.items()},
+        files=gateway.gate.files,
         always=gateway.gate.always,
         gateway=gateway.slug,
     )

@@ -1,20 +1,30 @@
 """docker/.env with the account's real ids, docker/compose.yaml from the
 template (a new one replaces the old only after the host's own `docker
-compose config -q` accepts it), and the stack running that config: `up -d`
-only when the container is missing, stopped or not started from the files as
-they are."""
+compose config -q` accepts it), the stack running that config (`up -d` only
+when the container is missing, stopped or not started from the files as they
+are), and the runbook's validation scripts with the gate that runs them after
+every change: wait until the server can serve, check tool calling and
+throughput, roll back to the last known-good config on failure.
+
+A worker some gateway fronts restarts with its gate, in its pool's turn
+(operations/roll.py): one operation, which also recreates the container when
+the server's private config, written here, changed.
+
+    --data sglang_validate=always    runs the gate without a change
+"""
 
 from pyinfra import host
 
 from sglang_infra.hostside import names
 from sglang_infra.operations.files import account_env_file, secret_file
-from sglang_infra.operations.gate import not_failed_before
+from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.roll import rolled
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.preflight import plan_of
-from sglang_infra.taskhelpers import compose_file, note_secrets_change
+from sglang_infra.taskhelpers import compose_file, scripts_in_place
 
 plan = plan_of(host)
-docker_dir = plan.paths.docker
+docker_dir, home = plan.paths.docker, plan.paths.home
 compose_sha = plan.compose_sha
 
 not_failed_before(
@@ -40,9 +50,7 @@ account_env_file(
 compose_file(f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
              docker_dir, plan.compose, plan.account)
 
-if plan.roll is not None:   # a worker some gateway fronts restarts in its pool's turn, with its gate
-    note_secrets_change(host, server_secrets.did_change)   # (tasks/validation.py, operations/roll.py)
-else:
+if plan.roll is None:
     stack_up(
         name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
         project_dir=docker_dir,
@@ -50,4 +58,33 @@ else:
         model=plan.served.pinned,
         compose_sha=compose_sha,
         recreate_if=server_secrets.did_change,
+    )
+
+scripts_in_place(home, plan.scripts, plan.account)
+
+if plan.roll is not None:   # a worker some gateway fronts restarts in its pool's turn, with its gate
+    rolled(
+        name=f"Ensure the stack runs the current compose.yaml and passed its gate, restarted in its turn in "
+             f"{plan.roll.pool}, out of its gateways and drained (no restart when nothing changed)",
+        project_dir=docker_dir,
+        image=plan.serving_image,
+        model=plan.served.pinned,
+        compose_sha=compose_sha,
+        gate=f"{home}/{names.GATE_SCRIPT}",
+        files=plan.gate.files,
+        roll=plan.roll,
+        metrics_url=plan.gate.metrics_url,
+        key_file=plan.gate.api_key_file,
+        turn_seconds=plan.gate.turn_seconds,
+        always=plan.gate.always,
+        recreate_if=server_secrets.did_change,
+    )
+else:
+    validated(
+        name="Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
+        home=home,
+        image=plan.serving_image,
+        gate=f"{home}/{names.GATE_SCRIPT}",
+        files=plan.gate.files,
+        always=plan.gate.always,
     )

@@ -45,7 +45,7 @@ DRIFTS = {
 }
 PASSWD = "stat -c '%U %G %a' /etc/passwd"
 STACK_OP = "tasks/stack.py | Ensure the stack runs the current compose.yaml (no restart when nothing changed)"
-GATE_OP = ("tasks/validation.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh "
+GATE_OP = ("tasks/stack.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh "
            "(rolled back if not)")
 EXPECTED_REPAIRS = {ACCOUNT_OP, LAYOUT_OP, ENV_OP, COMPOSE_OP}
 # --dry reads the drifted files as they are: the hand-edited compose.yaml is not what runs, and not what

@@ -106,7 +106,7 @@ def test_every_start_or_restart_is_followed_by_the_gate(served, rerun, workdir, 
         assert checks.failed(OTHER) == set()
     result = run_deploy(inventory, "--limit", CANARY)
     assert result.returncode == 0, result.output[-3000:]
-    assert "tasks/validation.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh " \
+    assert "tasks/stack.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh " \
            "(rolled back if not)" in result.changed(CANARY)
     assert results(host) == count + 1
     again = run_deploy(inventory, "--limit", CANARY)
@@ -158,7 +158,7 @@ def test_after_a_rollback_the_good_data_restarts_and_validates_nothing(served, r
     result = run_deploy(inventory, "--limit", CANARY)
     assert result.returncode == 0
     # Only gate.sh differs (the failing runs rendered it with a shorter ready timeout).
-    assert result.changed(CANARY) == ["tasks/validation.py | Ensure /opt/sglang/gate.sh is up to date"]
+    assert result.changed(CANARY) == ["tasks/stack.py | Ensure /opt/sglang/gate.sh is up to date"]
     assert (started_at(host), results(host)) == before
 
 

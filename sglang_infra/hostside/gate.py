@@ -80,7 +80,7 @@ class Gate:
             self.project, self.service = stack.gateway(gateway)
             self.extra = stamp.GATEWAY_FILES
         else:
-            self.docker_dir, self.scripts_dir = os.path.join(args.home, "docker"), args.home
+            self.docker_dir, self.scripts_dir = os.path.join(args.home, names.DOCKER_DIR), args.home
             self.project, self.service, self.extra = stack.PROJECT, stack.SERVICE, ()
 
     def config(self, suffix=""):

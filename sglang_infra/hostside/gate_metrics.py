@@ -47,7 +47,6 @@ METRICS = (
     ("sglang_hf_cache_size_bytes", "Size in bytes of the filesystem holding hf-cache."),
     ("sglang_gate_metrics_written_timestamp_seconds", "When this file was written, in Unix seconds."),
 )
-HF_CACHE = "hf-cache"   # below the home, as report.py reads it
 FILE_MODE = 0o644       # the node exporter runs as its own user and must read it
 
 
@@ -92,7 +91,7 @@ def running_container(home):
     """The worker's container as snapshot.py's read finds it (stack.state), None when the engine does not answer:
     the digest is then of no container, and matches no stamp."""
     try:
-        return stack.state(os.path.join(home, "docker"))["container"]
+        return stack.state(os.path.join(home, names.DOCKER_DIR))["container"]
     except (dockerapi.Unavailable, ValueError):
         return None
 
@@ -110,7 +109,7 @@ def cache_values(home):
     statvfs on its path would follow one."""
     home_fd = safefs.open_dir(home)
     try:
-        fd = safefs.open_subdir(home_fd, HF_CACHE)
+        fd = safefs.open_subdir(home_fd, names.HF_CACHE_DIR)
     finally:
         os.close(home_fd)
     if fd is None:

@@ -12,6 +12,20 @@ import hashlib
 
 # Below the home: the gateways' directory, one router/<slug>/ per fronted model.
 GATEWAY_DIR = "router"
+# Below the home: a worker's stack (compose.yaml, .env, the gate's stamp) and the toolchain image's Dockerfile.
+DOCKER_DIR = "docker"
+# Below docker/: the server's private config (0700), mounted read-only into the container.
+SECRETS_DIR = DOCKER_DIR + "/secrets"
+# In it: the server's config file (SGLang's --config YAML, with the API key), which the gateways read too.
+SERVER_CONFIG = "server.yaml"
+# Below docker/: the toolchain image's build context, beside its Dockerfile.
+TOOLCHAIN_DIR = DOCKER_DIR + "/toolchain"
+DOCKERFILE = "Dockerfile"
+# Below the home: the Hugging Face cache (setgid, group-writable: admins pull into it), and its hub/ of models.
+HF_CACHE_DIR = "hf-cache"
+HUB_DIR = HF_CACHE_DIR + "/hub"
+# Below the home: the benchmark's results (group-writable), written by the gate and by admins.
+RESULTS_DIR = "results"
 # The compose service of a gateway's project (a worker's is `sglang`).
 GATEWAY_SERVICE = "router"
 # Each gateway's worker set, read by its launcher at start and kept by the deploy through /workers.

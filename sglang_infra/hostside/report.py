@@ -104,7 +104,7 @@ def disk(path):
 
 def last_gate(home):
     """The last gate's record, without the API key (a record written before the gate redacted may hold it)."""
-    raw = safefs.read_regular(os.path.join(home, "docker", stamp.LAST), 65536)
+    raw = safefs.read_regular(os.path.join(home, names.DOCKER_DIR, stamp.LAST), 65536)
     try:
         found = json.loads(checks.redact(raw.decode(errors="replace"))) if raw else None
     except ValueError:
@@ -115,7 +115,7 @@ def last_gate(home):
 def use_key(home):
     """Read the API key (the server's config file), when there is one: sent to the gateways, redacted from
     everything the report carries."""
-    key_file = os.path.join(home, "docker", "secrets", "server.yaml")
+    key_file = os.path.join(home, names.SECRETS_DIR, names.SERVER_CONFIG)
     if os.path.isfile(key_file) and not os.path.islink(key_file):
         checks.use_api_key_file(key_file)
 
@@ -152,7 +152,7 @@ def gateways(home):
 def read(home, docker):
     """The report section; ``docker`` is the snapshot's own docker section (socket, plugin)."""
     use_key(home)
-    cache = os.path.join(home, "hf-cache")
+    cache = os.path.join(home, names.HF_CACHE_DIR)
     try:
         real_cache = stat.S_ISDIR(os.lstat(cache).st_mode)
     except OSError:

@@ -215,7 +215,8 @@ def _walk(top, budget):
 def layout(spec):
     """The managed directories, and every entry below the home that drifted, by category."""
     home, user, group = spec["home"], spec["user"], spec["user"]
-    cache, docker_dir, results = (os.path.join(home, d) for d in ("hf-cache", "docker", "results"))
+    cache, docker_dir, results = (os.path.join(home, d)
+                                  for d in (names.HF_CACHE_DIR, names.DOCKER_DIR, names.RESULTS_DIR))
     dirs = {}
     for path in spec.get("dirs", ()):
         try:
@@ -298,9 +299,9 @@ _MODEL_LABEL = re.compile(r'^\s*' + re.escape(names.MODEL_LABEL) + r':\s*"?([^"\
 
 
 def models(home):
-    found = cachestate.scan(os.path.join(home, "hf-cache", "hub"))
+    found = cachestate.scan(os.path.join(home, names.HUB_DIR))
     referenced = set()
-    for path in glob.glob(os.path.join(glob.escape(home), "docker", "compose.yaml*")):
+    for path in glob.glob(os.path.join(glob.escape(home), names.DOCKER_DIR, names.COMPOSE_FILE + "*")):
         text = safefs.read_regular(path, 1 << 20)
         referenced.update(m for m in _MODEL_LABEL.findall((text or b"").decode(errors="replace")) if "@" in m)
     found["referenced"] = sorted(referenced)
@@ -376,7 +377,7 @@ def routers(home, engine_api):
 
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
-    docker_dir = os.path.join(home, "docker")
+    docker_dir = os.path.join(home, names.DOCKER_DIR)
     gateways = stack.gateway_dirs(home)
     spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, names.GATEWAY_DIR)] if gateways else []),
                             *gateways.values()])
@@ -399,8 +400,8 @@ def read(spec):
         "gpus": found_gpus,
         "layout": layout(spec),
         "existing": {"home": adopted(home), "tools": adopted(tools_dir)},
-        "files": {d: files(d) for d in (home, docker_dir, os.path.join(docker_dir, "toolchain"),
-                                        os.path.join(docker_dir, "secrets"), tools_dir,
+        "files": {d: files(d) for d in (home, docker_dir, os.path.join(home, names.TOOLCHAIN_DIR),
+                                        os.path.join(home, names.SECRETS_DIR), tools_dir,
                                         os.path.join(tools_dir, "secret"), *gateways.values(),
                                         *spec.get("system_dirs", ()))},
         "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},

@@ -33,7 +33,7 @@ def digest(home, container, docker_dir=None, extra=()):
     home/docker), the scripts in ``home``, and the ``extra`` files of
     ``docker_dir``. A gateway passes its own directory as both.
     """
-    docker_dir = docker_dir or os.path.join(home, "docker")
+    docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
     container = container or {}
     parts = [f"compose={safefs.sha256_regular(os.path.join(docker_dir, names.COMPOSE_FILE))}",
              f"env={safefs.sha256_regular(os.path.join(docker_dir, names.ENV_FILE))}",
@@ -45,5 +45,5 @@ def digest(home, container, docker_dir=None, extra=()):
 
 
 def read(home, docker_dir=None):
-    raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, "docker"), STAMP), 512)
+    raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, names.DOCKER_DIR), STAMP), 512)
     return raw.decode(errors="replace").strip() if raw else None

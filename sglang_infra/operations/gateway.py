@@ -47,7 +47,7 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     ``workers`` (plan.Worker) that passed their gate with their own config:
     decided when the operation runs, from each worker's snapshot read after
     its own gate ran in this same run (tasks/router.py comes after
-    tasks/validation.py). A worker outside this run (--limit) keeps the
+    tasks/stack.py). A worker outside this run (--limit) keeps the
     membership it has. On a difference, workers.json is rewritten (the
     gateway's launcher reads it on start) and the gateway's /workers API adds
     and removes workers without a restart (hostside/router_workers.py).

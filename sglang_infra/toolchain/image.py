@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import ship
-from ..hostside.names import TOOLCHAIN_BASE_LABEL, TOOLCHAIN_INPUTS_LABEL, TOOLCHAIN_LABEL_PREFIX
+from ..hostside.names import DOCKERFILE, TOOLCHAIN_BASE_LABEL, TOOLCHAIN_INPUTS_LABEL, TOOLCHAIN_LABEL_PREFIX
 from ..templating import render_template
 from .pins import flashinfer_index_url, nvcc_release
 from .pip import pip_index_options
@@ -117,7 +117,7 @@ def _render(data: Mapping[str, Any], pinned: Mapping[str, str], base_image: str,
 def build_inputs_hash(dockerfile_text: str, context_files: Mapping[str, bytes]) -> str:
     """sha256 (hex) over the Dockerfile and every other file of the build context, by name."""
     digest = hashlib.sha256(b"sglang-toolchain-inputs-v1\0")
-    for name, data in [("Dockerfile", dockerfile_text.encode()), *sorted(context_files.items())]:
+    for name, data in [(DOCKERFILE, dockerfile_text.encode()), *sorted(context_files.items())]:
         digest.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     return digest.hexdigest()
 

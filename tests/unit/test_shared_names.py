@@ -18,8 +18,11 @@ MODULES = sorted(p for d in ("sglang_infra", "tasks") for p in (PROJECT_DIR / d)
 # Every shared value, and the names derived from them that a caller would otherwise spell out.
 SHARED = {value for key, value in vars(names).items() if key.isupper() and isinstance(value, str)} \
     | set(names.VALIDATION_SCRIPTS) | {names.failed(names.COMPOSE_FILE), names.failed(names.ENV_FILE)}
-# Plain words that are also the names of other things (a compose service, a Docker group): counted only where
-# they are a path's component.
+# The home's directories below another (docker/secrets, hf-cache/hub): each component is a name of its own, which
+# os.path.join(docker_dir, "secrets") would spell out. Not the absolute paths (the textfile collector's).
+SHARED |= {part for value in SHARED if "/" in value and not value.startswith("/") for part in value.split("/")}
+# Plain words that are also the names of other things (a compose service, a Docker group, the results of a
+# check): counted only where they are a path's component.
 WORDS = {value for value in SHARED if re.fullmatch(r"[a-z]+", value)}
 
 
@@ -47,8 +50,10 @@ def spelled_out(source: str) -> list[tuple[int, str]]:
         text = node.value
         for value in SHARED:
             if value in WORDS:
+                # An absolute path outside an f-string is the system's (/var/lib/docker), not the home's.
+                path_like = id(node) in in_fstring or ("/" in text and not text.startswith("/"))
                 hit = (text == value and id(node) in joined) or \
-                    (id(node) in in_fstring and re.search(rf"(^|/){re.escape(value)}/", text))
+                    (path_like and re.search(rf"(^|/){re.escape(value)}/|/{re.escape(value)}$", text))
             elif id(node) in in_fstring or "/" in text:
                 hit = re.search(rf"(^|/){re.escape(value)}($|/)", text)
             else:
@@ -70,6 +75,11 @@ def test_no_module_spells_out_a_shared_name(path):
     'top = os.path.join(home, "router")',
     'labels.get("sglang.model")',
     'SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")',
+    'key = os.path.join(home, "docker", "secrets", "server.yaml")',
+    'context = os.path.join(docker_dir, "toolchain")',
+    'hub = f"{home}/hf-cache/hub"',
+    'LAYOUT = {"docker/secrets": "700", "results": "2775"}',
+    'cache = os.path.join(home, "hf-cache")',
 ])
 def test_the_check_finds_a_name_spelled_out(source):
     assert spelled_out(source)
@@ -77,6 +87,16 @@ def test_the_check_finds_a_name_spelled_out(source):
 
 def test_a_word_that_names_something_else_is_not_a_shared_name():
     assert spelled_out('SERVICE = "router"\nGROUP = "router"\nwhat = "the gateway (router)"') == []
+
+
+@pytest.mark.parametrize("source", [
+    'groups = ["docker"]',
+    'PLUGINS = ("/usr/libexec/docker/cli-plugins", "/var/lib/docker")',
+    'say(f"the toolchain check of {image} found no results")',
+    'name = "Ensure hf-cache/hub holds only the revisions this host keeps"',
+])
+def test_a_home_name_in_prose_or_a_system_path_is_not_spelled_out(source):
+    assert spelled_out(source) == []
 
 
 def test_the_stamp_is_compared_in_one_function():

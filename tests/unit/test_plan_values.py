@@ -1,0 +1,68 @@
+"""Values the tasks used to work out themselves, now fields of the plan: each equals what its task computed."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import converged_snapshot, pinned_defaults, plan_for
+from sglang_infra import platforms
+from sglang_infra.gateways import fleet_worker, with_gateways
+from sglang_infra.hostside import names
+from sglang_infra.hostside.gate import CHECKS_BUDGET
+from sglang_infra.plan import resolve
+
+DEFAULTS = pinned_defaults()
+NO_ENGINE = {"cli": None, "api": False, "active": "inactive", "compose_plugin": None, "images": {}, "runtimes": []}
+
+
+def gateway_plan():
+    values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
+    key, worker = fleet_worker("gpu-01", values, resolve("gpu-01", values, converged_snapshot()))
+    router = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5"},
+                     converged_snapshot(None), ("router",))
+    return with_gateways(router, {key: [worker]})
+
+
+def test_the_gate_reads_the_servers_metrics_on_the_host():
+    plan = plan_for(DEFAULTS)
+    assert plan.gate.metrics_url == f"{plan.gate.url}/metrics"
+
+
+def test_a_turn_lasts_the_readiness_wait_and_the_checks():
+    plan = plan_for({**DEFAULTS, "sglang_ready_timeout": 900})
+    assert plan.gate.turn_seconds == 900 + CHECKS_BUDGET
+
+
+def test_the_gate_validates_the_scripts_then_compose_yaml_by_digest():
+    plan = plan_for(DEFAULTS)
+    written = {f"{plan.paths.home}/{script}": text for script, text in plan.scripts.items()}
+    written[f"{plan.paths.docker}/{names.COMPOSE_FILE}"] = plan.compose
+    assert list(plan.gate.files.items()) == [(path, names.text_digest(text)) for path, text in written.items()]
+
+
+def test_a_gateways_gate_validates_its_scripts_launcher_and_compose_yaml_in_its_directory():
+    gateway = gateway_plan().gateways[0]
+    expected = {f"{gateway.dir}/{name}": names.text_digest(text)
+                for name, text in {**gateway.scripts, names.COMPOSE_FILE: gateway.compose}.items()}
+    assert list(gateway.gate.files.items()) == list(expected.items())
+    assert gateway.gate.metrics_url is None   # a gateway's metrics are on its own Prometheus port
+
+
+def test_dockers_repository_is_worked_out_for_its_platform():
+    plan = plan_for({**DEFAULTS, "sglang_docker_source": "docker"}, docker=NO_ENGINE)
+    url = f"{plan.docker_apt_url}/{plan.platform.docker_repo_family}"
+    assert (plan.docker_repo.key_url, plan.docker_repo.line) == \
+        (f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {plan.platform.codename} stable")
+    assert plan.docker_packages == platforms.DOCKER_REPO_PACKAGES
+
+
+def test_the_distributions_engine_needs_no_repository():
+    plan = plan_for({**DEFAULTS, "sglang_docker_source": "distribution"}, docker=NO_ENGINE)
+    assert plan.docker_repo is None
+    assert plan.docker_packages == platforms.docker_packages(plan.platform, "distribution")
+
+
+@pytest.mark.parametrize("source", ["distribution", "docker"])
+def test_a_working_engine_gets_no_repository_and_no_packages(source):
+    plan = plan_for({**DEFAULTS, "sglang_docker_source": source})
+    assert (plan.docker_repo, plan.docker_packages) == (None, ())
