@@ -46,10 +46,10 @@ BACK = re.compile(r"^\s*\[(?P<host>[^\]]+)\].*roll: .* is back and healthy")
 STACK_UP = re.compile(r"^\s*\[(?P<host>[^\]]+)\].*(Recreate|Started|Starting|Created)")
 
 
-def deploy(inventory: Path) -> tuple[int, list[tuple[float, str]], float]:
+def deploy(inventory: Path, *args: str) -> tuple[int, list[tuple[float, str]], float]:
     """(return code, time-stamped output lines, wall seconds) of one deploy, read line by line as it runs."""
     started = time.monotonic()
-    proc = subprocess.Popen([*PYINFRA, "-y", str(inventory), "deploy.py"], cwd=ROOT, env=_env(),
+    proc = subprocess.Popen([*PYINFRA, "-y", str(inventory), "deploy.py", *args], cwd=ROOT, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines = []
     deadline = started + DEPLOY_TIMEOUT

@@ -9,7 +9,9 @@ workers of one model and two router hosts. In one run, one after another:
    most 1.3x the first, since workers that serve nobody yet restart together instead of one turn each;
 3. w1 joins the pool behind gw-a (out of service there: it goes at once, the others have nothing to do);
 4. a config change of the four workers at sglang_max_unavailable 1, under steady load through gw-a;
-5. the same kind of change at "50%": two turns instead of four.
+5. the same kind of change at "50%": two turns instead of four;
+6. a config whose server never answers a completion, on w1 alone (--limit), sglang_ready_timeout 20: the run must
+   fail within about that deadline plus the rollback's own time, and w1 serve its last good config again.
 Reports each deploy's wall time and the roll's window (from the first worker out to the last one back, from the
 time-stamped deploy output), with requests sent, failed and streams cut under load; the ratios of 2 to 1 and of
 5 to 4. Writes bench/results/scaleout.md and scaleout.json.
@@ -73,10 +75,12 @@ def main() -> int:
     try:
         hosts = {name: bed.host(name) for name in (W1, W2, W3, W4, GWA, GWB)}
 
-        def inventory(file, workers, router, mark="a", **data):
-            values = {"sglang_drain_timeout": 60, "sglang_extra_env": {**ENV, "ROLL_MARK": mark}, **data}
+        def inventory(file, workers, router, mark="a", hung=None, **data):
+            def values(name):
+                never = {"STANDIN_FAILURE": "never_completes"} if name == hung else {}
+                return {"sglang_drain_timeout": 60, "sglang_extra_env": {**ENV, "ROLL_MARK": mark, **never}, **data}
             return bed.inventory(state / file, {
-                "production": [(hosts[n], values) for n in workers],
+                "production": [(hosts[n], values(n)) for n in workers],
                 "router": [(hosts[router], {"sglang_router_bind_address": hosts[router].address})]})
 
         gateway = f"http://{hosts[GWA].address}:30080"
@@ -88,6 +92,16 @@ def main() -> int:
                      inventory("at-one.py", [W1, W2, W3, W4], GWA, mark="b"), gateway),
                 case('5. the same change at "50%", under load',
                      inventory("at-half.py", [W1, W2, W3, W4], GWA, mark="c", sglang_max_unavailable="50%"), gateway)]
+        code, lines, wall = deploy(inventory("hung.py", [W1, W2, W3, W4], GWA, mark="c", sglang_max_unavailable="50%",
+                                             sglang_ready_timeout=20, hung=W1), "--limit", W1)
+        said = [line for _, line in lines if "gate[" in line and "FAILED" in line]
+        began = min((at for at, line in lines if "roll: " in line), default=0.0)
+        ended = max((at for at, line in lines if "gate[" in line and "FAILED" in line), default=wall)
+        rolled_back = any("Rolled back to the last known-good config, which serves" in line for line in said)
+        rows.append({"case": "6. a server that never answers, sglang_ready_timeout 20 (--limit w1): the run fails",
+                     "deploy_s": round(wall, 1), "roll_s": round(ended - began, 1), "failed_run": code != 0,
+                     "rolled_back": rolled_back})
+        print(json.dumps(rows[-1]), flush=True)
     finally:
         bed.close()
     first, pool, at_one, at_half = rows[0], rows[1], rows[3], rows[4]
@@ -95,6 +109,9 @@ def main() -> int:
               '"50%" / 1 (roll window)': round(at_half["roll_s"] / at_one["roll_s"], 2)
               if at_half["roll_s"] and at_one["roll_s"] else None,
               '"50%" / 1 (deploy wall)': round(at_half["deploy_s"] / at_one["deploy_s"], 2)}
+    hung = rows[5]
+    ratios["never-answering server: run failed, rolled back, s from the roll's start to the verdict"] = \
+        f"{hung['failed_run']}, {hung['rolled_back']}, {hung['roll_s']}"
     lines = ["| case | deploy wall s | roll window s | requests sent | failed | streams cut | fewest healthy |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
