@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_infra.hostside import checks, dockerapi, gate, report, router_workers, stack, stamp
+from sglang_infra.hostside import apikey, checks, dockerapi, gate, report, router_workers, stack, stamp
 
 KEY = "apikey-0123456789abcdef+/=0123"
 SLUG = "m"
@@ -22,8 +22,8 @@ SLUG = "m"
 @pytest.fixture
 def keyed(tmp_path, monkeypatch):
     """A home whose server config holds KEY, loaded as the gate and the report load it."""
-    monkeypatch.setattr(checks, "_HEADERS", {})
-    monkeypatch.setattr(checks, "_SECRETS", [])
+    monkeypatch.setattr(apikey, "_HEADERS", {})
+    monkeypatch.setattr(apikey, "_SECRETS", [])
     secrets = tmp_path / "docker" / "secrets"
     secrets.mkdir(parents=True)
     (secrets / "server.yaml").write_text(f'api-key: "{KEY}"\n')
@@ -34,8 +34,8 @@ def keyed(tmp_path, monkeypatch):
 
 def test_redact_removes_the_key_as_written_and_as_url_encoded(keyed):
     text = f"server_args=ServerArgs(api_key='{KEY}', port=30000) GET /x?key={KEY.replace('+', '%2B')}"
-    found = checks.redact(text.replace("%2B/=", "%2B%2F%3D"))
-    assert KEY not in found and "%2B" not in found and found.count(checks.REDACTED) == 2
+    found = apikey.redact(text.replace("%2B/=", "%2B%2F%3D"))
+    assert KEY not in found and "%2B" not in found and found.count(apikey.REDACTED) == 2
 
 
 def test_the_gate_prints_the_servers_log_and_stores_its_record_without_the_key(keyed, monkeypatch, capsys):
@@ -48,7 +48,7 @@ def test_the_gate_prints_the_servers_log_and_stores_its_record_without_the_key(k
     shown = capsys.readouterr().err
     assert "server_args=ServerArgs(model_path='/m', api_key='<redacted>', port=30000)" in shown and KEY not in shown
     stored = (keyed / "docker" / stamp.LAST).read_text()
-    assert KEY not in stored and checks.REDACTED in stored
+    assert KEY not in stored and apikey.REDACTED in stored
 
 
 def test_the_status_report_redacts_a_gate_record_written_before_the_gate_did(keyed):
