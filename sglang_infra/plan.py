@@ -14,14 +14,13 @@ which needs every host's plan (preflight.py).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Mapping
 
 from . import ACCOUNT, models, platforms, plantypes, render, toolchain
 from .gpus import derive_flags, parse_snapshot
 from .groups import monitors, roles
-from .hostside import names
+from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
 from .plantypes import LOCAL_URL, AptSource, Gate, HostPlan, MonitorSettings, NodeExporter, Paths, RouterSettings
 from .refusals import Judged, check_host_state, judge, raise_if
@@ -29,8 +28,8 @@ from .snapshot import worker_validated
 
 
 def server_config(api_key: bytes | None) -> bytes | None:
-    """The server's private config file (SGLang's --config YAML; a JSON string is a YAML scalar), or None."""
-    return None if api_key is None else b"api-key: " + json.dumps(api_key.decode()).encode() + b"\n"
+    """The server's private config file (SGLang's --config YAML, hostside/apikey.py's format), or None."""
+    return None if api_key is None else apikey.file_text(api_key.decode())
 
 
 def paths_of(data: Mapping[str, Any]) -> Paths:

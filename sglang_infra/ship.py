@@ -68,10 +68,16 @@ def _load_order(entry: str) -> list[str]:
     return order[:-1]
 
 
+def carried(entry: str) -> list[str]:
+    """The hostside modules program(entry) carries besides hostside/<entry>.py: every one it imports, transitively,
+    each after the ones it imports itself (none: the entry runs alone)."""
+    return _load_order(entry)
+
+
 @lru_cache(maxsize=None)
 def program(entry: str) -> str:
     """The self-contained source of hostside/<entry>.py."""
-    neighbours = _load_order(entry)
+    neighbours = carried(entry)
     if not neighbours:
         return _source(entry)
     return _BOOT.format(

@@ -1,8 +1,8 @@
 """Programs that run on the hosts, not on the control machine.
 
 Standard library only (python3 >= 3.9), except hfpull.py and the pull's
-modules it imports (pull.py, prune.py, pull_errors.py, and pull_locks.py
-through the last), which run in the pull's venv with huggingface_hub;
+modules it imports (pull.py, transfer.py, prune.py, pull_errors.py, and
+pull_locks.py through the last), which run in the pull's venv with huggingface_hub;
 toolchain_check.py runs inside the serving image, router_launch.py inside the
 gateway's image with sglang-router. None of them imports anything outside
 this folder; what they share (the manifest format, the gate's digest, the
@@ -15,12 +15,15 @@ modules it imports into one self-contained source.
     cachestate.py       the model cache, read without the Hub (used by snapshot.py)
     manifest.py         the verified-pull manifest `<repo>/.sglang/<commit>.json`
     hfpull.py           the pull program's command line: `pull` and `prune`, exit codes (huggingface_hub)
-    pull.py             the pull itself: one revision fetched, verified and linked into the cache (Puller)
+    pull.py             the pull itself: one revision listed, fetched, verified and linked into the cache (Puller)
+    transfer.py         the pull's HTTP: where a file is served, ranged GETs with retries and backoff, one file's bytes
     ranges.py           which byte ranges of a blob a pull fetches, and the sidecar of what each holds
     pull_locks.py       the pull's flock'ed files, shared with huggingface_hub's per-blob locks
     pull_errors.py      the pull's exit codes, error types, and exceptions mapped to one line and a code
     prune.py            pruning: every cached model revision not kept is deleted
     checks.py           readiness, the tool-calling check and the benchmark
+    apikey.py           the server's API key: its file's format (read and written here only), its header, redaction
+    bounded.py          reads of a server's answer bounded in bytes and in time
     gate.py             the gate: checks after a change, stamp or roll back
     gate_metrics.py     the last gate's result as Prometheus metrics for the node exporter's textfile collector
     stamp.py            the gate's contract: the digest of what passed

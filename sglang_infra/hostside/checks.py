@@ -12,9 +12,10 @@ on failure they also print a one-line reason on stderr and exit non-zero.
                   completion, with progress on stderr
     models        /health, then the model ids /v1/models lists (scripts/check.sh)
 
-Every read from a server is bounded in bytes and in time (read_bounded,
-bounded_lines), and each check as a whole ends within its --timeout and a
-margin (watchdog).
+Every read from a server is bounded in bytes and in time (bounded.py), and
+each check as a whole ends within its --timeout and a margin (watchdog). The
+key comes from the server's config file (--api-key-file, apikey.py) and is
+redacted from what the checks print or store.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import argparse
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
+
+from .apikey import auth_headers, redact, use_api_key_file
+from .bounded import MAX_ANSWER_BYTES, Unbounded, bounded_lines, error_body, left, read_bounded
 
 # ---------------------------------------------------------------- repetition loops
 # The failure the runbook saw: reasoning_content full of one repeated
@@ -183,111 +185,10 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------- HTTP
-# Set from --api-key-file: the server's API key, read from its file (never passed on a command line).
-_HEADERS = {}
-_SECRETS = []   # the key, as it may appear in a log line or an answer, for redact()
-REDACTED = "<redacted>"
-
-
-def use_api_key_file(path):
-    """Send the key in ``path`` (a YAML line `api-key: KEY`, the server's own config file) with every request."""
-    if not path:
-        return
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "api-key":
-                secret = json.loads(value.strip())
-                _HEADERS["Authorization"] = "Bearer " + secret
-                _SECRETS[:] = sorted({secret, urllib.parse.quote(secret, safe=""),
-                                      urllib.parse.quote_plus(secret, safe="")} - {""}, key=len, reverse=True)
-
-
-def auth_headers():
-    """The headers that carry the key (none without one)."""
-    return dict(_HEADERS)
-
-
-def redact(text):
-    """``text`` without the key: SGLang logs its server args (the key included) at start and /server_info
-    carries it (sgl-project/sglang#37457); whatever a server wrote or answered is redacted before it is
-    printed or stored."""
-    for secret in _SECRETS:
-        text = text.replace(secret, REDACTED)
-    return text
-
-
 def _post(url: str, payload: dict, timeout: float):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json", **_HEADERS}, method="POST")
+                                     headers={"Content-Type": "application/json", **auth_headers()}, method="POST")
     return urllib.request.urlopen(request, timeout=timeout)
-
-
-MAX_ANSWER_BYTES = 16 << 20  # far above any real answer to the checks' prompts
-MAX_LINE_BYTES = 1 << 20     # one line of a stream (one chunk of a few tokens is a few hundred bytes)
-MAX_ERROR_BYTES = 4096       # of an error's body, kept to say why
-MAX_GATEWAY_BYTES = 1 << 20  # a gateway's reply (its worker list: a few hundred bytes a worker)
-
-
-class Unbounded(OSError):
-    """A server's answer that did not end in time or grew past its bound; the message says which."""
-
-
-def _read_timeout(reply, deadline: float) -> None:
-    """Each read of ``reply`` waits at most until ``deadline`` (the socket's own timeout is per read)."""
-    fp = getattr(reply, "fp", None)
-    sock = getattr(getattr(fp, "raw", None), "_sock", None)
-    if sock is not None:
-        sock.settimeout(_left(deadline, 3600))
-
-
-def _blocks(reply, deadline: float, limit: int):
-    """The body's blocks as they arrive; Unbounded when it is not done by ``deadline`` or passes ``limit`` bytes."""
-    size = 0
-    while True:
-        if time.monotonic() > deadline:
-            raise Unbounded("the answer did not finish in time")
-        _read_timeout(reply, deadline)
-        try:
-            block = reply.read1(65536)
-        except (TimeoutError, socket.timeout):
-            raise Unbounded("the answer did not finish in time") from None
-        if not block:
-            return
-        size += len(block)
-        if size > limit:
-            raise Unbounded(f"the answer is larger than {limit} bytes")
-        yield block
-
-
-def read_bounded(reply, deadline: float, limit: int = MAX_ANSWER_BYTES) -> bytes:
-    """The whole body of a server's answer, or Unbounded when it is not complete by ``deadline`` (a monotonic
-    time) or grows past ``limit`` bytes. Every read from a server goes through here or bounded_lines()."""
-    return b"".join(_blocks(reply, deadline, limit))
-
-
-def bounded_lines(reply, deadline: float, limit: int = MAX_ANSWER_BYTES, max_line: int = MAX_LINE_BYTES):
-    """The body's lines as they arrive (a stream), bounded like read_bounded() and each line at ``max_line``."""
-    pending = b""
-    for block in _blocks(reply, deadline, limit):
-        pending += block
-        *lines, pending = pending.split(b"\n")
-        yield from lines
-        if len(pending) > max_line:
-            raise Unbounded(f"a line of the answer is longer than {max_line} bytes")
-    if pending:
-        yield pending
-
-
-def error_body(error, seconds: float = 10, limit: int = 200) -> str:
-    """The start of an HTTP error's body, to say why: read for at most ``seconds``, at most ``limit`` characters."""
-    parts, deadline = [], time.monotonic() + seconds
-    try:
-        for block in _blocks(error, deadline, MAX_ERROR_BYTES):
-            parts.append(block)
-    except (Unbounded, OSError, AttributeError):
-        pass
-    return b"".join(parts).decode(errors="replace")[:limit]
 
 
 def _chat_url(base: str) -> str:
@@ -323,10 +224,10 @@ def list_models(url: str, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     base = url.rstrip("/")
     try:
-        with urllib.request.urlopen(base + "/health", timeout=_left(deadline, timeout)) as reply:
+        with urllib.request.urlopen(base + "/health", timeout=left(deadline, timeout)) as reply:
             read_bounded(reply, deadline, MAX_MODELS_BYTES)
-        request = urllib.request.Request(base + "/v1/models", headers=dict(_HEADERS))
-        with urllib.request.urlopen(request, timeout=_left(deadline, timeout)) as reply:
+        request = urllib.request.Request(base + "/v1/models", headers=auth_headers())
+        with urllib.request.urlopen(request, timeout=left(deadline, timeout)) as reply:
             listed = json.loads(read_bounded(reply, deadline, MAX_MODELS_BYTES))
         models = [m["id"] for m in listed["data"]]
     except urllib.error.HTTPError as error:
@@ -473,12 +374,12 @@ def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: 
                     "problems": [why]}
         try:
             if phase == "health":
-                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=_left(deadline, 10)) as reply:
+                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=left(deadline, 10)) as reply:
                     last_status = reply.status
                 phase = "completion"
             payload = {"model": model, "messages": [{"role": "user", "content": READY_PROMPT}],
                        "max_tokens": 16, "temperature": 0}
-            with _post(_chat_url(url), payload, timeout=_left(deadline, 60)) as reply:
+            with _post(_chat_url(url), payload, timeout=left(deadline, 60)) as reply:
                 answer = json.loads(read_bounded(reply, min(deadline, time.monotonic() + 60)))
             if answer.get("choices"):
                 return {"check": "ready", "ok": True, "problems": [],
@@ -497,11 +398,6 @@ def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: 
                   flush=True)
             last_report = time.monotonic()
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
-
-
-def _left(deadline: float, cap: float) -> float:
-    """A probe's timeout: at most ``cap``, never past the deadline (and never zero, which means blocking)."""
-    return max(0.1, min(cap, deadline - time.monotonic()))
 
 
 # ---------------------------------------------------------------- command line

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import checks, stack
+from . import apikey, bounded, stack
 from .printable import printable
 
 WORKER_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
@@ -47,11 +47,11 @@ MAX_METRICS_BYTES = 4 << 20   # an exposition of a few hundred series
 def read(url, worker=None):
     """One read of ``url``, bounded in bytes and seconds. The key goes only to the serving container's own
     published port (a worker's /metrics needs it when the server has one; a gateway's Prometheus port does not)."""
-    headers = checks.auth_headers() if worker is None and stack.holds(url) else {}
+    headers = apikey.auth_headers() if worker is None and stack.holds(url) else {}
     request = urllib.request.Request(url, headers=headers)
     started = time.monotonic()
     with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
-        return checks.read_bounded(reply, started + TIMEOUT, MAX_METRICS_BYTES).decode(errors="replace")
+        return bounded.read_bounded(reply, started + TIMEOUT, MAX_METRICS_BYTES).decode(errors="replace")
 
 
 def main(argv=None):
@@ -59,13 +59,13 @@ def main(argv=None):
     timeout, url = float(argv[0]), argv[1]
     worker = argv[3] if len(argv) > 3 and argv[2] == "--worker" else None
     if worker is None:
-        checks.use_api_key_file(argv[2] if len(argv) > 2 else None)
+        apikey.use_api_key_file(argv[2] if len(argv) > 2 else None)
     deadline = time.monotonic() + timeout
     count = None
     while True:
         try:
             count = in_flight(read(url, worker), worker)
-        except (urllib.error.URLError, OSError, checks.Unbounded) as error:
+        except (urllib.error.URLError, OSError, bounded.Unbounded) as error:
             print(f"drain: unknown: {url} does not answer ({printable(error)}); no count of requests in flight there")
             return 3
         if count is None:

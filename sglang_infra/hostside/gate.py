@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from . import checks, gate_metrics, names, safefs, stack, stamp
+from . import apikey, checks, gate_metrics, names, safefs, stack, stamp
 from .printable import printable
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
@@ -44,7 +44,7 @@ BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baselin
 def say(line):
     """One line for the operator (and CI): without the API key, whatever the server logged or answered, and
     with control characters escaped in what came from the server or its container."""
-    print(f"gate[{socket.gethostname()}]: {printable(checks.redact(line))}", file=sys.stderr, flush=True)
+    print(f"gate[{socket.gethostname()}]: {printable(apikey.redact(line))}", file=sys.stderr, flush=True)
 
 
 MAX_CONFIG = 16 << 20  # bytes of a compose.yaml or .env the gate copies
@@ -99,7 +99,7 @@ class Gate:
         found = stack.container(self.project, self.service)
         if found is None or found["state"] != "running":
             return f"the container is not running ({found['status'] if found else 'no container'})"
-        if checks.auth_headers() and not stack.holds(self.args.url, self.project, self.service):
+        if apikey.auth_headers() and not stack.holds(self.args.url, self.project, self.service):
             return f"the container does not publish {self.args.url}; the API key is sent to no other port"
         return None
 
@@ -161,7 +161,7 @@ class Gate:
         """The outcome in docker/.last-gate, for the status report and the metrics: ``benchmark`` (benchmark.sh's
         summary) and ``tool_call_ok`` (whether test_tool_calling.sh passed; None: it never ran) are of the config
         the gate tried. A failure to write it fails nothing."""
-        text = checks.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        text = apikey.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                          "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
                                          "tool_call_ok": tool_call_ok, "benchmark": benchmark}, sort_keys=True))
         try:
@@ -257,7 +257,7 @@ def main(argv=None):
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
     args = parser.parse_args(argv)
-    checks.use_api_key_file(args.api_key_file)
+    apikey.use_api_key_file(args.api_key_file)
     return Gate(args).run()
 
 

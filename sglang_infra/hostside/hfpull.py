@@ -2,11 +2,12 @@
 """Resumable, verified model pulls into huggingface_hub's own cache layout.
 
 Shipped to each host (sglang_infra/ship.py bundles it with the modules it
-imports: pull.py, prune.py, pull_locks.py, pull_errors.py, manifest.py,
-ranges.py and the rest) and run there as the service account with a venv
-python that has huggingface_hub installed. This file is the command line
-only; the pull is pull.py, its locks pull_locks.py, pruning prune.py, and
-the exit codes and error messages pull_errors.py.
+imports: pull.py, transfer.py, prune.py, pull_locks.py, pull_errors.py,
+manifest.py, ranges.py and the rest) and run there as the service account
+with a venv python that has huggingface_hub installed. This file is the
+command line only; the pull is pull.py, its HTTP transfer transfer.py, its
+locks pull_locks.py, pruning prune.py, and the exit codes and error messages
+pull_errors.py.
 
     python hfpull.py pull  --cache-dir DIR --repo-id ORG/NAME --revision REV
                            [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N]
@@ -46,7 +47,7 @@ import json
 import os
 import sys
 
-from . import manifest, prune, pull
+from . import manifest, prune, pull, transfer
 from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
 from .pull_locks import DEFAULT_LOCK_WAIT
 
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.umask(0o002)
-    set_client_factory(pull.bounded_client)
+    set_client_factory(transfer.bounded_client)
     if args.cmd == "prune":
         try:
             result = prune.prune(args.cache_dir, args.keep, args.dry_run)

@@ -1,13 +1,13 @@
-"""The pull itself: one revision of a model repo fetched, verified and linked into
+"""The pull itself: one revision of a model repo listed, fetched, verified and linked into
 huggingface_hub's cache layout (Puller), as hfpull.py's `pull` command runs it; see
-hfpull.py for what it adds to `hf download`, ranges.py for how a large file is cut into
-byte ranges, manifest.py for what a verified revision records.
+hfpull.py for what it adds to `hf download`, transfer.py for how a file's bytes come
+over HTTP (ranged GETs, retries), ranges.py for how a large file is cut into byte
+ranges, manifest.py for what a verified revision records.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 import errno
 import hashlib
 import json
@@ -16,40 +16,24 @@ import re
 import stat
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from concurrent.futures import wait as wait_futures
-from urllib.parse import urljoin, urlsplit
+from concurrent.futures import ThreadPoolExecutor
 
-from . import manifest, ranges
+from . import manifest, ranges, transfer
 from .printable import printable
-from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, Retryable, VerifyError
-from .pull_locks import LOCK_POLL, PULL_LOCK, FileLock, held_by
-from .safefs import read_regular, write_atomic
+from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
+from .pull_locks import PULL_LOCK, FileLock, held_by
+from .safefs import unlink_if_present, write_atomic
+from .transfer import LIBRARY_NAME, METADATA_TIMEOUT, Stopped, gather
 from .units import human
 
-import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import HfApi
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
-try:  # the library's own rule for keeping the auth header across a redirect
-    from huggingface_hub.utils._http import _is_same_or_hub_host
-except ImportError:  # pragma: no cover - other library versions
-    _is_same_or_hub_host = None
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
-LIBRARY_NAME = "sglang-infra-hfpull"
 
-CONNECT_TIMEOUT = 30.0  # seconds
-READ_TIMEOUT = 120.0  # seconds without a byte before a read is abandoned
-METADATA_TIMEOUT = 60.0
 PROGRESS_EVERY = 2.0
-FSYNC_EVERY = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
-MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts of one range without progress
-MAX_GET_ATTEMPTS = 50  # total GET attempts for one range, whatever the progress
-RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
 DEFAULT_WORKERS = 8  # files and connections at once, as huggingface_hub's snapshot_download
 MAX_WORKERS = 64
 MAX_TREE_ENTRIES = 200_000
@@ -115,33 +99,6 @@ def safe_relpath(path: str) -> str:
     return os.path.join(*parts)
 
 
-def bounded_client():
-    """huggingface_hub's default client, with finite timeouts instead of none."""
-    from huggingface_hub.utils import _http as hf_http
-
-    client = hf_http.default_client_factory()
-    client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT)
-    return client
-
-
-def _same_origin(a: str, b: str) -> bool:
-    pa, pb = urlsplit(a), urlsplit(b)
-    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
-
-
-def keeps_token(url: str, location: str) -> bool:
-    """
-    Whether the request to ``location``, where ``url`` led, may carry the
-    token: never when the scheme changes away from https (the token would
-    cross the network in clear, whatever the host), else when both are one
-    origin or a Hub origin (huggingface_hub's own rule, whose details vary
-    between its releases; its 1.x compared the host alone).
-    """
-    if urlsplit(url).scheme.lower() == "https" and urlsplit(location).scheme.lower() != "https":
-        return False
-    return _is_same_or_hub_host(url, location) if _is_same_or_hub_host else _same_origin(url, location)
-
-
 # --------------------------------------------------------------------------- pull
 
 
@@ -181,8 +138,11 @@ class Progress:
         self.started = self.last = time.monotonic()
         self.lock = threading.Lock()
 
+    def line(self, what: str) -> None:
+        say(f"pull {self.label}: {what}")
+
     def file_line(self, index: int, path: str, what: str) -> None:
-        say(f"pull {self.label}: file {index}/{self.nfiles} {path} {what}")
+        self.line(f"file {index}/{self.nfiles} {path} {what}")
 
     def update(self, files: int = 0, have: int = 0, fetched: int = 0, active: int = 0, force: bool = False) -> None:
         with self.lock:
@@ -198,97 +158,6 @@ class Progress:
             line = (f"pull {self.label}: {self.files}/{self.nfiles} files, {mib(self.have)}/{mib(self.total)} MiB, "
                     f"{mib(rate)} MiB/s, {self.active} downloading")
         say(line)
-
-
-class _Job:
-    """One blob being fetched: the partial's descriptor, its ranges (start, end, bytes done)
-    and their sidecar (ranges.py), and where the Hub serves it. Range workers write with
-    pwrite at their own offsets, then their own count line in the sidecar."""
-
-    def __init__(self, puller: "Puller", blob: Blob, partial: str, fd: int, spans: list, index: int, path: str,
-                 location: str, headers: dict):
-        self.puller, self.blob, self.partial, self.fd = puller, blob, partial, fd
-        self.spans, self.index, self.path = spans, index, path
-        self.location: str | None = location
-        self.headers = headers
-        self.sidecar = partial + ranges.SIDECAR
-        self.counts: int | None = None  # the sidecar, open for its count lines
-        self.count_at: list[int] = []  # where each range's count line is
-        self.lock = threading.Lock()  # spans
-        self.where_lock = threading.Lock()
-        self.stop = threading.Event()  # a sibling range failed, or the server ignores ranges
-
-    @property
-    def split(self) -> bool:
-        return len(self.spans) > 1
-
-    def span(self, k: int) -> tuple[int, int, int]:
-        with self.lock:
-            return tuple(self.spans[k])
-
-    def grow(self) -> None:
-        """A file fetched as ranges gets its sidecar first, then its full length; one fetched as a
-        single stream keeps its length equal to what it holds."""
-        if self.split:
-            write_atomic(self.sidecar, ranges.document(self.spans, self.blob.size))
-            self.count_at = [ranges.count_offset(self.spans, self.blob.size, k) for k in range(len(self.spans))]
-            self.counts = os.open(self.sidecar, os.O_WRONLY | os.O_NOFOLLOW)
-            os.ftruncate(self.fd, self.blob.size)
-        else:
-            os.ftruncate(self.fd, self.spans[0][2])
-
-    def advance(self, k: int, n: int) -> None:
-        """Range k wrote n more bytes (already in the partial): count them, in the sidecar too."""
-        with self.lock:
-            self.spans[k][2] += n
-            done = self.spans[k][2]
-            if self.counts is not None:
-                os.pwrite(self.counts, ranges.count_line(done), self.count_at[k])
-
-    def rewind(self) -> None:
-        """The server answered a resumed single stream with the whole file: keep it from byte 0."""
-        with self.lock:
-            lost, self.spans[0][2] = self.spans[0][2], 0
-        os.ftruncate(self.fd, 0)
-        self.puller.progress.update(have=-lost)
-
-    def restart(self, why: str) -> None:
-        """The Hub ignored or refused a range request: fetch the file as one stream from byte 0."""
-        self.puller.progress.file_line(self.index, self.path, f"{why}; starting over from byte 0 as one stream")
-        with self.lock:
-            lost = ranges.done(self.spans)
-            self.spans = [[0, self.blob.size, 0]]
-            self._close_counts()
-        _unlink(self.sidecar)
-        os.ftruncate(self.fd, 0)
-        self.stop.clear()
-        self.puller.progress.update(have=-lost)
-
-    def where(self) -> tuple[str, dict]:
-        with self.where_lock:
-            if self.location is None:
-                self.location, self.headers = self.puller._file_location(self.path, self.blob)
-            return self.location, self.headers
-
-    def forget_location(self) -> None:
-        with self.where_lock:
-            self.location = None
-
-    def stopped(self) -> bool:
-        return self.stop.is_set() or self.puller.stop.is_set()
-
-    def _close_counts(self) -> None:
-        if self.counts is not None:
-            os.close(self.counts)
-            self.counts = None
-
-    def close(self) -> None:
-        try:
-            self._close_counts()
-            if not self.split and os.fstat(self.fd).st_size == 0:
-                os.unlink(self.partial)  # nothing worth resuming
-        finally:
-            os.close(self.fd)
 
 
 class Puller:
@@ -312,7 +181,7 @@ class Puller:
         self.progress: Progress | None = None
         self.expect: dict | None = None  # the lock's files ({path: {"size", "sha256", ...}}), see expect_lock()
         self.expect_digest: str | None = None
-        self._ranges: ThreadPoolExecutor | None = None
+        self.transfer: transfer.Transfer | None = None  # the revision's HTTP, once its commit is known
 
     def _count(self, **amounts: int) -> None:
         with self.stats_lock:
@@ -321,12 +190,10 @@ class Puller:
 
     # -- auth: the token only ever lives in request headers
     def _token_arg(self):
-        return self.token if self.token else False
+        return transfer.token_arg(self.token)
 
     def redact(self, text: str) -> str:
-        if self.token:
-            text = text.replace(self.token, "<token>")
-        return text
+        return transfer.redact(text, self.token)
 
     # -- entry point
     def run(self) -> dict:
@@ -524,6 +391,8 @@ class Puller:
         rest at once: a Hub error (gated, not found) is the same for every file."""
         label = f"{self.repo_id}@{commit[:12]}"
         self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
+        self.transfer = transfer.Transfer(self.repo_id, commit, self.endpoint, self.token, self.workers,
+                                          self.progress, self.stop, self._count)
         trust = manifest.trusted_blobs(self.repo_dir)
         self._reclaim_stale_partials({b.name for b in blobs})
         indexed, index = [], 1
@@ -531,13 +400,13 @@ class Puller:
             indexed.append((index, blob))
             index += len(blob.paths)
         with ThreadPoolExecutor(self.workers, "hfpull-file") as files, \
-                ThreadPoolExecutor(self.workers, "hfpull-range") as self._ranges:
+                ThreadPoolExecutor(self.workers, "hfpull-range") as self.transfer.ranges:
             gather([files.submit(self._pull_blob, blob, trust, i, commit) for i, blob in indexed], self.stop)
         self.progress.update(force=True)
 
     def _pull_blob(self, blob: Blob, trust: dict, index: int, commit: str) -> None:
         if self.stop.is_set():
-            raise _Stopped()
+            raise Stopped()
         path0 = blob.paths[0]
         blob_path = os.path.join(self.blobs_dir, blob.name)
         with self._etag_lock(blob.name):
@@ -583,7 +452,7 @@ class Puller:
         have = self._adopt_orphans(blob, partial, index, path)
         p.update(active=1)
         try:
-            verified = self._download(blob, partial, have, index, path)
+            verified = self.transfer.download(blob, partial, have, index, path, self._verify)
         finally:
             p.update(active=-1)
         os.replace(partial, blob_path)
@@ -591,7 +460,7 @@ class Puller:
         if (now.st_dev, now.st_ino) != verified:
             os.unlink(blob_path)
             raise VerifyError(f"{path}: the verified file was replaced before it took its name; run again")
-        _unlink(partial + ranges.SIDECAR)
+        unlink_if_present(partial + ranges.SIDECAR)
         self._count(files_fetched=1)
         self.stats.changed = True
         p.file_line(index, path, f"fetched and verified ({human(blob.size)})")
@@ -624,7 +493,7 @@ class Puller:
             freed += size
         have = 0
         if best is None or best[2] != partial:
-            _unlink(partial + ranges.SIDECAR)  # it described a partial that is gone
+            unlink_if_present(partial + ranges.SIDECAR)  # it described a partial that is gone
         if best is not None:
             have = best[0]
             if best[2] != partial:
@@ -645,7 +514,7 @@ class Puller:
         for name in sorted(os.listdir(self.blobs_dir)):
             if name.endswith(".incomplete" + ranges.SIDECAR):
                 if not os.path.lexists(os.path.join(self.blobs_dir, name[:-len(ranges.SIDECAR)])):
-                    _unlink(os.path.join(self.blobs_dir, name))
+                    unlink_if_present(os.path.join(self.blobs_dir, name))
                 continue
             if not name.endswith(".incomplete"):
                 continue
@@ -667,168 +536,12 @@ class Puller:
                 continue
             try:
                 os.unlink(full)
-                _unlink(full + ranges.SIDECAR)
+                unlink_if_present(full + ranges.SIDECAR)
             finally:
                 lock.release()
             self._count(orphans_reclaimed=1, orphan_bytes=st.st_size)
             self.stats.changed = True
             say(f"pull {self.repo_id}: deleted stale partial {name} ({human(st.st_size)}, older than 24 h)")
-
-    # -- HTTP
-    def _file_location(self, path: str, blob: Blob) -> tuple[str, dict]:
-        """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
-        location, and headers without the token if that location is off the Hub."""
-        url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
-        meta = get_hf_file_metadata(url, token=self._token_arg(), timeout=METADATA_TIMEOUT,
-                                    library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
-        if meta.commit_hash and meta.commit_hash != self.commit:
-            raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
-        if meta.etag and meta.etag != blob.name:
-            raise VerifyError(f"{path}: the Hub's etag {meta.etag} differs from the tree listing {blob.name}")
-        if meta.size is not None and meta.size != blob.size:
-            raise VerifyError(f"{path}: the Hub's size {meta.size} differs from the tree listing {blob.size}")
-        headers = build_hf_headers(token=self._token_arg(), library_name=LIBRARY_NAME)
-        headers["Accept-Encoding"] = "identity"
-        location = urljoin(url, meta.location) if meta.location else url
-        if not keeps_token(url, location):
-            headers.pop("authorization", None)
-        return location, headers
-
-    def _download(self, blob: Blob, partial: str, have: int, index: int, path: str) -> tuple[int, int]:
-        """Fetch what `partial` lacks (per its range sidecar, else everything after its first
-        `have` bytes), then verify size and hash through one descriptor and make it group-readable
-        and writable through the same descriptor (fchmod: a link swapped in after the verify
-        changes nothing); one retry from 0. The verified file's (st_dev, st_ino)."""
-        for attempt in (1, 2):
-            sidecar = read_regular(partial + ranges.SIDECAR, ranges.MAX_SIDECAR_BYTES)
-            spans = ranges.resume(blob.size, have, sidecar, self.workers)
-            if attempt == 1:
-                got = ranges.done(spans)
-                self._count(bytes_missing=blob.size - got, resumed_bytes=got)
-                self.progress.update(have=got)
-                if got:
-                    self.progress.file_line(index, path, f"resuming with {human(got)} of {human(blob.size)} "
-                                                         f"on disk, {len(spans)} range(s)")
-            if ranges.missing(spans):
-                self._fetch(blob, partial, spans, index, path)
-            fd = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                what = self._verify(blob, fd)
-                if what is None:
-                    os.fchmod(fd, 0o664)
-                    st = os.fstat(fd)
-                    return st.st_dev, st.st_ino
-            finally:
-                os.close(fd)
-            self.progress.update(have=-min(os.path.getsize(partial), blob.size))
-            os.unlink(partial)
-            _unlink(partial + ranges.SIDECAR)
-            if attempt == 2:
-                raise VerifyError(f"{path}: {what} after a full download from byte 0")
-            self.progress.file_line(index, path, f"{what}; discarding the partial and fetching from byte 0")
-            have = 0
-
-    def _fetch(self, blob: Blob, partial: str, spans: list, index: int, path: str) -> None:
-        """Fetch the missing part of every range, each on a connection of its own, into `partial`."""
-        location, headers = self._file_location(path, blob)  # errors (gated, ...) surface before any write
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
-        job = _Job(self, blob, partial, fd, spans, index, path, location, headers)
-        try:
-            job.grow()
-            for _ in range(2):
-                todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
-                try:
-                    gather([self._ranges.submit(self._fetch_range, job, k) for k in todo], job.stop)
-                    break
-                except _Restart as e:
-                    job.restart(str(e))
-            else:
-                raise PullError(f"{path}: the Hub answered a single stream as it did the ranges")
-            os.fsync(fd)
-        finally:
-            job.close()
-
-    def _fetch_range(self, job: _Job, k: int) -> None:
-        """Range k of the job, complete: a cut or a transient error is retried from the range's
-        last byte, with backoff (or the wait the Hub asks for), a bounded number of times."""
-        stalled = 0
-        for _ in range(MAX_GET_ATTEMPTS):
-            start, end, before = job.span(k)
-            if before >= end - start:
-                return
-            if job.stopped():
-                raise _Stopped()
-            try:
-                self._get_range(job, k)
-                if job.span(k)[2] < end - start:
-                    raise Retryable("the response ended early")
-            except (httpx2.TransportError, Retryable) as e:
-                done = job.span(k)[2]
-                stalled = 0 if done > before else stalled + 1
-                if stalled >= MAX_STALLED_ATTEMPTS:
-                    raise
-                if isinstance(e, Retryable) and e.refresh:
-                    job.forget_location()  # e.g. an expired signed location
-                asked = e.retry_after if isinstance(e, Retryable) else None
-                wait = asked if asked is not None else min(8.0, 0.5 * 2.0 ** stalled)
-                why = self.redact(str(e).splitlines()[0] if str(e) else type(e).__name__)
-                part = f" (range {start}-{end - 1})" if job.split else ""
-                say(f"pull {self.progress.label}: {job.path}{part}: {why}; retrying from byte {start + done} "
-                    f"in {wait:.1f} s" + (" as the Hub asked" if asked is not None else ""))
-                if _pause(wait, job.stopped):
-                    raise _Stopped()
-        raise PullError(f"{job.path}: gave up after {MAX_GET_ATTEMPTS} attempts")
-
-    def _get_range(self, job: _Job, k: int) -> None:
-        start, end, done = job.span(k)
-        pos = start + done
-        size = job.blob.size
-        location, headers = job.where()
-        h = dict(headers)
-        wanted = ranges.header(pos, end, size)
-        if wanted:
-            h["Range"] = wanted
-        with get_session().stream("GET", location, headers=h, follow_redirects=True) as resp:
-            if resp.status_code == 416 and wanted:
-                raise _Restart("the Hub refused the range request")
-            if resp.status_code in (408, 429, 500, 502, 503, 504):
-                raise Retryable(f"HTTP {resp.status_code}", refresh=resp.status_code != 429,
-                                 retry_after=retry_after(resp.headers))
-            if resp.status_code == 403 and urlsplit(location).hostname != urlsplit(
-                    hf_hub_url(self.repo_id, job.path, revision=self.commit, endpoint=self.endpoint)).hostname:
-                raise Retryable("HTTP 403 from the file location", refresh=True)
-            hf_raise_for_status(resp)
-            if wanted and resp.status_code == 200:
-                if job.split:
-                    raise _Restart("the server ignored the Range request")
-                self.progress.file_line(job.index, job.path,
-                                        "the server ignored the Range request; starting over from byte 0")
-                job.rewind()
-                pos = 0
-            elif resp.status_code == 206:
-                m = re.match(r"bytes (\d+)-(\d+)/", resp.headers.get("Content-Range", ""))
-                if not m or (int(m.group(1)), int(m.group(2))) != (pos, end - 1):
-                    raise PullError(f"{job.path}: the Hub answered range {resp.headers.get('Content-Range')!r} "
-                                    f"to a request for bytes {pos}-{end - 1}")
-            since_sync = 0
-            for chunk in resp.iter_bytes():  # as received: an interruption loses nothing already read
-                if job.stopped():
-                    raise _Stopped()
-                if not chunk:
-                    continue
-                n = len(chunk)
-                if pos + n > end:
-                    raise VerifyError(f"{job.path}: the Hub sent more than the expected {size} bytes"
-                                      if end == size else f"{job.path}: the Hub sent more than bytes {start}-{end - 1}")
-                _pwrite_all(job.fd, chunk, pos)
-                pos += n
-                job.advance(k, n)
-                self._count(bytes_fetched=n)
-                self.progress.update(have=n, fetched=n)
-                since_sync += n
-                if since_sync >= FSYNC_EVERY:
-                    os.fsync(job.fd)
-                    since_sync = 0
 
     # -- links, manifest, refs
     def _link(self, commit: str, path: str, blob_name: str) -> None:
@@ -882,76 +595,3 @@ class Puller:
         os.makedirs(os.path.dirname(ref), exist_ok=True)
         write_atomic(ref, commit.encode())
         self.stats.changed = True
-
-
-class _Restart(Exception):
-    """The Hub ignored or refused a range request: the file is fetched again as one stream."""
-
-
-class _Stopped(PullError):
-    """Another worker failed (its error is the one reported) or the pull was interrupted."""
-
-    def __init__(self):
-        super().__init__("stopped")
-
-
-def gather(futures: list, stop: threading.Event) -> None:
-    """Wait for every future. The first failure sets `stop` (the others end at their next
-    chunk) and is raised once all have ended; an interrupt of the waiting thread does the same."""
-    first: BaseException | None = None
-    try:
-        for future in as_completed(futures):
-            error = future.exception()
-            if error is not None:
-                stop.set()
-                if first is None or (isinstance(first, _Stopped) and not isinstance(error, _Stopped)):
-                    first = error
-    except BaseException:
-        stop.set()
-        wait_futures(futures)
-        raise
-    if first is not None:
-        raise first
-
-
-def _pause(seconds: float, stopped) -> bool:
-    """Sleep up to `seconds`, in short steps; True as soon as `stopped()` is."""
-    deadline = time.monotonic() + seconds
-    for _ in range(int(seconds / LOCK_POLL) + 2):
-        if stopped():
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(LOCK_POLL, left))
-    return stopped()
-
-
-def retry_after(headers) -> float | None:
-    """The wait a 429 or 503 asks for (seconds, or an HTTP date), capped at RETRY_AFTER_MAX; None if none."""
-    value = (headers.get("Retry-After") or "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        seconds = float(value)
-    else:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError, IndexError):
-            return None
-    return min(max(0.0, seconds), RETRY_AFTER_MAX)
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-

@@ -23,7 +23,7 @@ import time
 import re
 import urllib.request
 
-from . import checks, dockerapi, names, safefs, stack, stamp
+from . import apikey, bounded, dockerapi, names, safefs, stack, stamp
 
 GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers, its reply read in full
 
@@ -106,7 +106,7 @@ def last_gate(home):
     """The last gate's record, without the API key (a record written before the gate redacted may hold it)."""
     raw = safefs.read_regular(os.path.join(home, names.DOCKER_DIR, stamp.LAST), 65536)
     try:
-        found = json.loads(checks.redact(raw.decode(errors="replace"))) if raw else None
+        found = json.loads(apikey.redact(raw.decode(errors="replace"))) if raw else None
     except ValueError:
         return {"unreadable": True}
     return found if isinstance(found, dict) else None
@@ -117,7 +117,7 @@ def use_key(home):
     everything the report carries."""
     key_file = os.path.join(home, names.SECRETS_DIR, names.SERVER_CONFIG)
     if os.path.isfile(key_file) and not os.path.islink(key_file):
-        checks.use_api_key_file(key_file)
+        apikey.use_api_key_file(key_file)
 
 
 def gateways(home):
@@ -137,11 +137,11 @@ def gateways(home):
                 raise OSError(f"its container does not run and publish port {found['port']}; nothing was sent")
             address = "127.0.0.1" if addresses[0] in ("0.0.0.0", "::") else addresses[0]
             url = f"http://[{address}]:{found['port']}" if ":" in address else f"http://{address}:{found['port']}"
-            request = urllib.request.Request(url + "/workers", headers=checks.auth_headers())
+            request = urllib.request.Request(url + "/workers", headers=apikey.auth_headers())
             started = time.monotonic()
             with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
-                listed = json.loads(checks.read_bounded(reply, started + GATEWAY_TIMEOUT,
-                                                        checks.MAX_GATEWAY_BYTES)).get("workers", [])
+                listed = json.loads(bounded.read_bounded(reply, started + GATEWAY_TIMEOUT,
+                                                         bounded.MAX_GATEWAY_BYTES)).get("workers", [])
             found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
         except (OSError, ValueError) as error:
             found["error"] = f"the gateway does not answer: {error}"

@@ -16,17 +16,17 @@ that two things come from files instead of the command line:
 import json
 import sys
 
+from . import apikey
+
 
 def api_key(path):
-    """The key in the server's config file (a YAML line `api-key: "KEY"`), or None."""
+    """The key in the server's config file (apikey.py reads it), or None for "-"."""
     if path == "-":
         return None
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "api-key":
-                return json.loads(value.strip())
-    raise SystemExit(f"launch.py: {path} has no api-key line")
+    key = apikey.read_key(path)
+    if key is None:
+        raise SystemExit(f"launch.py: {path} has no {apikey.KEY_FIELD} line")
+    return key
 
 
 def worker_urls(path):

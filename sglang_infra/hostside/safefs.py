@@ -238,6 +238,14 @@ def rename_new(dir_fd, tmp, name, st, before=None):
         raise
 
 
+def unlink_if_present(path):
+    """Remove the name ``path`` (a link itself, not what it points to); nothing when it is already gone."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 class Budget:
     """A walk's bound: at most ``entries`` entries and ``seconds`` of time. ``spend()`` is False once either is
     used up, and ``stopped`` then says which."""

@@ -4,16 +4,21 @@ that the project's own running container publishes (a free port is anyone's to l
 
 from __future__ import annotations
 
+import ast
 import io
 import json
+import re
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from sglang_infra.hostside import checks, dockerapi, gate, report, router_workers, stack, stamp
+from sglang_infra.hostside import (
+    apikey, checks, dockerapi, gate, report, router_launch, router_workers, stack, stamp,
+)
 
 KEY = "apikey-0123456789abcdef+/=0123"
 SLUG = "m"
@@ -22,8 +27,8 @@ SLUG = "m"
 @pytest.fixture
 def keyed(tmp_path, monkeypatch):
     """A home whose server config holds KEY, loaded as the gate and the report load it."""
-    monkeypatch.setattr(checks, "_HEADERS", {})
-    monkeypatch.setattr(checks, "_SECRETS", [])
+    monkeypatch.setattr(apikey, "_HEADERS", {})
+    monkeypatch.setattr(apikey, "_SECRETS", [])
     secrets = tmp_path / "docker" / "secrets"
     secrets.mkdir(parents=True)
     (secrets / "server.yaml").write_text(f'api-key: "{KEY}"\n')
@@ -34,8 +39,8 @@ def keyed(tmp_path, monkeypatch):
 
 def test_redact_removes_the_key_as_written_and_as_url_encoded(keyed):
     text = f"server_args=ServerArgs(api_key='{KEY}', port=30000) GET /x?key={KEY.replace('+', '%2B')}"
-    found = checks.redact(text.replace("%2B/=", "%2B%2F%3D"))
-    assert KEY not in found and "%2B" not in found and found.count(checks.REDACTED) == 2
+    found = apikey.redact(text.replace("%2B/=", "%2B%2F%3D"))
+    assert KEY not in found and "%2B" not in found and found.count(apikey.REDACTED) == 2
 
 
 def test_the_gate_prints_the_servers_log_and_stores_its_record_without_the_key(keyed, monkeypatch, capsys):
@@ -48,7 +53,7 @@ def test_the_gate_prints_the_servers_log_and_stores_its_record_without_the_key(k
     shown = capsys.readouterr().err
     assert "server_args=ServerArgs(model_path='/m', api_key='<redacted>', port=30000)" in shown and KEY not in shown
     stored = (keyed / "docker" / stamp.LAST).read_text()
-    assert KEY not in stored and checks.REDACTED in stored
+    assert KEY not in stored and apikey.REDACTED in stored
 
 
 def test_the_status_report_redacts_a_gate_record_written_before_the_gate_did(keyed):
@@ -158,3 +163,22 @@ def test_the_gate_waits_for_no_port_its_container_does_not_publish(keyed, monkey
     monkeypatch.setattr(dockerapi, "compose_containers", lambda name, socket_path=None: {
         stack.SERVICE: {"state": "running", "ports": [{"IP": "0.0.0.0", "PublicPort": 30000, "Type": "tcp"}]}})
     assert run.gone() is None
+
+
+
+def test_the_key_file_is_written_and_read_in_one_place(tmp_path):
+    """plan.py writes the server's config with apikey.file_text(), and every reader (the checks, the gate, the
+    gateway's launcher) goes through apikey.read_key(): no other module of sglang_infra/ spells out the field."""
+    from sglang_infra import plan
+
+    config = tmp_path / "server.yaml"
+    config.write_bytes(plan.server_config(KEY.encode()))
+    assert apikey.read_key(str(config)) == KEY == router_launch.api_key(str(config))
+    spelled = []
+    for path in sorted(Path(apikey.__file__).parents[1].rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            value = getattr(node, "value", None) if isinstance(node, ast.Constant) else None
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            if isinstance(text, str) and re.fullmatch(r"\s*api-key\s*:?\s*", text) and path.name != "apikey.py":
+                spelled.append(f"{path.name}:{node.lineno}")
+    assert spelled == []

@@ -22,10 +22,9 @@ from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
 from sglang_infra import ship
-from sglang_infra.hostside import cachestate, hfpull, pull_errors, pull_locks, ranges
-from sglang_infra.hostside.pull import (
-    CHUNK, RETRY_AFTER_MAX, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, retry_after, safe_relpath,
-)
+from sglang_infra.hostside import cachestate, hfpull, pull_errors, pull_locks, ranges, transfer
+from sglang_infra.hostside.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath
+from sglang_infra.hostside.transfer import RETRY_AFTER_MAX, Transfer, retry_after
 
 ROOT = Path(__file__).resolve().parents[2]
 # The program as hosts get it: bundled with its neighbours by the loader.
@@ -272,10 +271,11 @@ def test_download_that_never_verifies_fails_with_exit_4(tmp_path, monkeypatch, c
             f.seek(have)
             f.write(b"wrong"[have:])
 
-    monkeypatch.setattr(Puller, "_fetch", fake_fetch)
+    monkeypatch.setattr(Transfer, "fetch", fake_fetch)
     (Path(partial)).write_bytes(b"wr")
+    fetcher = Transfer(p.repo_id, "c" * 40, p.endpoint, None, p.workers, p.progress, p.stop, p._count)
     with pytest.raises(pull_errors.VerifyError) as err:
-        p._download(blob, partial, 2, 1, "w.safetensors")
+        fetcher.download(blob, partial, 2, 1, "w.safetensors", p._verify)
     assert err.value.code == pull_errors.EXIT_VERIFY and "after a full download from byte 0" in str(err.value)
     assert calls == [2, 0] and not os.path.exists(partial)
 
@@ -772,16 +772,13 @@ def file_location_headers(monkeypatch, tmp_path, endpoint, location, library_rul
     """The headers the pull sends to ``location`` when the Hub's HEAD of a file at ``endpoint`` points there."""
     from types import SimpleNamespace
 
-    from sglang_infra.hostside import pull as pull_module
-
     blob = Blob(name="e" * 64, size=10, lfs=True, paths=["model.safetensors"])
     meta = SimpleNamespace(commit_hash="c" * 40, etag=blob.name, size=blob.size, location=location)
-    monkeypatch.setattr(pull_module, "get_hf_file_metadata", lambda *args, **kwargs: meta)
+    monkeypatch.setattr(transfer, "get_hf_file_metadata", lambda *args, **kwargs: meta)
     if library_rule is not None:
-        monkeypatch.setattr(pull_module, "_is_same_or_hub_host", library_rule)
-    puller = Puller(str(tmp_path), "org/gated", "main", endpoint, TOKEN, 0)
-    puller.commit = "c" * 40
-    return puller._file_location(blob.paths[0], blob)
+        monkeypatch.setattr(transfer, "_is_same_or_hub_host", library_rule)
+    fetcher = Transfer("org/gated", "c" * 40, endpoint, TOKEN, 1, None, None, None)
+    return fetcher.location(blob.paths[0], blob)
 
 
 def same_host(url, target):

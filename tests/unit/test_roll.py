@@ -28,6 +28,11 @@ class Output(SimpleNamespace):
         super().__init__(stdout_lines=list(out), stderr_lines=list(err))
 
 
+def shipped(program, command):
+    """True when ``command`` runs hostside/<program>.py as ship.py bundles it (its neighbours' text may name others)."""
+    return f"# {program}.py from sglang_infra/hostside" in command
+
+
 class Host:
     """A worker or a router host: run_shell_command records (host, what) in the shared log and yields to others."""
 
@@ -46,7 +51,7 @@ class Host:
     def run_shell_command(self, command, print_output=False, _stdin=None, **_):
         text = str(command)
         gevent.sleep(0.01)
-        if "router_workers" in text:
+        if shipped("router_workers", text):
             change = json.loads(_stdin)
             if change.get("view"):
                 self.log.append((self.name, "view"))
@@ -59,10 +64,10 @@ class Host:
                 self.gateway.pop(url, None)
             self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
             return True, Output([f"router_workers: {url} done"])
-        if "restore_good" in text:
+        if shipped("restore_good", text):
             self.log.append((self.name, "restore good config"))
             return True, Output()
-        if "drain" in text:
+        if shipped("drain", text):
             self.log.append((self.name, "drain"))
             return True, Output(["drain: no request in flight"])
         if text == UP.drained:
@@ -475,7 +480,7 @@ def test_a_linked_good_copy_is_not_followed(tmp_path, capsys):
 
 @pytest.mark.parametrize("own_port, sent", [(True, True), (False, False)])
 def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port, sent):
-    from sglang_infra.hostside import checks, drain, stack
+    from sglang_infra.hostside import apikey, drain, stack
 
     seen = []
 
@@ -494,7 +499,7 @@ def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port,
         seen.append(request.get_header("Authorization"))
         return Reply()
 
-    monkeypatch.setattr(checks, "auth_headers", lambda: {"Authorization": "Bearer k"})
+    monkeypatch.setattr(apikey, "auth_headers", lambda: {"Authorization": "Bearer k"})
     monkeypatch.setattr(stack, "holds", lambda url, *a: own_port)
     monkeypatch.setattr(drain.urllib.request, "urlopen", urlopen)
     assert drain.main(["1", "http://127.0.0.1:30000/metrics"]) == 0

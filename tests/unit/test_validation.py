@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 
 from harness import PROJECT_DIR
+from sglang_infra.hostside import apikey, bounded
 from sglang_infra.hostside import checks as v
 
 sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
@@ -380,10 +381,10 @@ def test_with_an_api_key_the_checks_send_it_and_the_server_refuses_without(tmp_p
         assert refused.value.code == 401
         assert get(url + "/health")[0] == 200  # readiness needs no key, as in SGLang
         try:
-            v.use_api_key_file(str(config))
+            apikey.use_api_key_file(str(config))
             assert v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
         finally:
-            v._HEADERS.clear()
+            apikey._HEADERS.clear()
         assert not v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
     finally:
         server.shutdown()
@@ -424,7 +425,7 @@ def test_a_stream_dripping_a_byte_every_few_seconds_ends_at_its_deadline(standin
 def test_a_stream_without_a_newline_ends_at_the_line_bound(standin):
     elapsed, result = finished_within(20, v.run_benchmark, standin(failure="endless_line"), "qwen-test", 1, 4, 10,
                                       None, 0.8, None)
-    assert not result["ok"] and f"longer than {v.MAX_LINE_BYTES} bytes" in result["problems"][0], result
+    assert not result["ok"] and f"longer than {bounded.MAX_LINE_BYTES} bytes" in result["problems"][0], result
     assert elapsed < 10, elapsed
 
 
@@ -446,7 +447,7 @@ def test_the_gateways_worker_api_is_read_within_its_deadline(standin, monkeypatc
 
     monkeypatch.setattr(router_workers, "TIMEOUT", 2)
     elapsed, error = finished_within(20, router_workers.registered, standin(failure="drip", drip=0.5))
-    assert isinstance(error, v.Unbounded) and "did not finish in time" in str(error), error
+    assert isinstance(error, bounded.Unbounded) and "did not finish in time" in str(error), error
     assert elapsed < 2 + 2, elapsed
 
 
@@ -460,7 +461,7 @@ def test_the_status_probe_of_a_gateway_is_read_within_its_deadline(standin, monk
     # The probe goes only to a port the gateway's own container publishes (Docker's answer, stood in for here).
     monkeypatch.setattr(report.stack, "published", lambda port, project, service: ["127.0.0.1"])
     elapsed, found = finished_within(20, report.gateways, str(tmp_path))
-    assert found[0]["error"] == f"the gateway does not answer: the answer is larger than {v.MAX_GATEWAY_BYTES} bytes"
+    assert found[0]["error"] == f"the gateway does not answer: the answer is larger than {bounded.MAX_GATEWAY_BYTES} bytes"
     assert elapsed < 2 + 2, elapsed
 
 
