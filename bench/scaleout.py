@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from harness import Testbed  # noqa: E402
-from rolling import BACK, deploy  # noqa: E402
+from rolling import BACK, GATE_END, deploy  # noqa: E402
 from rolling_load import Load  # noqa: E402
 
 W1, W2, W3, W4, GWA, GWB = "bench-so-w1", "bench-so-w2", "bench-so-w3", "bench-so-w4", "bench-so-gwa", "bench-so-gwb"
@@ -39,12 +39,14 @@ MODEL = "qwen3.6-35b-a3b"
 MAX_TOKENS = 200
 ENV = {"STANDIN_LOAD_SECONDS": "2"}
 OUT = ("roll: ", ": taking ", "out of service, restarted at once")
+LOGS = ROOT / "bench" / "results" / "scaleout-logs"   # each case's time-stamped deploy output
 
 
 def window(lines) -> float | None:
-    """Seconds from the first worker that left (or restarted at once) to the last one back and healthy."""
+    """Seconds from the first worker that left (or restarted at once) to the last one back and healthy, or to the
+    last gate's verdict when no gateway answers yet (a first converge: the gateway is deployed after the workers)."""
     starts = [at for at, line in lines if OUT[0] in line and (OUT[1] in line or OUT[2] in line)]
-    ends = [at for at, line in lines if BACK.search(line)]
+    ends = [at for at, line in lines if BACK.search(line) or GATE_END.search(line)]
     return round(max(ends) - min(starts), 1) if starts and ends else None
 
 
@@ -58,6 +60,8 @@ def case(name: str, inventory: Path, gateway: str | None = None) -> dict:
     if code != 0:
         raise SystemExit(f"bench: {name} failed:\n" + "\n".join(line for _, line in lines[-60:]))
     row = {"case": name, "deploy_s": round(wall, 1), "roll_s": window(lines)}
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / f"{name.split('.')[0]}.log").write_text("\n".join(f"{at:8.1f} {line}" for at, line in lines) + "\n")
     if load is not None:
         row.update(sent=load.sent, failed=load.failed, cut=load.cut, fewest_healthy=load.fewest)
     print(json.dumps(row), flush=True)
@@ -87,7 +91,8 @@ def main() -> int:
         rows = [case("1. first converge: one worker behind a fresh gateway", inventory("one.py", [W1], GWB)),
                 case("2. first converge: a new pool of 3 behind a fresh gateway",
                      inventory("three.py", [W2, W3, W4], GWA)),
-                case("3. a worker joins the pool (out of service: at once)", inventory("four.py", [W1, W2, W3, W4], GWA)),
+                case("3. w1 joins the pool: it serves, only the gateway's worker set changes",
+                     inventory("four.py", [W1, W2, W3, W4], GWA)),
                 case("4. change of 4 workers at sglang_max_unavailable 1, under load",
                      inventory("at-one.py", [W1, W2, W3, W4], GWA, mark="b"), gateway),
                 case('5. the same change at "50%", under load',
@@ -106,6 +111,8 @@ def main() -> int:
         bed.close()
     first, pool, at_one, at_half = rows[0], rows[1], rows[3], rows[4]
     ratios = {"new pool of 3 / one worker (deploy wall)": round(pool["deploy_s"] / first["deploy_s"], 2),
+              "new pool of 3 / one worker (roll window)": round(pool["roll_s"] / first["roll_s"], 2)
+              if pool["roll_s"] and first["roll_s"] else None,
               '"50%" / 1 (roll window)': round(at_half["roll_s"] / at_one["roll_s"], 2)
               if at_half["roll_s"] and at_one["roll_s"] else None,
               '"50%" / 1 (deploy wall)': round(at_half["deploy_s"] / at_one["deploy_s"], 2)}
