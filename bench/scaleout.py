@@ -72,6 +72,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
+    global LOGS
+    LOGS = Path(args.out) / "scaleout-logs"
     state = Path(args.out) / "scaleout-state"
     state.mkdir(parents=True, exist_ok=True)
     bed = Testbed(state)
