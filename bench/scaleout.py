@@ -35,6 +35,7 @@ from rolling import BACK, GATE_END, deploy  # noqa: E402
 from rolling_load import Load  # noqa: E402
 
 W1, W2, W3, W4, GWA, GWB = "bench-so-w1", "bench-so-w2", "bench-so-w3", "bench-so-w4", "bench-so-gwa", "bench-so-gwb"
+WORKERS = (W1, W2, W3, W4)
 MODEL = "qwen3.6-35b-a3b"
 MAX_TOKENS = 200
 ENV = {"STANDIN_LOAD_SECONDS": "2"}
@@ -45,6 +46,7 @@ LOGS = ROOT / "bench" / "results" / "scaleout-logs"   # each case's time-stamped
 def window(lines) -> float | None:
     """Seconds from the first worker that left (or restarted at once) to the last one back and healthy, or to the
     last gate's verdict when no gateway answers yet (a first converge: the gateway is deployed after the workers)."""
+    lines = [(at, line) for at, line in lines if any(f"[{worker}]" in line for worker in WORKERS)]   # not gateways
     starts = [at for at, line in lines if OUT[0] in line and (OUT[1] in line or OUT[2] in line)]
     ends = [at for at, line in lines if BACK.search(line) or GATE_END.search(line)]
     return round(max(ends) - min(starts), 1) if starts and ends else None
