@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import ROOT, _COMMAND_RE, parse_output, publish, testbed, timed, timed_deploy, write_inventory  # noqa: E402
+from run import _COMMAND_RE, ROOT, parse_output, publish, testbed, timed, timed_deploy, write_inventory  # noqa: E402
 
 ANSIBLE_DIR = HERE / "ansible"
 PLAYBOOK = ANSIBLE_DIR / "layout.yml"

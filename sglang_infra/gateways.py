@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from . import render
-from .hostside import names
 from .groups import groups_of, roles
+from .hostside import names
 from .inventoryfile import inventory_file
 from .plan import gate_files
 from .plantypes import Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker

@@ -34,7 +34,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from . import lock as lockfile
 from . import models as registry
@@ -152,7 +152,6 @@ def _registry_auth(reference: str, socket_path: str) -> str | None:
 
 def resolve_image(reference: str) -> str:
     """The manifest digest (sha256:...) the registry serves for ``reference`` now, read by the Docker engine."""
-    import http.client
 
     socket_path = _engine_socket()
     headers = {}

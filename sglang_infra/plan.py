@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from . import ACCOUNT, models, platforms, plantypes, render, toolchain
+from . import ACCOUNT, models, plantypes, platforms, render, toolchain
 from .gpus import derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import apikey, names

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from . import platforms
-from .hostside import names
 from .gpus import Derived, GpuInventory
+from .hostside import names
 from .lock import Lock, LockedModel
 from .models import Model
 from .toolchain import BuildContext

@@ -29,10 +29,10 @@ from pyinfra.api.exceptions import PyinfraError
 from . import ACCOUNT, models, platforms, toolchain
 from . import lock as lockfile
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
+from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .hostside import names
 from .hostside.printable import printable
 from .inventoryfile import inventory_dir
-from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .plantypes import HostPlan, Placement, Worker
 from .schema import SCHEMA, image_problem, system_dir_problem
 from .templating import template_path

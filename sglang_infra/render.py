@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import ship
-from .hostside import names
+from . import plantypes, ship
 from .defaults import reasons
 from .gpus import Derived
+from .hostside import names
 from .models import CONTAINER_HF_CACHE, Model
-from . import plantypes
 from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter
 from .templating import render_template, template_text
 

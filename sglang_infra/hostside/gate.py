@@ -23,8 +23,8 @@ set, workers.json, is the fleet's and is never rolled back).
 import argparse
 import json
 import os
-import stat
 import socket
+import stat
 import subprocess
 import sys
 import time

@@ -18,6 +18,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from huggingface_hub import HfApi
+from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.hf_api import RepoFile
+
 from . import manifest, ranges, transfer
 from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
@@ -25,10 +29,6 @@ from .pull_locks import PULL_LOCK, FileLock, held_by
 from .safefs import unlink_if_present, write_atomic
 from .transfer import LIBRARY_NAME, METADATA_TIMEOUT, Stopped, gather
 from .units import human
-
-from huggingface_hub import HfApi
-from huggingface_hub.file_download import repo_folder_name
-from huggingface_hub.hf_api import RepoFile
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 

@@ -15,12 +15,11 @@ the gateway's own GET /workers reports them).
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import time
-
-import re
 import urllib.request
 
 from . import apikey, bounded, dockerapi, names, safefs, stack, stamp

@@ -21,15 +21,15 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from concurrent.futures import wait as wait_futures
 from urllib.parse import urljoin, urlsplit
 
+import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
+from huggingface_hub import get_hf_file_metadata, hf_hub_url
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
 from . import ranges
 from .pull_errors import PullError, Retryable, VerifyError
 from .pull_locks import LOCK_POLL
 from .safefs import read_regular, unlink_if_present, write_atomic
 from .units import human
-
-import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
-from huggingface_hub import get_hf_file_metadata, hf_hub_url
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 try:  # the library's own rule for keeping the auth header across a redirect
     from huggingface_hub.utils._http import _is_same_or_hub_host

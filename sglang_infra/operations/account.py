@@ -14,7 +14,6 @@ from ..platforms import NOLOGIN_SHELL
 from ..snapshot import current
 from .base import diff_wanted, q, snapshot_operation
 
-
 # Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
 DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
                     "docker_group_writable")

@@ -34,21 +34,21 @@ naming the worker that failed and why. Every wait is bounded.
 from __future__ import annotations
 
 import json
-from time import monotonic
 from dataclasses import dataclass, field
+from time import monotonic
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import PyinfraError
 
 from .. import factcache, ship
+from ..hostside.names import MODEL_LABEL
+from ..hostside.stack import QUICK_STOP_SECONDS
 from ..plantypes import Roll
 from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
-from ..hostside.stack import QUICK_STOP_SECONDS
-from ..hostside.names import MODEL_LABEL
 from .stack import restart, stack_section
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-import shlex
-
 import json
+import shlex
 
 import pytest
 
 from sglang_infra import ACCOUNT, ship
 from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
+from sglang_infra.plantypes import (
+    ALERT_RULES,
+    DROPIN_NAME,
+    NODE_EXPORTER_SERVICE,
+    PROMETHEUS_CONFIG,
+    PROMETHEUS_SERVICE,
+    dropin_dir,
+)
 from sglang_infra.platforms import NOLOGIN_SHELL
-from sglang_infra.plantypes import (ALERT_RULES, DROPIN_NAME, NODE_EXPORTER_SERVICE, PROMETHEUS_CONFIG,
-                                    PROMETHEUS_SERVICE, dropin_dir)
 
 
 @pytest.fixture

@@ -23,8 +23,6 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
-
 import huggingface_hub  # noqa: E402
 from huggingface_hub import (  # noqa: E402
     HfApi,
@@ -42,6 +40,8 @@ from huggingface_hub.errors import (  # noqa: E402
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+
+from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
 
 SERVER = TESTS_DIR / "hfstandin" / "server.py"
 REPO = "standin-org/tiny-model"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra import ship, toolchain
 from harness import toolchain_context, write_context
+from sglang_infra import ship, toolchain
 
 CHECK = ship.HOSTSIDE / "toolchain_check.py"
 HASH = "0123456789abcdef" * 4
