@@ -189,7 +189,8 @@ class _Links(html.parser.HTMLParser):
 
     def __init__(self, base: str):
         super().__init__()
-        self.base, self.links = base, []
+        self.base = base
+        self.links: list[tuple[str, str, str | None]] = []
 
     def handle_starttag(self, tag, attrs):
         href = dict(attrs).get("href") if tag == "a" else None

@@ -148,9 +148,9 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             err(key, f"{value!r} is not {spec.kind}", spec.fix)
 
     if "sglang_image" in data:
-        found = image_problem(data["sglang_image"])
-        if found:
-            err("sglang_image", f"{found}; an upgrade must be a deliberate change, not drift on a restart",
+        unpinned = image_problem(data["sglang_image"])
+        if unpinned:
+            err("sglang_image", f"{unpinned}; an upgrade must be a deliberate change, not drift on a restart",
                 SCHEMA["sglang_image"].fix)
 
     if errors:
@@ -199,9 +199,9 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
                 "put only the key in the file, e.g. from `openssl rand -hex 32`")
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
     for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
-        found = system_dir_problem(path)
-        if found:
-            err(key, found, "use a directory of its own, e.g. '/opt/sglang' or '/var/lib/sglang-tools'")
+        shared = system_dir_problem(path)
+        if shared:
+            err(key, shared, "use a directory of its own, e.g. '/opt/sglang' or '/var/lib/sglang-tools'")
     if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
         err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "
             "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
@@ -304,6 +304,7 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
     gateways.place() worked out for it."""
     errors: list[str] = []
     router, name = plan.router, plan.name
+    assert router is not None, "check_fleet judges router hosts only"
 
     def err(key: str, what: str, fix: str) -> None:
         errors.append(problem(name, key, what, fix))

@@ -123,7 +123,8 @@ def _show_drift(found: dict, dirs: dict[str, str], user: str, group: str) -> Non
 def by_size(prefix: str, words: list[str], limit: int):
     """``words`` in batches, each of which with ``prefix`` stays within ``limit`` bytes once quoted again for
     `sh -c` (a word too long alone goes in a batch of its own)."""
-    batch, size = [], len(q(prefix))
+    batch: list[str] = []
+    size = len(q(prefix))
     for word in words:
         cost = 1 + len(q(word))
         if batch and size + cost > limit:

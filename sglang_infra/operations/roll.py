@@ -34,6 +34,7 @@ naming the worker that failed and why. Every wait is bounded.
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from time import monotonic
 
@@ -64,7 +65,7 @@ class PoolState:
     """One pool's roll in this run, shared by its workers' greenlets."""
 
     allowed: int                              # Roll.max_unavailable: out of service at once, at most
-    learning: object                          # gevent lock: the first worker asks the gateways, the others wait
+    learning: AbstractContextManager          # gevent lock: the first worker asks the gateways, the others wait
     out: set[str] | None = None               # the pool's workers out of service now (URLs); None: not asked yet
     listed: set[str] = field(default_factory=set)   # what some gateway listed, healthy or not, when asked
     arrived: set[str] = field(default_factory=set)  # workers of this run that came to the roll
