@@ -281,7 +281,8 @@ def report(summary: dict, counts: list[int], reps: int, names: dict[str, str]) -
         return "-" if value is None else f"{value:.2f}×"
 
     rows, ratios = [], {}
-    tools = [(after, names["after"])] + ([(before, names["before"])] if before else []) + [("ansible", names["ansible"])]
+    tools = [(after, names["after"])] + ([(before, names["before"])] if before else []) \
+        + [("ansible", names["ansible"])]
     for label, name in tools:
         rows.append((f"no-change re-run (s), {name}", [cell(f"{label}_rerun_s", c) for c in counts]))
     for label, name in tools:

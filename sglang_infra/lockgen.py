@@ -42,7 +42,8 @@ from . import toolchain
 from .hostside import dockerapi
 from .hostside.safefs import write_atomic
 
-MAX_REGULAR_FILE = 64 << 20   # a regular (non-LFS) file is small on the Hub; its bytes are hashed in memory-bounded chunks
+# a regular (non-LFS) file is small on the Hub; its bytes are hashed in memory-bounded chunks
+MAX_REGULAR_FILE = 64 << 20
 HTTP_TIMEOUT = 60             # seconds for one index or Hub request
 WHEEL_PLATFORMS = ("any", "linux", "manylinux", "musllinux")   # wheels a Linux serving image could install
 

@@ -133,8 +133,8 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
         guess = _suggest(key, frozenset(SCHEMA) | theirs)
         hint = f"did you mean {guess}? " if guess else ""
         err(key, "unknown key: neither this project's, nor pyinfra's own (a typo would silently fall back to the "
-                 "default)", f"{hint}the known keys are listed in docs/variables.md and group_data/all.py; keys of your "
-                             f"own start with {SITE_PREFIX}")
+                 "default)", f"{hint}the known keys are listed in docs/variables.md and group_data/all.py; "
+                             f"keys of your own start with {SITE_PREFIX}")
 
     missing = [key for key in SCHEMA if key not in data]
     for key in missing:

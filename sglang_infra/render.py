@@ -138,7 +138,8 @@ def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
     return render_template(
         "templates/router-compose.yaml.j2", **plan.template_values,
-        gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
+        gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why,
+        mount=GATEWAY_IN_CONTAINER,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         server_config=SERVER_CONFIG_IN_CONTAINER,

@@ -181,7 +181,8 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
             # whether what runs now is what the gate last passed (the stamp, hostside/stamp.py)
-            "current": stamp_current((snapshot.get("gate") or {}).get("stamp"), (snapshot.get("gate") or {}).get("digest"))},
+            "current": stamp_current((snapshot.get("gate") or {}).get("stamp"),
+                                     (snapshot.get("gate") or {}).get("digest"))},
         "drift": {"operations": len(drift), "names": drift},
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},

@@ -108,8 +108,8 @@ WEATHER_TOOL = {
 TOOL_PROMPT = "What is the weather in Paris right now, in celsius? Use the tool."
 # Markup that parsers turn into tool_calls; left in content it means the parser did not run.
 _RAW_MARKUP = re.compile(r"<tool_call>|</tool_call>|<function=|<\|tool_call|\"arguments\"\s*:", re.I)
-_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict,
-               "array": list}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float),
+                                                 "boolean": bool, "object": dict, "array": list}
 
 
 def schema_problem(value, schema: dict, path: str = "arguments") -> str | None:

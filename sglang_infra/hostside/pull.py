@@ -444,7 +444,8 @@ class Puller:
                 p.update(have=blob.size)
                 return
             if stat.S_ISREG(st.st_mode) and self._verify_path(blob, blob_path) is None:
-                p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
+                p.file_line(index, path,
+                            f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
                 p.update(have=blob.size)
                 return
             p.file_line(index, path, "blob on disk is wrong (size or hash); fetching it again")
@@ -507,7 +508,8 @@ class Puller:
             self.stats.changed = True
             assert self.progress is not None
             self.progress.file_line(index, path, f"reclaimed {reclaimed} orphan partial(s): adopted {adopted} "
-                                                 f"({human(have if adopted else 0)}), deleted {deleted} ({human(freed)})")
+                                                 f"({human(have if adopted else 0)}), "
+                                                 f"deleted {deleted} ({human(freed)})")
         return have
 
     def _reclaim_stale_partials(self, wanted: set[str]) -> None:

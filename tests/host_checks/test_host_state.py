@@ -244,8 +244,9 @@ def test_the_last_gate_passed_for_what_runs_now(serving):
     target = serving
     gate = target.snapshot["gate"]
     assert gate["stamp"] is not None, "the gate never passed on this host"
-    assert names.stamp_current(gate["stamp"], gate["digest"]), ("the last gate record is not for the config and container running now "
-                                             "(changed, restarted or rolled back since); run the deploy")
+    assert names.stamp_current(gate["stamp"], gate["digest"]), (
+        "the last gate record is not for the config and container running now "
+        "(changed, restarted or rolled back since); run the deploy")
 
 
 def test_the_server_reads_the_model_cache_read_only(serving):
