@@ -34,7 +34,8 @@ router = []
 
 def _sandbox_hosts():
     """The sandbox host written by scripts/sandbox.sh, or nothing."""
-    state_file = Path(os.environ.get("SGLANG_SANDBOX_STATE", Path(__file__).resolve().parent / ".sandbox" / "hosts.json"))
+    default = Path(__file__).resolve().parent / ".sandbox" / "hosts.json"
+    state_file = Path(os.environ.get("SGLANG_SANDBOX_STATE", default))
     if not state_file.is_file():
         raise SystemExit(
             f"inventory.py: no hosts in production or quality, and no sandbox at {state_file}. "

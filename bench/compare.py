@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import ROOT, _COMMAND_RE, parse_output, publish, testbed, timed, timed_deploy, write_inventory  # noqa: E402
+from run import _COMMAND_RE, ROOT, parse_output, publish, testbed, timed, timed_deploy, write_inventory  # noqa: E402
 
 ANSIBLE_DIR = HERE / "ansible"
 PLAYBOOK = ANSIBLE_DIR / "layout.yml"
@@ -281,7 +281,8 @@ def report(summary: dict, counts: list[int], reps: int, names: dict[str, str]) -
         return "-" if value is None else f"{value:.2f}×"
 
     rows, ratios = [], {}
-    tools = [(after, names["after"])] + ([(before, names["before"])] if before else []) + [("ansible", names["ansible"])]
+    tools = [(after, names["after"])] + ([(before, names["before"])] if before else []) \
+        + [("ansible", names["ansible"])]
     for label, name in tools:
         rows.append((f"no-change re-run (s), {name}", [cell(f"{label}_rerun_s", c) for c in counts]))
     for label, name in tools:

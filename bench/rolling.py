@@ -92,10 +92,11 @@ def one_case(name, inventory, gateway) -> dict:
         time.sleep(3)
     gates = gate_times(lines)
     if code != 0:
-        raise SystemExit(f"bench: the {name} deploy failed:\n" + "\n".join(l for _, l in lines[-60:]))
+        raise SystemExit(f"bench: the {name} deploy failed:\n" + "\n".join(line for _, line in lines[-60:]))
     return {"case": name, "sent": load.sent, "failed": load.failed, "cut": load.cut, "fewest_healthy": load.fewest,
             "deploy_s": round(wall, 1), "roll_s": round(roll_window(lines), 1) if roll_window(lines) else None,
-            "gate_sum_s": round(sum(gates.values()), 1) if gates else None, "gates_s": {h: round(v, 1) for h, v in gates.items()},
+            "gate_sum_s": round(sum(gates.values()), 1) if gates else None,
+            "gates_s": {h: round(v, 1) for h, v in gates.items()},
             "errors": load.errors[:5]}
 
 
@@ -118,7 +119,7 @@ def main() -> int:
 
         code, lines, _ = deploy(inventory("converge.py", "a"))
         if code != 0:
-            raise SystemExit("bench: the first converge failed:\n" + "\n".join(l for _, l in lines[-60:]))
+            raise SystemExit("bench: the first converge failed:\n" + "\n".join(line for _, line in lines[-60:]))
         gateway = f"http://{hosts[GW].address}:30080"
         rows = [one_case("rolling (this deploy)", inventory("rolling.py", "b"), gateway),
                 one_case("control: all at once (no gateway in the run)", inventory("control.py", "c", routed=False),

@@ -21,7 +21,8 @@ sglang_admins = []
 
 # ---------------------------------------------------------------- Docker engine
 
-# Where the engine comes from: 'distribution' (the OS archive) or 'docker' (Docker's apt repository, needed on Debian 12, whose archive has no compose v2).
+# Where the engine comes from: 'distribution' (the OS archive) or 'docker' (Docker's apt repository, needed on Debian
+# 12, whose archive has no compose v2).
 sglang_docker_source = "distribution"
 
 # Base URL of Docker's apt repository, used only when sglang_docker_source is 'docker'.
@@ -35,7 +36,8 @@ sglang_apt_cache_time = 86400
 # Pinned SGLang release; an upgrade must be a deliberate, tested change, never drift on a restart.
 sglang_image = "lmsysorg/sglang:v0.5.16"
 
-# Image archive (`docker save`, gzipped or not) on the control machine, loaded on hosts that lack sglang_image, for sites without registry access; None pulls from the registry.
+# Image archive (`docker save`, gzipped or not) on the control machine, loaded on hosts that lack sglang_image, for
+# sites without registry access; None pulls from the registry.
 sglang_image_archive = None
 
 # Template that becomes docker/compose.yaml; a site may point at its own copy.
@@ -50,10 +52,12 @@ sglang_bind_address = "0.0.0.0"
 # GPUs reserved for the container: 'all' or a count. Hosts where nvidia-smi finds no GPU get no reservation.
 sglang_gpus = "all"
 
-# Refuse hosts where nvidia-smi finds no GPU: a real model cannot be served without one. Only a stand-in sandbox sets False.
+# Refuse hosts where nvidia-smi finds no GPU: a real model cannot be served without one. Only a stand-in sandbox sets
+# False.
 sglang_require_gpu = True
 
-# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime; off, such a host is refused with the install hint.
+# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime;
+# off, such a host is refused with the install hint.
 sglang_install_nvidia_toolkit = False
 
 # Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
@@ -62,18 +66,24 @@ sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
 
-# Extra environment for the server container (e.g. NCCL settings); the launch flags' own variables are set by the deploy.
+# Extra environment for the server container (e.g. NCCL settings); the launch flags' own variables are set by the
+# deploy.
 sglang_extra_env = {}
 
-# File on the control machine holding the API key clients must send (Authorization: Bearer); None leaves the API open to whoever reaches sglang_bind_address:sglang_port. It reaches the server in a 0600 config file, never on a command line.
+# File on the control machine holding the API key clients must send (Authorization: Bearer); None leaves the API open to
+# whoever reaches sglang_bind_address:sglang_port. It reaches the server in a 0600 config file, never on a command line.
 sglang_api_key_file = None
 
-# Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented out.
+# Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented
+# out.
 sglang_debug_logging = False
 
 # ---------------------------------------------------------------- Models
 
-# The vetted models by key: repo id; revision, the commit that passed the gate (shipped unset: pin the one your site validated, a model without one is refused); role; served_name, the name clients send; the parsers it needs (without them reasoning is not split from the answer and tool calls arrive as plain text); baseline_tok_s, its aggregate output tok/s at 8 concurrent requests, from the runbook.
+# The vetted models by key: repo id; revision, the commit that passed the gate (shipped unset: pin the one your site
+# validated, a model without one is refused); role; served_name, the name clients send; the parsers it needs (without
+# them reasoning is not split from the answer and tool calls arrive as plain text); baseline_tok_s, its aggregate output
+# tok/s at 8 concurrent requests, from the runbook.
 sglang_models = {
     "qwen3.6-35b-a3b-awq": {
         "repo_id": "QuantTrio/Qwen3.6-35B-A3B-AWQ",
@@ -95,7 +105,8 @@ sglang_models = {
     },
 }
 
-# Known-broken quants, refused on every host (repo ids compare case-insensitively): both loop on repetition in reasoning_content while still returning valid-looking tool_calls.
+# Known-broken quants, refused on every host (repo ids compare case-insensitively): both loop on repetition in
+# reasoning_content while still returning valid-looking tool_calls.
 sglang_denied_models = {
     "QuantTrio/Qwen3.6-27B-AWQ": {
         "failure": "repetition loops in reasoning_content under tool calling",
@@ -116,19 +127,26 @@ sglang_cached_models = []
 # Hub endpoint for pulls (a mirror or an air-gapped site's own); None is huggingface_hub's default, the Hub itself.
 sglang_hf_endpoint = None
 
-# File on the control machine holding a Hub token for gated repos; None reads HF_TOKEN from the control machine's environment, if set. Uploaded 0600 for the pull only.
+# File on the control machine holding a Hub token for gated repos; None reads HF_TOKEN from the control machine's
+# environment, if set. Uploaded 0600 for the pull only.
 sglang_hf_token_file = None
 
-# Remove cached revisions that this host neither serves nor keeps (through huggingface_hub's cache API); off because a re-download costs hours.
+# Remove cached revisions that this host neither serves nor keeps (through huggingface_hub's cache API); off because a
+# re-download costs hours.
 sglang_prune_models = False
 
-# Seconds a pull waits for another pull of the same repo or blob (an admin's hand pull included) before it fails, naming the lock and its holder: a large shard over a slow link can take this long.
+# Seconds a pull waits for another pull of the same repo or blob (an admin's hand pull included) before it fails, naming
+# the lock and its holder: a large shard over a slow link can take this long.
 sglang_pull_lock_wait = 1800
 
-# The lock written by scripts/lock.sh (a path relative to the inventory's directory, or absolute): when the file exists, models are pulled at its commits and verified against its sha256 per file, the image is pulled by its digest and the toolchain wheels are installed with --require-hashes; when it does not exist, the pins above are used as they are. None ignores any lock.
+# The lock written by scripts/lock.sh (a path relative to the inventory's directory, or absolute): when the file exists,
+# models are pulled at its commits and verified against its sha256 per file, the image is pulled by its digest and the
+# toolchain wheels are installed with --require-hashes; when it does not exist, the pins above are used as they are.
+# None ignores any lock.
 sglang_lock = "sglang.lock"
 
-# Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each connection, not the link, so shards come side by side and a large file as byte ranges.
+# Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each
+# connection, not the link, so shards come side by side and a large file as byte ranges.
 sglang_pull_workers = 8
 
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
@@ -139,36 +157,43 @@ sglang_huggingface_hub_version = "2.4.0"
 
 # ---------------------------------------------------------------- Toolchain image
 
-# Serve a thin image built FROM sglang_image with the pins below (the runbook's fix, kept off the host's own toolkit); False serves sglang_image as it is, for an image that already carries matching pins.
+# Serve a thin image built FROM sglang_image with the pins below (the runbook's fix, kept off the host's own toolkit);
+# False serves sglang_image as it is, for an image that already carries matching pins.
 sglang_toolchain_image = True
 
-# One flashinfer release for flashinfer-python, flashinfer-cubin and flashinfer-jit-cache: SGLang refuses to start when they differ.
+# One flashinfer release for flashinfer-python, flashinfer-cubin and flashinfer-jit-cache: SGLang refuses to start when
+# they differ.
 sglang_flashinfer_version = "0.6.14"
 
 # Per-package override {package: version}, only for moving all three together; one set apart from the others is refused.
 sglang_flashinfer_versions = {}
 
-# CUDA flavour of flashinfer's wheel index and of the jit-cache's local version (0.6.14+cu130); must match the SGLang image's.
+# CUDA flavour of flashinfer's wheel index and of the jit-cache's local version (0.6.14+cu130); must match the SGLang
+# image's.
 sglang_cuda_flavor = "cu130"
 
 # CUDA flavour the pinned SGLang image is built for; a JIT cache for another CUDA holds kernels built for it.
 sglang_image_cuda_flavor = "cu130"
 
-# The CUDA 13 compiler from pip (nvidia-cuda-nvcc, with nvidia-nvvm and nvidia-cuda-crt at the same version) linked as CUDA_HOME in the image; the host's nvcc was CUDA 12.0 against SGLang's CUDA 13 stack.
+# The CUDA 13 compiler from pip (nvidia-cuda-nvcc, with nvidia-nvvm and nvidia-cuda-crt at the same version) linked as
+# CUDA_HOME in the image; the host's nvcc was CUDA 12.0 against SGLang's CUDA 13 stack.
 sglang_nvcc_version = "13.3.73"
 
 # Package index for pip, on hosts (the pull's venv) and in the image build; None is pip's own default.
 sglang_pip_index_url = None
 
-# flashinfer's own wheel index ({cuda_flavor} is filled in), an extra index for the build: flashinfer-cubin and flashinfer-jit-cache for CUDA 13 come from there; None adds none.
+# flashinfer's own wheel index ({cuda_flavor} is filled in), an extra index for the build: flashinfer-cubin and
+# flashinfer-jit-cache for CUDA 13 come from there; None adds none.
 sglang_flashinfer_index_url = "https://flashinfer.ai/whl/{cuda_flavor}"
 
-# PEM bundle on the control machine for sites behind a TLS-intercepting proxy, trusted by pip during the image build and by the image; None adds none.
+# PEM bundle on the control machine for sites behind a TLS-intercepting proxy, trusted by pip during the image build and
+# by the image; None adds none.
 sglang_extra_ca_bundle = None
 
 # ---------------------------------------------------------------- Validation gate
 
-# When the gate runs: 'on-change' after any change to compose.yaml, .env, the image or the scripts; 'always' on every run.
+# When the gate runs: 'on-change' after any change to compose.yaml, .env, the image or the scripts; 'always' on every
+# run.
 sglang_validate = "on-change"
 
 # Seconds to wait for /health and then a first completion after a (re)start; SGLang's own tests allow 600 s.
@@ -183,7 +208,8 @@ sglang_benchmark_max_tokens = 256
 # benchmark.sh fails below this fraction of the model's baseline: room for run-to-run noise, not for a regression.
 sglang_benchmark_min_fraction = 0.8
 
-# Apply again a config that already failed its gate on a host (kept there as compose.yaml.failed); off, so a cron'd re-run does not repeat the outage (recreate, wait, fail, roll back) until the data changes.
+# Apply again a config that already failed its gate on a host (kept there as compose.yaml.failed); off, so a cron'd
+# re-run does not repeat the outage (recreate, wait, fail, roll back) until the data changes.
 sglang_retry_failed = False
 
 # ---------------------------------------------------------------- Fleet front door (router group)
@@ -191,37 +217,47 @@ sglang_retry_failed = False
 # Address the gateways use to reach this host's API (sglang_port); None uses its ssh_hostname, else its inventory name.
 sglang_worker_address = None
 
-# Image of the gateway (sglang-router's Model Gateway); None runs the pinned sglang_image, which carries sglang-router. Set it apart only to pin the gateway separately, and pin it: a floating tag would change the front door on a restart.
+# Image of the gateway (sglang-router's Model Gateway); None runs the pinned sglang_image, which carries sglang-router.
+# Set it apart only to pin the gateway separately, and pin it: a floating tag would change the front door on a restart.
 sglang_router_image = None
 
-# Registry keys this router host fronts, one gateway (container and port) each; None fronts every model some host of the inventory serves.
+# Registry keys this router host fronts, one gateway (container and port) each; None fronts every model some host of the
+# inventory serves.
 sglang_router_models = None
 
-# How the gateway picks a worker: cache_aware sends a prompt to the worker whose RadixAttention cache already holds its prefix, and balances by load once the workers are uneven; also random, round_robin, power_of_two or manual.
+# How the gateway picks a worker: cache_aware sends a prompt to the worker whose RadixAttention cache already holds its
+# prefix, and balances by load once the workers are uneven; also random, round_robin, power_of_two or manual.
 sglang_router_policy = "cache_aware"
 
-# Host address the gateways publish their ports on; None: every address when clients must send sglang_api_key_file's key (or the network is trusted), else refused: without a key anyone who reaches the port can add a worker of theirs and receive every prompt.
+# Host address the gateways publish their ports on; None: every address when clients must send sglang_api_key_file's key
+# (or the network is trusted), else refused: without a key anyone who reaches the port can add a worker of theirs and
+# receive every prompt.
 sglang_router_bind_address = None
 
-# Serve a gateway without an API key on every address; off, so an open front door is a decision: everyone who reaches its port could add a worker (POST /workers) and read every prompt.
+# Serve a gateway without an API key on every address; off, so an open front door is a decision: everyone who reaches
+# its port could add a worker (POST /workers) and read every prompt.
 sglang_router_trusted_network = False
 
-# Host address the gateways' Prometheus ports are published on; loopback, because the metrics name every worker and its load: name an address for a scraper on another machine.
+# Host address the gateways' Prometheus ports are published on; loopback, because the metrics name every worker and its
+# load: name an address for a scraper on another machine.
 sglang_router_prometheus_bind_address = "127.0.0.1"
 
-# Port of the first model's gateway (the first model of sglang_models); each later model in the registry takes the next port, so adding a model at the end moves no one.
+# Port of the first model's gateway (the first model of sglang_models); each later model in the registry takes the next
+# port, so adding a model at the end moves no one.
 sglang_router_port = 30080
 
 # Prometheus port of the first model's gateway, numbered the same way (sglang-router's own default is 29000).
 sglang_router_prometheus_port = 29000
 
-# Seconds between the gateway's health checks of each worker; sglang-router's default of 60 (with 3 failures) kept a dead worker in rotation for about 3 minutes.
+# Seconds between the gateway's health checks of each worker; sglang-router's default of 60 (with 3 failures) kept a
+# dead worker in rotation for about 3 minutes.
 sglang_router_health_check_interval = 5
 
 # Seconds a worker's /health may take before the check counts as failed; below the interval, so checks never pile up.
 sglang_router_health_check_timeout = 3
 
-# Consecutive failed checks before a worker leaves rotation: 2 rides out one slow answer and still drops a dead worker within about 10 s.
+# Consecutive failed checks before a worker leaves rotation: 2 rides out one slow answer and still drops a dead worker
+# within about 10 s.
 sglang_router_health_failure_threshold = 2
 
 # Consecutive passed checks before a worker comes back: 1, because the deploy only lists workers that passed their gate.
@@ -230,74 +266,96 @@ sglang_router_health_success_threshold = 1
 # Seconds one request may take through the gateway; long reasoning answers at a 262144-token context take minutes.
 sglang_router_request_timeout = 1800
 
-# Seconds the gateway waits for its listed workers when it starts: they already passed their gate and answer at once, so a long wait would only delay the front door.
+# Seconds the gateway waits for its listed workers when it starts: they already passed their gate and answer at once, so
+# a long wait would only delay the front door.
 sglang_router_worker_startup_timeout = 120
 
-# SGLang's /metrics on its own port: a rolling restart reads sglang:num_running_reqs and sglang:num_queue_reqs there to know a worker out of its gateways has finished its requests (else it asks the gateway).
+# SGLang's /metrics on its own port: a rolling restart reads sglang:num_running_reqs and sglang:num_queue_reqs there to
+# know a worker out of its gateways has finished its requests (else it asks the gateway).
 sglang_enable_metrics = True
 
-# Seconds a worker taken out of its gateways may take to finish its requests in flight before it is restarted anyway; compose's stop_grace_period is this plus 30 s, so Docker never SIGKILLs SGLang while it finishes them.
+# Seconds a worker taken out of its gateways may take to finish its requests in flight before it is restarted anyway;
+# compose's stop_grace_period is this plus 30 s, so Docker never SIGKILLs SGLang while it finishes them.
 sglang_drain_timeout = 300
 
-# Workers of one pool (one model behind the same gateways) that may be out of service at once during a change, counting those already out: an integer, or a share "N%" of the pool rounded down and never below 1 (as Kubernetes' maxUnavailable, it grows with the pool without an edit). 1 keeps every other worker serving while a change rolls; it must stay below the pool's size. Workers out of service (new, stopped, crashed) restart at once regardless.
+# Workers of one pool (one model behind the same gateways) that may be out of service at once during a change, counting
+# those already out: an integer, or a share "N%" of the pool rounded down and never below 1 (as Kubernetes'
+# maxUnavailable, it grows with the pool without an edit). 1 keeps every other worker serving while a change rolls; it
+# must stay below the pool's size. Workers out of service (new, stopped, crashed) restart at once regardless.
 sglang_max_unavailable = 1
 
-# ---------------------------------------------------------------- Fleet metrics (every host; Prometheus on the monitor group)
+# ---------------------------------------------------------- Fleet metrics (every host; Prometheus on the monitor group)
 
-# Debian's prometheus-node-exporter on every host: the host's CPU, memory and disks, and, through its textfile collector, the gate's last result (pass or fail, tool calls, tok/s against the model's baseline, whether the running config is the one that passed).
+# Debian's prometheus-node-exporter on every host: the host's CPU, memory and disks, and, through its textfile
+# collector, the gate's last result (pass or fail, tool calls, tok/s against the model's baseline, whether the running
+# config is the one that passed).
 sglang_node_exporter = True
 
-# Host address the node exporter listens on; loopback, because it describes the host to whoever reaches it: name the address the monitor hosts reach this host on (the deploy refuses loopback when a monitor host elsewhere scrapes it).
+# Host address the node exporter listens on; loopback, because it describes the host to whoever reaches it: name the
+# address the monitor hosts reach this host on (the deploy refuses loopback when a monitor host elsewhere scrapes it).
 sglang_node_exporter_bind_address = "127.0.0.1"
 
 # The node exporter's port (its own default).
 sglang_node_exporter_port = 9100
 
-# Where Prometheus listens on a monitor host (address:port); loopback, because its API answers every query about the fleet and takes no password: name the address a site's Grafana reaches.
+# Where Prometheus listens on a monitor host (address:port); loopback, because its API answers every query about the
+# fleet and takes no password: name the address a site's Grafana reaches.
 sglang_prometheus_listen_address = "127.0.0.1:9090"
 
-# How long Prometheus keeps samples (a Prometheus duration); 15d, Debian's default, covers two weeks of comparisons at a few GB for a small fleet.
+# How long Prometheus keeps samples (a Prometheus duration); 15d, Debian's default, covers two weeks of comparisons at a
+# few GB for a small fleet.
 sglang_prometheus_retention = "15d"
 
-# How often Prometheus scrapes each target (a Prometheus duration); 15s resolves a queue that builds within a minute at a modest load on the hosts.
+# How often Prometheus scrapes each target (a Prometheus duration); 15s resolves a queue that builds within a minute at
+# a modest load on the hosts.
 sglang_prometheus_scrape_interval = "15s"
 
-# How long a target may be down, or a worker unhealthy in its gateway, before the alert fires: 2m rides out a drained restart's gap without paging anyone.
+# How long a target may be down, or a worker unhealthy in its gateway, before the alert fires: 2m rides out a drained
+# restart's gap without paging anyone.
 sglang_alert_down_for = "2m"
 
-# The gate's measured tok/s under this fraction of the model's baseline raises an alert: half the baseline is a broken GPU or flag, not noise.
+# The gate's measured tok/s under this fraction of the model's baseline raises an alert: half the baseline is a broken
+# GPU or flag, not noise.
 sglang_alert_throughput_fraction = 0.5
 
-# Requests waiting in a worker's queue above this many, for sglang_alert_queue_for, raise an alert: the fleet needs another worker.
+# Requests waiting in a worker's queue above this many, for sglang_alert_queue_for, raise an alert: the fleet needs
+# another worker.
 sglang_alert_queue_depth = 16
 
-# How long the queue must stay above sglang_alert_queue_depth before the alert fires: a burst is served within minutes; a backlog is not.
+# How long the queue must stay above sglang_alert_queue_depth before the alert fires: a burst is served within minutes;
+# a backlog is not.
 sglang_alert_queue_for = "10m"
 
 # The filesystem holding hf-cache with less than this fraction free raises an alert: the next model pull would not fit.
 sglang_alert_disk_free_fraction = 0.1
 
-# How long the running config may differ from the one that passed its gate before the alert fires: a deploy in progress differs for minutes.
+# How long the running config may differ from the one that passed its gate before the alert fires: a deploy in progress
+# differs for minutes.
 sglang_alert_config_for = "15m"
 
 # ---------------------------------------------------------------- Launch flags
 
-# The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.
+# The AWQ Marlin kernel needs FP16, not the model's BF16, on GPUs before SM90 (SGLang warns: Marlin with bf16 before
+# SM90). 'derive' sets float16 for AWQ/GPTQ models on such GPUs, else the model's own dtype.
 sglang_dtype = "derive"
 
-# The Mamba/GDN conv-state cache stays BF16 unless told, and crashes against the FP16 compute path; it must match sglang_dtype ('derive' follows it).
+# The Mamba/GDN conv-state cache stays BF16 unless told, and crashes against the FP16 compute path; it must match
+# sglang_dtype ('derive' follows it).
 sglang_mamba_conv_dtype = "derive"
 
-# Without an explicit ratio the Mamba/KV split can leave zero request slots (max_num_reqs=0), as seen with the FP8 release.
+# Without an explicit ratio the Mamba/KV split can leave zero request slots (max_num_reqs=0), as seen with the FP8
+# release.
 sglang_mamba_full_memory_ratio = 0.9
 
-# Caps SGLang's static pools (weights + Mamba/KV) at this fraction ({value}) of GPU memory, leaving explicit headroom instead of auto-sizing.
+# Caps SGLang's static pools (weights + Mamba/KV) at this fraction ({value}) of GPU memory, leaving explicit headroom
+# instead of auto-sizing.
 sglang_mem_fraction_static = 0.85
 
 # Oversized input is cut instead of rejected; note that SGLang gives no signal that truncation happened.
 sglang_allow_auto_truncate = True
 
-# Custom all-reduce fails without NVLink (GeForce cards have no peer-to-peer); this accepts the slower fallback. 'derive' disables it when several GPUs are not all NVLinked.
+# Custom all-reduce fails without NVLink (GeForce cards have no peer-to-peer); this accepts the slower fallback.
+# 'derive' disables it when several GPUs are not all NVLinked.
 sglang_disable_custom_all_reduce = "derive"
 
 # Avoids a CUB version mismatch (BlockAdjacentDifference) that breaks prefill CUDA-graph capture; decode graphs stay on.
@@ -311,5 +369,6 @@ sglang_tp_size = "derive"
 
 # ---------------------------------------------------------------- Connection (pyinfra's own key)
 
-# Refuse hosts whose SSH key is not already in known_hosts, as OpenSSH does with StrictHostKeyChecking=yes; pyinfra's default would trust a new host on first contact.
+# Refuse hosts whose SSH key is not already in known_hosts, as OpenSSH does with StrictHostKeyChecking=yes; pyinfra's
+# default would trust a new host on first contact.
 ssh_strict_host_key_checking = "yes"

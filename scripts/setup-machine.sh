@@ -39,11 +39,14 @@ if [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -
     || echo "setup: could not raise fs.inotify.max_user_instances; many test hosts at once may not boot" >&2
 fi
 
+# The control side's pins (requirements.txt) and the tests' on top (requirements-test.txt: pytest, testinfra for
+# the host checks, the stand-in wheel index, ruff and mypy); the venv is stamped with both files' hashes, so a
+# change to either reinstalls.
 stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+want=$(sha256sum requirements.txt requirements-test.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the pinned Python dependencies into .venv" >&2
   python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
   echo "$want" >"$stamp"
 fi

@@ -23,7 +23,7 @@ class Default:
 
 def _segment(lines: list[str], node: ast.expr) -> str:
     """The source of ``node`` (ast.get_source_segment splits the whole file again on every call)."""
-    first, last = node.lineno - 1, node.end_lineno - 1
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1   # ast.parse sets end_lineno
     if first == last:
         return lines[first][node.col_offset:node.end_col_offset]
     return "\n".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
@@ -38,7 +38,7 @@ def read_defaults(path: Path = ALL_DEFAULTS) -> tuple[Default, ...]:
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
-        reason_lines = []
+        reason_lines: list[str] = []
         index = node.lineno - 2
         while index >= 0 and lines[index].startswith("#") and not lines[index].startswith("# ---"):
             reason_lines.insert(0, lines[index].lstrip("#").strip())

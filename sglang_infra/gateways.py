@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from . import render
-from .hostside import names
 from .groups import groups_of, roles
+from .hostside import names
 from .inventoryfile import inventory_file
 from .plan import gate_files
 from .plantypes import Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
@@ -40,9 +40,9 @@ def own_url(published_on: str, port: int) -> str:
 def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
     """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
     address = data.get("sglang_worker_address") or data.get("ssh_hostname") or name
-    return data.get("sglang_model"), Worker(host=name, url=worker_url(address, data.get("sglang_port")),
-                                            docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
-                                            compose_sha=plan.compose_sha if plan is not None else None)
+    return data["sglang_model"], Worker(host=name, url=worker_url(address, data["sglang_port"]),
+                                        docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
+                                        compose_sha=plan.compose_sha if plan is not None else None)
 
 
 def gateway_slug(key: str) -> str:
@@ -50,7 +50,7 @@ def gateway_slug(key: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
 
 
-def place(router: RouterSettings, workers: Mapping[str, list[Worker]]) -> list[Placement]:
+def place(router: RouterSettings, workers: Mapping[str, list]) -> list[Placement]:
     """The gateways a router host runs, in registry order: the keys it lists, else every key some host
     serves; each at the ports of its position in the registry."""
     out = []
@@ -62,6 +62,7 @@ def place(router: RouterSettings, workers: Mapping[str, list[Worker]]) -> list[P
 
 def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
     """A router host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
+    assert plan.router is not None, "fleet() calls this for router hosts only"
     placed = place(plan.router, workers)
     raise_if(check_fleet(plan, workers, placed))
     gateways = []
@@ -113,7 +114,7 @@ class InventoryHost:
     routes: bool
 
 
-def inventory_roles(inventory, path: str) -> list[InventoryHost]:
+def inventory_roles(inventory, path: str | None) -> list[InventoryHost]:
     """Every host of the inventory with its data, its own groups and its roles, in inventory order."""
     out = []
     for each in inventory:

@@ -4,7 +4,8 @@ deploy (load, match), and, inside a run, which file this run's inventory is
 
     python3 -m sglang_infra.inventoryfile match INVENTORY PATTERN   the hosts --limit PATTERN would take; exit 1 if none
     python3 -m sglang_infra.inventoryfile canary INVENTORY PATTERN  the same, and exit 3 when none of them serves a
-                                                                    model (router hosts only: a gate that proves nothing)
+                                                                    model (router hosts only: a gate that proves
+                                                                    nothing)
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from . import lock as lockfile
 from . import models as registry
@@ -42,7 +42,8 @@ from . import toolchain
 from .hostside import dockerapi
 from .hostside.safefs import write_atomic
 
-MAX_REGULAR_FILE = 64 << 20   # a regular (non-LFS) file is small on the Hub; its bytes are hashed in memory-bounded chunks
+# a regular (non-LFS) file is small on the Hub; its bytes are hashed in memory-bounded chunks
+MAX_REGULAR_FILE = 64 << 20
 HTTP_TIMEOUT = 60             # seconds for one index or Hub request
 WHEEL_PLATFORMS = ("any", "linux", "manylinux", "musllinux")   # wheels a Linux serving image could install
 
@@ -152,7 +153,6 @@ def _registry_auth(reference: str, socket_path: str) -> str | None:
 
 def resolve_image(reference: str) -> str:
     """The manifest digest (sha256:...) the registry serves for ``reference`` now, read by the Docker engine."""
-    import http.client
 
     socket_path = _engine_socket()
     headers = {}
@@ -190,7 +190,8 @@ class _Links(html.parser.HTMLParser):
 
     def __init__(self, base: str):
         super().__init__()
-        self.base, self.links = base, []
+        self.base = base
+        self.links: list[tuple[str, str, str | None]] = []
 
     def handle_starttag(self, tag, attrs):
         href = dict(attrs).get("href") if tag == "a" else None

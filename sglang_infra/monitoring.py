@@ -66,7 +66,7 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
         else:
             found.append(Target(job, address, _labels(host=host_name, **labels)))
 
-    workers = {}
+    workers: dict[str, list[str]] = {}
     for each in hosts:
         if each.serves:
             workers.setdefault(each.data.get("sglang_model"), []).append(each.name)
@@ -95,7 +95,9 @@ def with_monitor(plan: HostPlan, hosts) -> HostPlan:
     found, unreachable = targets_of(plan.name, hosts)
     raise_if(check_monitor(plan.name, [each for each in hosts if each.serves or each.routes], unreachable))
     settings = plan.monitor_settings
+    assert settings is not None, "with_monitors() calls this for monitor hosts only"
     own = scrape_address(*_split(settings.listen_address), "127.0.0.1", True)
+    assert own is not None  # same_host: loopback too
     found.append(Target(JOB_PROMETHEUS, own, _labels(host=plan.name, group="monitor", model="", role="monitor")))
     monitor = Monitor(settings=settings, targets=tuple(found))
     return replace(plan, monitor=replace(monitor, config=render.prometheus_config(monitor),
@@ -108,18 +110,18 @@ def _split(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_path: str,
+def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_path: str | None,
                   refuse: bool = True) -> dict[str, HostPlan | None]:
     """Every monitor host's plan with its Prometheus over the whole inventory; refused when any monitor host has
     a problem (a status report keeps such a plan as it is)."""
     out, errors = dict(plans), []
-    monitors = [name for name, plan in plans.items() if plan is not None and plan.monitors]
+    monitors = {name: plan for name, plan in plans.items() if plan is not None and plan.monitors}
     if not monitors:
         return out
     hosts = inventory_roles(inventory, inventory_path)
-    for name in monitors:
+    for name, plan in monitors.items():
         try:
-            out[name] = with_monitor(plans[name], hosts)
+            out[name] = with_monitor(plan, hosts)
         except DeployDataError as error:
             errors += error.problems
     if refuse:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from . import ACCOUNT, models, platforms, plantypes, render, toolchain
+from . import ACCOUNT, models, plantypes, platforms, render, toolchain
 from .gpus import derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import apikey, names
@@ -94,9 +94,11 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     tag = data["sglang_image"]
     locked_image = lock.pinned_image(tag) if lock is not None else None
     image = locked_image if locked_image and not data["sglang_image_archive"] else tag
-    build = toolchain.build_context(data, judged.pins, judged.ca_bundle, image,
-                                    wheel_hashes=lock.wheels if lock else None, tag_from=tag) \
-        if data["sglang_toolchain_image"] and serves else None
+    build = None
+    if data["sglang_toolchain_image"] and serves:
+        assert judged.pins is not None  # judge() refuses the data when the toolchain image is on without them
+        build = toolchain.build_context(data, judged.pins, judged.ca_bundle, image,
+                                        wheel_hashes=lock.wheels if lock else None, tag_from=tag)
     values = render.template_values(data, derived)
     os_release = snapshot.get("os") or {}
     platform = platforms.lookup(os_release.get("id"), os_release.get("version"))
@@ -109,7 +111,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         platform=platform, engine_works=engine_works, docker_source=data["sglang_docker_source"],
         docker_apt_url=data["sglang_docker_apt_url"],
         docker_repo=docker_repo(data, platform) if installs else None,
-        docker_packages=platforms.docker_packages(platform, data["sglang_docker_source"]) if installs else (),
+        docker_packages=platforms.docker_packages(platform, data["sglang_docker_source"])
+        if installs and platform is not None else (),
         apt_cache_time=data["sglang_apt_cache_time"],
         gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
         nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),

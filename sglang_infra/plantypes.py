@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from . import platforms
-from .hostside import names
 from .gpus import Derived, GpuInventory
+from .hostside import names
 from .lock import Lock, LockedModel
 from .models import Model
 from .toolchain import BuildContext
@@ -314,7 +314,7 @@ class HostPlan:
     router: RouterSettings | None = None
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
-    max_unavailable: int | str = 1  # sglang_max_unavailable as written: a count, or "N%" of a pool (gateways.unavailable)
+    max_unavailable: int | str = 1  # sglang_max_unavailable as written: count or "N%" of a pool (gateways.unavailable)
     # it ran a config its gate stamped when the run began (its snapshot before any change); the roll's "in service"
     validated_at_start: bool = False
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts

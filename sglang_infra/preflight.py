@@ -28,7 +28,7 @@ from .refusals import DeployDataError, judge, raise_if
 from .schema import SCHEMA
 from .snapshot import Snapshot
 
-_plans: dict[int, dict[str, HostPlan]] = {}
+_plans: dict[int, dict[str, HostPlan | None]] = {}
 _reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
 
 
@@ -106,4 +106,6 @@ def preflight(host, inventory) -> bool:
 
 def plan_of(host) -> HostPlan:
     """This host's plan, resolved by preflight()."""
-    return _plans[id(host.state)][host.name]
+    plan = _plans[id(host.state)][host.name]
+    assert plan is not None, "deploy.py includes the tasks only for a host whose preflight() passed"
+    return plan

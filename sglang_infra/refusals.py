@@ -29,10 +29,10 @@ from pyinfra.api.exceptions import PyinfraError
 from . import ACCOUNT, models, platforms, toolchain
 from . import lock as lockfile
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
+from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .hostside import names
 from .hostside.printable import printable
 from .inventoryfile import inventory_dir
-from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .plantypes import HostPlan, Placement, Worker
 from .schema import SCHEMA, image_problem, system_dir_problem
 from .templating import template_path
@@ -133,8 +133,8 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
         guess = _suggest(key, frozenset(SCHEMA) | theirs)
         hint = f"did you mean {guess}? " if guess else ""
         err(key, "unknown key: neither this project's, nor pyinfra's own (a typo would silently fall back to the "
-                 "default)", f"{hint}the known keys are listed in docs/variables.md and group_data/all.py; keys of your "
-                             f"own start with {SITE_PREFIX}")
+                 "default)", f"{hint}the known keys are listed in docs/variables.md and group_data/all.py; "
+                             f"keys of your own start with {SITE_PREFIX}")
 
     missing = [key for key in SCHEMA if key not in data]
     for key in missing:
@@ -148,9 +148,9 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             err(key, f"{value!r} is not {spec.kind}", spec.fix)
 
     if "sglang_image" in data:
-        found = image_problem(data["sglang_image"])
-        if found:
-            err("sglang_image", f"{found}; an upgrade must be a deliberate change, not drift on a restart",
+        unpinned = image_problem(data["sglang_image"])
+        if unpinned:
+            err("sglang_image", f"{unpinned}; an upgrade must be a deliberate change, not drift on a restart",
                 SCHEMA["sglang_image"].fix)
 
     if errors:
@@ -199,9 +199,9 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
                 "put only the key in the file, e.g. from `openssl rand -hex 32`")
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
     for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
-        found = system_dir_problem(path)
-        if found:
-            err(key, found, "use a directory of its own, e.g. '/opt/sglang' or '/var/lib/sglang-tools'")
+        shared = system_dir_problem(path)
+        if shared:
+            err(key, shared, "use a directory of its own, e.g. '/opt/sglang' or '/var/lib/sglang-tools'")
     if tools == home or tools.startswith(home + "/") or home.startswith(tools + "/"):
         err("sglang_tools_dir", f"{tools} overlaps sglang_home {home}; the runbook forbids a Python environment "
             "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
@@ -304,6 +304,7 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
     gateways.place() worked out for it."""
     errors: list[str] = []
     router, name = plan.router, plan.name
+    assert router is not None, "check_fleet judges router hosts only"
 
     def err(key: str, what: str, fix: str) -> None:
         errors.append(problem(name, key, what, fix))

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import ship
-from .hostside import names
+from . import plantypes, ship
 from .defaults import reasons
 from .gpus import Derived
+from .hostside import names
 from .models import CONTAINER_HF_CACHE, Model
-from . import plantypes
 from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter
 from .templating import render_template, template_text
 
@@ -139,7 +138,8 @@ def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
     return render_template(
         "templates/router-compose.yaml.j2", **plan.template_values,
-        gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
+        gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why,
+        mount=GATEWAY_IN_CONTAINER,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         server_config=SERVER_CONFIG_IN_CONTAINER,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any, Mapping
 
 from pyinfra.api import FactBase
 
@@ -49,7 +50,7 @@ def current(host) -> dict:
     return found
 
 
-def worker_validated(snapshot: dict | None) -> bool:
+def worker_validated(snapshot: Mapping[str, Any] | None) -> bool:
     """
     A worker serves a config that passed its gate: the gate's stamp is the
     digest of what runs now and its container runs. A worker rolled back to

@@ -63,7 +63,9 @@ def _short_digest(digest: str | None) -> str | None:
 def _running_image(snapshot, container) -> tuple[list[str], list[str], dict]:
     """The tags, registry digests (repo@sha256:...) and labels of the image the container runs."""
     image_id = (container or {}).get("image_id")
-    tags, digests, labels = [], [], {}
+    tags: list[str] = []
+    digests: list[str] = []
+    labels: dict = {}
     for ref, found in ((snapshot.get("docker") or {}).get("images") or {}).items():
         if image_id and found.get("id") == image_id:
             (digests if "@" in ref else tags).append(ref)
@@ -143,7 +145,7 @@ def _gate_record(report) -> tuple[dict | None, dict]:
     gate = report.get("gate")
     if not isinstance(gate, Mapping) or not gate:
         return None, {}
-    benchmark = gate.get("benchmark") if isinstance(gate.get("benchmark"), Mapping) else {}
+    benchmark = found if isinstance(found := gate.get("benchmark"), Mapping) else {}
     number = (int, float)
     return {"time": _of(gate.get("time"), str), "passed": _of(gate.get("passed"), bool),
             "reason": None if gate.get("reason") is None else str(gate.get("reason")),
@@ -164,7 +166,7 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "os": " ".join(str(v) for v in (os_release.get("id"), os_release.get("version")) if v) or None,
         "gpus": _gpus(report),
         "docker": {"engine": (report.get("engine") or {}).get("version"), "compose": report.get("compose")},
-        "image": {"ref": next((t for t in image[0] if t == plan.serving_image), (image[0] or image[1] or [None])[0]),
+        "image": {"ref": next((t for t in image[0] if t == plan.serving_image), next(iter(image[0] or image[1]), None)),
                   "digest": _short_digest(image[1][0].split("@", 1)[1] if image[1] else None),
                   "id": _short_digest((container or {}).get("image_id")),
                   "wanted": plan.serving_image, "lock": image_lock(plan, image) if container else "?"},
@@ -179,7 +181,8 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
             # whether what runs now is what the gate last passed (the stamp, hostside/stamp.py)
-            "current": stamp_current((snapshot.get("gate") or {}).get("stamp"), (snapshot.get("gate") or {}).get("digest"))},
+            "current": stamp_current((snapshot.get("gate") or {}).get("stamp"),
+                                     (snapshot.get("gate") or {}).get("digest"))},
         "drift": {"operations": len(drift), "names": drift},
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},
@@ -195,7 +198,9 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
 def prometheus_url(name: str, settings) -> str:
     """Where a monitor host's Prometheus answers: its listen address, the host's name when that is every
     address (loopback stays loopback: reached from that host, or through an SSH tunnel)."""
-    address, port = listen_address(settings.listen_address)
+    parsed = listen_address(settings.listen_address)
+    assert parsed is not None, "the plan refuses a monitor host whose listen address is not one"
+    address, port = parsed
     if ipaddress.ip_address(address).is_unspecified:
         address = name
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"

@@ -54,7 +54,8 @@ class Load:
 
     def client(self, stream: bool):
         while self.running():
-            body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": f"[{time.monotonic_ns()}] hi"}],
+            body = json.dumps({"model": self.model,
+                               "messages": [{"role": "user", "content": f"[{time.monotonic_ns()}] hi"}],
                                "max_tokens": self.max_tokens, "stream": stream}).encode()
             request = urllib.request.Request(self.gateway + "/v1/chat/completions", data=body, method="POST",
                                              headers={"Content-Type": "application/json"})

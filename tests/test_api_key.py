@@ -27,7 +27,8 @@ def keyed(testbed, workdir):
     host = testbed.host(NAME, login="deploy")
     key_file = workdir / "api-key"
     key_file.write_text(KEY + "\n")
-    inventory = testbed.inventory(workdir / "apikey.py", {"production": [(host, {"sglang_api_key_file": str(key_file)})]})
+    inventory = testbed.inventory(workdir / "apikey.py",
+                                  {"production": [(host, {"sglang_api_key_file": str(key_file)})]})
     first = run_deploy(inventory, "-vvv")
     return host, inventory, first
 

@@ -129,7 +129,8 @@ def test_sandbox_inventory_targets_the_sandbox_state(testbed, fleet, workdir):
 
 def _checks_with(testbed, workdir, name, host, strict, known_hosts):
     inventory = testbed.inventory(workdir / f"checks_{strict}.py", {"production": [(host, {
-        "sglang_admins": ["alice"], "ssh_strict_host_key_checking": strict, "ssh_known_hosts_file": str(known_hosts)})]})
+        "sglang_admins": ["alice"], "ssh_strict_host_key_checking": strict,
+        "ssh_known_hosts_file": str(known_hosts)})]})
     return run_host_checks(inventory, workdir)
 
 

@@ -12,7 +12,8 @@ HOST = "sg-drift"
 HUB = "/opt/sglang/hf-cache/hub"
 COMPOSE = "/opt/sglang/docker/compose.yaml"
 
-ACCOUNT_OP = "tasks/account.py | Ensure sglang is a locked nologin system account in the docker group, with admins in its group"
+ACCOUNT_OP = ("tasks/account.py | Ensure sglang is a locked nologin system account in the docker group, "
+              "with admins in its group")
 LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub} have the runbook's owners and modes, "
              "and nothing below has drifted")
 ENV_OP = "tasks/stack.py | Ensure /opt/sglang/docker/.env carries the sglang account's real uid and gid"
@@ -76,7 +77,8 @@ def drifted(testbed, workdir):
     checks_after = run_host_checks(inventory, workdir)
     third = run_deploy(inventory)
     restarted = host.exec("docker inspect -f '{{.State.StartedAt}}' sglang-sglang-1").stdout.strip() != started
-    return dict(host=host, inventory=inventory, edited=edited, passwd=passwd, diff=diff, dry=dry, after_dry=after_dry, shell_after_dry=shell_after_dry,
+    return dict(host=host, inventory=inventory, edited=edited, passwd=passwd, diff=diff, dry=dry, after_dry=after_dry,
+                shell_after_dry=shell_after_dry,
                 checks_before=checks_before, repair=repair, repair_commands=repair_commands,
                 checks_after=checks_after, third=third, restarted=restarted)
 

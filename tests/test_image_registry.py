@@ -62,8 +62,10 @@ def test_a_host_pulls_the_image_by_digest(testbed, registry, pushed, measure):
 
 
 def test_a_tag_moved_upstream_shows_as_a_new_digest(registry):
-    first = registry.push(testbed_registry.tiny_image(f"{registry.address}/sglang/moving:first", "one"), "sglang/moving", "latest")
-    moved = registry.push(testbed_registry.tiny_image(f"{registry.address}/sglang/moving:second", "two"), "sglang/moving", "latest")
+    first = registry.push(testbed_registry.tiny_image(f"{registry.address}/sglang/moving:first", "one"),
+                          "sglang/moving", "latest")
+    moved = registry.push(testbed_registry.tiny_image(f"{registry.address}/sglang/moving:second", "two"),
+                          "sglang/moving", "latest")
     assert moved != first
     assert registry.digest("sglang/moving", "latest") == moved
 
@@ -72,7 +74,8 @@ def test_a_runs_cleanup_removes_its_trust_and_image_references_only(registry):
     other_run = f"{hosts.run_prefix()}other-"
     other = testbed_registry.ensure_registry(f"{other_run}{testbed_registry.NAME}")
     try:
-        local = other.push(testbed_registry.tiny_image(f"{other.address}/sglang/other:local", "other"), "sglang/other", "v1")
+        local = other.push(testbed_registry.tiny_image(f"{other.address}/sglang/other:local", "other"),
+                           "sglang/other", "v1")
         assert local.startswith("sha256:")
         hosts.remove_run_objects(other_run)
         assert not (testbed_registry.CERTS_D / other.address).exists()

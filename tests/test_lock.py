@@ -151,7 +151,8 @@ def test_a_lock_that_disagrees_with_the_registry_is_refused_before_any_change(te
     result = run_deploy(inventory)
     assert result.returncode != 0
     assert (f"host sg-lock-2: sglang_models: entry '{KEY}' pins revision {fleet['commits']['main']}, but "
-            f"{tmp_path / 'sglang.lock'} locks commit {fleet['commits']['old']}") in result.output, result.output[-3000:]
+            f"{tmp_path / 'sglang.lock'} locks commit {fleet['commits']['old']}") in result.output, \
+        result.output[-3000:]
     assert other.exec(f"stat -c %Y {DOCKER}/compose.yaml").stdout == before
 
 

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dashboard_queries import concrete, panel_queries
 import harness
+from dashboard_queries import concrete, panel_queries
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, GW, MON = "sg-mon-w1", "sg-mon-w2", "sg-mon-gw", "sg-mon-prom"

@@ -45,7 +45,8 @@ def fleet(testbed, workdir):
             extra = (only or {}).get(name, {})
             return {**BASE, "sglang_extra_env": {**ENV, **(env or {}), **extra}, **data}
         return testbed.inventory(workdir / file, {"production": [(hosts[n], values(n)) for n in WORKERS],
-                                                  "router": [(hosts[GW], {"sglang_router_bind_address": hosts[GW].address})]})
+                                                  "router": [(hosts[GW], {"sglang_router_bind_address":
+                                                                          hosts[GW].address})]})
 
     first = run_deploy(inventory("rolling-first.py", only={W4: BROKEN}))
     facts = {"first": first, "started": {n: started_at(hosts[n]) for n in WORKERS[:3]},

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 
 from harness import PROJECT_DIR, run_deploy
-from sglang_infra import lock as lockfile, lockgen
+from sglang_infra import lock as lockfile
+from sglang_infra import lockgen
 from testbed import hub as testbed_hub
 from testbed.hosts import stop_host
 
@@ -180,9 +181,11 @@ def refused(testbed, workdir, fleet, read):
 
 def test_a_refused_host_is_a_row_and_the_others_are_still_reported(refused):
     lines = refused.stdout.splitlines()
-    assert re.match(r"sg-st-1\s+refused\s+", next(l for l in lines if l.startswith("sg-st-1 "))), refused.stdout
-    assert re.match(r"sg-st-2\s+ok\s+debian 13", next(l for l in lines if l.startswith("sg-st-2 ")))
-    assert any(l.startswith("sg-st-1: refused: host sg-st-1: sglang_mem_fraction: unknown key") for l in lines)
+    assert re.match(r"sg-st-1\s+refused\s+", next(line for line in lines if line.startswith("sg-st-1 "))), \
+        refused.stdout
+    assert re.match(r"sg-st-2\s+ok\s+debian 13", next(line for line in lines if line.startswith("sg-st-2 ")))
+    assert any(line.startswith("sg-st-1: refused: host sg-st-1: sglang_mem_fraction: unknown key")
+               for line in lines)
     assert lines[-1] == "fleet: 2 host(s): 1 refused, 1 ok; no drift"
     assert refused.returncode == 1
 

@@ -19,7 +19,7 @@ import pytest
 
 from harness import PROJECT_DIR, _env, run_deploy
 from testbed import hosts as testbed_hosts
-from wheelindex import WheelIndex, build_wheels
+from wheelindex import WheelIndex
 
 NAME = "sg-toolchain-1"
 DOCKER = "/opt/sglang/docker"

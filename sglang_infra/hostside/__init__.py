@@ -31,7 +31,8 @@ modules it imports into one self-contained source.
     repair.py           drift repair below the home, one path component at a time, never following a symlink
     put.py              every file the deploy writes, from stdin, checked, never through a link
     dockerapi.py        Docker's Engine API over its unix socket (no Go binary started)
-    safefs.py           directories opened without links, reads that never follow a symlink, atomic writes, bounded walks
+    safefs.py           directories opened without links, reads that never follow a symlink, atomic writes,
+                        bounded walks
     units.py            the one size formatter (host programs and the control side alike)
     names.py            the names host programs and the control side share (directories, files, labels,
                         scripts), the stamp comparison and the rendered-file digest: defined once

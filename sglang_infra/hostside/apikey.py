@@ -17,8 +17,8 @@ KEY_FIELD = "api-key"
 REDACTED = "<redacted>"
 
 # Set by use_api_key_file(): the key is never passed on a command line.
-_HEADERS = {}
-_SECRETS = []   # the key, as it may appear in a log line or an answer, for redact()
+_HEADERS: dict[str, str] = {}
+_SECRETS: list[str] = []   # the key, as it may appear in a log line or an answer, for redact()
 
 
 def file_text(key):

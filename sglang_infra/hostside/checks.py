@@ -108,8 +108,8 @@ WEATHER_TOOL = {
 TOOL_PROMPT = "What is the weather in Paris right now, in celsius? Use the tool."
 # Markup that parsers turn into tool_calls; left in content it means the parser did not run.
 _RAW_MARKUP = re.compile(r"<tool_call>|</tool_call>|<function=|<\|tool_call|\"arguments\"\s*:", re.I)
-_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict,
-               "array": list}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float),
+                                                 "boolean": bool, "object": dict, "array": list}
 
 
 def schema_problem(value, schema: dict, path: str = "arguments") -> str | None:
@@ -288,7 +288,7 @@ def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict
 def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeout: float,
                   baseline: float | None, min_fraction: float, results_dir: str | None,
                   distinct_prompts: bool = False) -> dict:
-    outs = [{} for _ in range(concurrency)]
+    outs: list[dict] = [{} for _ in range(concurrency)]
     threads = [threading.Thread(target=_one_stream, args=(url, model, max_tokens, timeout, o,
                                                           bench_prompt(i if distinct_prompts else None)))
                for i, o in enumerate(outs)]

@@ -23,8 +23,8 @@ set, workers.json, is the fleet's and is never rolled back).
 import argparse
 import json
 import os
-import stat
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -141,7 +141,7 @@ class Gate:
             if script == names.VALIDATION_SCRIPTS[1] and summary:
                 self.benchmark = benchmark_fields(summary[0])
             if found.returncode != 0:
-                reason = f"{script}: {([l for l in lines if not l.startswith('{')][-1:] or ['no output'])[0]}"
+                reason = f"{script}: {([line for line in lines if not line.startswith('{')][-1:] or ['no output'])[0]}"
                 say(reason)
                 return reason
             say(f"{script} passed: {summary[0] if summary else ''}")
@@ -183,7 +183,7 @@ class Gate:
         nothing: the metrics report the gate, they are no part of it."""
         try:
             gate_metrics.write(self.home)
-        except Exception as error:   # noqa: BLE001 - whatever it is, the gate's outcome stands
+        except Exception as error:   # whatever it is, the gate's outcome stands
             say(f"could not write the gate's metrics ({error})")
 
     def decide(self):

@@ -47,13 +47,13 @@ import json
 import os
 import sys
 
-from . import manifest, prune, pull, transfer
-from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
-from .pull_locks import DEFAULT_LOCK_WAIT
-
 import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
 from huggingface_hub import set_client_factory
 from huggingface_hub.errors import HfHubHTTPError
+
+from . import manifest, prune, pull, transfer
+from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
+from .pull_locks import DEFAULT_LOCK_WAIT
 
 
 def read_token(path: str | None) -> str | None:

@@ -15,14 +15,14 @@ import dataclasses
 import os
 import stat
 
+from huggingface_hub import scan_cache_dir
+from huggingface_hub.file_download import repo_folder_name
+
 from . import manifest
 from .pull import COMMIT_RE, say
 from .pull_errors import EXIT_USAGE, PullError, hub_message
 from .pull_locks import PULL_LOCK, FileLock
 from .units import human
-
-from huggingface_hub import scan_cache_dir
-from huggingface_hub.file_download import repo_folder_name
 
 
 def parse_keep(values: list[str]) -> set[tuple[str, str]]:

@@ -18,6 +18,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from huggingface_hub import HfApi
+from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.hf_api import RepoFile
+
 from . import manifest, ranges, transfer
 from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
@@ -25,10 +29,6 @@ from .pull_locks import PULL_LOCK, FileLock, held_by
 from .safefs import unlink_if_present, write_atomic
 from .transfer import LIBRARY_NAME, METADATA_TIMEOUT, Stopped, gather
 from .units import human
-
-from huggingface_hub import HfApi
-from huggingface_hub.file_download import repo_folder_name
-from huggingface_hub.hf_api import RepoFile
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
@@ -45,7 +45,7 @@ MiB = 1024 * 1024
 # --------------------------------------------------------------------------- helpers
 
 
-def mib(n: int) -> str:
+def mib(n: float) -> str:
     return f"{n / MiB:.1f}"
 
 
@@ -337,12 +337,13 @@ class Puller:
 
     def _against_lock(self, blobs: list[Blob]) -> None:
         """The endpoint's listing must be the lock's, file by file, before a byte is fetched."""
+        assert self.expect is not None  # called only with a lock
         listed = {p: b for b in blobs for p in b.paths}
         extra, missing = sorted(set(listed) - set(self.expect)), sorted(set(self.expect) - set(listed))
         if extra or missing:
             raise VerifyError("the endpoint's file list differs from the lock's: "
-                              + "; ".join(filter(None, (extra and f"not in the lock: {', '.join(extra[:5])}",
-                                                        missing and f"missing: {', '.join(missing[:5])}"))))
+                              + "; ".join(filter(None, (f"not in the lock: {', '.join(extra[:5])}" if extra else None,
+                                                        f"missing: {', '.join(missing[:5])}" if missing else None))))
         for path in sorted(listed):
             blob, want = listed[path], self.expect[path]
             if blob.size != int(want["size"]):
@@ -407,6 +408,7 @@ class Puller:
     def _pull_blob(self, blob: Blob, trust: dict, index: int, commit: str) -> None:
         if self.stop.is_set():
             raise Stopped()
+        assert self.progress is not None  # set with the revision, before any blob
         path0 = blob.paths[0]
         blob_path = os.path.join(self.blobs_dir, blob.name)
         with self._etag_lock(blob.name):
@@ -428,7 +430,7 @@ class Puller:
 
     def _ensure_blob(self, blob: Blob, blob_path: str, trust: dict, index: int, path: str) -> None:
         p = self.progress
-        assert p is not None
+        assert p is not None and self.transfer is not None
         try:
             st = os.lstat(blob_path)
         except FileNotFoundError:
@@ -442,7 +444,8 @@ class Puller:
                 p.update(have=blob.size)
                 return
             if stat.S_ISREG(st.st_mode) and self._verify_path(blob, blob_path) is None:
-                p.file_line(index, path, f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
+                p.file_line(index, path,
+                            f"present {human(blob.size)} ({'sha256' if blob.lfs else 'git-sha1'} verified)")
                 p.update(have=blob.size)
                 return
             p.file_line(index, path, "blob on disk is wrong (size or hash); fetching it again")
@@ -503,8 +506,10 @@ class Puller:
         if reclaimed:
             self._count(orphans_reclaimed=reclaimed, orphan_bytes=freed + (have if adopted else 0))
             self.stats.changed = True
+            assert self.progress is not None
             self.progress.file_line(index, path, f"reclaimed {reclaimed} orphan partial(s): adopted {adopted} "
-                                                 f"({human(have if adopted else 0)}), deleted {deleted} ({human(freed)})")
+                                                 f"({human(have if adopted else 0)}), "
+                                                 f"deleted {deleted} ({human(freed)})")
         return have
 
     def _reclaim_stale_partials(self, wanted: set[str]) -> None:

@@ -15,12 +15,11 @@ the gateway's own GET /workers reports them).
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import time
-
-import re
 import urllib.request
 
 from . import apikey, bounded, dockerapi, names, safefs, stack, stamp
@@ -124,7 +123,8 @@ def gateways(home):
     """[{"slug", "port", "workers": [{"url", "healthy"}] or None, "error"}] of the gateways below the home."""
     out = []
     for slug, directory in stack.gateway_dirs(home).items():
-        text = (safefs.read_regular(os.path.join(directory, names.COMPOSE_FILE), 1 << 20) or b"").decode(errors="replace")
+        raw = safefs.read_regular(os.path.join(directory, names.COMPOSE_FILE), 1 << 20) or b""
+        text = raw.decode(errors="replace")
         port = re.search(r"--port=(\d+)", text)
         found = {"slug": slug, "port": int(port.group(1)) if port else None, "workers": None, "error": None}
         try:

@@ -109,7 +109,8 @@ def one_worker(directory, base, change):
         elif not adding and url in have:
             call(base, "DELETE", f"/workers/{have[url]}")
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: the gateway at {base} does not answer ({printable(error)}); nothing to {'add' if adding else 'remove'}")
+        print(f"router_workers: the gateway at {base} does not answer ({printable(error)}); "
+              f"nothing to {'add' if adding else 'remove'}")
         return 0
     deadline = time.monotonic() + (float(change.get("healthy_within", 0)) if adding else 0) + SETTLE_SECONDS
     while True:
@@ -121,8 +122,8 @@ def one_worker(directory, base, change):
             print(f"router_workers: {url} {'is back and healthy' if adding else 'is out'} at {base}")
             return 0
         if time.monotonic() > deadline:
-            print(f"router_workers: the gateway at {base} did not {'report ' + url + ' healthy' if adding else 'drop ' + url} "
-                  "in time", file=sys.stderr)
+            print(f"router_workers: the gateway at {base} did not "
+                  f"{'report ' + url + ' healthy' if adding else 'drop ' + url} in time", file=sys.stderr)
             return 1
         time.sleep(0.5)
 
@@ -145,8 +146,8 @@ def main(argv=None):
     try:
         added, removed = sync(base, wanted)
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({printable(error)}), it reads the file "
-              "when it starts")
+        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({printable(error)}), "
+              "it reads the file when it starts")
         return 0
     print(printable(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has "
                     f"{len(wanted)} worker(s)"))

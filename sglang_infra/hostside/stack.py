@@ -87,7 +87,8 @@ def holds(url, project=PROJECT, service=SERVICE):
 
 
 def file_digests(docker_dir):
-    return {name: safefs.sha256_regular(os.path.join(docker_dir, name)) for name in (names.COMPOSE_FILE, names.ENV_FILE)}
+    return {name: safefs.sha256_regular(os.path.join(docker_dir, name))
+            for name in (names.COMPOSE_FILE, names.ENV_FILE)}
 
 
 def write_private(path, text, like):

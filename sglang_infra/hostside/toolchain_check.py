@@ -181,7 +181,7 @@ def default_pip_bundle():
     try:
         from pip._vendor import certifi  # pip's own choice, including a distribution's patched one
         return certifi.where()
-    except Exception:  # noqa: BLE001 - any failure means: fall back to OpenSSL's default
+    except Exception:  # any failure means: fall back to OpenSSL's default
         return __import__("ssl").get_default_verify_paths().cafile
 
 

@@ -17,9 +17,14 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from concurrent.futures import wait as wait_futures
 from urllib.parse import urljoin, urlsplit
+
+import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
+from huggingface_hub import get_hf_file_metadata, hf_hub_url
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from . import ranges
 from .pull_errors import PullError, Retryable, VerifyError
@@ -27,12 +32,10 @@ from .pull_locks import LOCK_POLL
 from .safefs import read_regular, unlink_if_present, write_atomic
 from .units import human
 
-import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
-from huggingface_hub import get_hf_file_metadata, hf_hub_url
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
+_is_same_or_hub_host: Callable[[str, str], bool] | None
 try:  # the library's own rule for keeping the auth header across a redirect
-    from huggingface_hub.utils._http import _is_same_or_hub_host
+    from huggingface_hub.utils._http import _is_same_or_hub_host as _library_rule
+    _is_same_or_hub_host = _library_rule
 except ImportError:  # pragma: no cover - other library versions
     _is_same_or_hub_host = None
 
@@ -241,9 +244,11 @@ class Transfer:
                 raise VerifyError(f"{path}: {what} after a full download from byte 0")
             self.progress.file_line(index, path, f"{what}; discarding the partial and fetching from byte 0")
             have = 0
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def fetch(self, blob, partial: str, spans: list, index: int, path: str) -> None:
         """Fetch the missing part of every range, each on a connection of its own, into `partial`."""
+        assert self.ranges is not None  # the puller's pool, open for the revision's whole fetch
         location, headers = self.location(path, blob)  # errors (gated, ...) surface before any write
         fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
         job = _Job(self, blob, partial, fd, spans, index, path, location, headers)

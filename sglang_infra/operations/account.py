@@ -14,7 +14,6 @@ from ..platforms import NOLOGIN_SHELL
 from ..snapshot import current
 from .base import diff_wanted, q, snapshot_operation
 
-
 # Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
 DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
                     "docker_group_writable")
@@ -124,7 +123,8 @@ def _show_drift(found: dict, dirs: dict[str, str], user: str, group: str) -> Non
 def by_size(prefix: str, words: list[str], limit: int):
     """``words`` in batches, each of which with ``prefix`` stays within ``limit`` bytes once quoted again for
     `sh -c` (a word too long alone goes in a batch of its own)."""
-    batch, size = [], len(q(prefix))
+    batch: list[str] = []
+    size = len(q(prefix))
     for word in words:
         cost = 1 + len(q(word))
         if batch and size + cost > limit:

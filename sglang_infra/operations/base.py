@@ -64,7 +64,8 @@ def show_diff(dest: str, current, content: bytes) -> None:
 
 
 def run_streamed(state, host, command: str, _stdin: str | None = None) -> bool:
-    """Run a long command (the gate, a pull) with its progress streamed to the operator, prefixed with the host's name."""
+    """Run a long command (the gate, a pull) with its progress streamed to the operator, prefixed with the host's
+    name."""
     return run_on(host, command, _stdin)[0]
 
 

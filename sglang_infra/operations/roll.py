@@ -34,21 +34,22 @@ naming the worker that failed and why. Every wait is bounded.
 from __future__ import annotations
 
 import json
-from time import monotonic
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from time import monotonic
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import PyinfraError
 
 from .. import factcache, ship
+from ..hostside.names import MODEL_LABEL
+from ..hostside.stack import QUICK_STOP_SECONDS
 from ..plantypes import Roll
 from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
-from ..hostside.stack import QUICK_STOP_SECONDS
-from ..hostside.names import MODEL_LABEL
 from .stack import restart, stack_section
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).
@@ -64,7 +65,7 @@ class PoolState:
     """One pool's roll in this run, shared by its workers' greenlets."""
 
     allowed: int                              # Roll.max_unavailable: out of service at once, at most
-    learning: object                          # gevent lock: the first worker asks the gateways, the others wait
+    learning: AbstractContextManager          # gevent lock: the first worker asks the gateways, the others wait
     out: set[str] | None = None               # the pool's workers out of service now (URLs); None: not asked yet
     listed: set[str] = field(default_factory=set)   # what some gateway listed, healthy or not, when asked
     arrived: set[str] = field(default_factory=set)  # workers of this run that came to the roll

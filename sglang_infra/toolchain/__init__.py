@@ -18,10 +18,47 @@ torch build pins its own: letting pip pick one would replace it.
 """
 
 
-from .image import (BuildContext, CA_NAME, CHECK_NAME, CUDA_HOME, EXPECTED_NAME, IMAGE_REPOSITORY, INPUTS_LABEL,
-                    LABEL_PREFIX, SHARE_DIR, build_context, build_inputs_hash, check_command, context_files, expected,
-                    image_tag)
-from .pins import (FLASHINFER_PACKAGES, JIT_CACHE, KEYS, MISMATCH, NVCC_COMPANIONS, NVCC_PACKAGE,
-                   SUPPORTED_CUDA_MAJOR, cuda_major, flashinfer_index_url, flashinfer_versions, jit_cache_version,
-                   nvcc_release, pins, problems, read_ca_bundle)
+from .image import (
+    CA_NAME,
+    CHECK_NAME,
+    CUDA_HOME,
+    EXPECTED_NAME,
+    IMAGE_REPOSITORY,
+    INPUTS_LABEL,
+    LABEL_PREFIX,
+    SHARE_DIR,
+    BuildContext,
+    build_context,
+    build_inputs_hash,
+    check_command,
+    context_files,
+    expected,
+    image_tag,
+)
+from .pins import (
+    FLASHINFER_PACKAGES,
+    JIT_CACHE,
+    KEYS,
+    MISMATCH,
+    NVCC_COMPANIONS,
+    NVCC_PACKAGE,
+    SUPPORTED_CUDA_MAJOR,
+    cuda_major,
+    flashinfer_index_url,
+    flashinfer_versions,
+    jit_cache_version,
+    nvcc_release,
+    pins,
+    problems,
+    read_ca_bundle,
+)
 from .pip import pip_index_options
+
+# The package's interface: the rest of the project imports these from sglang_infra.toolchain.
+__all__ = [
+    "CA_NAME", "CHECK_NAME", "CUDA_HOME", "EXPECTED_NAME", "IMAGE_REPOSITORY", "INPUTS_LABEL", "LABEL_PREFIX",
+    "SHARE_DIR", "BuildContext", "build_context", "build_inputs_hash", "check_command", "context_files", "expected",
+    "image_tag", "FLASHINFER_PACKAGES", "JIT_CACHE", "KEYS", "MISMATCH", "NVCC_COMPANIONS", "NVCC_PACKAGE",
+    "SUPPORTED_CUDA_MAJOR", "cuda_major", "flashinfer_index_url", "flashinfer_versions", "jit_cache_version",
+    "nvcc_release", "pins", "problems", "read_ca_bundle", "pip_index_options",
+]

@@ -9,7 +9,6 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from .. import ship

@@ -418,7 +418,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_request(self, code="-", size="-"):
         pass  # one line per request is written by _dispatch, without header values
 
-    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+    def log_message(self, format, *args):  # the base class names it format
         if format.startswith("Request timed out"):
             return  # an idle keep-alive connection being closed is not news
         self.server.hub._emit(f"standin-hub: {self.client_address[0]} {format % args}")

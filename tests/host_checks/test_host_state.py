@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-import shlex
-
 import json
+import shlex
 
 import pytest
 
 from sglang_infra import ACCOUNT, ship
 from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
+from sglang_infra.plantypes import (
+    ALERT_RULES,
+    DROPIN_NAME,
+    NODE_EXPORTER_SERVICE,
+    PROMETHEUS_CONFIG,
+    PROMETHEUS_SERVICE,
+    dropin_dir,
+)
 from sglang_infra.platforms import NOLOGIN_SHELL
-from sglang_infra.plantypes import (ALERT_RULES, DROPIN_NAME, NODE_EXPORTER_SERVICE, PROMETHEUS_CONFIG,
-                                    PROMETHEUS_SERVICE, dropin_dir)
 
 
 @pytest.fixture
@@ -239,8 +244,9 @@ def test_the_last_gate_passed_for_what_runs_now(serving):
     target = serving
     gate = target.snapshot["gate"]
     assert gate["stamp"] is not None, "the gate never passed on this host"
-    assert names.stamp_current(gate["stamp"], gate["digest"]), ("the last gate record is not for the config and container running now "
-                                             "(changed, restarted or rolled back since); run the deploy")
+    assert names.stamp_current(gate["stamp"], gate["digest"]), (
+        "the last gate record is not for the config and container running now "
+        "(changed, restarted or rolled back since); run the deploy")
 
 
 def test_the_server_reads_the_model_cache_read_only(serving):

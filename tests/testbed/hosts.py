@@ -353,7 +353,8 @@ def _wait_for(predicate, what: str, timeout: float = 90, interval: float = 0.5):
     raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def start_host(name: str, state_dir: Path, image: str | None = None, login: str = "root", *, prefix: str | None = None) -> TestHost:
+def start_host(name: str, state_dir: Path, image: str | None = None, login: str = "root", *,
+               prefix: str | None = None) -> TestHost:
     """Start (or replace) one host container and return how to reach it over SSH.
 
     ``name`` is the logical name (inventory name and hostname); the container and its volume are named with

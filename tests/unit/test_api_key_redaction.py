@@ -17,7 +17,15 @@ from types import SimpleNamespace
 import pytest
 
 from sglang_infra.hostside import (
-    apikey, checks, dockerapi, gate, report, router_launch, router_workers, stack, stamp,
+    apikey,
+    checks,
+    dockerapi,
+    gate,
+    report,
+    router_launch,
+    router_workers,
+    stack,
+    stamp,
 )
 
 KEY = "apikey-0123456789abcdef+/=0123"

@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from dashboard_queries import concrete, metric_names, panel_queries, panels
 from conftest import promtool
+from dashboard_queries import concrete, metric_names, panel_queries, panels
 from harness import PROJECT_DIR
 
 DASHBOARD = PROJECT_DIR / "templates" / "grafana" / "sglang-fleet.json"

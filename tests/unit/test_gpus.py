@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-import runpy
 from pathlib import Path
 
 import pytest
 
 from conftest import pinned_defaults
-from harness import PROJECT_DIR
 from sglang_infra.gpus import GpuInventory, derive_flags, parse_query, parse_snapshot, parse_topo, plan_problems
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"

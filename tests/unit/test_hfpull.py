@@ -11,8 +11,8 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 

@@ -23,8 +23,6 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
-
 import huggingface_hub  # noqa: E402
 from huggingface_hub import (  # noqa: E402
     HfApi,
@@ -42,6 +40,8 @@ from huggingface_hub.errors import (  # noqa: E402
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+
+from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
 
 SERVER = TESTS_DIR / "hfstandin" / "server.py"
 REPO = "standin-org/tiny-model"
@@ -170,7 +170,8 @@ def test_model_info_and_tree_listing(hub):
     assert info.id == REPO and info.private is False and info.gated is False
     assert sorted(s.rfilename for s in info.siblings) == sorted(MAIN_FILES)
     shard = next(s for s in info.siblings if s.rfilename == SHARD1)
-    assert shard.size == SHARD1_SIZE and shard.lfs.sha256 == hashlib.sha256(hub.file_bytes(REPO, commit, SHARD1)).hexdigest()
+    assert shard.size == SHARD1_SIZE
+    assert shard.lfs.sha256 == hashlib.sha256(hub.file_bytes(REPO, commit, SHARD1)).hexdigest()
     assert api.model_info(GATED).gated == "auto"  # metadata of a gated repo is public, like on the Hub
 
     entries = list(api.list_repo_tree(REPO, recursive=True, revision=commit))
@@ -396,7 +397,8 @@ def test_lfs_redirect_to_a_cdn_origin_drops_the_token(tmp_path):
     cdn = [e for e in log if e["listener"] == "cdn"]
     assert [(e["method"], e["status"], e["authorized"]) for e in cdn] == [("GET", 200, False)]
     assert all(e["authorized"] for e in log if e["listener"] == "hub")
-    assert [e["status"] for e in log if e["method"] == "HEAD" and e["path"].endswith("weights.safetensors")] == [302, 302]
+    heads = [e for e in log if e["method"] == "HEAD" and e["path"].endswith("weights.safetensors")]
+    assert [e["status"] for e in heads] == [302, 302]
 
 
 def test_control_endpoints_over_http(hub):

@@ -231,7 +231,8 @@ RUNNING = {"loaded": True, "active": "active", "enabled": "enabled", "reload_nee
     (RUNNING, False, False, None),
     (RUNNING, False, True, "systemctl reload prometheus.service"),
     (RUNNING, True, True, "systemctl daemon-reload && systemctl restart prometheus.service"),
-    ({**RUNNING, "reload_needed": True}, False, False, "systemctl daemon-reload && systemctl restart prometheus.service"),
+    ({**RUNNING, "reload_needed": True}, False, False,
+     "systemctl daemon-reload && systemctl restart prometheus.service"),
     ({**RUNNING, "active": "inactive", "enabled": "disabled"}, False, False,
      "systemctl enable prometheus.service && systemctl start prometheus.service"),
 ])

@@ -73,7 +73,8 @@ def test_the_token_is_uploaded_private_and_only_when_it_differs():
         f"python3 -c <hostside/put.py> {SECRET_DIR}/hf-token sglang sglang 600 {len(token)} "
         f"<stdin sha256={sha}>"]
     assert raw[0].connector_arguments["_stdin"] == token.decode()
-    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"}, secret_facts(sha))
+    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"},
+                         secret_facts(sha))
     assert commands == [] and fake.noops
     commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"},
                       secret_facts(sha, mode="644"))
@@ -81,9 +82,11 @@ def test_the_token_is_uploaded_private_and_only_when_it_differs():
 
 
 def test_without_a_token_the_token_file_is_removed():
-    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None, "user": "sglang"}, secret_facts("ab"))
+    commands, _ = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None, "user": "sglang"},
+                      secret_facts("ab"))
     assert commands == [f"rm -f {SECRET_DIR}/hf-token"]
-    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None, "user": "sglang"}, secret_facts(None))
+    commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": None, "user": "sglang"},
+                         secret_facts(None))
     assert commands == [] and fake.noops
 
 
@@ -109,7 +112,8 @@ def test_env_file_refuses_to_guess_ids_when_the_account_is_missing_at_execution(
 def test_checked_file_refuses_to_replace_a_directory():
     with pytest.raises(OperationError, match="not a regular file"):
         run("checked_file", {"dest": "/opt/sglang/docker/compose.yaml", "content": "x", "user": "sglang",
-                             "group": "sglang"}, {"Snapshot": {"files": {"/opt/sglang/docker": {"compose.yaml": False}}}})
+                             "group": "sglang"},
+            {"Snapshot": {"files": {"/opt/sglang/docker": {"compose.yaml": False}}}})
 
 
 def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument():

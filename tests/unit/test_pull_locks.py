@@ -37,7 +37,8 @@ def test_lock_interoperates_with_huggingface_hub(tmp_path):
     ours = pull_locks.FileLock(path)
     assert ours.try_acquire()
     try:
-        from filelock import FileLock as LibraryLock, Timeout
+        from filelock import FileLock as LibraryLock
+        from filelock import Timeout
 
         with pytest.raises(Timeout):
             LibraryLock(path, timeout=0.1).acquire()

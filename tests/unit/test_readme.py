@@ -5,6 +5,7 @@ and every relative link lands on a file (and a heading, when it names one) that 
 from __future__ import annotations
 
 import re
+
 import pytest
 
 from harness import PROJECT_DIR

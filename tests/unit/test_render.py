@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-import runpy
 from dataclasses import replace
 
 import yaml
@@ -10,7 +9,7 @@ from conftest import nvidia_smi, pinned_defaults, plan_for
 from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.defaults import read_defaults
-from sglang_infra.gpus import GpuInventory, derive_flags, parse_snapshot
+from sglang_infra.gpus import parse_snapshot
 
 DEFAULTS = pinned_defaults()
 

@@ -27,7 +27,8 @@ def host_data(tmp_path):
     key.write_text("k" * 32 + "\n")
     kept = dict.fromkeys([data["sglang_model"], *data["sglang_cached_models"]])
     models = {k: lockfile.LockedModel(k, data["sglang_models"][k]["repo_id"], data["sglang_models"][k]["revision"],
-                                      ({"path": "config.json", "size": 2, "sha256": "1" * 64, "sha256_from": "computed"},))
+                                      ({"path": "config.json", "size": 2, "sha256": "1" * 64,
+                                        "sha256_from": "computed"},))
               for k in kept}
     wheels = {f"{name}=={version}": ((f"{name}.whl", "c" * 64),) for name, version in toolchain.pins(data).items()}
     lock = tmp_path / "sglang.lock"

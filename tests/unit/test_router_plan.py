@@ -11,9 +11,10 @@ from unittest import mock
 import pytest
 import yaml
 
-from harness import PROJECT_DIR
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
-from sglang_infra import factcache, groups as fleet_groups
+from harness import PROJECT_DIR
+from sglang_infra import factcache
+from sglang_infra import groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import router_launch
 from sglang_infra.operations import gateway as gateway_ops

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))
-import standin_server  # noqa: E402
+import standin_server
 
 MODEL = "qwen-test"
 KEY = "sk-standin-metrics-5e1f"

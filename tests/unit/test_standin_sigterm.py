@@ -14,7 +14,7 @@ import urllib.request
 from harness import PROJECT_DIR
 
 sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
-import standin_server  # noqa: E402
+import standin_server
 
 
 def started(metrics=True, rate=40):
@@ -48,7 +48,8 @@ def complete(base, out, tokens=40):
 
 def gauges(base):
     text = status(base + "/metrics")[1]
-    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("sglang:")}
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("sglang:")}
 
 
 def test_sigterm_answers_503_keeps_serving_and_stops_once_idle():

@@ -295,8 +295,8 @@ def test_the_gate_prints_the_servers_log_lines_escaped(capsys):
     ("[fd00::9]:9191", "http://[fd00::9]:9191"), ("127.0.0.1:9090", "http://127.0.0.1:9090"),
 ])
 def test_the_report_names_a_monitor_hosts_prometheus(listen, expected):
-    from sglang_infra.plan import resolve
     from conftest import converged_snapshot
+    from sglang_infra.plan import resolve
 
     plan = resolve("mon-1", {**pinned_defaults(), "sglang_require_gpu": False,
                              "sglang_prometheus_listen_address": listen}, converged_snapshot(None), ("monitor",))

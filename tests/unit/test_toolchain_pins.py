@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra import ship, toolchain
 from harness import toolchain_context, write_context
+from sglang_infra import ship, toolchain
 
 CHECK = ship.HOSTSIDE / "toolchain_check.py"
 HASH = "0123456789abcdef" * 4
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 # Docker's reference grammar for name:tag, simplified to what a local name can be.
-DOCKER_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+DOCKER_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+                        r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 def requirements(data):
@@ -282,7 +283,7 @@ def test_dockerfile_with_defaults():
     text = context.dockerfile
     assert text == toolchain_context(defaults(), BASE).dockerfile
     ls = lines(text)
-    assert ls[[i for i, l in enumerate(ls) if l and not l.startswith("#")][0]] == f"FROM {BASE}"
+    assert ls[[i for i, line in enumerate(ls) if line and not line.startswith("#")][0]] == f"FROM {BASE}"
     assert f'LABEL sglang.toolchain.inputs="{context.inputs_hash}" \\' in ls
     for label in ('sglang.toolchain.base="lmsysorg/sglang:v0.5.16" \\',
                   'sglang.toolchain.pin.flashinfer-jit-cache="0.6.14+cu130" \\',
@@ -302,7 +303,8 @@ def test_dockerfile_with_defaults():
     assert "ca-certificates" not in text and "PIP_CERT" not in text
     # exactly one pip install, and the link comes after it, the ENV after the link
     assert text.count("pip install") == 1
-    assert text.index("pip install") < text.index("link-nvcc") < text.index("ENV CUDA_HOME") < text.rindex("RUN python3")
+    assert text.index("pip install") < text.index("link-nvcc") < text.index("ENV CUDA_HOME") \
+        < text.rindex("RUN python3")
     assert set(context.files) == {"toolchain_check.py", "expected.json"}
 
 
@@ -322,7 +324,8 @@ def test_dockerfile_with_ca_bundle(ca_file):
     assert context.files["sglang-extra-ca.crt"] == PEM.encode()
     text = context.dockerfile
     assert "update-ca-certificates" in text
-    assert "toolchain_check.py ca-bundle /usr/local/share/ca-certificates/sglang-extra-ca.crt /tmp/sglang-pip-ca.pem" in text
+    assert ("toolchain_check.py ca-bundle /usr/local/share/ca-certificates/sglang-extra-ca.crt "
+            "/tmp/sglang-pip-ca.pem") in text
     assert "PIP_CERT=/tmp/sglang-pip-ca.pem" in text
     assert text.index("PIP_CERT") < text.index("pip install") < text.index("rm -f /tmp/sglang-pip-ca.pem")
 
@@ -357,7 +360,8 @@ def test_build_context_writes_its_files(tmp_path, ca_file):
 
 def test_inputs_hash_is_stable_and_order_free():
     files = {"a": b"1", "b": b"2"}
-    assert toolchain.build_inputs_hash("FROM x\n", files) == toolchain.build_inputs_hash("FROM x\n", dict(reversed(files.items())))
+    assert toolchain.build_inputs_hash("FROM x\n", files) \
+        == toolchain.build_inputs_hash("FROM x\n", dict(reversed(files.items())))
     assert re.fullmatch(r"[0-9a-f]{64}", toolchain.build_inputs_hash("FROM x\n", files))
     assert toolchain_context(defaults(), BASE) == toolchain_context(defaults(), BASE)
 
@@ -370,7 +374,8 @@ def test_inputs_hash_is_stable_and_order_free():
     ("FROM x\n", {"a": b"12", "b": b""}),
 ])
 def test_inputs_hash_sees_every_change(dockerfile, files):
-    assert toolchain.build_inputs_hash("FROM x\n", {"a": b"1", "b": b"2"}) != toolchain.build_inputs_hash(dockerfile, files)
+    assert toolchain.build_inputs_hash("FROM x\n", {"a": b"1", "b": b"2"}) \
+        != toolchain.build_inputs_hash(dockerfile, files)
 
 
 @pytest.mark.parametrize("change", [

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import pinned_defaults
 from harness import PROJECT_DIR
-from sglang_infra.schema import image_problem
 from sglang_infra.refusals import check_data, check_host_state
+from sglang_infra.schema import image_problem
 
 DEFAULTS = pinned_defaults()
 
@@ -290,7 +290,8 @@ def test_the_run_names_what_a_hosts_own_data_sets_over_group_data():
     ("sglang_home", {"owner": "root", "group": "root", "directory": False, "empty": True}, None, True),
     ("sglang_tools_dir", {"owner": "bob", "group": "bob", "directory": True, "empty": False}, None, True),
     ("sglang_tools_dir", {"owner": "root", "group": "sglang", "directory": True, "empty": False,
-                          "entries": ["hfpull.py", "hfpull.py.previous", "secret", "venv"], "more": False}, None, False),
+                          "entries": ["hfpull.py", "hfpull.py.previous", "secret", "venv"], "more": False},
+     None, False),
     ("sglang_tools_dir", {"owner": "root", "group": "root", "directory": True, "empty": True,
                           "entries": [], "more": False}, None, False),
 ])

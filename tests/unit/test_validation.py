@@ -17,7 +17,7 @@ from sglang_infra.hostside import apikey, bounded
 from sglang_infra.hostside import checks as v
 
 sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
-import standin_server  # noqa: E402
+import standin_server
 
 GOOD_REASONING = [
     "The user wants the weather in Paris in celsius. I have a get_weather tool with two required parameters, "
@@ -461,7 +461,8 @@ def test_the_status_probe_of_a_gateway_is_read_within_its_deadline(standin, monk
     # The probe goes only to a port the gateway's own container publishes (Docker's answer, stood in for here).
     monkeypatch.setattr(report.stack, "published", lambda port, project, service: ["127.0.0.1"])
     elapsed, found = finished_within(20, report.gateways, str(tmp_path))
-    assert found[0]["error"] == f"the gateway does not answer: the answer is larger than {bounded.MAX_GATEWAY_BYTES} bytes"
+    assert found[0]["error"] == ("the gateway does not answer: "
+                                 f"the answer is larger than {bounded.MAX_GATEWAY_BYTES} bytes")
     assert elapsed < 2 + 2, elapsed
 
 
