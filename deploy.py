@@ -9,12 +9,12 @@ one read of each host (sglang_infra/preflight.py).
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra import compat, factcache, report
+from sglang_infra import compat, factcache, failedhosts
 from sglang_infra.preflight import plan_of, preflight
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines
-report.install(state)         # the run ends by naming every failed host
+failedhosts.install(state)    # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 if preflight(host, inventory):  # every host's plan; bad data on any host refuses the run (a status report skips that host)
     plan = plan_of(host)
@@ -29,7 +29,7 @@ if preflight(host, inventory):  # every host's plan; bad data on any host refuse
         local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
         local.include("tasks/image.py")          # 6. the pinned serving image
         local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack and its gate
-    local.include("tasks/router.py")         # 8. router hosts: one gateway per model, in front of the workers that passed
+    local.include("tasks/gateways.py")      # 8. gateway hosts: a gateway per model, in front of the workers that passed
     if serves:
         local.include("tasks/model_pruning.py")  # 9. opt-in: cached revisions nothing keeps or references
     if plan.monitors:

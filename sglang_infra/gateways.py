@@ -6,7 +6,7 @@ A host in any inventory group but `router` serves a model; a host in
 own compose project under router/<slug>/, with ports that follow the model's
 position in the registry. preflight.py calls `fleet()` once every host's plan
 is known; the rules are in refusals.check_fleet, the rendering in render.py,
-the host side in hostside/router_launch.py and hostside/router_workers.py.
+the host side in hostside/gateway_launch.py and hostside/gateway_workers.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any, Mapping, NamedTuple
 from . import platforms
 from .hostside import names
 from .gpus import Derived, GpuInventory
-from .lock import Lock, LockedModel
+from .lockfile import Lock, LockedModel
 from .models import Model
 from .toolchain import BuildContext
 

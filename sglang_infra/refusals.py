@@ -27,7 +27,7 @@ from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
 from . import ACCOUNT, models, platforms, toolchain
-from . import lock as lockfile
+from . import lockfile
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
 from .hostside import names
 from .hostside.printable import printable

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from . import ship
 from .hostside import names
-from .defaults import reasons
+from .keyreasons import reasons
 from .gpus import Derived
 from .models import CONTAINER_HF_CACHE, Model
 from . import plantypes
@@ -117,7 +117,7 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
 
 def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
     """A gateway's validation scripts and gate (the same templates, through the gateway), and its launcher."""
-    return {**scripts(plan, gateway), names.LAUNCHER: ship.program("router_launch")}
+    return {**scripts(plan, gateway), names.LAUNCHER: ship.program("gateway_launch")}
 
 
 # (data key, sglang-router 0.3.2 flag) of the gateway, each rendered with its reason from group_data/all.py.
@@ -138,7 +138,7 @@ def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     why = reasons()
     flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
     return render_template(
-        "templates/router-compose.yaml.j2", **plan.template_values,
+        "templates/gateway-compose.yaml.j2", **plan.template_values,
         gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why, mount=GATEWAY_IN_CONTAINER,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,

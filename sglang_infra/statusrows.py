@@ -73,7 +73,7 @@ def _running_image(snapshot, container) -> tuple[list[str], list[str], dict]:
 
 def image_lock(plan, tags_digests_labels) -> str:
     """"yes", "no", "no lock" or "n/a" (the lock pins no digest for this image), by the rule above."""
-    from .lock import repository
+    from .lockfile import repository
 
     if plan.lock is None:
         return "no lock"

@@ -52,7 +52,7 @@ for gateway in plan.gateways:
         retry=gateway.gate.retry_failed,
     )
     compose_file(
-        f"Ensure {where}/compose.yaml is rendered from templates/router-compose.yaml.j2 and accepted by compose",
+        f"Ensure {where}/compose.yaml is rendered from templates/gateway-compose.yaml.j2 and accepted by compose",
         where, gateway.compose, plan.account)
     gateway_workers(
         name=f"Ensure the {gateway.key} gateway has exactly the workers that passed their gate",

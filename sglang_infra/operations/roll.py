@@ -19,7 +19,7 @@ of the pool are out of service (those already out count, so they go first).
 Then:
 1. out of every gateway that fronts it (on a model switch, also those of every
    other model, which may still list it), through each router host's own
-   connection (hostside/router_workers.py), until none lists it;
+   connection (hostside/gateway_workers.py), until none lists it;
 2. drained: no request in flight (its own /metrics, else the gateway's
    smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
@@ -169,7 +169,7 @@ def on_router(state, front, change: dict) -> tuple[bool, str]:
         router.connect(reason="to take a worker out of its gateway and back", raise_exceptions=True)
     args = [front.directory, front.url, *([front.key_file] if front.key_file else [])]
     try:
-        status, output = run_on(router, f"python3 -c {q(ship.program('router_workers'))} " +
+        status, output = run_on(router, f"python3 -c {q(ship.program('gateway_workers'))} " +
                                 " ".join(q(a) for a in args), json.dumps(change), print_output=False,
                                 arguments=connector_arguments(state, router))
     finally:

@@ -15,7 +15,7 @@ from harness import PROJECT_DIR
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
 from sglang_infra import factcache, groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways
-from sglang_infra.hostside import router_launch
+from sglang_infra.hostside import gateway_launch
 from sglang_infra.operations import gateway as gateway_ops
 from sglang_infra.plan import resolve
 from sglang_infra.plantypes import Worker
@@ -220,9 +220,9 @@ def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
 def test_the_launcher_reads_workers_and_key_from_files(tmp_path):
     (tmp_path / "workers.json").write_text(json.dumps(["http://10.0.0.11:30000"]))
     (tmp_path / "server.yaml").write_text('api-key: "k3y-0123456789abcdef"\n')
-    args = router_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"), "--port=1"])
+    args = gateway_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"), "--port=1"])
     assert args == ["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--api-key", "k3y-0123456789abcdef"]
-    assert router_launch.arguments([str(tmp_path / "missing.json"), "-"]) == ["--worker-urls"]
+    assert gateway_launch.arguments([str(tmp_path / "missing.json"), "-"]) == ["--worker-urls"]
 
 
 # ---------------------------------------------------------------- the worker-set operation
@@ -271,7 +271,7 @@ def test_a_worker_that_failed_its_gate_is_removed_through_the_api():
     commands, _ = members([W1.url, W2.url], (W1, W2), {"gpu-01": worker_snapshot("c1"),
                                                         "gpu-02": worker_snapshot("c2", stamp="none")})
     assert [command_text(c) for c in commands] == [
-        "python3 -c <hostside/router_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
+        "python3 -c <hostside/gateway_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
     assert json.loads(commands[0].connector_arguments["_stdin"]) == [W1.url]
 
 

@@ -14,7 +14,7 @@ from sglang_infra import factcache
 from sglang_infra.gateways import InventoryHost
 from sglang_infra.groups import roles
 from sglang_infra.monitoring import scrape_address, targets_of, with_monitor
-from sglang_infra.operations import monitoring as ops
+from sglang_infra.operations import system as ops
 from sglang_infra.plan import resolve, snapshot_spec
 from sglang_infra.refusals import DeployDataError, check_data
 

@@ -9,7 +9,7 @@ import yaml
 from conftest import nvidia_smi, pinned_defaults, plan_for
 from harness import PROJECT_DIR
 from sglang_infra import render
-from sglang_infra.defaults import read_defaults
+from sglang_infra.keyreasons import read_defaults
 from sglang_infra.gpus import GpuInventory, derive_flags, parse_snapshot
 
 DEFAULTS = pinned_defaults()

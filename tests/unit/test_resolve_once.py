@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from conftest import converged_snapshot, pinned_defaults
-from sglang_infra import lock as lockfile
+from sglang_infra import lockfile
 from sglang_infra import plan as plans
 from sglang_infra import refusals, toolchain
 

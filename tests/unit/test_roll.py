@@ -51,7 +51,7 @@ class Host:
     def run_shell_command(self, command, print_output=False, _stdin=None, **_):
         text = str(command)
         gevent.sleep(0.01)
-        if shipped("router_workers", text):
+        if shipped("gateway_workers", text):
             change = json.loads(_stdin)
             if change.get("view"):
                 self.log.append((self.name, "view"))
@@ -63,7 +63,7 @@ class Host:
             else:
                 self.gateway.pop(url, None)
             self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
-            return True, Output([f"router_workers: {url} done"])
+            return True, Output([f"gateway_workers: {url} done"])
         if shipped("restore_good", text):
             self.log.append((self.name, "restore good config"))
             return True, Output()
