@@ -19,7 +19,7 @@ factcache.install()           # the snapshot is read once per host until a comma
 if preflight(host, inventory):  # every host's plan; bad data on any host refuses the run (a status report skips that host)
     plan = plan_of(host)
     serves = plan.serves  # a host only in the `router` or `monitor` group serves no model
-    if serves or plan.routes:  # a host only in `monitor` runs Prometheus alone: no account, no Docker
+    if serves or plan.runs_gateways:  # a host only in `monitor` runs Prometheus alone: no account, no Docker
         local.include("tasks/account.py")        # 1. the sglang system account
         local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
         local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2

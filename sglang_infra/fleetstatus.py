@@ -53,7 +53,7 @@ def problems(row: dict) -> list[tuple[str, str]]:
             found.append(("failing", f"gateway {gateway['slug']}: {gateway['error']}"))
         elif not any(w["healthy"] for w in gateway["workers"]):
             found.append(("failing", f"gateway {gateway['slug']} has no healthy worker"))
-    if row.get("serves") is False:   # a router-only host: no container, model or gate of its own to judge
+    if row.get("serves") is False:   # a gateway-only host: no container, model or gate of its own to judge
         return found
     container, gate, model, image = row.get("container"), row.get("gate"), row["model"], row["image"]
     if container is None:
@@ -152,7 +152,7 @@ HEADER = ["HOST", "STATUS", "OS", "GPUS (mem used/total)", "DOCKER / COMPOSE", "
 
 
 def gateway_line(host: str, gateway: dict) -> str:
-    """One gateway on a router host: its port, and each worker with the health the gateway reports."""
+    """One gateway on a gateway host: its port, and each worker with the health the gateway reports."""
     if gateway.get("error"):
         return f"{host}: gateway {gateway['slug']} :{gateway.get('port')}: {gateway['error']}"
     workers = gateway["workers"]

@@ -4,7 +4,7 @@ runs on any host.
 At the top of deploy.py, the first host's load reads every host's snapshot in
 parallel (one gevent job each, one pass per run, joined by every later
 host's load), judges and resolves each into its plan (plan.py), then gives
-the router hosts their gateways (gateways.fleet) and the monitor hosts their
+the gateway hosts their gateways (gateways.fleet) and the monitor hosts their
 scrape targets (monitoring.with_monitors). Any problem on any host
 refuses the run (refusals.py). In the status report's mode (statusrows.py) a
 refused or unreadable host becomes a row of the report instead, and its

@@ -19,7 +19,7 @@ from .stack import stack_section
 def fleet_barrier(reason: str):
     """
     An ordering point that changes nothing. pyinfra orders operations by each
-    host's own sequence: a router-only host, which runs no gate, gives no
+    host's own sequence: a gateway-only host, which runs no gate, gives no
     reason to run its gateway operations after the workers' gates. Every host
     calls this at the same place (tasks/gateways.py), so everything before it on
     any host runs before everything after it on any host.
