@@ -9,18 +9,18 @@ one read of each host (sglang_infra/preflight.py).
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra import compat, factcache, report
+from sglang_infra import compat, factcache, failedhosts
 from sglang_infra.preflight import plan_of, preflight
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines
-report.install(state)         # the run ends by naming every failed host
+failedhosts.install(state)    # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 # every host's plan; bad data on any host refuses the run (a status report skips that host)
 if preflight(host, inventory):
     plan = plan_of(host)
     serves = plan.serves  # a host only in the `router` or `monitor` group serves no model
-    if serves or plan.routes:  # a host only in `monitor` runs Prometheus alone: no account, no Docker
+    if serves or plan.runs_gateways:  # a host only in `monitor` runs Prometheus alone: no account, no Docker
         local.include("tasks/account.py")        # 1. the sglang system account
         local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
         local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
@@ -30,7 +30,7 @@ if preflight(host, inventory):
         local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
         local.include("tasks/image.py")          # 6. the pinned serving image
         local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack and its gate
-    local.include("tasks/router.py")         # 8. router hosts: one gateway per model, fronting the workers that passed
+    local.include("tasks/gateways.py")      # 8. gateway hosts: a gateway per model, in front of the workers that passed
     if serves:
         local.include("tasks/model_pruning.py")  # 9. opt-in: cached revisions nothing keeps or references
     if plan.monitors:

@@ -3,12 +3,12 @@
 
     .venv/bin/python bench/rolling.py [--out bench/results]
 
-Real test hosts (the test harness's Debian trixie containers, reached over SSH, removed at the end): one router
+Real test hosts (the test harness's Debian trixie containers, reached over SSH, removed at the end): one gateway
 host and three stand-in workers of one model. Load: 6 clients through the gateway, one request after another,
 half of them streaming, each about 1.5 s of generation (600 tokens at the stand-in's 400 tok/s).
 - rolling: the inventory with its `router` group; the deploy changes every worker's config (sglang_extra_env),
   one worker of the pool at a time (operations/roll.py);
-- control: the same kind of change with the router host left out of the inventory, so no gateway fronts the
+- control: the same kind of change with the gateway host left out of the inventory, so no gateway fronts the
   workers in that run: every worker restarts at once, as every deploy did before (the gateway keeps running and
   finds out through its health checks).
 Reports requests sent, failed, streams cut, the fewest healthy workers the gateway listed, the deploy's wall

@@ -3,7 +3,7 @@
     .venv/bin/python bench/scaleout.py [--out bench/results]
 
 Real test hosts (the test harness's Debian trixie containers, reached over SSH, removed at the end): four stand-in
-workers of one model and two router hosts. In one run, one after another:
+workers of one model and two gateway hosts. In one run, one after another:
 1. the first converge of one worker behind a fresh gateway (w1 behind gw-b);
 2. the first converge of a new pool of three behind another fresh gateway (w2, w3, w4 behind gw-a): the goal is at
    most 1.3x the first, since workers that serve nobody yet restart together instead of one turn each;

@@ -221,8 +221,8 @@ sglang_worker_address = None
 # Set it apart only to pin the gateway separately, and pin it: a floating tag would change the front door on a restart.
 sglang_router_image = None
 
-# Registry keys this router host fronts, one gateway (container and port) each; None fronts every model some host of the
-# inventory serves.
+# Registry keys this gateway host fronts, one gateway (container and port) each; None fronts every model some host of
+# the inventory serves.
 sglang_router_models = None
 
 # How the gateway picks a worker: cache_aware sends a prompt to the worker whose RadixAttention cache already holds its

@@ -28,7 +28,7 @@ pyinfra=.venv/bin/pyinfra
 python=.venv/bin/python
 [ -x "$python" ] || python=python3
 
-# A canary that matches no host, or only router hosts (which serve no model), would "pass" and let every host
+# A canary that matches no host, or only gateway hosts (which serve no model), would "pass" and let every host
 # through: refuse it first.
 canaries=$("$python" -m sglang_infra.inventoryfile canary "$inventory" "$canary")
 case $? in

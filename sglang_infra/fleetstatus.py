@@ -5,7 +5,7 @@
 It runs `pyinfra INVENTORY deploy.py --dry --json` (--json: pyinfra asks no
 "continue?" when a host fails to connect) with SGLANG_STATUS_REPORT set:
 one snapshot per host, read in parallel (with its report section), every
-task planned and nothing executed (status.py writes the rows). This module
+task planned and nothing executed (statusrows.py writes the rows). This module
 judges each row and prints the table (or JSON) and the fleet's summary line.
 
 Exit code: 0 when every host is reachable, serving (container running and
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import status
+from . import statusrows
 from .hostside.printable import printable
 from .hostside.units import human
 
@@ -53,7 +53,7 @@ def problems(row: dict) -> list[tuple[str, str]]:
             found.append(("failing", f"gateway {gateway['slug']}: {gateway['error']}"))
         elif not any(w["healthy"] for w in gateway["workers"]):
             found.append(("failing", f"gateway {gateway['slug']} has no healthy worker"))
-    if row.get("serves") is False:   # a router-only host: no container, model or gate of its own to judge
+    if row.get("serves") is False:   # a gateway-only host: no container, model or gate of its own to judge
         return found
     container, gate, model, image = row.get("container"), row.get("gate"), row["model"], row["image"]
     if container is None:
@@ -152,7 +152,7 @@ HEADER = ["HOST", "STATUS", "OS", "GPUS (mem used/total)", "DOCKER / COMPOSE", "
 
 
 def gateway_line(host: str, gateway: dict) -> str:
-    """One gateway on a router host: its port, and each worker with the health the gateway reports."""
+    """One gateway on a gateway host: its port, and each worker with the health the gateway reports."""
     if gateway.get("error"):
         return f"{host}: gateway {gateway['slug']} :{gateway.get('port')}: {gateway['error']}"
     workers = gateway["workers"]
@@ -204,7 +204,7 @@ def collect(inventory: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "PYINFRA_YES"}   # -y would skip change detection
     with tempfile.TemporaryDirectory(prefix="sglang-status-") as tmp:
         out = os.path.join(tmp, "report.json")
-        env.update({status.ENV: out, "PYINFRA_PROGRESS": "off",
+        env.update({statusrows.ENV: out, "PYINFRA_PROGRESS": "off",
                     "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_DIR), env.get("PYTHONPATH"))))})
         proc = subprocess.run([sys.executable, "-m", "pyinfra", inventory, "deploy.py", "--dry", "--json"],
                               cwd=PROJECT_DIR, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -213,7 +213,7 @@ def collect(inventory: str) -> list[dict]:
     output = proc.stdout + proc.stderr
     # No row at all: pyinfra stopped before the deploy file (every host failed to connect).
     seen = {row["host"] for row in rows}
-    rows += [status.unanswered(name, "could not connect") for name in names if name not in seen]
+    rows += [statusrows.unanswered(name, "could not connect") for name in names if name not in seen]
     errors = _connect_errors(output, [row["host"] for row in rows if row.get("unreachable") == "could not connect"])
     for row in rows:
         if not row["reachable"] and row["host"] in errors:

@@ -1,12 +1,12 @@
 """The fleet front door, control side: which hosts serve and which route,
-the workers of each model, and each router host's gateways.
+the workers of each model, and each gateway host's gateways.
 
 A host in any inventory group but `router` serves a model; a host in
 `router` runs one gateway (sglang-router) per model it fronts, each in its
 own compose project under router/<slug>/, with ports that follow the model's
 position in the registry. preflight.py calls `fleet()` once every host's plan
 is known; the rules are in refusals.check_fleet, the rendering in render.py,
-the host side in hostside/router_launch.py and hostside/router_workers.py.
+the host side in hostside/gateway_launch.py and hostside/gateway_workers.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .groups import groups_of, roles
 from .hostside import names
 from .inventoryfile import inventory_file
 from .plan import gate_files
-from .plantypes import Front, Gateway, HostPlan, Paths, Placement, Roll, RouterSettings, Worker
+from .plantypes import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker
 from .refusals import DeployDataError, check_fleet, check_pool, raise_if
 
 
@@ -30,7 +30,7 @@ def worker_url(address: str, port: int) -> str:
 
 
 def own_url(published_on: str, port: int) -> str:
-    """How the router host itself reaches a gateway port published on ``published_on`` (the gate, the worker
+    """How the gateway host itself reaches a gateway port published on ``published_on`` (the gate, the worker
     API, the status report): loopback when it is every address, else that address."""
     if ipaddress.ip_address(published_on).is_unspecified:
         published_on = "::1" if ":" in published_on else "127.0.0.1"
@@ -50,20 +50,20 @@ def gateway_slug(key: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
 
 
-def place(router: RouterSettings, workers: Mapping[str, list]) -> list[Placement]:
-    """The gateways a router host runs, in registry order: the keys it lists, else every key some host
+def place(settings: GatewaySettings, workers: Mapping[str, list]) -> list[Placement]:
+    """The gateways a gateway host runs, in registry order: the keys it lists, else every key some host
     serves; each at the ports of its position in the registry."""
     out = []
-    for offset, key in enumerate(router.registry):
-        if key in router.models if router.models is not None else bool(workers.get(key)):
-            out.append(Placement(key, gateway_slug(key), router.port + offset, router.prometheus_port + offset))
+    for offset, key in enumerate(settings.registry):
+        if key in settings.models if settings.models is not None else bool(workers.get(key)):
+            out.append(Placement(key, gateway_slug(key), settings.port + offset, settings.prometheus_port + offset))
     return out
 
 
 def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
-    """A router host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
-    assert plan.router is not None, "fleet() calls this for router hosts only"
-    placed = place(plan.router, workers)
+    """A gateway host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
+    assert plan.gateway_settings is not None, "fleet() calls this for gateway hosts only"
+    placed = place(plan.gateway_settings, workers)
     raise_if(check_fleet(plan, workers, placed))
     gateways = []
     for spot in placed:
@@ -72,9 +72,10 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
-            gate=replace(plan.gate, url=own_url(plan.router.published_on, spot.port), served_name=model.served_name,
-                         baseline_tok_s=model.baseline_tok_s, toolchain_check=None, metrics_url=None))
-        compose = render.router_compose_yaml(plan, gateway)
+            gate=replace(plan.gate, url=own_url(plan.gateway_settings.published_on, spot.port),
+                         served_name=model.served_name, baseline_tok_s=model.baseline_tok_s, toolchain_check=None,
+                         metrics_url=None))
+        compose = render.gateway_compose_yaml(plan, gateway)
         scripts = render.gateway_scripts(plan, gateway)
         gate = replace(gateway.gate, files=gate_files(gateway.dir, scripts, gateway.dir, compose))
         gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts,
@@ -83,20 +84,20 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
     return replace(plan, gateways=tuple(gateways), layout=layout)
 
 
-def fronts(routers, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Front, ...]]:
+def fronts(gateway_hosts, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Front, ...]]:
     """
-    The gateways in front of each model's workers: every router host of the
+    The gateways in front of each model's workers: every gateway host of the
     inventory (in this run or not: its data says where its gateways are) and
     the gateways it places, by model key.
     """
     out: dict[str, list[Front]] = {}
-    for router in routers:
-        data = router.data
+    for gateway_host in gateway_hosts:
+        data = gateway_host.data
         paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
-        settings = RouterSettings.of(data)
+        settings = GatewaySettings.of(data)
         for spot in place(settings, workers):
             out.setdefault(spot.key, []).append(Front(
-                router=router.name, slug=spot.slug, url=own_url(settings.published_on, spot.port),
+                gateway_host=gateway_host.name, slug=spot.slug, url=own_url(settings.published_on, spot.port),
                 metrics=own_url(settings.prometheus_bind_address, spot.prometheus_port) + "/metrics",
                 directory=f"{paths.gateways}/{spot.slug}",
                 key_file=paths.server_config if data.get("sglang_api_key_file") else None))
@@ -111,7 +112,7 @@ class InventoryHost:
     data: Mapping[str, Any]
     groups: tuple[str, ...]
     serves: bool
-    routes: bool
+    runs_gateways: bool
 
 
 def inventory_roles(inventory, path: str | None) -> list[InventoryHost]:
@@ -134,34 +135,34 @@ def unavailable(setting: int | str, size: int) -> int:
 def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
           inventory_path: str | None = None) -> dict[str, HostPlan | None]:
     """
-    Every router host's plan with its gateways: the workers of each model are
+    Every gateway host's plan with its gateways: the workers of each model are
     the inventory's serving hosts of that model (those outside this run too,
-    which then keep the membership they have); refused when any router host
+    which then keep the membership they have); refused when any gateway host
     has a problem with the fleet (a status report keeps such a plan as it is).
     ``inventory_path``: the inventory's file outside a pyinfra run.
     """
     path = inventory_path or inventory_file()
     workers: dict[str, list[Worker]] = {}
-    routers = []
+    gateway_hosts = []
     for each in inventory_roles(inventory, path):
         if each.serves:
             key, worker = fleet_worker(each.name, each.data, plans.get(each.name))
             workers.setdefault(key, []).append(worker)
-        if each.routes:
-            routers.append(each)
+        if each.runs_gateways:
+            gateway_hosts.append(each)
     out, errors = dict(plans), []
     for name, plan in plans.items():
-        if plan is not None and plan.routes:
+        if plan is not None and plan.runs_gateways:
             try:
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
-    fronting = fronts(routers, workers) if not errors else {}
+    fronting = fronts(gateway_hosts, workers) if not errors else {}
     for key, behind in fronting.items():
         for worker in workers.get(key, ()):
             plan = out.get(worker.host)
             if plan is not None and plan.serves:
-                pool = f"{key} behind " + ", ".join(f"{f.router}/{f.slug}" for f in behind)
+                pool = f"{key} behind " + ", ".join(f"{f.gateway_host}/{f.slug}" for f in behind)
                 size = len(workers[key])
                 allowed = unavailable(plan.max_unavailable, size)
                 errors += check_pool(plan.name, plan.max_unavailable, allowed, pool, size)

@@ -22,7 +22,7 @@ def groups_of(host, inventory_path: str | None) -> list[str]:
     The inventory's own groups of a host: without pyinfra's `all`, and
     without the group pyinfra adds holding every host, named after the
     inventory file (e.g. `inventory` for inventory.py), which would make every
-    router host a serving one. ``inventory_path``: that file
+    gateway host a serving one. ``inventory_path``: that file
     (inventoryfile.inventory_file() in a pyinfra run), or None.
     """
     path = inventory_path
@@ -38,7 +38,7 @@ def groups_of(host, inventory_path: str | None) -> list[str]:
 
 
 def roles(groups) -> tuple[bool, bool]:
-    """(serves, routes) of a host in ``groups``: every group but `router` and `monitor` serves a model."""
+    """(serves, runs_gateways) of a host in ``groups``: every group but `router` and `monitor` serves a model."""
     groups = set(groups)
     return (not groups or bool(groups - set(ROLE_GROUPS))), ROUTER_GROUP in groups
 

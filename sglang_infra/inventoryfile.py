@@ -4,8 +4,7 @@ deploy (load, match), and, inside a run, which file this run's inventory is
 
     python3 -m sglang_infra.inventoryfile match INVENTORY PATTERN   the hosts --limit PATTERN would take; exit 1 if none
     python3 -m sglang_infra.inventoryfile canary INVENTORY PATTERN  the same, and exit 3 when none of them serves a
-                                                                    model (router hosts only: a gate that proves
-                                                                    nothing)
+                                                                    model (gateway hosts only: a gate proving nothing)
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def main(argv: list[str]) -> int:
               f"({', '.join(h.name for h in inventory)}) or groups ({', '.join(groups) or 'none'})", file=sys.stderr)
         return 1
     if argv[0] == "canary" and not serving(inventory, names, inventory_path):
-        print(f"'{pattern}' takes only router hosts ({', '.join(names)}), which serve no model: their gate proves "
+        print(f"'{pattern}' takes only gateway hosts ({', '.join(names)}), which serve no model: their gate proves "
               "nothing about a new image, model or lock. Name a canary with at least one host that serves a model "
               "(a host in any group but router)", file=sys.stderr)
         return 3

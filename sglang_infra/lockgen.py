@@ -1,4 +1,4 @@
-"""Resolve once, write sglang.lock (the format is sglang_infra/lock.py).
+"""Resolve once, write sglang.lock (the format is sglang_infra/lockfile.py).
 
     scripts/lock.sh [INVENTORY] [--update SPEC ...] [--out PATH]
 
@@ -36,9 +36,8 @@ import urllib.request
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from . import lock as lockfile
+from . import lockfile, toolchain
 from . import models as registry
-from . import toolchain
 from .hostside import dockerapi
 from .hostside.safefs import write_atomic
 

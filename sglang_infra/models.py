@@ -179,7 +179,7 @@ def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                     "use e.g. ['qwen3.6-27b-awq-int4']"))
         cached = []
     wanted += [("sglang_cached_models", key) for key in cached]
-    # A router host's fronted models are entries it uses too (its gateway's served name reaches its scripts).
+    # A gateway host's fronted models are entries it uses too (its gateway's served name reaches its scripts).
     fronted = data.get("sglang_router_models")
     if isinstance(fronted, (list, tuple)):
         wanted += [("sglang_router_models", key) for key in fronted]

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from . import render
 from .gateways import inventory_roles, place
 from .groups import ROLE_GROUPS
-from .plantypes import HostPlan, Monitor, RouterSettings, Target
+from .plantypes import GatewaySettings, HostPlan, Monitor, Target
 from .refusals import DeployDataError, Unscrapable, check_monitor, raise_if
 
 JOB_WORKER, JOB_GATEWAY, JOB_NODE, JOB_PROMETHEUS = "sglang", "sglang-router", "node", "prometheus"
@@ -77,8 +77,8 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
         if each.serves and data.get("sglang_enable_metrics"):
             add(JOB_WORKER, each.name, "sglang_bind_address", data["sglang_bind_address"], data["sglang_port"],
                 group=serving, model=model, role="worker")
-        if each.routes:
-            for spot in place(RouterSettings.of(data), workers):
+        if each.runs_gateways:
+            for spot in place(GatewaySettings.of(data), workers):
                 add(JOB_GATEWAY, each.name, "sglang_router_prometheus_bind_address",
                     data["sglang_router_prometheus_bind_address"], spot.prometheus_port,
                     group="router", model=spot.key, role="gateway")
@@ -93,7 +93,7 @@ def with_monitor(plan: HostPlan, hosts) -> HostPlan:
     """A monitor host's plan with its Prometheus: targets, config, rules, drop-in and dashboard; raises naming
     every problem."""
     found, unreachable = targets_of(plan.name, hosts)
-    raise_if(check_monitor(plan.name, [each for each in hosts if each.serves or each.routes], unreachable))
+    raise_if(check_monitor(plan.name, [each for each in hosts if each.serves or each.runs_gateways], unreachable))
     settings = plan.monitor_settings
     assert settings is not None, "with_monitors() calls this for monitor hosts only"
     own = scrape_address(*_split(settings.listen_address), "127.0.0.1", True)

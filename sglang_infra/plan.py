@@ -8,7 +8,7 @@ lock with its commits applied, the pins, the CA bundle, the secrets);
 refusals.check_host_state judges the data against the host. Then every value
 the tasks, the templates and the status report need is worked out here, once,
 into a frozen HostPlan (plantypes.py). Tasks read the plan and nothing else of
-the host's data. A router host's gateways are added by gateways.with_gateways,
+the host's data. A gateway host's gateways are added by gateways.with_gateways,
 which needs every host's plan (preflight.py).
 """
 
@@ -22,7 +22,7 @@ from .gpus import derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
-from .plantypes import LOCAL_URL, AptSource, Gate, HostPlan, MonitorSettings, NodeExporter, Paths, RouterSettings
+from .plantypes import LOCAL_URL, AptSource, Gate, GatewaySettings, HostPlan, MonitorSettings, NodeExporter, Paths
 from .refusals import Judged, check_host_state, judge, raise_if
 from .snapshot import worker_validated
 
@@ -84,7 +84,7 @@ def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], gro
 def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], groups=()) -> HostPlan:
     """resolve() for data refusals.judge accepted, from what it read."""
     data, lock = judged.data, judged.lock
-    serves, routes = roles(groups)
+    serves, runs_gateways = roles(groups)
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
     raise_if(check_host_state(name, data, snapshot, gpus, serves, derived))
@@ -137,8 +137,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
                   turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
-        serves=serves, routes=routes, router_image=data["sglang_router_image"] or image,
-        router=RouterSettings.of(data) if routes else None,
+        serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or image,
+        gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,

@@ -14,7 +14,7 @@ from typing import Any, Mapping, NamedTuple
 from . import platforms
 from .gpus import Derived, GpuInventory
 from .hostside import names
-from .lock import Lock, LockedModel
+from .lockfile import Lock, LockedModel
 from .models import Model
 from .toolchain import BuildContext
 
@@ -114,14 +114,14 @@ class Worker:
 
 @dataclass(frozen=True)
 class Front:
-    """A gateway in front of a serving host, as the roll reaches it: through its router host's own connection."""
+    """A gateway in front of a serving host, as the roll reaches it: through its gateway host's own connection."""
 
-    router: str               # the router host's inventory name
+    gateway_host: str         # the gateway host's inventory name
     slug: str                 # router/<slug>/ on it
-    url: str                  # the gateway's API, where the router host itself reaches it (gateways.own_url)
-    metrics: str              # its Prometheus endpoint, on the router host (smg_worker_requests_active)
+    url: str                  # the gateway's API, where the gateway host itself reaches it (gateways.own_url)
+    metrics: str              # its Prometheus endpoint, on the gateway host (smg_worker_requests_active)
     directory: str            # router/<slug>/ there (workers.json)
-    key_file: str | None      # the router host's server config holding the key the gateway requires
+    key_file: str | None      # the gateway host's server config holding the key the gateway requires
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,8 @@ class Roll:
 
 
 @dataclass(frozen=True)
-class RouterSettings:
-    """A router host's settings for its gateways, as its data sets them (judged by refusals.check_fleet)."""
+class GatewaySettings:
+    """A gateway host's settings for its gateways, as its data sets them (judged by refusals.check_fleet)."""
 
     models: tuple[str, ...] | None     # sglang_router_models: the keys it fronts; None: every served key
     registry: tuple[str, ...]          # every registry key, in order: a gateway's ports follow its position
@@ -154,8 +154,8 @@ class RouterSettings:
     prometheus_bind_address: str       # where the Prometheus ports are published
 
     @classmethod
-    def of(cls, data: Mapping[str, Any]) -> "RouterSettings":
-        """A router host's settings, from its data (judged by refusals.check_fleet)."""
+    def of(cls, data: Mapping[str, Any]) -> "GatewaySettings":
+        """A gateway host's settings, from its data (judged by refusals.check_fleet)."""
         return cls(
             models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
             registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
@@ -173,7 +173,7 @@ class RouterSettings:
 
 
 class Placement(NamedTuple):
-    """Where one fronted model's gateway goes on a router host (gateways.place), judged by check_fleet."""
+    """Where one fronted model's gateway goes on a gateway host (gateways.place), judged by check_fleet."""
 
     key: str
     slug: str
@@ -183,7 +183,7 @@ class Placement(NamedTuple):
 
 @dataclass(frozen=True)
 class Gateway:
-    """One model's gateway on a router host: its own compose project, port and gate."""
+    """One model's gateway on a gateway host: its own compose project, port and gate."""
 
     key: str                 # the model's registry key
     slug: str                # its directory (router/<slug>/) and compose project (sglang-router-<slug>)
@@ -309,9 +309,9 @@ class HostPlan:
     scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
     # the fleet front door: a host in any group but `router` serves a model; one in `router` runs its gateways
     serves: bool = True
-    routes: bool = False
-    router_image: str = ""
-    router: RouterSettings | None = None
+    runs_gateways: bool = False
+    gateway_image: str = ""
+    gateway_settings: GatewaySettings | None = None
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
     max_unavailable: int | str = 1  # sglang_max_unavailable as written: count or "N%" of a pool (gateways.unavailable)

@@ -4,9 +4,9 @@ runs on any host.
 At the top of deploy.py, the first host's load reads every host's snapshot in
 parallel (one gevent job each, one pass per run, joined by every later
 host's load), judges and resolves each into its plan (plan.py), then gives
-the router hosts their gateways (gateways.fleet) and the monitor hosts their
+the gateway hosts their gateways (gateways.fleet) and the monitor hosts their
 scrape targets (monitoring.with_monitors). Any problem on any host
-refuses the run (refusals.py). In the status report's mode (status.py) a
+refuses the run (refusals.py). In the status report's mode (statusrows.py) a
 refused or unreadable host becomes a row of the report instead, and its
 tasks are skipped. Tasks read their host's plan with plan_of(host).
 """
@@ -17,7 +17,7 @@ import json
 
 from pyinfra import logger
 
-from . import factcache, status
+from . import factcache, statusrows
 from .gateways import fleet
 from .groups import groups_of
 from .inventoryfile import inventory_file
@@ -74,12 +74,12 @@ def preflight(host, inventory) -> bool:
     Resolve every host being deployed, at once and in parallel (one snapshot
     each), and refuse the run before anything executes when any host has a
     problem. Called at the top of deploy.py; later calls reuse the plans.
-    True: go on with this host's tasks. Only a status report (status.py)
+    True: go on with this host's tasks. Only a status report (statusrows.py)
     gets False, for a host it reports as refused or unreadable instead.
     """
     import gevent
 
-    report = bool(status.requested())
+    report = bool(statusrows.requested())
     key = id(host.state)
     if key not in _reads:
         hosts = inventory.get_active_hosts() or list(inventory)
@@ -92,7 +92,7 @@ def preflight(host, inventory) -> bool:
     gevent.joinall([job for _, job in jobs], raise_error=True)
     if report:
         for each, job in jobs:
-            status.note(host.state, each.name, *job.value)
+            statusrows.note(host.state, each.name, *job.value)
     else:
         raise_if([problem for _, job in jobs for problem in job.value[1]])
     if key not in _plans:

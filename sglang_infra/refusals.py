@@ -9,7 +9,7 @@ Three passes, each over what it can see:
   is resolved from the same reads and nothing is read twice.
 - `check_host_state`: the data against the host as it is (an account with
   other ids, admins that do not exist, an unsupported OS, the GPU rules).
-- `check_fleet`: a router host against the inventory's serving hosts (its
+- `check_fleet`: a gateway host against the inventory's serving hosts (its
   gateways' workers, ports and directories).
 """
 
@@ -26,8 +26,7 @@ import click
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from . import ACCOUNT, models, platforms, toolchain
-from . import lock as lockfile
+from . import ACCOUNT, lockfile, models, platforms, toolchain
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
 from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .hostside import names
@@ -300,21 +299,21 @@ def raise_if(errors: list[str]) -> None:
 
 
 def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: list[Placement]) -> list[str]:
-    """A router host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
+    """A gateway host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
     gateways.place() worked out for it."""
     errors: list[str] = []
-    router, name = plan.router, plan.name
-    assert router is not None, "check_fleet judges router hosts only"
+    settings, name = plan.gateway_settings, plan.name
+    assert settings is not None, "check_fleet judges gateway hosts only"
 
     def err(key: str, what: str, fix: str) -> None:
         errors.append(problem(name, key, what, fix))
 
     if not placed:
-        err("sglang_router_models", "no host of the inventory serves a model, so this router host would have no "
+        err("sglang_router_models", "no host of the inventory serves a model, so this gateway host would have no "
             "workers", f"add serving hosts (e.g. the production group) to the inventory, or take {name} out of "
             f"the {ROUTER_GROUP} group")
-    for key in router.models or ():
-        if key not in router.registry:
+    for key in settings.models or ():
+        if key not in settings.registry:
             err("sglang_router_models", f"{key!r} is not a key of sglang_models", "use registry keys")
         elif not workers.get(key):
             err("sglang_router_models", f"no host of the inventory serves {key!r}, so its gateway would have no "
@@ -322,7 +321,7 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
     # Every fronted entry, listed or fronted because some host serves it (one outside this run too), is whole.
     for spot in placed:
         if spot.key not in plan.registry:
-            err("sglang_models", f"entry {spot.key!r}, which this router host fronts, is not a well-formed "
+            err("sglang_models", f"entry {spot.key!r}, which this gateway host fronts, is not a well-formed "
                 "registry entry", "give it repo_id, revision, served_name, role and baseline_tok_s (or "
                 "'unvetted': True) as group_data/all.py shows, or stop serving it")
     ports: dict[int, str] = {}
@@ -345,16 +344,17 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
                 "front only one of them from this host")
         slugs[spot.slug] = spot.key
     # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
-    if plan.api_key is None and not router.trusted_network and \
-            ipaddress.ip_address(router.published_on).is_unspecified:
-        err("sglang_router_bind_address", f"{'every address' if router.bind_address is None else router.bind_address} "
+    if plan.api_key is None and not settings.trusted_network and \
+            ipaddress.ip_address(settings.published_on).is_unspecified:
+        err("sglang_router_bind_address",
+            f"{'every address' if settings.bind_address is None else settings.bind_address} "
             "with no sglang_api_key_file: anyone who reaches the gateway's port could add a worker of their own "
             "(POST /workers) and receive every prompt", "set sglang_api_key_file (clients then send its key), or "
             "set sglang_router_bind_address to the one address clients reach this host on (e.g. its internal "
             "interface's, or '127.0.0.1'), or, on a network you trust, sglang_router_trusted_network = True")
-    if router.health_check_timeout >= router.health_check_interval:
-        err("sglang_router_health_check_timeout", f"{router.health_check_timeout} s is not below "
-            f"sglang_router_health_check_interval ({router.health_check_interval} s)",
+    if settings.health_check_timeout >= settings.health_check_interval:
+        err("sglang_router_health_check_timeout", f"{settings.health_check_timeout} s is not below "
+            f"sglang_router_health_check_interval ({settings.health_check_interval} s)",
             "use a timeout shorter than the interval")
     return errors
 
@@ -382,7 +382,7 @@ class Unscrapable:
 
 
 def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> list[str]:
-    """A monitor host's problems with the fleet: ``scraped``, the inventory's serving and router hosts, and the
+    """A monitor host's problems with the fleet: ``scraped``, the inventory's serving and gateway hosts, and the
     ports of other hosts bound where it cannot reach them."""
     errors = []
     if not scraped:

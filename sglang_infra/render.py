@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from . import plantypes, ship
-from .defaults import reasons
 from .gpus import Derived
 from .hostside import names
+from .keyreasons import reasons
 from .models import CONTAINER_HF_CACHE, Model
 from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter
 from .templating import render_template, template_text
@@ -116,11 +116,11 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
 
 def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
     """A gateway's validation scripts and gate (the same templates, through the gateway), and its launcher."""
-    return {**scripts(plan, gateway), names.LAUNCHER: ship.program("router_launch")}
+    return {**scripts(plan, gateway), names.LAUNCHER: ship.program("gateway_launch")}
 
 
 # (data key, sglang-router 0.3.2 flag) of the gateway, each rendered with its reason from group_data/all.py.
-ROUTER_FLAGS = (
+GATEWAY_FLAGS = (
     ("sglang_router_policy", "--policy"),
     ("sglang_router_health_check_interval", "--health-check-interval-secs"),
     ("sglang_router_health_check_timeout", "--health-check-timeout-secs"),
@@ -133,12 +133,12 @@ ROUTER_FLAGS = (
 GATEWAY_IN_CONTAINER = "/etc/sglang-router"
 
 
-def router_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
+def gateway_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     why = reasons()
-    flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in ROUTER_FLAGS]
+    flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in GATEWAY_FLAGS]
     return render_template(
-        "templates/router-compose.yaml.j2", **plan.template_values,
-        gateway=gateway, router=plan.router, image=plan.router_image, flags=flags, reasons=why,
+        "templates/gateway-compose.yaml.j2", **plan.template_values,
+        gateway=gateway, settings=plan.gateway_settings, image=plan.gateway_image, flags=flags, reasons=why,
         mount=GATEWAY_IN_CONTAINER,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,

@@ -193,7 +193,7 @@ def _https_url(value: Any) -> bool:
 
 
 # sglang-router 0.3.2's --policy choices (sglang_router/router_args.py).
-ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two", "manual")
+GATEWAY_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two", "manual")
 
 
 def _host_address(value: Any) -> bool:
@@ -308,15 +308,15 @@ SCHEMA: dict[str, Key] = {
                                 "use True to enable the three debug flags, False to keep them commented"),
     # fleet front door (the router group; the fleet's rules are in plan.check_fleet)
     "sglang_worker_address": Key("None or an IP address or DNS name", _optional(_host_address),
-                                 "use the address the router hosts reach this host on, e.g. '10.0.0.11', or None"),
+                                 "use the address the gateway hosts reach this host on, e.g. '10.0.0.11', or None"),
     "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),
                                "pin a release tag such as 'lmsysorg/sglang:v0.5.16', or None for sglang_image"),
     "sglang_router_models": Key("None or a list of distinct registry keys",
                                 _optional(lambda v: isinstance(v, (list, tuple)) and bool(v)
                                           and all(isinstance(k, str) and k for k in v) and len(set(v)) == len(v)),
                                 "use e.g. ['qwen3.6-35b-a3b-awq'], or None for every served model"),
-    "sglang_router_policy": Key(f"one of {', '.join(ROUTER_POLICIES)} (sglang-router 0.3.2's policies)",
-                                _one_of(*ROUTER_POLICIES), "use 'cache_aware'"),
+    "sglang_router_policy": Key(f"one of {', '.join(GATEWAY_POLICIES)} (sglang-router 0.3.2's policies)",
+                                _one_of(*GATEWAY_POLICIES), "use 'cache_aware'"),
     "sglang_router_bind_address": Key("None or an IP address", _optional(_ip),
                                       "use None, the address clients reach this host on, or '127.0.0.1'"),
     "sglang_router_trusted_network": Key("True or False", lambda v: isinstance(v, bool),

@@ -6,7 +6,7 @@ minute, so a restart or an edit since the gate shows at once."""
 from pyinfra import host
 
 from sglang_infra.operations.files import checked_file
-from sglang_infra.operations.monitoring import packages_installed, root_directory, service_running
+from sglang_infra.operations.system import packages_installed, root_directory, service_running
 from sglang_infra.plantypes import DROPIN_NAME, GATE_METRICS_UNIT, NODE_EXPORTER_SERVICE, PROGRAM_DIR, dropin_dir
 from sglang_infra.preflight import plan_of
 

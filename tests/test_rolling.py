@@ -102,7 +102,7 @@ def most_out_at_once(output: str) -> int:
         if "roll: " in line and ": taking " in line:
             out += 1
             most = max(most, out)
-        elif "roll: router_workers: " in line and " is back and healthy" in line:
+        elif "roll: gateway_workers: " in line and " is back and healthy" in line:
             out -= 1
     return most
 

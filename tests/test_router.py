@@ -199,7 +199,7 @@ def test_with_a_worker_stopped_the_gateway_keeps_answering_and_the_next_deploy_r
 
 
 @pytest.mark.parametrize("case,line", [
-    ("no_workers", f"host {GW}: sglang_router_models: no host of the inventory serves a model, so this router "
+    ("no_workers", f"host {GW}: sglang_router_models: no host of the inventory serves a model, so this gateway "
                    "host would have no workers. Fix:"),
     ("port_clash", f"host {W1}: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on 30000, the "
                    "port this host's own server already publishes (sglang_port). Fix:"),

@@ -3,7 +3,7 @@
 The key lives in the server's own config file (docker/secrets/server.yaml on a worker, mounted read-only into
 the serving and gateway containers), one YAML line `api-key: "KEY"` whose value is a JSON string, so that it
 is on no command line. That format is written by file_text() (the deploy, plan.py) and read by read_key()
-(every host program that needs the key: the checks, the gate, drain.py, router_workers.py, report.py, the
+(every host program that needs the key: the checks, the gate, drain.py, gateway_workers.py, report.py, the
 gateway's launcher), and nowhere else. A program that talks to a server loads the key once
 (use_api_key_file), sends auth_headers() with its requests, and passes whatever a server wrote or answered
 through redact() before it prints or stores it. Standard library only: shipped with the host programs

@@ -4,7 +4,7 @@ A server (SGLang, a gateway, a worker's /metrics) may answer slowly, endlessly o
 reads an answer through read_bounded() or bounded_lines(), which end with Unbounded when the body is not
 complete by a deadline or grows past a limit, and an error's body through error_body(). The limits below
 are the bounds of the answers the checks and the gateways' worker API give. Standard library only, and
-apart from the checks (checks.py), so that drain.py, router_workers.py and report.py ship without them.
+apart from the checks (checks.py), so that drain.py, gateway_workers.py and report.py ship without them.
 """
 
 import socket

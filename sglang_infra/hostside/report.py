@@ -9,7 +9,7 @@ used and total per GPU), engine (Docker's version from the Engine API),
 compose (the plugin's own `version --short`), cache (the bytes of hf-cache,
 each file counted once), disk (free and total bytes where hf-cache lives),
 gate (the last gate's record, stamp.LAST, written by gate.py), gateways
-(on a router host: each gateway's port and its workers with their health, as
+(on a gateway host: each gateway's port and its workers with their health, as
 the gateway's own GET /workers reports them).
 """
 

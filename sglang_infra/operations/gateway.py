@@ -19,9 +19,9 @@ from .stack import stack_section
 def fleet_barrier(reason: str):
     """
     An ordering point that changes nothing. pyinfra orders operations by each
-    host's own sequence: a router-only host, which runs no gate, gives no
+    host's own sequence: a gateway-only host, which runs no gate, gives no
     reason to run its gateway operations after the workers' gates. Every host
-    calls this at the same place (tasks/router.py), so everything before it on
+    calls this at the same place (tasks/gateways.py), so everything before it on
     any host runs before everything after it on any host.
     """
     host.noop(reason)
@@ -46,11 +46,11 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     Ensure the gateway in ``directory`` (router/<gateway>/) has exactly the
     ``workers`` (plan.Worker) that passed their gate with their own config:
     decided when the operation runs, from each worker's snapshot read after
-    its own gate ran in this same run (tasks/router.py comes after
+    its own gate ran in this same run (tasks/gateways.py comes after
     tasks/stack.py). A worker outside this run (--limit) keeps the
     membership it has. On a difference, workers.json is rewritten (the
     gateway's launcher reads it on start) and the gateway's /workers API adds
-    and removes workers without a restart (hostside/router_workers.py).
+    and removes workers without a restart (hostside/gateway_workers.py).
     """
     have = stack_section(gateway)["workers"]
     wanted = sorted(w.url for w in workers
@@ -64,5 +64,5 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     if diff_wanted():
         host.log(f"Will set the gateway's workers: {sorted(have or [])} -> {wanted}", logger.info)
     args = [directory, url, *([key_file] if key_file else [])]
-    yield StringCommand(f"python3 -c {q(ship.program('router_workers'))} " + " ".join(q(a) for a in args),
+    yield StringCommand(f"python3 -c {q(ship.program('gateway_workers'))} " + " ".join(q(a) for a in args),
                         _stdin=json.dumps(wanted))

@@ -18,8 +18,8 @@ A worker in service waits for its turn: until fewer than sglang_max_unavailable
 of the pool are out of service (those already out count, so they go first).
 Then:
 1. out of every gateway that fronts it (on a model switch, also those of every
-   other model, which may still list it), through each router host's own
-   connection (hostside/router_workers.py), until none lists it;
+   other model, which may still list it), through each gateway host's own
+   connection (hostside/gateway_workers.py), until none lists it;
 2. drained: no request in flight (its own /metrics, else the gateway's
    smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
@@ -88,7 +88,7 @@ def pool_state(state, roll: Roll) -> PoolState:
 
 def learn(state, pool: PoolState, roll: Roll, say) -> None:
     """Once per pool and run: which of its workers some gateway lists healthy now; the others are out of service.
-    A gateway that does not answer fronts nobody; one that cannot be asked (its router host unreachable) counts
+    A gateway that does not answer fronts nobody; one that cannot be asked (its gateway host unreachable) counts
     every worker as serving, so nothing is taken out on a guess."""
     with pool.learning:
         if pool.out is not None:
@@ -97,12 +97,12 @@ def learn(state, pool: PoolState, roll: Roll, say) -> None:
         healthy: set[str] = set()
         for front in roll.fronts:
             try:
-                _, said = on_router(state, front, {"view": True})
+                _, said = on_gateway_host(state, front, {"view": True})
                 seen = json.loads(said)
                 healthy |= set(seen["healthy"])
                 pool.listed |= set(seen["listed"])
             except (PyinfraError, OSError, ValueError, KeyError, TypeError) as error:
-                say(f"could not ask the gateway {front.router}/{front.slug} what it lists ({error}); its workers "
+                say(f"could not ask the gateway {front.gateway_host}/{front.slug} what it lists ({error}); its workers "
                     "count as serving", logger.warning)
                 healthy |= members
                 pool.listed |= members
@@ -163,18 +163,18 @@ class Up:
     at_once: str
 
 
-def on_router(state, front, change: dict) -> tuple[bool, str]:
-    """One worker's change at one gateway, run on its router host through that host's own connection."""
-    router = state.inventory.get_host(front.router)
-    if not router.connected:   # outside --limit: pyinfra connected only the hosts of the run
-        router.connect(reason="to take a worker out of its gateway and back", raise_exceptions=True)
+def on_gateway_host(state, front, change: dict) -> tuple[bool, str]:
+    """One worker's change at one gateway, run on its gateway host through that host's own connection."""
+    gateway_host = state.inventory.get_host(front.gateway_host)
+    if not gateway_host.connected:   # outside --limit: pyinfra connected only the hosts of the run
+        gateway_host.connect(reason="to take a worker out of its gateway and back", raise_exceptions=True)
     args = [front.directory, front.url, *([front.key_file] if front.key_file else [])]
     try:
-        status, output = run_on(router, f"python3 -c {q(ship.program('router_workers'))} " +
+        status, output = run_on(gateway_host, f"python3 -c {q(ship.program('gateway_workers'))} " +
                                 " ".join(q(a) for a in args), json.dumps(change), print_output=False,
-                                arguments=connector_arguments(state, router))
+                                arguments=connector_arguments(state, gateway_host))
     finally:
-        factcache.invalidate(router)   # its workers.json changed
+        factcache.invalidate(gateway_host)   # its workers.json changed
     return status, (output.stdout_lines + output.stderr_lines or ["no output"])[-1]
 
 
@@ -187,9 +187,9 @@ def drain(state, this, roll: Roll, metrics_url: str, key_file: str | None) -> st
     if "unknown" not in said:
         return said
     for front in roll.fronts:
-        router = state.inventory.get_host(front.router)
-        _, output = run_on(router, f"{drain_cmd} {q(front.metrics)} --worker {q(roll.url)}", print_output=False,
-                           arguments=connector_arguments(state, router))
+        gateway_host = state.inventory.get_host(front.gateway_host)
+        _, output = run_on(gateway_host, f"{drain_cmd} {q(front.metrics)} --worker {q(roll.url)}", print_output=False,
+                           arguments=connector_arguments(state, gateway_host))
         said = (output.stdout_lines or ["drain: unknown"])[-1]
     return said
 
@@ -235,8 +235,8 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     try:
         if roll.pool_size == 1:
             for front in roll.fronts:
-                say(f"{host.name} is the only worker of gateway {front.router}/{front.slug}: it cannot serve while "
-                    "this worker restarts", logger.warning)
+                say(f"{host.name} is the only worker of gateway {front.gateway_host}/{front.slug}: it cannot serve "
+                    "while this worker restarts", logger.warning)
         say(f"{why}: taking {roll.url} out of {len(leaving) + len(roll.fronts)} gateway(s)")
         failure = leave(state, (*leaving, *roll.fronts), roll.url)
         if failure is None:
@@ -314,9 +314,9 @@ def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None,
 def leave(state, fronts, url: str) -> str | None:
     """Out of each of ``fronts``; None, or why not."""
     for front in fronts:
-        ok, said = on_router(state, front, {"remove": url})
+        ok, said = on_gateway_host(state, front, {"remove": url})
         if not ok:
-            return f"the gateway {front.router}/{front.slug} did not drop it ({said})"
+            return f"the gateway {front.gateway_host}/{front.slug} did not drop it ({said})"
     return None
 
 
@@ -339,10 +339,10 @@ def come_back(state, host, pool: PoolState, roll: Roll, turn_seconds: int, say) 
         return False
     problem: bool | str = True
     for front in roll.fronts:
-        ok, said = on_router(state, front, {"add": roll.url, "healthy_within": turn_seconds})
+        ok, said = on_gateway_host(state, front, {"add": roll.url, "healthy_within": turn_seconds})
         say(said, logger.info if ok else logger.error)
         if not ok and problem is True:
-            problem = f"the gateway {front.router}/{front.slug} did not report it healthy ({said})"
+            problem = f"the gateway {front.gateway_host}/{front.slug} did not report it healthy ({said})"
     if problem is True:
         pool.out.discard(roll.url)
     return problem

@@ -144,11 +144,11 @@ class Target:
     @cached_property
     def plan(self):
         """The host's plan, resolved from its data, its groups and its snapshot as the deploy resolves it; a
-        router host's with its gateways, whose workers are the inventory's serving hosts."""
+        gateway host's with its gateways, whose workers are the inventory's serving hosts."""
         from sglang_infra.plan import resolve
 
         plan = resolve(self.name, self.data, self.snapshot, self.groups)
-        if plan.routes:
+        if plan.runs_gateways:
             plan = gateways.fleet({self.name: plan}, self.inventory, refuse=False,
                                   inventory_path=self.inventory_path)[self.name]
         if plan.monitors:

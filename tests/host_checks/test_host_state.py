@@ -32,9 +32,9 @@ def serving(target):
 
 @pytest.fixture
 def with_account(target):
-    """A host that serves or routes: the account, the home and Docker; a host only in the monitor group runs
+    """A host that serves or runs gateways: the account, the home and Docker; a host only in the monitor group runs
     Prometheus alone."""
-    if not (target.plan.serves or target.plan.routes):
+    if not (target.plan.serves or target.plan.runs_gateways):
         pytest.skip(f"{target.name} is only in the {MONITOR_GROUP} group: no account, no Docker")
     return target
 
@@ -49,8 +49,8 @@ def monitoring(target):
 
 @pytest.fixture
 def routing(target):
-    """A router host, with its gateways."""
-    if not target.plan.routes:
+    """A gateway host, with its gateways."""
+    if not target.plan.runs_gateways:
         pytest.skip(f"{target.name} is not in the {ROUTER_GROUP} group")
     return target
 
@@ -258,8 +258,8 @@ def test_the_server_reads_the_model_cache_read_only(serving):
     assert cache and cache[0]["RW"] is False, cache
 
 
-# ---------------------------------------------------------------- router hosts: each gateway
-def test_a_router_host_runs_a_gateway_for_each_model_it_fronts(routing):
+# ---------------------------------------------------------------- gateway hosts: each gateway
+def test_a_gateway_host_runs_a_gateway_for_each_model_it_fronts(routing):
     found = routing.snapshot.get("routers") or {}
     assert sorted(found) == sorted(g.slug for g in routing.plan.gateways), found
 

@@ -21,9 +21,9 @@ from sglang_infra.hostside import (
     checks,
     dockerapi,
     gate,
+    gateway_launch,
+    gateway_workers,
     report,
-    router_launch,
-    router_workers,
     stack,
     stamp,
 )
@@ -153,12 +153,12 @@ def test_the_worker_set_is_sent_with_the_key_only_to_the_gateways_own_published_
     base = f"http://127.0.0.1:{listener.port}"
     engine(monkeypatch, None)
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(["http://10.0.0.11:30000"])))
-    assert router_workers.main([str(directory), base, key_file]) == 0
+    assert gateway_workers.main([str(directory), base, key_file]) == 0
     assert listener.seen == [] and "the key is not sent there" in capsys.readouterr().out
     assert json.loads((directory / "workers.json").read_text()) == ["http://10.0.0.11:30000"]
     engine(monkeypatch, ("0.0.0.0", listener.port))
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(["http://10.0.0.11:30000"])))
-    assert router_workers.main([str(directory), base, key_file]) == 0
+    assert gateway_workers.main([str(directory), base, key_file]) == 0
     assert ("POST", f"Bearer {KEY}") in listener.seen and set(listener.urls) == {"http://10.0.0.11:30000"}
 
 
@@ -181,7 +181,7 @@ def test_the_key_file_is_written_and_read_in_one_place(tmp_path):
 
     config = tmp_path / "server.yaml"
     config.write_bytes(plan.server_config(KEY.encode()))
-    assert apikey.read_key(str(config)) == KEY == router_launch.api_key(str(config))
+    assert apikey.read_key(str(config)) == KEY == gateway_launch.api_key(str(config))
     spelled = []
     for path in sorted(Path(apikey.__file__).parents[1].rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

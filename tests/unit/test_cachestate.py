@@ -82,7 +82,7 @@ def test_verified_revision_and_ignored_entries(tmp_path):
     entry = state["repos"]["org/m"]
     assert entry["folder"] == "models--org--m"
     assert entry["refs"] == {"main": C1, "refs/pr/1": C1}
-    # The content digest a lock records (sglang_infra/lock.py): path, size and sha256 of each file, in path order.
+    # The content digest a lock records (sglang_infra/lockfile.py): path, size and sha256 of each file, in path order.
     content = hashlib.sha256(b"".join(b"%s\0%d\0%s\n" % (p.encode(), len(FILES[p]), hashlib.sha256(
         FILES[p]).hexdigest().encode()) for p in sorted(FILES))).hexdigest()
     assert entry["revisions"] == {C1: {"complete": True, "verified": True, "files": 3,
@@ -180,7 +180,7 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
 def test_host_programs_fit_the_target_hosts(name):
     """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, pull_errors.py and prune.py
     also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image, whose Python has pip;
-    router_launch.py inside the gateway's image, which has sglang-router)."""
+    gateway_launch.py inside the gateway's image, which has sglang-router)."""
     source = (ship.HOSTSIDE / f"{name}.py").read_text()
     tree = ast.parse(source, feature_version=(3, 9))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
@@ -193,7 +193,7 @@ def test_host_programs_fit_the_target_hosts(name):
                                               "pull_errors": {"huggingface_hub", "httpx2"},
                                               "prune": {"huggingface_hub"},
                                               "toolchain_check": {"pip"},
-                                              "router_launch": {"sglang_router"}}.get(name, set())
+                                              "gateway_launch": {"sglang_router"}}.get(name, set())
     assert imported <= allowed
 
 

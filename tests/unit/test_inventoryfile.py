@@ -42,7 +42,7 @@ def test_rollout_refuses_a_canary_that_matches_no_host(tmp_path):
     assert "canary step" not in result.stderr
 
 
-def test_rollout_refuses_a_canary_of_router_hosts_only(tmp_path):
+def test_rollout_refuses_a_canary_of_gateway_hosts_only(tmp_path):
     # (A host in any group but router serves a model, gateways.roles: such a canary is named by host or glob,
     # or is the router group itself.)
     inventory = tmp_path / "inventory.py"
@@ -50,7 +50,7 @@ def test_rollout_refuses_a_canary_of_router_hosts_only(tmp_path):
     result = subprocess.run(["bash", "scripts/rollout.sh", "--canary", "gw-0*", "--lock", str(inventory)],
                             cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert "'gw-0*' takes only router hosts (gw-01, gw-02), which serve no model" in result.stderr
+    assert "'gw-0*' takes only gateway hosts (gw-01, gw-02), which serve no model" in result.stderr
     assert "rollout: refused, the canary serves no model; nothing was deployed" in result.stderr
     assert "canary step" not in result.stderr and "lock: " not in result.stderr   # refused before the lock step
     assert not list(tmp_path.glob("*.candidate"))
@@ -60,6 +60,6 @@ def test_rollout_refuses_a_canary_of_router_hosts_only(tmp_path):
                               cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
 
     assert canary("gw-01").returncode == 3
-    # A canary with one host that serves a model (here one that routes too) is a real canary.
+    # A canary with one host that serves a model (here one that runs a gateway too) is a real canary.
     found = canary("router")
     assert found.returncode == 0 and found.stdout.split() == ["gpu-02", "gw-01", "gw-02"], found.stderr

@@ -18,8 +18,7 @@ import pytest
 
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 from hfstandin import StandinHub
-from sglang_infra import factcache, lockgen, ship, toolchain
-from sglang_infra import lock as lockfile
+from sglang_infra import factcache, lockfile, lockgen, ship, toolchain
 from sglang_infra.operations import models as model_ops
 from sglang_infra.refusals import DeployDataError, check_data
 

@@ -14,7 +14,7 @@ from sglang_infra import factcache
 from sglang_infra.gateways import InventoryHost
 from sglang_infra.groups import roles
 from sglang_infra.monitoring import scrape_address, targets_of, with_monitor
-from sglang_infra.operations import monitoring as ops
+from sglang_infra.operations import system as ops
 from sglang_infra.plan import resolve, snapshot_spec
 from sglang_infra.refusals import DeployDataError, check_data
 
@@ -54,7 +54,7 @@ def by_job(targets):
 
 def test_a_monitor_only_host_serves_no_model_and_runs_no_gateway():
     plan = monitor_plan()
-    assert (plan.serves, plan.routes, plan.monitors) == (False, False, True)
+    assert (plan.serves, plan.runs_gateways, plan.monitors) == (False, False, True)
 
 
 def test_a_monitor_scrapes_every_worker_gateway_and_node_exporter_of_the_inventory_with_their_labels():

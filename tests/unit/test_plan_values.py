@@ -18,9 +18,9 @@ NO_ENGINE = {"cli": None, "api": False, "active": "inactive", "compose_plugin": 
 def gateway_plan():
     values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
     key, worker = fleet_worker("gpu-01", values, resolve("gpu-01", values, converged_snapshot()))
-    router = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5"},
+    gateway_host = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5"},
                      converged_snapshot(None), ("router",))
-    return with_gateways(router, {key: [worker]})
+    return with_gateways(gateway_host, {key: [worker]})
 
 
 def test_the_gate_reads_the_servers_metrics_on_the_host():

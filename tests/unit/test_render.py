@@ -8,8 +8,8 @@ import yaml
 from conftest import nvidia_smi, pinned_defaults, plan_for
 from harness import PROJECT_DIR
 from sglang_infra import render
-from sglang_infra.defaults import read_defaults
 from sglang_infra.gpus import parse_snapshot
+from sglang_infra.keyreasons import read_defaults
 
 DEFAULTS = pinned_defaults()
 

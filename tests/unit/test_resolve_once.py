@@ -10,9 +10,8 @@ from collections import Counter
 import pytest
 
 from conftest import converged_snapshot, pinned_defaults
-from sglang_infra import lock as lockfile
+from sglang_infra import lockfile, refusals, toolchain
 from sglang_infra import plan as plans
-from sglang_infra import refusals, toolchain
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 DIGEST = "sha256:" + "ab" * 32

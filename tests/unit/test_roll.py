@@ -1,5 +1,5 @@
 """The rolling, drained restart of workers behind a gateway (operations/roll.py), without hosts: fake worker and
-router hosts record what runs where, in greenlets as pyinfra runs one operation on every host at once."""
+gateway hosts record what runs where, in greenlets as pyinfra runs one operation on every host at once."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sglang_infra.plan import resolve
 from sglang_infra.plantypes import Front, Roll
 from sglang_infra.refusals import DeployDataError, check_data
 
-FRONT = Front(router="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
+FRONT = Front(gateway_host="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
 UP = roll_ops.Up("docker compose up -d", "docker compose stop --timeout 10 && docker compose up -d")
 GATE = "bash /opt/sglang/gate.sh"
@@ -34,11 +34,11 @@ def shipped(program, command):
 
 
 class Host:
-    """A worker or a router host: run_shell_command records (host, what) in the shared log and yields to others."""
+    """A worker or a gateway host: run_shell_command records (host, what) in the shared log and yields to others."""
 
     def __init__(self, name, log, gate_fails=False, validated=True):
         self.name, self.log, self.gate_fails, self.validated = name, log, gate_fails, validated
-        self.gateway = {}   # on a router host: {worker url: healthy}, what its gateway lists
+        self.gateway = {}   # on a gateway host: {worker url: healthy}, what its gateway lists
         self.connected, self.current_op_global_arguments, self.state = True, {}, None
         self.messages = []
 
@@ -51,7 +51,7 @@ class Host:
     def run_shell_command(self, command, print_output=False, _stdin=None, **_):
         text = str(command)
         gevent.sleep(0.01)
-        if shipped("router_workers", text):
+        if shipped("gateway_workers", text):
             change = json.loads(_stdin)
             if change.get("view"):
                 self.log.append((self.name, "view"))
@@ -63,7 +63,7 @@ class Host:
             else:
                 self.gateway.pop(url, None)
             self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
-            return True, Output([f"router_workers: {url} done"])
+            return True, Output([f"gateway_workers: {url} done"])
         if shipped("restore_good", text):
             self.log.append((self.name, "restore good config"))
             return True, Output()
@@ -91,17 +91,18 @@ def url(n):
 
 @pytest.fixture
 def fleet(monkeypatch):
-    """A router host whose gateway lists gpu-01..gpu-03 healthy (in service), and the run's active hosts."""
+    """A gateway host whose gateway lists gpu-01..gpu-03 healthy (in service), and the run's active hosts."""
     log = []
-    router = Host("gw-1", log)
-    router.gateway = {url(n): True for n in (1, 2, 3)}
+    gateway_host = Host("gw-1", log)
+    gateway_host.gateway = {url(n): True for n in (1, 2, 3)}
     active = []   # run_all: the workers it runs
-    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: router, get_active_hosts=lambda: active),
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: gateway_host,
+                                                      get_active_hosts=lambda: active),
                             active=active)
     monkeypatch.setattr(roll_ops, "connector_arguments", lambda state, other: {})
     monkeypatch.setattr(roll_ops, "serving_validated", lambda this: this.validated)
     monkeypatch.setattr(roll_ops, "ARRIVAL_SECONDS", 3)
-    yield state, router, log
+    yield state, gateway_host, log
     roll_ops._pools.clear()
 
 
@@ -161,9 +162,9 @@ def test_max_unavailable_two_lets_two_workers_out_at_once(fleet):
 
 
 def test_pools_roll_in_parallel(fleet):
-    state, router, log = fleet
+    state, gateway_host, log = fleet
     a, b = Host("gpu-01", log), Host("gpu-04", log)
-    router.gateway.update({url(4): True, url(5): True})
+    gateway_host.gateway.update({url(4): True, url(5): True})
     rolls = [roll(size=2, pool="a behind gw-1/a")(1), roll(size=2, pool="b behind gw-1/b", first=4)(4)]
     assert run_all(state, [a, b], rolls) == [True, True]
     removals = [what for _, what in log if what.startswith("remove")]
@@ -188,8 +189,8 @@ def test_a_failed_gate_stops_the_pool_and_the_others_never_restart(fleet):
 
 def test_a_new_pool_starts_every_worker_at_once_and_a_broken_one_fails_alone(fleet):
     """Issue 35: no gateway lists them yet (a first converge): nobody is served, so nobody waits for a turn."""
-    state, router, log = fleet
-    router.gateway = {}
+    state, gateway_host, log = fleet
+    gateway_host.gateway = {}
     bad = Host("gpu-02", log, gate_fails=True, validated=False)
     workers = [Host("gpu-01", log), bad, Host("gpu-03", log)]
     assert run_all(state, workers, [roll()(n) for n in (1, 2, 3)], stamped=[False] * 3) == [True, False, True]
@@ -197,14 +198,14 @@ def test_a_new_pool_starts_every_worker_at_once_and_a_broken_one_fails_alone(fle
     # every container started before any gate ended: the three went together, stopped at once, never drained
     assert whats.count("stop at once, up") == 3 and "drain" not in whats and "up" not in whats
     assert max(i for i, w in enumerate(whats) if w == "stop at once, up") < whats.index("gate") + 3
-    assert router.gateway == {url(1): True, url(3): True}   # the two that passed serve
+    assert gateway_host.gateway == {url(1): True, url(3): True}   # the two that passed serve
     assert any("it was out of service, so the roll of m behind gw-1/m goes on" in m for m in bad.messages)
 
 
 def test_workers_out_of_service_go_first_and_count_against_the_limit(fleet):
     """A new worker joins a pool of three in service: it goes at once; the others wait until it is back, and
     never more than one is out at a time, counting the new one."""
-    state, router, log = fleet
+    state, gateway_host, log = fleet
     workers = [Host(f"gpu-0{n}", log) for n in (1, 2, 3, 4)]
     rolls = [roll(size=4)(n) for n in (1, 2, 3, 4)]
     assert run_all(state, workers, rolls, stamped=[True, True, True, False]) == [True] * 4
@@ -214,8 +215,8 @@ def test_workers_out_of_service_go_first_and_count_against_the_limit(fleet):
 
 
 def test_a_share_of_the_pool_lets_that_many_out_at_once(fleet):
-    state, router, log = fleet
-    router.gateway = {url(n): True for n in (1, 2, 3, 4)}
+    state, gateway_host, log = fleet
+    gateway_host.gateway = {url(n): True for n in (1, 2, 3, 4)}
     workers = [Host(f"gpu-0{n}", log) for n in (1, 2, 3, 4)]
     assert run_all(state, workers, [roll(size=4, max_unavailable=2)(n) for n in (1, 2, 3, 4)]) == [True] * 4
     assert most_out(log) == 2
@@ -223,8 +224,8 @@ def test_a_share_of_the_pool_lets_that_many_out_at_once(fleet):
 
 def test_workers_in_service_do_not_go_while_the_pool_has_no_worker_to_spare(fleet):
     """A worker of the pool is out and stays out (outside this run): taking another out would pass the limit."""
-    state, router, log = fleet
-    router.gateway.pop(url(3))
+    state, gateway_host, log = fleet
+    gateway_host.gateway.pop(url(3))
     workers = [Host("gpu-01", log), Host("gpu-02", log)]
     assert run_all(state, workers, [roll()(n) for n in (1, 2)]) == [False, False]
     assert not any(what.startswith(("remove", "add", "up", "stop")) for _, what in log)
@@ -234,8 +235,8 @@ def test_workers_in_service_do_not_go_while_the_pool_has_no_worker_to_spare(flee
 
 
 def test_a_failed_new_worker_leaves_the_workers_in_service_no_spare(fleet):
-    state, router, log = fleet
-    router.gateway.pop(url(3))
+    state, gateway_host, log = fleet
+    gateway_host.gateway.pop(url(3))
     workers = [Host("gpu-01", log), Host("gpu-03", log, gate_fails=True, validated=False)]
     assert run_all(state, workers, [roll()(n) for n in (1, 3)], stamped=[True, False]) == [False, False]
     assert [what for name, what in log if name == "gpu-01"] == ["restore good config"]
@@ -279,11 +280,11 @@ def test_a_single_worker_pool_says_so_once_per_gateway_and_goes_on(fleet):
     assert ("gpu-01", "up") in log
 
 
-def test_a_router_host_outside_the_run_is_connected_first(fleet):
-    state, router, log = fleet
-    router.connected = False
+def test_a_gateway_host_outside_the_run_is_connected_first(fleet):
+    state, gateway_host, log = fleet
+    gateway_host.connected = False
     assert run_all(state, [Host("gpu-01", log)], [roll(size=2)(1)]) == [True]
-    assert router.connected
+    assert gateway_host.connected
 
 
 def test_a_current_worker_yields_nothing_and_touches_no_gateway():
@@ -365,18 +366,18 @@ def test_each_worker_knows_the_gateways_in_front_of_it_and_its_pool():
     assert roll.pool_size == 3 and roll.max_unavailable == 1 and roll.drain_timeout == 300
     assert roll.url == "http://gpu-01:30000"
     (front,) = roll.fronts
-    assert (front.router, front.slug, front.url) == ("gw-1", "qwen3-6-35b-a3b-awq", "http://127.0.0.1:30080")
+    assert (front.gateway_host, front.slug, front.url) == ("gw-1", "qwen3-6-35b-a3b-awq", "http://127.0.0.1:30080")
     assert front.metrics == "http://127.0.0.1:29000/metrics"
     assert out["gw-1"].roll is None
 
 
-def test_a_router_host_outside_the_run_still_fronts_its_workers():
+def test_a_gateway_host_outside_the_run_still_fronts_its_workers():
     hosts, plans = inventory_plans()
     out = fleet_plans(hosts, plans, names={"gpu-01"})   # --limit gpu-01
-    assert [f.router for f in out["gpu-01"].roll.fronts] == ["gw-1"]
+    assert [f.gateway_host for f in out["gpu-01"].roll.fronts] == ["gw-1"]
 
 
-def test_no_router_host_means_todays_parallel_restart():
+def test_no_gateway_host_means_todays_parallel_restart():
     hosts, plans = inventory_plans()
     hosts = [h for h in hosts if h.name != "gw-1"]
     out = fleet_plans(hosts, {n: p for n, p in plans.items() if n != "gw-1"})
@@ -519,16 +520,17 @@ def test_a_worker_knows_the_other_models_gateways_it_leaves_on_a_switch():
 
 def test_a_switching_worker_leaves_the_other_models_gateways_first_and_comes_back_only_to_its_own(fleet):
     state, _, log = fleet
-    old = Front(router="gw-1", slug="old", url="http://127.0.0.1:30081", metrics="http://127.0.0.1:29001/metrics",
+    old = Front(gateway_host="gw-1", slug="old", url="http://127.0.0.1:30081", metrics="http://127.0.0.1:29001/metrics",
                 directory="/opt/sglang/router/old", key_file=None)
     calls = []
-    real = roll_ops.on_router
-    roll_ops.on_router = lambda state, front, change: calls.append((front.slug, change)) or real(state, front, change)
+    real = roll_ops.on_gateway_host
+    roll_ops.on_gateway_host = lambda state, front, change: (calls.append((front.slug, change))
+                                                             or real(state, front, change))
     try:
         assert roll_ops.roll_worker(state, Host("gpu-01", log), roll(size=2)(1), UP, GATE, "a switch",
                                     "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker", (old,))
     finally:
-        roll_ops.on_router = real
+        roll_ops.on_gateway_host = real
     url = "http://10.0.0.1:30000"
     calls = [call for call in calls if "view" not in call[1]]
     assert [(slug, "add" if "add" in change else "remove") for slug, change in calls] == \

@@ -51,7 +51,7 @@ def test_a_program_carries_exactly_the_modules_it_imports(imported, name):
         assert set(imported[module]) <= set(carried[:k]), (module, carried)
 
 
-@pytest.mark.parametrize("name", ["drain", "router_workers", "report"])
+@pytest.mark.parametrize("name", ["drain", "gateway_workers", "report"])
 def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name):
     carried = ship.carried(name)
     assert {"apikey", "bounded"} <= set(carried) and "checks" not in carried
@@ -59,4 +59,4 @@ def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name
 
 
 def test_the_gateways_launcher_reads_the_key_with_the_one_reader():
-    assert ship.carried("router_launch") == ["apikey"]
+    assert ship.carried("gateway_launch") == ["apikey"]

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import pinned_defaults, plan_for
-from sglang_infra import fleetstatus, status
+from sglang_infra import fleetstatus, statusrows
 from sglang_infra.hostside import gate, report, stamp
-from sglang_infra.lock import Lock, LockedModel
+from sglang_infra.lockfile import Lock, LockedModel
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -67,7 +67,7 @@ def _snapshot(plan, repo_digest=None, labels=None, content=None, verified=True, 
 
 def test_a_row_says_what_the_host_runs():
     plan = _plan()
-    row = status.row("gpu-01", plan, _snapshot(plan), [])
+    row = statusrows.row("gpu-01", plan, _snapshot(plan), [])
     assert row["os"] == "debian 13"
     assert row["gpus"] == {"count": 2, "names": {"NVIDIA GeForce RTX 4090": 2}, "used_mib": 40000,
                            "total_mib": 49128}
@@ -89,7 +89,7 @@ def test_a_row_says_what_the_host_runs():
 def test_the_image_matches_the_lock_by_the_running_images_repo_digest(case, lock_digest, running_digest, expected):
     plain = _plan()
     plan = _locked(plain, _lock(plain, lock_digest))
-    row = status.row("gpu-01", plan, _snapshot(plan, repo_digest=running_digest), [])
+    row = statusrows.row("gpu-01", plan, _snapshot(plan, repo_digest=running_digest), [])
     assert row["image"]["lock"] == expected, case
 
 
@@ -98,8 +98,8 @@ def test_the_image_matches_the_lock_by_the_running_images_repo_digest(case, lock
 def test_the_toolchain_image_matches_the_lock_by_the_base_it_was_built_from(base, expected):
     plain = _plan(toolchain=True)
     plan = _locked(plain, _lock(plain))
-    labels = {status.TOOLCHAIN_BASE_LABEL: base} if base else {}
-    assert status.row("gpu-01", plan, _snapshot(plan, labels=labels), [])["image"]["lock"] == expected
+    labels = {statusrows.TOOLCHAIN_BASE_LABEL: base} if base else {}
+    assert statusrows.row("gpu-01", plan, _snapshot(plan, labels=labels), [])["image"]["lock"] == expected
 
 
 def test_an_image_loaded_from_an_archive_is_not_judged_against_the_lock(tmp_path):
@@ -107,7 +107,7 @@ def test_an_image_loaded_from_an_archive_is_not_judged_against_the_lock(tmp_path
     archive.write_bytes(b"")
     plain = _plan(sglang_image_archive=str(archive))
     plan = _locked(plain, _lock(plain))
-    assert status.row("gpu-01", plan, _snapshot(plan), [])["image"]["lock"] == "n/a"
+    assert statusrows.row("gpu-01", plan, _snapshot(plan), [])["image"]["lock"] == "n/a"
 
 
 @pytest.mark.parametrize("case,commit,content,verified,expected", [
@@ -119,7 +119,7 @@ def test_an_image_loaded_from_an_archive_is_not_judged_against_the_lock(tmp_path
 def test_the_model_matches_the_lock_by_commit_and_content(case, commit, content, verified, expected):
     plain = _plan()
     plan = _locked(plain, _lock(plain, commit=commit))
-    row = status.row("gpu-01", plan, _snapshot(plan, content=content, verified=verified), [])
+    row = statusrows.row("gpu-01", plan, _snapshot(plan, content=content, verified=verified), [])
     assert row["model"]["lock"] == expected, case
 
 
@@ -127,7 +127,7 @@ def test_the_model_matches_the_lock_by_commit_and_content(case, commit, content,
 
 def _row(**changes):
     plan = _plan()
-    return {**status.row("gpu-01", plan, _snapshot(plan), []), **changes}
+    return {**statusrows.row("gpu-01", plan, _snapshot(plan), []), **changes}
 
 
 def test_an_ok_fleet_exits_zero_and_says_so():
@@ -164,7 +164,7 @@ def test_each_problem_fails_the_fleet_with_its_verdict(changes, verdict, problem
 
 
 def test_an_unreachable_host_is_a_row_of_its_own_and_the_worst_verdict_counts():
-    down = status.unanswered("gpu-03", "Could not connect ([Errno 113] No route to host)")
+    down = statusrows.unanswered("gpu-03", "Could not connect ([Errno 113] No route to host)")
     judged = fleetstatus.judged([_row(container=None), down])
     lines = fleetstatus.table(judged).splitlines()
     assert lines[2].split() == ["gpu-03", "unreachable", "?"]
@@ -254,7 +254,7 @@ ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b1m\r\u202e"
 ])
 def test_a_malformed_gate_record_does_not_crash_the_report(record):
     plan = _plan()
-    row = status.row("gpu-01", plan, _snapshot(plan, gate_record=record), [])
+    row = statusrows.row("gpu-01", plan, _snapshot(plan, gate_record=record), [])
     lines = fleetstatus.table(fleetstatus.judged([row])).splitlines()
     assert lines[-1].startswith("fleet: 1 host(s)")
     gate = row["gate"]
@@ -266,7 +266,7 @@ def test_a_malformed_gate_record_does_not_crash_the_report(record):
 def test_text_from_a_host_is_printed_with_its_control_characters_escaped():
     plan = _plan()
     record = {"time": "2026-01-01T10:01:00Z", "passed": False, "reason": f"gate.sh: HTTP 500: {ESCAPES}"}
-    row = {**status.row("gpu-01", plan, _snapshot(plan, gate_record=record), []),
+    row = {**statusrows.row("gpu-01", plan, _snapshot(plan, gate_record=record), []),
            "gateways": [{"slug": "m", "port": 30080, "error": None,
                          "workers": [{"url": f"http://10.0.0.1:30000/{ESCAPES}", "healthy": True}]}]}
     text = fleetstatus.table(fleetstatus.judged([row]))
@@ -300,8 +300,8 @@ def test_the_report_names_a_monitor_hosts_prometheus(listen, expected):
 
     plan = resolve("mon-1", {**pinned_defaults(), "sglang_require_gpu": False,
                              "sglang_prometheus_listen_address": listen}, converged_snapshot(None), ("monitor",))
-    row = status.row("mon-1", plan, _snapshot(plan), [])
+    row = statusrows.row("mon-1", plan, _snapshot(plan), [])
     assert row["prometheus"] == expected
     assert f"mon-1: the fleet's Prometheus (metrics, alerts, the dashboard's source) at {expected}" in \
         fleetstatus.table(fleetstatus.judged([row])).splitlines()
-    assert status.row("gpu-01", _plan(), _snapshot(_plan()), [])["prometheus"] is None
+    assert statusrows.row("gpu-01", _plan(), _snapshot(_plan()), [])["prometheus"] is None

@@ -11,7 +11,7 @@ import sys
 
 from pyinfra.api.state import BaseStateCallback
 
-from . import status
+from . import statusrows
 
 _installed: set[int] = set()
 
@@ -34,8 +34,8 @@ def failed_hosts_line(state, last_error: dict[str, str]) -> str | None:
 
 
 def install(state) -> None:
-    """Register once per run; the line is printed when pyinfra exits (and a status report written, status.py)."""
-    status.install(state)
+    """Register once per run; the line is printed when pyinfra exits (and a status report written, statusrows.py)."""
+    statusrows.install(state)
     if id(state) in _installed:
         return
     _installed.add(id(state))

@@ -1,6 +1,6 @@
 """Keeps a gateway's worker set equal to the workers that passed their gate.
 
-    python3 router_workers.py GATEWAY_DIR URL [KEY_FILE]   (the wanted worker URLs as a JSON list on stdin)
+    python3 gateway_workers.py GATEWAY_DIR URL [KEY_FILE]   (the wanted worker URLs as a JSON list on stdin)
 
 or, for the roll (operations/roll.py), a JSON object on stdin: {"view": true} prints
 what the gateway lists now as one JSON line ({"answers", "listed", "healthy"}; a
@@ -63,7 +63,7 @@ def sync(base, wanted):
     deadline = time.monotonic() + SETTLE_SECONDS
     while set(registered(base)) != set(wanted):
         if time.monotonic() > deadline:
-            raise SystemExit(f"router_workers: the gateway at {base} did not reach the worker set {sorted(wanted)} "
+            raise SystemExit(f"gateway_workers: the gateway at {base} did not reach the worker set {sorted(wanted)} "
                              f"within {SETTLE_SECONDS} s")
         time.sleep(0.2)
     return added, removed
@@ -99,7 +99,7 @@ def one_worker(directory, base, change):
             stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
                                 os.path.join(directory, names.COMPOSE_FILE))
     if apikey.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
-        print(f"router_workers: the gateway's container does not publish {base}, so the key is not sent there; "
+        print(f"gateway_workers: the gateway's container does not publish {base}, so the key is not sent there; "
               f"nothing to {'add' if adding else 'remove'}")
         return 0
     try:
@@ -109,7 +109,7 @@ def one_worker(directory, base, change):
         elif not adding and url in have:
             call(base, "DELETE", f"/workers/{have[url]}")
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: the gateway at {base} does not answer ({printable(error)}); "
+        print(f"gateway_workers: the gateway at {base} does not answer ({printable(error)}); "
               f"nothing to {'add' if adding else 'remove'}")
         return 0
     deadline = time.monotonic() + (float(change.get("healthy_within", 0)) if adding else 0) + SETTLE_SECONDS
@@ -119,10 +119,10 @@ def one_worker(directory, base, change):
         except (urllib.error.URLError, OSError, ValueError):
             found = None
         if found is not None and (found.get(url, {}).get("is_healthy") is True if adding else url not in found):
-            print(f"router_workers: {url} {'is back and healthy' if adding else 'is out'} at {base}")
+            print(f"gateway_workers: {url} {'is back and healthy' if adding else 'is out'} at {base}")
             return 0
         if time.monotonic() > deadline:
-            print(f"router_workers: the gateway at {base} did not "
+            print(f"gateway_workers: the gateway at {base} did not "
                   f"{'report ' + url + ' healthy' if adding else 'drop ' + url} in time", file=sys.stderr)
             return 1
         time.sleep(0.5)
@@ -140,16 +140,16 @@ def main(argv=None):
     stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                         os.path.join(directory, names.COMPOSE_FILE))
     if apikey.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
-        print(f"router_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
+        print(f"gateway_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
               "running yet, or published elsewhere), so the key is not sent there; it reads the file when it starts")
         return 0
     try:
         added, removed = sync(base, wanted)
     except (urllib.error.URLError, OSError) as error:
-        print(f"router_workers: {names.WORKERS_FILE} written; the gateway does not answer ({printable(error)}), "
+        print(f"gateway_workers: {names.WORKERS_FILE} written; the gateway does not answer ({printable(error)}), "
               "it reads the file when it starts")
         return 0
-    print(printable(f"router_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has "
+    print(printable(f"gateway_workers: added {added or 'none'}, removed {removed or 'none'}; the gateway has "
                     f"{len(wanted)} worker(s)"))
     return 0
 

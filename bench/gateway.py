@@ -1,13 +1,13 @@
 """Gateway benchmark: aggregate output tok/s and p50 TTFT through the real gateway (sglang-router 0.3.2, as the
 stand-in image carries it) in front of 2 stand-in workers, against one worker direct.
 
-    .venv/bin/python bench/router.py [--concurrency 8,16] [--reps 3] [--max-tokens 128]
+    .venv/bin/python bench/gateway.py [--concurrency 8,16] [--reps 3] [--max-tokens 128]
 
 Three containers of the stand-in image on the test network (removed at the end): two workers, each with a decode
 capacity shared by its requests in flight as a GPU batch is (STANDIN_CAPACITY_TOKENS_PER_SECOND; 400 tok/s per
 request up to 1600 tok/s per server), and the gateway with the fleet's settings from group_data/all.py. The load
 is hostside/checks.py's benchmark (the one benchmark.sh runs) with prompts that start differently per request, as
-unrelated users' do: cache_aware then spreads them by load. Writes bench/results/router.md and router.json.
+unrelated users' do: cache_aware then spreads them by load. Writes bench/results/gateway.md and gateway.json.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def main() -> int:
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "router.md").write_text(table + "\n")
-    (out / "router.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "gateway.md").write_text(table + "\n")
+    (out / "gateway.json").write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 

@@ -10,7 +10,7 @@ that two things come from files instead of the command line:
   read-only), so it is in no command line: not in `ps`, compose.yaml or
   `docker inspect`.
 
-    python3 launch.py WORKERS_JSON KEY_FILE|- [ROUTER FLAGS ...]
+    python3 launch.py WORKERS_JSON KEY_FILE|- [GATEWAY FLAGS ...]
 """
 
 import json
@@ -41,7 +41,7 @@ def worker_urls(path):
 
 
 def arguments(argv):
-    """The router's arguments: the flags given, the worker URLs and, if any, the key."""
+    """The gateway's arguments: the flags given, the worker URLs and, if any, the key."""
     workers_file, key_file, flags = argv[0], argv[1], list(argv[2:])
     key = api_key(key_file)
     return [*flags, "--worker-urls", *worker_urls(workers_file), *(["--api-key", key] if key else [])]

@@ -75,7 +75,7 @@ def _running_image(snapshot, container) -> tuple[list[str], list[str], dict]:
 
 def image_lock(plan, tags_digests_labels) -> str:
     """"yes", "no", "no lock" or "n/a" (the lock pins no digest for this image), by the rule above."""
-    from .lock import repository
+    from .lockfile import repository
 
     if plan.lock is None:
         return "no lock"
@@ -187,7 +187,7 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},
         "lock": plan.lock.path if plan.lock is not None else None,
-        # a host only in the router group serves no model; a router host's gateways and their workers' health
+        # a host only in the router group serves no model; a gateway host's gateways and their workers' health
         "serves": plan.serves,
         "gateways": report.get("gateways") or [],
         # a monitor host: where its Prometheus answers (the fleet's metrics, alerts and the dashboard's source)

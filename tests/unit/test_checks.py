@@ -231,7 +231,8 @@ def test_benchmark_counts_errors(standin):
     assert not result["ok"] and result["errors"] == 3
 
 
-def test_command_line_prints_json_and_a_one_line_reason(standin, capsys):
+def test_command_line_prints_json_and_a_one_line_reason(standin, capsys, monkeypatch):
+    monkeypatch.setattr(v, "watchdog", lambda check, seconds: None)   # its os._exit would end pytest itself
     url = standin(failure="repetition_loop")
     assert v.main(["tool-calling", "--url", url, "--model", "qwen-test", "--timeout", "10"]) == 1
     out, err = capsys.readouterr()
@@ -437,16 +438,17 @@ def test_the_models_probe_is_bounded_in_time_and_bytes(standin, failure, reason)
     assert elapsed < 3 + 2, elapsed
 
 
-def test_the_models_probe_lists_the_served_model(standin, capsys):
+def test_the_models_probe_lists_the_served_model(standin, capsys, monkeypatch):
+    monkeypatch.setattr(v, "watchdog", lambda check, seconds: None)   # its os._exit would end pytest itself
     assert v.main(["models", "--url", standin(), "--timeout", "5"]) == 0
     assert json.loads(capsys.readouterr().out)["models"] == ["qwen-test"]
 
 
 def test_the_gateways_worker_api_is_read_within_its_deadline(standin, monkeypatch):
-    from sglang_infra.hostside import router_workers
+    from sglang_infra.hostside import gateway_workers
 
-    monkeypatch.setattr(router_workers, "TIMEOUT", 2)
-    elapsed, error = finished_within(20, router_workers.registered, standin(failure="drip", drip=0.5))
+    monkeypatch.setattr(gateway_workers, "TIMEOUT", 2)
+    elapsed, error = finished_within(20, gateway_workers.registered, standin(failure="drip", drip=0.5))
     assert isinstance(error, bounded.Unbounded) and "did not finish in time" in str(error), error
     assert elapsed < 2 + 2, elapsed
 

@@ -1,4 +1,4 @@
-"""The fleet front door without hosts: a router host's plan (its gateways, ports and worker URLs), its three
+"""The fleet front door without hosts: a gateway host's plan (its gateways, ports and worker URLs), its three
 refusals, the gateway's compose file and launcher, and the operation that keeps its worker set."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from harness import PROJECT_DIR
 from sglang_infra import factcache
 from sglang_infra import groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways
-from sglang_infra.hostside import router_launch
+from sglang_infra.hostside import gateway_launch
 from sglang_infra.operations import gateway as gateway_ops
 from sglang_infra.plan import resolve
 from sglang_infra.plantypes import Worker
@@ -26,11 +26,11 @@ DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
 
 
-# A router host without an API key must name the address it serves on (or trust the network): these tests name one.
+# A gateway host without an API key must name the address it serves on (or trust the network): these tests name one.
 INTERNAL = "10.0.0.5"
 
 
-def router(groups=("router",), **data):
+def gateway_host(groups=("router",), **data):
     values = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL, **data}
     return resolve("gw-1", values, converged_snapshot(None), groups)
 
@@ -56,9 +56,9 @@ def refusals(plan, workers):
     return caught.value.problems
 
 
-def test_a_router_only_host_serves_no_model_and_needs_no_gpu():
-    plan = router()
-    assert (plan.serves, plan.routes, plan.build) == (False, True, None)
+def test_a_gateway_only_host_serves_no_model_and_needs_no_gpu():
+    plan = gateway_host()
+    assert (plan.serves, plan.runs_gateways, plan.build) == (False, True, None)
 
 
 def test_a_host_in_router_and_production_does_both():
@@ -69,7 +69,7 @@ def test_a_host_in_router_and_production_does_both():
 
 def test_each_served_model_gets_its_own_gateway_port_and_the_workers_that_serve_it():
     workers = {**TWO, **fleet(worker("gpu-03", "10.0.0.13", QUALITY))}
-    gateways = {g.key: g for g in with_gateways(router(), workers).gateways}
+    gateways = {g.key: g for g in with_gateways(gateway_host(), workers).gateways}
     assert [g.port for g in gateways.values()] == [30080, 30081]           # registry order
     assert [g.prometheus_port for g in gateways.values()] == [29000, 29001]
     assert [w.url for w in gateways[PROD].workers] == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
@@ -90,14 +90,14 @@ def test_the_worker_carries_the_sha_of_the_compose_its_plan_renders():
     assert fleet_worker("gpu-01", values, None)[1].compose_sha is None   # outside this run
 
 
-def test_a_router_host_with_no_workers_is_refused():
-    [problem] = refusals(router(), {})
+def test_a_gateway_host_with_no_workers_is_refused():
+    [problem] = refusals(gateway_host(), {})
     assert problem.startswith("host gw-1: sglang_router_models: no host of the inventory serves a model")
     assert "Fix: add serving hosts" in problem
 
 
 def test_a_listed_model_nobody_serves_is_refused():
-    [problem] = refusals(router(sglang_router_models=[QUALITY]), TWO)
+    [problem] = refusals(gateway_host(sglang_router_models=[QUALITY]), TWO)
     assert f"no host of the inventory serves {QUALITY!r}" in problem and "Fix:" in problem
 
 
@@ -113,24 +113,24 @@ def test_a_listed_model_with_a_malformed_entry_is_refused_by_the_data_alone():
 
 def test_a_served_model_with_a_malformed_entry_is_not_fronted():
     """Fronting every served key: a host outside this run serves a key whose entry here is malformed."""
-    plan = router(sglang_models={**DEFAULTS["sglang_models"], "broken": BROKEN})
+    plan = gateway_host(sglang_models={**DEFAULTS["sglang_models"], "broken": BROKEN})
     _, outside = fleet_worker("gpu-09", {**DEFAULTS, "sglang_model": "broken", "ssh_hostname": "10.0.0.19"}, None)
     found = refusals(plan, {**TWO, "broken": [outside]})
-    assert found == ["host gw-1: sglang_models: entry 'broken', which this router host fronts, is not a well-formed "
+    assert found == ["host gw-1: sglang_models: entry 'broken', which this gateway host fronts, is not a well-formed "
                      "registry entry. Fix: give it repo_id, revision, served_name, role and baseline_tok_s (or "
                      "'unvetted': True) as group_data/all.py shows, or stop serving it."]
 
 
 def test_a_gateway_port_on_the_workers_port_of_the_same_host_is_refused():
-    plan = router(groups=("production", "router"), sglang_router_port=30000)
+    plan = gateway_host(groups=("production", "router"), sglang_router_port=30000)
     [problem] = refusals(plan, TWO)
     assert problem.startswith("host gw-1: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on "
                               "30000, the port this host's own server already publishes (sglang_port)")
     assert "Fix: set sglang_router_port to a free port" in problem
 
 
-def test_the_same_port_on_a_router_only_host_is_no_clash():
-    assert with_gateways(router(sglang_router_port=30000), TWO).gateways[0].port == 30000
+def test_the_same_port_on_a_gateway_only_host_is_no_clash():
+    assert with_gateways(gateway_host(sglang_router_port=30000), TWO).gateways[0].port == 30000
 
 
 def test_an_unknown_policy_is_refused_naming_the_choices():
@@ -140,13 +140,13 @@ def test_an_unknown_policy_is_refused_naming_the_choices():
 
 
 def test_a_health_timeout_not_below_the_interval_is_refused():
-    [problem] = refusals(router(sglang_router_health_check_timeout=5), TWO)
+    [problem] = refusals(gateway_host(sglang_router_health_check_timeout=5), TWO)
     assert "sglang_router_health_check_timeout" in problem
 
 
 @pytest.mark.parametrize("address", [None, "0.0.0.0", "::"])
 def test_a_gateway_without_a_key_on_every_address_is_refused(address):
-    [problem] = refusals(router(sglang_router_bind_address=address), TWO)
+    [problem] = refusals(gateway_host(sglang_router_bind_address=address), TWO)
     assert problem.startswith("host gw-1: sglang_router_bind_address: ")
     assert "could add a worker of their own (POST /workers) and receive every prompt" in problem
     assert "Fix: set sglang_api_key_file" in problem and "sglang_router_trusted_network = True" in problem
@@ -159,11 +159,11 @@ def published(plan):
 def test_the_front_door_is_open_on_every_address_only_with_a_key_or_by_decision(tmp_path):
     key_file = tmp_path / "api-key"
     key_file.write_text("k3y-0123456789abcdef\n")
-    assert published(router(sglang_router_bind_address=None, sglang_api_key_file=str(key_file))) == \
+    assert published(gateway_host(sglang_router_bind_address=None, sglang_api_key_file=str(key_file))) == \
         ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
-    assert published(router(sglang_router_bind_address=None, sglang_router_trusted_network=True)) == \
+    assert published(gateway_host(sglang_router_bind_address=None, sglang_router_trusted_network=True)) == \
         ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
-    assert published(router(sglang_router_prometheus_bind_address="10.0.0.9")) == \
+    assert published(gateway_host(sglang_router_prometheus_bind_address="10.0.0.9")) == \
         [f"{INTERNAL}:30080:30080", "10.0.0.9:29000:29000"]
 
 
@@ -172,11 +172,11 @@ def test_the_shipped_defaults_publish_no_gateway_port_on_every_address_without_a
                if k.startswith("sglang_router_")}
     assert shipped["sglang_router_bind_address"] is None and shipped["sglang_router_trusted_network"] is False
     assert shipped["sglang_router_prometheus_bind_address"] == "127.0.0.1"
-    assert refusals(router(**shipped), TWO)
+    assert refusals(gateway_host(**shipped), TWO)
 
 
 def compose(**data):
-    return yaml.safe_load(with_gateways(router(**data), TWO).gateways[0].compose)
+    return yaml.safe_load(with_gateways(gateway_host(**data), TWO).gateways[0].compose)
 
 
 def test_the_compose_runs_sglang_routers_launcher_with_the_fleets_health_settings():
@@ -200,7 +200,7 @@ def test_the_gateway_image_can_be_pinned_apart():
 def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path):
     key_file = tmp_path / "api-key"
     key_file.write_text("k3y-0123456789abcdef\n")
-    gateway = with_gateways(router(sglang_api_key_file=str(key_file)), TWO).gateways[0]
+    gateway = with_gateways(gateway_host(sglang_api_key_file=str(key_file)), TWO).gateways[0]
     service = yaml.safe_load(gateway.compose)["services"]["router"]
     assert service["command"][3] == "/etc/sglang-secrets/server.yaml"
     assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
@@ -209,10 +209,10 @@ def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path
 
 
 def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
-    gateway = with_gateways(router(), TWO).gateways[0]
+    gateway = with_gateways(gateway_host(), TWO).gateways[0]
     assert set(gateway.scripts) == {"test_tool_calling.sh", "benchmark.sh", "gate.sh", "launch.py"}
     assert f'--url http://{INTERNAL}:30080 ' in gateway.scripts["benchmark.sh"]   # where it is published
-    everywhere = with_gateways(router(sglang_router_bind_address=None, sglang_router_trusted_network=True), TWO)
+    everywhere = with_gateways(gateway_host(sglang_router_bind_address=None, sglang_router_trusted_network=True), TWO)
     assert '--url http://127.0.0.1:30080 ' in everywhere.gateways[0].scripts["benchmark.sh"]
     assert '--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts["gate.sh"]
     assert "--baseline 985" in gateway.scripts["benchmark.sh"]
@@ -221,9 +221,9 @@ def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
 def test_the_launcher_reads_workers_and_key_from_files(tmp_path):
     (tmp_path / "workers.json").write_text(json.dumps(["http://10.0.0.11:30000"]))
     (tmp_path / "server.yaml").write_text('api-key: "k3y-0123456789abcdef"\n')
-    args = router_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"), "--port=1"])
+    args = gateway_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"), "--port=1"])
     assert args == ["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--api-key", "k3y-0123456789abcdef"]
-    assert router_launch.arguments([str(tmp_path / "missing.json"), "-"]) == ["--worker-urls"]
+    assert gateway_launch.arguments([str(tmp_path / "missing.json"), "-"]) == ["--worker-urls"]
 
 
 # ---------------------------------------------------------------- the worker-set operation
@@ -272,7 +272,7 @@ def test_a_worker_that_failed_its_gate_is_removed_through_the_api():
     commands, _ = members([W1.url, W2.url], (W1, W2), {"gpu-01": worker_snapshot("c1"),
                                                         "gpu-02": worker_snapshot("c2", stamp="none")})
     assert [command_text(c) for c in commands] == [
-        "python3 -c <hostside/router_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
+        "python3 -c <hostside/gateway_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
     assert json.loads(commands[0].connector_arguments["_stdin"]) == [W1.url]
 
 
@@ -299,6 +299,6 @@ def test_the_status_shows_each_gateways_workers_and_judges_a_gateway_without_hea
         "gw-1: gateway m :30080: 1/2 workers healthy (http://10.0.0.11:30000 healthy, "
         "http://10.0.0.12:30000 UNHEALTHY)")
     row = {"reachable": True, "serves": False, "gateways": [healthy]}
-    assert fleetstatus.problems(row) == []          # a router-only host: no container or model of its own
+    assert fleetstatus.problems(row) == []          # a gateway-only host: no container or model of its own
     dead = dict(healthy, workers=[{"url": "http://10.0.0.11:30000", "healthy": False}])
     assert fleetstatus.problems(dict(row, gateways=[dead])) == [("failing", "gateway m has no healthy worker")]

@@ -28,11 +28,11 @@ plan = plan_of(host)
 fleet_barrier(name="Ensure every worker of this run was gated before any gateway sets its workers",
               reason="every worker of this run has been through its gate")
 
-if plan.routes:
+if plan.runs_gateways:
     image_present(
-        name=f"Ensure the gateway image {plan.router_image} is on the host",
-        image=plan.router_image,
-        archive=plan.image_archive if plan.router_image == plan.image else None,
+        name=f"Ensure the gateway image {plan.gateway_image} is on the host",
+        image=plan.gateway_image,
+        archive=plan.image_archive if plan.gateway_image == plan.image else None,
     )
     secrets = secret_file(
         name=f"Ensure {plan.paths.server_config} holds the API key the gateways send and require, or is absent",
@@ -52,7 +52,7 @@ for gateway in plan.gateways:
         retry=gateway.gate.retry_failed,
     )
     compose_file(
-        f"Ensure {where}/compose.yaml is rendered from templates/router-compose.yaml.j2 and accepted by compose",
+        f"Ensure {where}/compose.yaml is rendered from templates/gateway-compose.yaml.j2 and accepted by compose",
         where, gateway.compose, plan.account)
     gateway_workers(
         name=f"Ensure the {gateway.key} gateway has exactly the workers that passed their gate",
@@ -65,7 +65,7 @@ for gateway in plan.gateways:
     stack_up(
         name=f"Ensure the {gateway.key} gateway runs its current compose.yaml (no restart when nothing changed)",
         project_dir=where,
-        image=plan.router_image,
+        image=plan.gateway_image,
         model=None,
         compose_sha=compose_sha,
         recreate_if=secrets.did_change,
@@ -74,7 +74,7 @@ for gateway in plan.gateways:
     validated(
         name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
         home=plan.paths.home,
-        image=plan.router_image,
+        image=plan.gateway_image,
         gate=f"{where}/{names.GATE_SCRIPT}",
         files=gateway.gate.files,
         always=gateway.gate.always,

@@ -1,4 +1,4 @@
-"""hostside/router_workers.py's one-worker steps of a rolling restart, against a small fake of sglang-router
+"""hostside/gateway_workers.py's one-worker steps of a rolling restart, against a small fake of sglang-router
 0.3.2's worker API on loopback: out (and no longer listed), back in (and healthy), workers.json following."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_infra.hostside import router_workers
+from sglang_infra.hostside import gateway_workers
 
 A, B = "http://10.0.0.11:30000", "http://10.0.0.12:30000"
 
@@ -54,7 +54,7 @@ def gateway():
 def step(tmp_path, base, change):
     out = io.StringIO()
     with redirect_stdout(out):
-        code = router_workers.one_worker(str(tmp_path), base, change)
+        code = gateway_workers.one_worker(str(tmp_path), base, change)
     return code, out.getvalue()
 
 
