@@ -107,7 +107,7 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
     gate = gateway.gate if gateway else plan.gate
     context = dict(plan.template_values, url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
                    baseline=gate.baseline_tok_s,
-                   checks_program=ship.program("checks"), gate_program=ship.program("gate"),
+                   checks_program=ship.program("checks"), gate_program=ship.program("gate"), python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
                    results_dir=plan.paths.results,
                    gateway=gateway.slug if gateway else None)
@@ -162,7 +162,8 @@ def gate_metrics_units(plan: HostPlan) -> dict[str, str]:
     return {
         program: ship.program("gate_metrics"),
         f"{unit}.service": render_template("templates/systemd/sglang-gate-metrics.service.j2", program=program,
-                                           home=plan.paths.home, textfile_dir=names.TEXTFILE_DIR),
+                                           home=plan.paths.home, textfile_dir=names.TEXTFILE_DIR,
+                                           python=f"/usr/bin/{ship.PYTHON}"),
         f"{unit}.timer": render_template("templates/systemd/sglang-gate-metrics.timer.j2"),
     }
 

@@ -12,10 +12,15 @@ validation scripts) or uploaded (the pull).
 from __future__ import annotations
 
 import ast
+import shlex
 from functools import lru_cache
 from pathlib import Path
 
 HOSTSIDE = Path(__file__).resolve().parent / "hostside"
+# Every Python the deploy starts on a host runs isolated: -I keeps the current directory, the user's site
+# directory and PYTHON* variables off the import path, so a module planted where it runs (results/, hf-cache/,
+# a member's home) is never imported by root.
+PYTHON = "python3 -I"
 PACKAGE = "sglang_infra.hostside"
 
 _BOOT = '''\
@@ -85,3 +90,8 @@ def program(entry: str) -> str:
         sources=repr(tuple((name, _source(name)) for name in neighbours)),
         entry_source=repr(_source(entry)),
     )
+
+
+def command(entry: str) -> str:
+    """The shell command that runs ``entry`` on a host: isolated (PYTHON), its bundled source as -c's argument."""
+    return f"{PYTHON} -c {shlex.quote(program(entry))}"

@@ -6,6 +6,7 @@ then Prometheus reloads, it does not restart."""
 
 from pyinfra import host
 
+from sglang_infra import ship
 from sglang_infra.operations.files import checked_file
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
 from sglang_infra.plantypes import (
@@ -43,7 +44,7 @@ root_directory(name=f"Ensure {DASHBOARD_DIR} exists", path=DASHBOARD_DIR)
 checked_file(
     name=f"Ensure {DASHBOARD_DIR}/{DASHBOARD_FILE} is the fleet's Grafana dashboard",
     dest=f"{DASHBOARD_DIR}/{DASHBOARD_FILE}", content=monitor.dashboard, user="root", group="root",
-    check="python3 -m json.tool {candidate} >/dev/null",
+    check=f"{ship.PYTHON} -m json.tool {{candidate}} >/dev/null",
 )
 service_running(name="Ensure Prometheus is running its current flags, and has read its current config and rules",
                 unit=f"{PROMETHEUS_SERVICE}.service", restart_if=dropin.did_change,

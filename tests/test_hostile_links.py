@@ -80,3 +80,53 @@ def test_links_in_hf_cache_to_root_and_etc_are_never_followed(converged):
         assert f"evil/x@{REV[:12]}" not in output
     finally:
         host.exec(f"rm -rf {EVIL}")
+
+
+PLANTED = "/tmp/planted-module-ran"
+
+
+def test_root_running_the_scripts_from_a_members_folder_imports_none_of_their_modules(converged):
+    """Issue 31, item 3: results/ is group-writable; a member's argparse.py and json.py there must not run when
+    root starts the gate or a validation script from that folder (python3 -I, and the scripts cd to /)."""
+    host, _ = converged
+    planted = f"open({PLANTED!r}, 'a').write(__name__ + '\\n')\n"
+    for name in ("argparse.py", "json.py"):
+        host.exec(f"cat > /opt/sglang/results/{name} <<'EOF'\n{planted}EOF\n"
+                  f"chown sglang:sglang /opt/sglang/results/{name}")
+    try:
+        for script in ("test_tool_calling.sh", "benchmark.sh", "gate.sh"):
+            ran = host.exec(f"cd /opt/sglang/results && bash /opt/sglang/{script}", check=False)
+            assert ran.returncode == 0, (script, ran.stdout[-1500:], ran.stderr[-1500:])
+        assert host.exec(f"test -e {PLANTED}", check=False).returncode != 0, host.exec(f"cat {PLANTED}").stdout
+    finally:
+        host.exec(f"rm -f /opt/sglang/results/argparse.py /opt/sglang/results/json.py {PLANTED}")
+
+
+def test_a_link_at_cachedir_tag_makes_no_file_and_compose_loads_no_override(converged, workdir, testbed):
+    """Issue 31, item 6: huggingface_hub writes CACHEDIR.TAG through a link there, which would make the account
+    create docker/compose.override.yaml; and compose, run without -f, loads such a file beside compose.yaml."""
+    host, _ = converged
+    override = "/opt/sglang/docker/compose.override.yaml"
+    host.exec(f"rm -f {HUB}/CACHEDIR.TAG && ln -s {override} {HUB}/CACHEDIR.TAG && chown -h sglang:sglang "
+              f"{HUB}/CACHEDIR.TAG")
+    # a second model to pull makes the pull run (it writes the tag first)
+    pulls = testbed.inventory(workdir / "links-pull.py", {"production": [(host, {
+        "sglang_benchmark_min_fraction": 0.05, "sglang_cached_models": ["qwen3.6-27b-awq-int4"]})]})
+    result = run_deploy(pulls)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "models--standin-org--tiny-chat-quality" in host.exec(f"ls {HUB}").stdout   # the pull ran
+    assert host.exec(f"test -e {override}", check=False).returncode != 0
+    assert host.exec(f"readlink {HUB}/CACHEDIR.TAG").stdout.strip() == override   # left as it is, not followed
+    # an override that is there anyway (left by hand, or by an older deploy) is not loaded by the deploy's compose
+    host.exec(f"printf 'services:\\n  sglang:\\n    environment:\\n      PLANTED_BY_OVERRIDE: \"1\"\\n' > {override}")
+    try:
+        changed = testbed.inventory(workdir / "links-change.py", {"production": [(host, {
+            "sglang_benchmark_min_fraction": 0.05, "sglang_cached_models": ["qwen3.6-27b-awq-int4"],
+            "sglang_extra_env": {"LINKS_MARK": "2"}})]})
+        again = run_deploy(changed)
+        assert again.returncode == 0, again.output[-3000:]
+        env = host.exec("docker inspect -f '{{json .Config.Env}}' $(docker ps -q --filter "
+                        "label=com.docker.compose.project=sglang)").stdout
+        assert "LINKS_MARK=2" in env and "PLANTED_BY_OVERRIDE" not in env, env
+    finally:
+        host.exec(f"rm -f {override} {HUB}/CACHEDIR.TAG")

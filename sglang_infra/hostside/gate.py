@@ -89,7 +89,7 @@ class Gate:
 
     def compose(self, *words):
         try:
-            return subprocess.run(["docker", "compose", *words], cwd=self.docker_dir, capture_output=True, text=True,
+            return subprocess.run([*names.COMPOSE_COMMAND, *words], cwd=self.docker_dir, capture_output=True, text=True,
                                   timeout=COMMAND_TIMEOUT)
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(words, 124, "", f"docker compose {words[0]} took over "

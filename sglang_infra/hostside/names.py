@@ -34,6 +34,9 @@ WORKERS_FILE = "workers.json"
 LAUNCHER = "launch.py"
 # The stack's files, in docker/ (a worker) or router/<slug>/ (a gateway).
 COMPOSE_FILE = "compose.yaml"
+# Every `docker compose` the deploy and the gate run names its file: without -f, compose also loads a
+# compose.override.yaml beside it, a file the deploy never wrote.
+COMPOSE_COMMAND = ("docker", "compose", "-f", COMPOSE_FILE)
 ENV_FILE = ".env"
 # What the gate keeps of a config that failed it (compose.yaml.failed, .env.failed), so it is not retried.
 FAILED_SUFFIX = ".failed"

@@ -26,7 +26,7 @@ from . import manifest, ranges, transfer
 from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
-from .safefs import unlink_if_present, write_atomic
+from .safefs import create_if_absent, unlink_if_present, write_atomic
 from .transfer import LIBRARY_NAME, METADATA_TIMEOUT, Stopped, gather
 from .units import human
 
@@ -198,12 +198,9 @@ class Puller:
     # -- entry point
     def run(self) -> dict:
         os.makedirs(self.cache_dir, exist_ok=True)
-        try:  # the library's own CACHEDIR.TAG, as hf_hub_download leaves it
-            from pathlib import Path
-
-            from huggingface_hub._local_folder import _create_cachedir_tag
-
-            _create_cachedir_tag(Path(self.cache_dir))
+        try:  # huggingface_hub's CACHEDIR.TAG, never written through a member's link there, as the library would
+            from huggingface_hub._local_folder import CACHEDIR_TAG_CONTENT
+            create_if_absent(os.path.join(self.cache_dir, "CACHEDIR.TAG"), CACHEDIR_TAG_CONTENT.encode())
         except (ImportError, OSError):
             pass
         for d in (self.cache_dir, self.repo_dir, self.blobs_dir, os.path.join(self.repo_dir, "snapshots"),

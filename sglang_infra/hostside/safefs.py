@@ -312,3 +312,15 @@ def walk(dir_fd, top, budget):
             entries.close()
             if fd is not None:
                 os.close(fd)
+
+
+def create_if_absent(path, data, mode=0o664):
+    """``path`` created anew with ``data`` unless the name is taken (by a link too: never followed, left as it
+    is); True when it was created."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, mode)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return True

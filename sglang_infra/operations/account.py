@@ -151,14 +151,14 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
         logger.warning(f"[{host.name}] {found['unnamed']} drifted entries under {home} have names that are not UTF-8; "
                        f"they are left as they are: find {home} -name '*[! -~]*' shows them")
     changed = False
-    program = q(ship.program("repair"))
+    program = ship.command("repair")
     _show_drift(found, dirs, user, group)
     for path, mode in dirs.items():
         if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:
             changed = True
-            yield f"python3 -c {program} dir={mode} {q(home)} {q(user)} {q(group)} {q(path)}"
+            yield f"{program} dir={mode} {q(home)} {q(user)} {q(group)} {q(path)}"
     for category in DRIFT_CATEGORIES:
-        prefix = f"python3 -c {program} {category} {q(home)} {q(user)} {q(group)}"
+        prefix = f"{program} {category} {q(home)} {q(user)} {q(group)}"
         for batch in by_size(prefix, [q(p) for p in found["drift"].get(category, [])], REPAIR_COMMAND_BYTES):
             changed = True
             yield " ".join([prefix, *batch])

@@ -27,7 +27,7 @@ def put_command(dest: str, content: bytes, user: str, group: str, mode: str, kee
         words.append("--keep-previous")
     if check:
         words += ["--check", q(check)]
-    return StringCommand(f"python3 -c {q(ship.program('put'))} {' '.join(words)}", _stdin=content.decode())
+    return StringCommand(f"{ship.command('put')} {' '.join(words)}", _stdin=content.decode())
 
 
 def swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):

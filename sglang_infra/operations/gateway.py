@@ -64,5 +64,5 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     if diff_wanted():
         host.log(f"Will set the gateway's workers: {sorted(have or [])} -> {wanted}", logger.info)
     args = [directory, url, *([key_file] if key_file else [])]
-    yield StringCommand(f"python3 -c {q(ship.program('gateway_workers'))} " + " ".join(q(a) for a in args),
+    yield StringCommand(f"{ship.command('gateway_workers')} " + " ".join(q(a) for a in args),
                         _stdin=json.dumps(wanted))

@@ -9,6 +9,7 @@ from typing import Iterable
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
+from .. import ship
 from ..hostside.printable import printable
 from ..hostside.units import human
 from ..snapshot import current
@@ -36,7 +37,7 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
         yield f"install -d -o {q(group)} -g {q(group)} -m 700 {t}/secret"
     if not state["venv_python"]:
         changed = True
-        yield f"python3 -m venv {t}/venv"
+        yield f"{ship.PYTHON} -m venv {t}/venv"
     if state["hub_versions"] != [hub_version]:
         changed = True
         index = "".join(f" {option}" for option in pip_index_options(index_url))
@@ -49,7 +50,7 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
 
 def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
                  token_file: str | None, lock_wait: int, workers: int, locked: bool = False) -> str:
-    args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
+    args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
             "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait), "--workers", str(workers)]
     if locked:
         args.append("--locked-stdin")
@@ -127,7 +128,7 @@ def models_pruned(hub: str, keep: list[str], tools_dir: str):
         # repo ids and commits here are hf-cache's folder names, which a group member can choose
         logger.info(printable(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({human(size)}) is not kept"))
     keep_all = sorted({*keep, *cache.get("referenced", [])})
-    args = [f"{tools_dir}/venv/bin/python", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
+    args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
     for pinned in keep_all:
         args += ["--keep", pinned]
     yield FunctionCommand(run_streamed, ("cd / && " + " ".join(q(a) for a in args),), {})

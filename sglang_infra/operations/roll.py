@@ -43,7 +43,7 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import PyinfraError
 
 from .. import factcache, ship
-from ..hostside.names import MODEL_LABEL
+from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..plantypes import Roll
 from ..snapshot import Snapshot
@@ -149,7 +149,8 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
     up = None
     if reasons:
         # out of service, the old container serves nobody: stopped at once, not after compose's long grace
-        up = Up(command, f"cd {q(project_dir)} && docker compose stop --timeout {QUICK_STOP_SECONDS} && {command}")
+        stop = f"{' '.join(COMPOSE_COMMAND)} stop --timeout {QUICK_STOP_SECONDS}"
+        up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
     yield FunctionCommand(roll_worker, (roll, up, f"bash {q(gate)}", why, metrics_url, key_file, turn_seconds,
                                         project_dir, leaving, roll.stamped), {})
 
@@ -170,7 +171,7 @@ def on_gateway_host(state, front, change: dict) -> tuple[bool, str]:
         gateway_host.connect(reason="to take a worker out of its gateway and back", raise_exceptions=True)
     args = [front.directory, front.url, *([front.key_file] if front.key_file else [])]
     try:
-        status, output = run_on(gateway_host, f"python3 -c {q(ship.program('gateway_workers'))} " +
+        status, output = run_on(gateway_host, f"{ship.command('gateway_workers')} " +
                                 " ".join(q(a) for a in args), json.dumps(change), print_output=False,
                                 arguments=connector_arguments(state, gateway_host))
     finally:
@@ -180,7 +181,7 @@ def on_gateway_host(state, front, change: dict) -> tuple[bool, str]:
 
 def drain(state, this, roll: Roll, metrics_url: str, key_file: str | None) -> str:
     """Wait until the worker has no request in flight: its own count, else each gateway's; a line saying how."""
-    drain_cmd = f"python3 -c {q(ship.program('drain'))} {roll.drain_timeout}"
+    drain_cmd = f"{ship.command('drain')} {roll.drain_timeout}"
     _, output = run_on(this, f"{drain_cmd} {q(metrics_url)}" + (f" {q(key_file)}" if key_file else ""),
                        print_output=False)
     said = (output.stdout_lines or ["drain: unknown"])[-1]
@@ -227,7 +228,7 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     if waited is not None or pool.failed:
         pool.done.add(roll.url)
         # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-        run_on(host, f"python3 -c {q(ship.program('restore_good'))} {q(project_dir)}", print_output=False)
+        run_on(host, f"{ship.command('restore_good')} {q(project_dir)}", print_output=False)
         say(f"not restarted: {waited or f'the roll of {roll.pool} stopped at {pool.failed}'}; it keeps serving "
             "its last good config", logger.error)
         return False

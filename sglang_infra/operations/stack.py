@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyinfra import host
 
 from .. import ship
-from ..hostside.names import COMPOSE_FILE, MODEL_LABEL
+from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
 from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
 from ..snapshot import current
 from .base import file_entry, q, snapshot_operation
@@ -68,5 +68,5 @@ def restart(project_dir: str, image: str, model: str | None, compose_sha: str, r
     switched = found is not None and found["labels"].get(MODEL_LABEL) not in (None, model)
     force = " --force-recreate" if switched or forced else ""
     record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
-    return reasons, (f"cd {q(project_dir)} && docker compose up -d --remove-orphans{force} && "
-                     f"python3 -c {q(ship.program('stack'))} {q(project_dir)}{record}")
+    return reasons, (f"cd {q(project_dir)} && {' '.join(COMPOSE_COMMAND)} up -d --remove-orphans{force} && "
+                     f"{ship.command('stack')} {q(project_dir)}{record}")

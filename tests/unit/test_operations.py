@@ -70,7 +70,7 @@ def test_the_token_is_uploaded_private_and_only_when_it_differs():
         raw = list(files.secret_file._inner(dest=f"{SECRET_DIR}/hf-token", content=token, user="sglang"))
     factcache.invalidate(fake)
     assert [command_text(c) for c in raw] == [
-        f"python3 -c <hostside/put.py> {SECRET_DIR}/hf-token sglang sglang 600 {len(token)} "
+        f"python3 -I -c <hostside/put.py> {SECRET_DIR}/hf-token sglang sglang 600 {len(token)} "
         f"<stdin sha256={sha}>"]
     assert raw[0].connector_arguments["_stdin"] == token.decode()
     commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"},
@@ -130,7 +130,7 @@ def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument
     program = shlex.quote(__import__("sglang_infra.ship", fromlist=["program"]).program("repair"))
     sent = [c.replace("<hostside/repair.py>", program) for c in commands]
     assert all(len(shlex.quote(c).encode()) < 128 * 1024 for c in sent), [len(c) for c in sent]
-    listed = [w for c in sent for w in shlex.split(c)[7:]]
+    listed = [w for c in sent for w in shlex.split(c)[8:]]   # python3 -I -c PROGRAM CATEGORY HOME USER GROUP
     assert sorted(listed) == sorted(paths + short)
     assert len([c for c in commands if " cache_group " in c]) == 1   # short paths still travel together
 
@@ -194,6 +194,6 @@ def test_a_changed_private_config_recreates_the_stack():
         commands = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: True)]
         unchanged = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: False)]
     factcache.invalidate(fake)
-    assert commands == ["cd /opt/sglang/docker && docker compose up -d --remove-orphans --force-recreate && "
-                        "python3 -c <hostside/stack.py> /opt/sglang/docker"]
+    assert commands == ["cd /opt/sglang/docker && docker compose -f compose.yaml up -d --remove-orphans --force-recreate && "
+                        "python3 -I -c <hostside/stack.py> /opt/sglang/docker"]
     assert unchanged == []
