@@ -194,6 +194,6 @@ def test_a_changed_private_config_recreates_the_stack():
         commands = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: True)]
         unchanged = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: False)]
     factcache.invalidate(fake)
-    assert commands == ["cd /opt/sglang/docker && docker compose -f compose.yaml up -d --remove-orphans --force-recreate && "
-                        "python3 -I -c <hostside/stack.py> /opt/sglang/docker"]
+    assert commands == ["cd /opt/sglang/docker && docker compose -f compose.yaml up -d --remove-orphans "
+                        "--force-recreate && python3 -I -c <hostside/stack.py> /opt/sglang/docker"]
     assert unchanged == []

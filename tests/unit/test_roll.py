@@ -19,7 +19,8 @@ from sglang_infra.refusals import DeployDataError, check_data
 
 FRONT = Front(gateway_host="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
-UP = roll_ops.Up("docker compose -f compose.yaml up -d", "docker compose -f compose.yaml stop --timeout 10 && docker compose -f compose.yaml up -d")
+UP = roll_ops.Up("docker compose -f compose.yaml up -d",
+                 "docker compose -f compose.yaml stop --timeout 10 && docker compose -f compose.yaml up -d")
 GATE = "bash /opt/sglang/gate.sh"
 
 
