@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from sglang_infra import ship  # noqa: E402
 
 MiB = 1 << 20
-STANDIN = ROOT / "tests" / "hfstandin" / "server.py"
+STANDIN = ROOT / "tests" / "support" / "hfstandin" / "server.py"
 REPOS = {
     "shards": [{"path": "config.json", "text": "{\"bench\": \"shards\"}"}] + [
         {"path": f"model-0000{i}-of-00004.safetensors", "size": 4 * MiB, "seed": 140 + i, "lfs": True}

@@ -1,4 +1,4 @@
-"""Shared fixtures: the testbed of real hosts, and the options of the host checks."""
+"""The end-to-end tests' fixtures: the testbed of real hosts, its run prefix and cleanup."""
 
 from __future__ import annotations
 
@@ -37,18 +37,6 @@ def pytest_report_header(config):
     from testbed import hosts
 
     return f"testbed run prefix: {hosts.run_prefix()}"
-
-
-def pytest_addoption(parser):
-    parser.addoption("--hosts-inventory", default=None,
-                     help="inventory whose hosts tests/host_checks checks (read-only)")
-
-
-def pytest_ignore_collect(collection_path, config):
-    # The host checks run only against an inventory the caller names.
-    if collection_path.name == "host_checks" and config.getoption("--hosts-inventory") is None:
-        return True
-    return None
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from typing import Any
 from testbed import hosts as testbed_hosts
 from testbed.hosts import TestHost
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 PYINFRA = [sys.executable, "-m", "pyinfra"]
 DEPLOY_TIMEOUT = 900
 

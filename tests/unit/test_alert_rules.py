@@ -18,7 +18,7 @@ from sglang_infra.plantypes import MonitorSettings
 
 DATA = pinned_defaults()
 RULES_FILE = "sglang-alerts.yml"   # the name the promtool tests' rule_files give, beside them in a temp dir
-PROMTOOL_TESTS = sorted((PROJECT_DIR / "tests" / "promtool").glob("*.yml"))
+PROMTOOL_TESTS = sorted((PROJECT_DIR / "tests" / "support" / "promtool").glob("*.yml"))
 
 
 def rules_text(**alert_keys) -> str:

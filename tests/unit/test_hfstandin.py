@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
+SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"
+if str(SUPPORT_DIR) not in sys.path:
+    sys.path.insert(0, str(SUPPORT_DIR))
 
 from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
 
@@ -43,7 +43,7 @@ from huggingface_hub.errors import (  # noqa: E402
     RevisionNotFoundError,
 )
 
-SERVER = TESTS_DIR / "hfstandin" / "server.py"
+SERVER = SUPPORT_DIR / "hfstandin" / "server.py"
 REPO = "standin-org/tiny-model"
 GATED = "standin-org/gated-model"
 PRIVATE = "standin-org/private-model"

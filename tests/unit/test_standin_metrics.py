@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support" / "standin"))
 import standin_server  # noqa: E402
 
 MODEL = "qwen-test"

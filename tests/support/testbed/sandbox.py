@@ -19,7 +19,7 @@ from testbed import hosts
 
 NAME = "sglang-sandbox"
 WHEEL_PORT = 18650
-STATE_DIR = Path(__file__).resolve().parents[2] / ".sandbox"
+STATE_DIR = Path(__file__).resolve().parents[3] / ".sandbox"
 STATE_FILE = STATE_DIR / "hosts.json"
 
 
