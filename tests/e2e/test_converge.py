@@ -76,7 +76,7 @@ def test_production_hosts_serve_the_production_model(fleet, name):
     host = fleet[0][name]
     config = json.loads(host.exec("docker compose --project-directory /opt/sglang/docker config --format json").stdout)
     command = config["services"]["sglang"]["command"]
-    # The stand-in registry maps the production key to a stand-in repo (tests/testbed/hub.py).
+    # The stand-in registry maps the production key to a stand-in repo (tests/support/testbed/hub.py).
     assert any(arg.startswith("--model-path=/hf-cache/hub/models--standin-org--tiny-chat/snapshots/")
                for arg in command)
     assert "--served-model-name=qwen3.6-35b-a3b" in command

@@ -1,4 +1,4 @@
-"""The testbed's REAL registry (Debian's docker-registry, tests/testbed/registry.py): what a push stores is what
+"""The testbed's REAL registry (Debian's docker-registry, tests/support/testbed/registry.py): what a push stores is what
 the registry serves, what a test host pulls by digest and what this machine's Engine API resolves; a tag moved
 upstream shows as a new digest; a run's cleanup takes its trust entry and no other run's."""
 

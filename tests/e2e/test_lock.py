@@ -1,5 +1,5 @@
 """The lock on real hosts: the serving image comes from a REAL registry
-(Debian's docker-registry, tests/testbed/registry.py) and is pulled by digest;
+(Debian's docker-registry, tests/support/testbed/registry.py) and is pulled by digest;
 the models come from the STAND-IN Hub. scripts/lock.sh resolves once and
 running it again changes nothing; the fleet converges on the lock; a tag
 moved upstream changes nothing until the lock is updated; a file rewritten on

@@ -1,4 +1,4 @@
-"""Models on real hosts, pulled from the STAND-IN Hub (tests/testbed/hub.py):
+"""Models on real hosts, pulled from the STAND-IN Hub (tests/support/testbed/hub.py):
 the first pull lands in huggingface_hub's cache layout, its large shard in
 parallel ranges; a re-run asks the Hub nothing; a killed pull resumes every
 range with only the missing bytes; a 429's Retry-After is waited out; a cut in

@@ -19,7 +19,7 @@ import harness
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
-GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"   # the production model (tests/testbed/hub.py: tiny-chat)
+GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"  # production model (tests/support/testbed/hub.py: tiny-chat)
 PORT = 30080
 FAILING = {"sglang_extra_env": {"STANDIN_LOAD_SECONDS": "2", "STANDIN_FAILURE": "slow"}, "sglang_ready_timeout": 12}
 HEALTH_WAIT = 60   # seconds, bounds every wait on the gateway's health checks (5 s interval, 2 failures)

@@ -15,7 +15,7 @@ from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 CANARY, OTHER = "sg-serve-1", "sg-serve-2"
 DOCKER = "/opt/sglang/docker"
-QUALITY_MODEL = "qwen3.6-27b-awq-int4"  # served from standin-org/tiny-chat-quality (tests/testbed/hub.py)
+QUALITY_MODEL = "qwen3.6-27b-awq-int4"  # served from standin-org/tiny-chat-quality (tests/support/testbed/hub.py)
 
 
 def started_at(host) -> str:

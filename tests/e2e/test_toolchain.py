@@ -1,6 +1,6 @@
 """The toolchain image on a real host with nested Docker: built FROM the
 stand-in server image with flashinfer's three packages from the STAND-IN
-wheel index (tests/wheelindex, pypiserver on the test network's gateway) and
+wheel index (tests/support/wheelindex, pypiserver on the test network's gateway) and
 nvidia-cuda-nvcc with its companions from pip's default index for real,
 through the machine's CA bundle (sglang_extra_ca_bundle); checked inside;
 served by compose. A re-run builds nothing; an index handing out the wrong

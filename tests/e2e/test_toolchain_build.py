@@ -2,7 +2,7 @@
 
 The rendered Dockerfile is built FROM the stand-in server image (Debian trixie
 with python3 and Debian's pip). flashinfer's three packages come from the
-STAND-IN wheel index (tests/wheelindex) as flashinfer's own index would serve
+STAND-IN wheel index (tests/support/wheelindex) as flashinfer's own index would serve
 them; nvidia-cuda-nvcc and its companions come from pip's default index for
 real, through this machine's CA bundle. The build runs with `--network host`,
 so its RUN steps reach the stand-in index on 127.0.0.1.

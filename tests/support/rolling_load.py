@@ -1,4 +1,4 @@
-"""Steady client load through a gateway, for tests/test_rolling.py and bench/rolling.py: requests one after
+"""Steady client load through a gateway, for tests/e2e/test_rolling.py and bench/rolling.py: requests one after
 another from each client, half of them streaming; counts what was sent, what failed, which streams were cut, and
 the fewest healthy workers the gateway listed meanwhile. Bounded: it stops by itself after LOAD_LIMIT seconds."""
 

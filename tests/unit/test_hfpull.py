@@ -1,5 +1,5 @@
 """hfpull.py and the modules it ships with (pull.py, prune.py, pull_errors.py): unit tests of
-their pieces, then the CLI run as a subprocess against the stand-in Hub (tests/hfstandin) on
+their pieces, then the CLI run as a subprocess against the stand-in Hub (tests/support/hfstandin) on
 127.0.0.1, the way the deploy runs it on a host. The file locks alone: test_pull_locks.py."""
 
 from __future__ import annotations

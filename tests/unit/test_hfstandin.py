@@ -1,4 +1,4 @@
-"""The Hub stand-in (tests/hfstandin/server.py), driven by the real huggingface_hub client.
+"""The Hub stand-in (tests/support/hfstandin/server.py), driven by the real huggingface_hub client.
 
 Everything goes to 127.0.0.1. Every wait is a bounded poll; nothing asserts on speed.
 """

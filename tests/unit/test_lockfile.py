@@ -1,7 +1,7 @@
 """The lock (sglang.lock): written from the stand-in Hub on 127.0.0.1 by
 lockgen, enforced by the plan, the pull and the image build. The registry and
-the wheel index parts run against real ones in tests/test_lock.py,
-tests/test_toolchain.py and tests/test_toolchain_build.py."""
+the wheel index parts run against real ones in tests/e2e/test_lock.py,
+tests/e2e/test_toolchain.py and tests/e2e/test_toolchain_build.py."""
 
 from __future__ import annotations
 

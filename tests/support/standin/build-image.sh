@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the STAND-IN server image (tests and sandbox only): a minimal Debian
-# trixie root with python3 and tests/standin/, so `python3 -m
+# trixie root with python3 and tests/support/standin/, so `python3 -m
 # sglang.launch_server ...` answers like SGLang without a GPU. It also carries
 # the real, pinned sglang-router (the gateway), as SGLang's own images do. Also writes the
 # image as a gzip archive that the deploy loads on hosts (sglang_image_archive).

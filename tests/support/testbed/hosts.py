@@ -263,7 +263,7 @@ def standin_data() -> dict:
         "sglang_benchmark_max_tokens": 64,
         "sglang_models": hub.registry(hub.commits()),
         "sglang_hf_endpoint": endpoint,
-        # The toolchain layer downloads ~115 MB of compiler wheels per build; tests/test_toolchain.py turns it on.
+        # The toolchain layer downloads ~115 MB of compiler wheels per build; tests/e2e/test_toolchain.py turns it on.
         "sglang_toolchain_image": False,
     }
 

@@ -1,4 +1,4 @@
-"""The STAND-IN Hub on the test network: tests/hfstandin/server.py in a
+"""The STAND-IN Hub on the test network: tests/support/hfstandin/server.py in a
 container of its own (the stand-in server image has python3), serving small
 generated model repos over the Hub's wire protocol. Test hosts pull from it
 through `sglang_hf_endpoint`; tests read its request log to count what was
@@ -153,7 +153,7 @@ class Hub:
                                                "offset": offset})
 
     def configure(self, **changes) -> dict:
-        """Throttle and faults (tests/hfstandin/server.py CONFIG_DEFAULTS); returns the whole config."""
+        """Throttle and faults (tests/support/hfstandin/server.py CONFIG_DEFAULTS); returns the whole config."""
         return self._call("/_standin/config", changes)
 
     def set_throttle(self, bytes_per_s: int | None) -> None:

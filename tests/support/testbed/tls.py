@@ -1,5 +1,5 @@
 """The testbed's own CA (tests only) and the server certificates it signs: the stand-in Hub's HTTPS listener and
-the registry (tests/testbed/registry.py). Production never trusts it."""
+the registry (tests/support/testbed/registry.py). Production never trusts it."""
 
 from __future__ import annotations
 

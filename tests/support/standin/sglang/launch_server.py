@@ -1,4 +1,4 @@
-"""STAND-IN for `python3 -m sglang.launch_server`: starts tests/standin/standin_server.py."""
+"""STAND-IN for `python3 -m sglang.launch_server`: starts tests/support/standin/standin_server.py."""
 
 import sys
 
