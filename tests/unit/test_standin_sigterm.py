@@ -13,7 +13,7 @@ import urllib.request
 
 from harness import PROJECT_DIR
 
-sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
+sys.path.insert(0, str(PROJECT_DIR / "tests" / "support" / "standin"))
 import standin_server  # noqa: E402
 
 

@@ -16,7 +16,7 @@ from harness import PROJECT_DIR
 from sglang_infra.hostside import apikey, bounded
 from sglang_infra.hostside import checks as v
 
-sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
+sys.path.insert(0, str(PROJECT_DIR / "tests" / "support" / "standin"))
 import standin_server  # noqa: E402
 
 GOOD_REASONING = [
