@@ -710,7 +710,8 @@ def serve_in_thread(argv: list[str], env: dict) -> ThreadingHTTPServer:
     """For unit tests: the same server on loopback, in this process."""
     args = parse_args(argv)
     server = Server((args.host, args.port), make_handler(StandIn(args, env)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll: shutdown() waits for it, once per test.
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server
 
 
