@@ -4,7 +4,7 @@ per connection the way the Hub's CDN holds each connection to a rate.
 
     .venv/bin/python bench/pull.py [--reps 3] [--throttle 2000000] [--workers 8] [--out bench/results]
 
-The stand-in Hub (tests/hfstandin/server.py) runs as its own process on
+The stand-in Hub (tests/support/hfstandin/server.py) runs as its own process on
 127.0.0.1 with `--throttle` bytes per second for every response, so every
 connection alone. Two repos:
 - shards: a config and 4 shards of 4 MiB;
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from sglang_infra import ship  # noqa: E402
 
 MiB = 1 << 20
-STANDIN = ROOT / "tests" / "hfstandin" / "server.py"
+STANDIN = ROOT / "tests" / "support" / "hfstandin" / "server.py"
 REPOS = {
     "shards": [{"path": "config.json", "text": "{\"bench\": \"shards\"}"}] + [
         {"path": f"model-0000{i}-of-00004.safetensors", "size": 4 * MiB, "seed": 140 + i, "lfs": True}

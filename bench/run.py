@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from harness import PYINFRA, _env, parse_output, write_inventory  # noqa: E402
 from testbed import hosts as testbed  # noqa: E402

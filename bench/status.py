@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from harness import write_inventory  # noqa: E402
-from run import timed, timed_deploy  # noqa: E402
 from testbed import hosts as testbed  # noqa: E402
+
+from run import timed, timed_deploy  # noqa: E402
 
 
 def main() -> int:

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-machine.sh
-export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/tests/support${PYTHONPATH:+:$PYTHONPATH}"
 .venv/bin/python -m testbed.sandbox "${1:-up}"
 [ "${1:-up}" = "--down" ] && exit 0
 .venv/bin/pyinfra -y inventory.py deploy.py

@@ -1,6 +1,6 @@
 """The alert rules a monitor host's Prometheus loads (templates/prometheus/sglang-alerts.yml.j2), rendered the way
 the deploy renders them (render.alert_rules, from the sglang_alert_* keys of group_data/all.py): promtool accepts
-them, they pass promtool's unit tests in tests/promtool/, every rule has a case there that fires and one that
+them, they pass promtool's unit tests in tests/support/promtool/, every rule has a case there that fires and one that
 stays silent, their annotations keep Prometheus' own templates through Jinja, and each sglang_alert_* value lands
 in the rule it sets. promtool is Debian's (package prometheus); scripts/setup-machine.sh installs it."""
 
@@ -10,15 +10,15 @@ import shutil
 
 import pytest
 import yaml
+from harness import PROJECT_DIR
 
 from conftest import pinned_defaults, promtool
-from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.plantypes import MonitorSettings
 
 DATA = pinned_defaults()
 RULES_FILE = "sglang-alerts.yml"   # the name the promtool tests' rule_files give, beside them in a temp dir
-PROMTOOL_TESTS = sorted((PROJECT_DIR / "tests" / "promtool").glob("*.yml"))
+PROMTOOL_TESTS = sorted((PROJECT_DIR / "tests" / "support" / "promtool").glob("*.yml"))
 
 
 def rules_text(**alert_keys) -> str:
@@ -36,7 +36,7 @@ RULES = rules_of(rules_text())
 
 
 def cases() -> list[tuple[str, str, str, bool]]:
-    """(test file, case name, alert name, fires) for every alert_rule_test of tests/promtool/."""
+    """(test file, case name, alert name, fires) for every alert_rule_test of tests/support/promtool/."""
     found = []
     for path in PROMTOOL_TESTS:
         for test in yaml.safe_load(path.read_text())["tests"]:
@@ -74,13 +74,13 @@ def test_the_rules_pass_their_promtool_tests(rendered, test_file):
 @pytest.mark.parametrize("alert", sorted(RULES))
 def test_every_rule_has_a_case_where_it_fires(alert):
     assert [case for case in CASES if case[2] == alert and case[3]], \
-        f"{alert}: no promtool test in tests/promtool/ expects it to fire"
+        f"{alert}: no promtool test in tests/support/promtool/ expects it to fire"
 
 
 @pytest.mark.parametrize("alert", sorted(RULES))
 def test_every_rule_has_a_case_where_it_stays_silent(alert):
     assert [case for case in CASES if case[2] == alert and not case[3]], \
-        f"{alert}: no promtool test in tests/promtool/ expects it to stay silent"
+        f"{alert}: no promtool test in tests/support/promtool/ expects it to stay silent"
 
 
 @pytest.mark.parametrize("test_file,name,alert,fires", CASES, ids=lambda value: str(value))

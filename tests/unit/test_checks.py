@@ -11,12 +11,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from harness import PROJECT_DIR
+
 from sglang_infra.hostside import apikey, bounded
 from sglang_infra.hostside import checks as v
 
-sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
+sys.path.insert(0, str(PROJECT_DIR / "tests" / "support" / "standin"))
 import standin_server
 
 GOOD_REASONING = [
@@ -318,7 +318,7 @@ class _Misbehaving:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         outer.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 

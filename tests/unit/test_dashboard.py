@@ -1,8 +1,9 @@
 """The Grafana dashboard (templates/grafana/sglang-fleet.json), read as a site's Grafana reads it: it loads, its
 variables select many with All as '.*', every panel has a query, ids are unique, and every query, its Grafana
-variables filled in (tests/dashboard_queries.py), is PromQL that Prometheus' own parser accepts (promtool), reads
-only metrics the fleet's targets give, filters by $model and $host, takes its rate windows from $__rate_interval
-and leaves out the -1 a gateway keeps for a removed worker. Whether the series answer is for the end-to-end test.
+variables filled in (tests/support/dashboard_queries.py), is PromQL that Prometheus' own parser accepts
+(promtool), reads only metrics the fleet's targets give, filters by $model and $host, takes its rate windows from
+$__rate_interval and leaves out the -1 a gateway keeps for a removed worker. Whether the series answer is for the
+end-to-end test.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import json
 import re
 
 import pytest
-
-from conftest import promtool
 from dashboard_queries import concrete, metric_names, panel_queries, panels
 from harness import PROJECT_DIR
+
+from conftest import promtool
 
 DASHBOARD = PROJECT_DIR / "templates" / "grafana" / "sglang-fleet.json"
 PANELS = [panel for panel in panels(DASHBOARD) if panel["type"] != "row"]

@@ -1,5 +1,5 @@
 """hfpull.py and the modules it ships with (pull.py, prune.py, pull_errors.py): unit tests of
-their pieces, then the CLI run as a subprocess against the stand-in Hub (tests/hfstandin) on
+their pieces, then the CLI run as a subprocess against the stand-in Hub (tests/support/hfstandin) on
 127.0.0.1, the way the deploy runs it on a host. The file locks alone: test_pull_locks.py."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hfstandin import StandinHub
 from huggingface_hub import scan_cache_dir, snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
-from hfstandin import StandinHub
 from sglang_infra import ship
 from sglang_infra.hostside import cachestate, hfpull, pull_errors, pull_locks, ranges, transfer
 from sglang_infra.hostside.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath

@@ -1,4 +1,4 @@
-"""The Hub stand-in (tests/hfstandin/server.py), driven by the real huggingface_hub client.
+"""The Hub stand-in (tests/support/hfstandin/server.py), driven by the real huggingface_hub client.
 
 Everything goes to 127.0.0.1. Every wait is a bounded poll; nothing asserts on speed.
 """
@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
+SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"
+if str(SUPPORT_DIR) not in sys.path:
+    sys.path.insert(0, str(SUPPORT_DIR))
 
 import huggingface_hub  # noqa: E402
+from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
 from huggingface_hub import (  # noqa: E402
     HfApi,
     constants,
@@ -41,9 +42,7 @@ from huggingface_hub.errors import (  # noqa: E402
     RevisionNotFoundError,
 )
 
-from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
-
-SERVER = TESTS_DIR / "hfstandin" / "server.py"
+SERVER = SUPPORT_DIR / "hfstandin" / "server.py"
 REPO = "standin-org/tiny-model"
 GATED = "standin-org/gated-model"
 PRIVATE = "standin-org/private-model"

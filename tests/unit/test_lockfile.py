@@ -1,7 +1,7 @@
 """The lock (sglang.lock): written from the stand-in Hub on 127.0.0.1 by
 lockgen, enforced by the plan, the pull and the image build. The registry and
-the wheel index parts run against real ones in tests/test_lock.py,
-tests/test_toolchain.py and tests/test_toolchain_build.py."""
+the wheel index parts run against real ones in tests/e2e/test_lock.py,
+tests/e2e/test_toolchain.py and tests/e2e/test_toolchain_build.py."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (plan._refusal)
 import pytest
+from hfstandin import StandinHub
 
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
-from hfstandin import StandinHub
 from sglang_infra import factcache, lockfile, lockgen, ship, toolchain
 from sglang_infra.operations import models as model_ops
 from sglang_infra.refusals import DeployDataError, check_data

@@ -1,4 +1,4 @@
-"""The SGLang stand-in's /metrics (tests/standin/standin_server.py): SGLang's metric set, kept from the requests
+"""The SGLang stand-in's /metrics (tests/support/standin/standin_server.py): SGLang's metric set, kept from the requests
 the stand-in actually serves, read back through a strict parser of Prometheus' text format.
 
 The stand-in runs in this process on 127.0.0.1; all traffic is loopback. Every wait is bounded in time and in
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support" / "standin"))
 import standin_server
 
 MODEL = "qwen-test"

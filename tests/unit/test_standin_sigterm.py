@@ -13,7 +13,7 @@ import urllib.request
 
 from harness import PROJECT_DIR
 
-sys.path.insert(0, str(PROJECT_DIR / "tests" / "standin"))
+sys.path.insert(0, str(PROJECT_DIR / "tests" / "support" / "standin"))
 import standin_server
 
 
@@ -25,7 +25,7 @@ def started(metrics=True, rate=40):
                                       "--port", str(port), *(["--enable-metrics"] if metrics else [])])
     standin = standin_server.StandIn(args, {"STANDIN_LOAD_SECONDS": "0", "STANDIN_TOKENS_PER_SECOND": str(rate)})
     server = standin_server.Server(("127.0.0.1", port), standin_server.make_handler(standin))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     return standin, server, thread, f"http://127.0.0.1:{port}"
 

@@ -1,6 +1,6 @@
-"""The test tree itself: pytest imports tests/ and tests/unit/ into one namespace (rootdir-relative
-basenames, no packages), so two test files with one basename fail collection in a fresh checkout
-("import file mismatch") while each passes when run alone."""
+"""The test tree itself: pytest imports tests/unit/ and tests/host_checks/ into one namespace (rootdir-relative
+basenames, no packages; tests/e2e/ is a package only so that its conftest keeps its own name), so two test files
+with one basename fail collection in a fresh checkout ("import file mismatch") while each passes when run alone."""
 
 from pathlib import Path
 

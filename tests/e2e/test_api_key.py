@@ -1,0 +1,109 @@
+"""With sglang_api_key_file, the API wants the key: the gate and the checks send it from the server's own
+0600 file, a client without it gets 401, and the key is in no command line, compose.yaml, docker inspect or
+pyinfra output; a server that never becomes ready has its log (which carries the key, as SGLang's does) shown
+without it. Without the key again, the file goes and the API is open."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from harness import PROJECT_DIR, run_deploy, run_host_checks
+
+NAME = "sg-apikey-1"
+KEY = "apikey-0123456789abcdef0123456789"
+CONFIG = "/opt/sglang/docker/secrets/server.yaml"
+# /server_info as the server answers it, asked with the key read from its file (never on a command line).
+SERVER_INFO = ("python3 -c \"import json, urllib.request as u; k = json.loads(open('" + CONFIG + "').read()"
+               ".split(':', 1)[1]); print(u.urlopen(u.Request('http://127.0.0.1:30000/server_info', "
+               "headers={'Authorization': 'Bearer ' + k}), timeout=10).read().decode())\"")
+PROBE = "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:30000/v1/models').status)\""
+
+
+@pytest.fixture(scope="module")
+def keyed(testbed, workdir):
+    host = testbed.host(NAME, login="deploy")
+    key_file = workdir / "api-key"
+    key_file.write_text(KEY + "\n")
+    inventory = testbed.inventory(workdir / "apikey.py",
+                                  {"production": [(host, {"sglang_api_key_file": str(key_file)})]})
+    first = run_deploy(inventory, "-vvv")
+    return host, inventory, first
+
+
+def test_the_gate_passes_with_the_key(keyed):
+    _, _, first = keyed
+    assert first.returncode == 0, first.output[-3000:]
+    assert f"gate[{NAME}]: passed" in first.output
+
+
+def test_a_client_without_the_key_is_refused(keyed):
+    host, _, _ = keyed
+    result = host.exec(PROBE, check=False)
+    assert result.returncode != 0 and "401" in result.stderr
+
+
+def test_the_key_is_only_in_its_file(keyed):
+    host, _, first = keyed
+    assert KEY not in first.output
+    holders = host.exec(f"grep -rlsF {KEY} /opt /etc /var/lib/sglang-tools /tmp /root /home /var/log",
+                        check=False).stdout.split()
+    assert holders == [CONFIG]
+    assert host.exec(f"stat -c '%U %a' {CONFIG} /opt/sglang/docker/secrets").stdout.split() == \
+        ["sglang", "600", "sglang", "700"]
+    assert KEY not in host.exec("docker inspect $(docker ps -aq)").stdout
+    assert KEY not in host.exec("ps -eo args").stdout
+
+
+def test_the_host_checks_send_the_key(keyed, workdir):
+    _, inventory, _ = keyed
+    report = run_host_checks(inventory, workdir)
+    assert report.failed(NAME) == set(), report.output[-3000:]
+
+
+def test_a_rerun_changes_nothing(keyed):
+    _, inventory, _ = keyed
+    again = run_deploy(inventory)
+    assert again.returncode == 0 and again.changed(NAME) == [], again.output[-3000:]
+
+
+def test_a_new_key_restarts_the_server_and_the_gate_follows(keyed, workdir):
+    host, inventory, _ = keyed
+    (workdir / "api-key").write_text("rotated-0123456789abcdef0123\n")
+    result = run_deploy(inventory)
+    assert result.returncode == 0, result.output[-3000:]
+    assert f"gate[{NAME}]: passed" in result.output
+    assert "rotated-0123456789abcdef0123" in host.exec(f"cat {CONFIG}").stdout
+
+
+def test_a_server_that_never_becomes_ready_shows_its_log_without_the_key(keyed, testbed, workdir):
+    """The stand-in logs its server args with the key at start, as SGLang does (sgl-project/sglang#37457), and
+    its /server_info carries it: the gate's log tail, its record and the status report show neither."""
+    host, _, _ = keyed
+    key = (workdir / "api-key").read_text().strip()
+    assert key in host.exec(SERVER_INFO).stdout   # the failure mode, shown
+    never = testbed.inventory(workdir / "apikey_never.py", {"production": [(host, {
+        "sglang_api_key_file": str(workdir / "api-key"), "sglang_ready_timeout": 15,
+        "sglang_extra_env": {"STANDIN_FAILURE": "never_ready"}})]})
+    result = run_deploy(never)
+    assert result.returncode != 0
+    assert f"gate[{NAME}]: the server did not become ready; last lines of its log:" in result.output, \
+        result.output[-3000:]
+    logged = [line for line in result.output.splitlines() if "server_args=ServerArgs(" in line]
+    assert logged and all("api_key='<redacted>'" in line for line in logged), result.output[-3000:]
+    assert key not in result.output
+    assert key not in host.exec("cat /opt/sglang/docker/.last-gate").stdout
+    status = subprocess.run(["bash", "scripts/status.sh", str(never), "--json"], cwd=PROJECT_DIR,
+                            env=dict(os.environ, PYTHONPATH=str(PROJECT_DIR)), capture_output=True, text=True,
+                            timeout=600)
+    assert status.stdout and key not in status.stdout + status.stderr
+
+
+def test_without_the_key_the_file_goes_and_the_api_is_open(keyed, testbed, workdir):
+    host, _, _ = keyed
+    inventory = testbed.inventory(workdir / "apikey_open.py", {"production": [(host, {})]})
+    result = run_deploy(inventory)
+    assert result.returncode == 0, result.output[-3000:]
+    assert host.exec(f"test -e {CONFIG}", check=False).returncode != 0
+    assert host.exec(PROBE).stdout.strip() == "200"

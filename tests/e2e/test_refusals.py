@@ -1,0 +1,118 @@
+"""Bad input is refused before anything changes on any host: the message
+names the host, the key and the fix, and the exit code is non-zero."""
+
+from __future__ import annotations
+
+import pytest
+from harness import run_deploy
+
+GOOD, BAD, ALIEN = "sg-refuse-good", "sg-refuse-bad", "sg-refuse-alien"
+
+# What a host looks like, for "untouched": account, layout, engine, packages.
+FINGERPRINT = (
+    "getent passwd sglang; getent group sglang; getent group docker; id -nG sglang 2>&1; "
+    "ls -la --time-style=+%s /opt /opt/sglang 2>&1; find /opt/sglang -printf '%p %u %g %m %s\\n' 2>&1; "
+    "dpkg-query -W -f='${Package} ${Status}\\n' docker.io docker-compose 2>&1; "
+    "stat -c %Y /var/lib/apt/lists 2>&1; stat -c '%U %G %a' /srv/crontabs 2>&1; true"
+)
+
+
+@pytest.fixture(scope="module")
+def hosts(testbed):
+    made = {name: testbed.host(name) for name in (GOOD, BAD, ALIEN)}
+    # The bad host already has an sglang account, made by hand with other ids.
+    made[BAD].exec("groupadd --system --gid 1234 sglang && useradd --system --uid 1234 --gid 1234 "
+                   "--home-dir /opt/sglang --no-create-home --shell /usr/sbin/nologin sglang")
+    # A directory of someone else's, with content, that data could name as the home.
+    made[BAD].exec("mkdir -p /srv/data && echo x > /srv/data/notes && chown -R nobody:nogroup /srv/data")
+    # A root-owned directory with content that is not the deploy's (like /var/spool/cron/crontabs).
+    made[BAD].exec("mkdir -m 700 /srv/crontabs && echo '* * * * * true' > /srv/crontabs/root")
+    # The alien host claims to be an operating system the deploy does not support.
+    made[ALIEN].exec("sed -i -e 's/^ID=.*/ID=rocky/' -e 's/^VERSION_ID=.*/VERSION_ID=\"9.4\"/' /etc/os-release")
+    return made
+
+
+def fingerprints(hosts):
+    return {name: host.exec(FINGERPRINT).stdout for name, host in hosts.items()}
+
+
+CASES = {
+    "typo": ({"sglang_imgae": "lmsysorg/sglang:v0.5.16"}, BAD, "sglang_imgae", "did you mean sglang_image"),
+    "wrong type": ({"sglang_port": "thirty"}, BAD, "sglang_port", "use a port number"),
+    "latest tag": ({"sglang_image": "lmsysorg/sglang:latest"}, BAD, "sglang_image", "floating 'latest' tag"),
+    "missing tag": ({"sglang_image": "lmsysorg/sglang"}, BAD, "sglang_image", "has no tag"),
+    "tp above gpus": ({"sglang_tp_size": 4, "sglang_gpus": 2}, BAD, "sglang_tp_size", "sglang_tp_size <= 2"),
+    "dtype without conv dtype": ({"sglang_dtype": "float16", "sglang_mamba_conv_dtype": None}, BAD,
+                                 "sglang_mamba_conv_dtype", "set both to 'float16', both to 'derive', or neither"),
+    "no gpu while one is required": ({"sglang_require_gpu": True}, BAD, "sglang_require_gpu",
+                                     "no GPU found by nvidia-smi"),
+    "negative fraction": ({"sglang_mem_fraction_static": -0.5}, BAD, "sglang_mem_fraction_static", "a fraction"),
+    "admin missing": ({"sglang_admins": ["mallory"]}, BAD, "sglang_admins", "create 'mallory' first"),
+    "uid differs": ({"sglang_uid": 950}, BAD, "sglang_uid", "set sglang_uid = 1234"),
+    "gid differs": ({"sglang_gid": 950}, BAD, "sglang_gid", "set sglang_gid = 1234"),
+    "unsupported os": ({}, ALIEN, "os", "use one of: Debian 12, Debian 13"),
+    "denylisted quant": ({"sglang_model": "cyankiwi/qwen3.6-35b-a3b-awq-4BIT"}, BAD, "sglang_model",
+                         "a known-broken quant (cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit: the same repetition loops"),
+    "denylisted cached quant": ({"sglang_cached_models": ["QuantTrio/Qwen3.6-27B-AWQ"]}, BAD,
+                                "sglang_cached_models", "use 'qwen3.6-27b-awq-int4' (cyankiwi/Qwen3.6-27B-AWQ-INT4)"),
+    "unknown model": ({"sglang_model": "someone/new-model"}, BAD, "sglang_model",
+                      "add an entry for it marked 'unvetted': True"),
+    "key that is neither ours nor pyinfra's": ({"sudo": True}, BAD, "sudo", "did you mean _sudo?"),
+    "system directory as home": ({"sglang_home": "/etc"}, BAD, "sglang_home", "/etc is a system directory"),
+    "someone else's directory as home": ({"sglang_home": "/srv/data"}, BAD, "sglang_home",
+                                         "/srv/data already exists with content and belongs to nobody"),
+    "root's directory with content as tools dir": ({"sglang_tools_dir": "/srv/crontabs"}, BAD, "sglang_tools_dir",
+                                                   "/srv/crontabs already exists with content that is not the "
+                                                   "deploy's (root;"),
+    "one flashinfer package apart": (
+        {"sglang_toolchain_image": True, "sglang_flashinfer_versions": {"flashinfer-jit-cache": "0.6.13"}}, BAD,
+        "sglang_flashinfer_versions", "flashinfer-jit-cache is set to 0.6.13+cu130, but flashinfer-python is "
+        "0.6.14 and flashinfer-cubin is 0.6.14: SGLang refuses to start with a version-mismatch error"),
+    "jit-cache flavour not the image's": (
+        {"sglang_toolchain_image": True, "sglang_cuda_flavor": "cu131"}, BAD, "sglang_cuda_flavor",
+        "the SGLang image is built for cu130: the JIT cache would hold kernels built for another CUDA"),
+    "nvcc major not the flavour's": (
+        {"sglang_toolchain_image": True, "sglang_nvcc_version": "12.9.86"}, BAD, "sglang_nvcc_version",
+        "kernels would be compiled by a CUDA 12 nvcc against a CUDA 13 stack"),
+    "all of a pool out at once": ({"sglang_max_unavailable": "100%"}, BAD, "sglang_max_unavailable",
+                                  '"100%" and 0 would leave'),
+    "no worker out at once": ({"sglang_max_unavailable": "0%"}, BAD, "sglang_max_unavailable",
+                              'a share of the pool\'s workers from "1%" to "99%"'),
+    "a share in words": ({"sglang_max_unavailable": "half"}, BAD, "sglang_max_unavailable", 'use e.g. 1, or "25%"'),
+}
+
+
+@pytest.fixture(scope="module")
+def baseline(hosts):
+    return fingerprints(hosts)
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_bad_input_is_refused_and_no_host_changes(testbed, hosts, baseline, workdir, case):
+    data, target, key, fix = CASES[case]
+    groups = {"production": [(hosts[GOOD], {})],
+              "quality": [(hosts[name], data if name == target else {}) for name in (BAD, ALIEN)
+                          if name == target]}
+    inventory = testbed.inventory(workdir / f"refuse_{case.replace(' ', '_')}.py", groups)
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    assert f"host {target}: {key}:" in result.output, result.output[-3000:]
+    assert fix in result.output
+    assert "Fix:" in result.output
+    assert "refused before any change on any host" in result.output
+    # The tool's own message, not pyinfra's internals (a source path and line number).
+    assert "pyinfra error" not in result.output and "plan.py" not in result.output
+    assert result.statuses == {}, "an operation started"
+    assert fingerprints(hosts) == baseline
+
+
+def test_every_problem_of_every_host_is_reported_at_once(testbed, hosts, baseline, workdir):
+    inventory = testbed.inventory(workdir / "refuse_many.py", {
+        "production": [(hosts[GOOD], {"sglang_image": "lmsysorg/sglang:latest"})],
+        "quality": [(hosts[BAD], {"sglang_port": 0, "sglang_tp_size": "2"})],
+    })
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    for expected in (f"host {GOOD}: sglang_image:", f"host {BAD}: sglang_port:", f"host {BAD}: sglang_tp_size:"):
+        assert expected in result.output
+    assert fingerprints(hosts) == baseline

@@ -1,7 +1,0 @@
-"""STAND-IN for `python3 -m sglang.launch_server`: starts tests/standin/standin_server.py."""
-
-import sys
-
-from standin_server import main
-
-sys.exit(main())

@@ -1,0 +1,85 @@
+"""Steady client load through a gateway, for tests/e2e/test_rolling.py and bench/rolling.py: requests one after
+another from each client, half of them streaming; counts what was sent, what failed, which streams were cut, and
+the fewest healthy workers the gateway listed meanwhile. Bounded: it stops by itself after LOAD_LIMIT seconds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+LOAD_LIMIT = 900   # seconds: the load stops by itself even if its caller forgets to stop it
+CLIENTS = 6
+
+
+def gateway_workers(gateway: str) -> dict[str, bool] | None:
+    """{worker URL: is_healthy} as the gateway lists them, None when it does not answer."""
+    try:
+        with urllib.request.urlopen(gateway + "/workers", timeout=5) as reply:
+            return {w["url"]: w["is_healthy"] for w in json.loads(reply.read())["workers"]}
+    except (OSError, ValueError):
+        return None
+
+
+class Load:
+    """``clients`` threads sending requests one after another through the gateway, half of them streaming, until
+    stopped (or LOAD_LIMIT); a watcher records the fewest healthy workers the gateway lists."""
+
+    def __init__(self, gateway: str, model: str, max_tokens: int, clients: int = CLIENTS):
+        self.gateway, self.model, self.max_tokens = gateway, model, max_tokens
+        self.stop = threading.Event()
+        self.sent = self.failed = self.cut = 0
+        self.errors: list[str] = []
+        self.fewest = None
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.client, args=(i % 2 == 1,), daemon=True) for i in range(clients)]
+        self.threads.append(threading.Thread(target=self.watch, daemon=True))
+
+    def __enter__(self):
+        self.deadline = time.monotonic() + LOAD_LIMIT
+        for thread in self.threads:
+            thread.start()
+        time.sleep(2)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(60)
+
+    def running(self):
+        return not self.stop.is_set() and time.monotonic() < self.deadline
+
+    def client(self, stream: bool):
+        while self.running():
+            body = json.dumps({"model": self.model,
+                               "messages": [{"role": "user", "content": f"[{time.monotonic_ns()}] hi"}],
+                               "max_tokens": self.max_tokens, "stream": stream}).encode()
+            request = urllib.request.Request(self.gateway + "/v1/chat/completions", data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with self.lock:
+                self.sent += 1
+            try:
+                with urllib.request.urlopen(request, timeout=120) as reply:
+                    text = reply.read().decode(errors="replace")
+                if stream and not text.rstrip().endswith("data: [DONE]"):
+                    with self.lock:
+                        self.cut += 1
+                        self.errors.append(f"cut stream: {text[-200:]!r}")
+            except (OSError, urllib.error.HTTPError) as error:
+                with self.lock:
+                    if stream and "IncompleteRead" in repr(error):
+                        self.cut += 1
+                    else:
+                        self.failed += 1
+                    self.errors.append(repr(error)[:300])
+
+    def watch(self):
+        while self.running():
+            found = gateway_workers(self.gateway)
+            healthy = sum(bool(v) for v in found.values()) if found is not None else 0
+            with self.lock:
+                self.fewest = healthy if self.fewest is None else min(self.fewest, healthy)
+            time.sleep(0.5)

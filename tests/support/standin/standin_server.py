@@ -1,0 +1,719 @@
+"""STAND-IN for a GPU-backed SGLang server. Tests and the sandbox only.
+
+There is no GPU and no model on these machines, so this small standard-library
+server takes SGLang's place inside the stand-in image built by the test
+harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
+
+- GET  /health                503 while "loading", then 200 (empty body)
+- GET  /v1/models             the served model
+- GET  /server_info, /get_server_info, /model_info, /get_model_info
+                              what the gateway (sglang-router) asks a worker for when it adds it (the
+                              server info with the API key in clear, as SGLang's; its start-up log line
+                              server_args=... carries the key too)
+- POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
+                              streaming as server-sent events ending in [DONE];
+                              404 for an unknown model, 400 for a bad request
+- GET  /metrics               with --enable-metrics, SGLang's own metric set in Prometheus' text format (404
+                              without it), without the API key as SGLang serves it; kept from the requests
+                              the stand-in serves (see Metrics below):
+      gauges (labels engine_type, model_name, moe_ep_rank, pp_rank, tp_rank, as SGLang's scheduler):
+        sglang:num_running_reqs, sglang:num_queue_reqs (always 0: nothing waits), sglang:gen_throughput,
+        sglang:token_usage, sglang:num_used_tokens, sglang:max_total_num_tokens, sglang:cache_hit_rate
+      counters (labels engine_type, model_name, as SGLang's tokenizer manager):
+        sglang:prompt_tokens_total, sglang:generation_tokens_total, sglang:num_requests_total (these three
+        + is_streaming "true"/"false"), sglang:cached_tokens_total (+ cache_source "device"),
+        sglang:num_aborted_requests_total
+      histograms with SGLang's default buckets (labels engine_type, model_name):
+        sglang:time_to_first_token_seconds, sglang:e2e_request_latency_seconds (these two + is_streaming),
+        sglang:inter_token_latency_seconds
+
+On SIGTERM it does what SGLang does: /health answers 503 at once, it keeps
+serving (new requests too), and it exits once no request is left. SGLang
+checks every 5 s; the stand-in every second, so tests wait less.
+
+It is started exactly like SGLang (`python3 -m sglang.launch_server ...`,
+through the shim package next to it) and refuses flags SGLang does not know.
+Behaviour is set by environment variables, which compose passes through:
+
+  STANDIN_LOAD_SECONDS       time /health answers 503 at start (default 3)
+  STANDIN_TOKENS_PER_SECOND  decode speed per request (default 400)
+  STANDIN_CAPACITY_TOKENS_PER_SECOND
+                             decode speed of the whole server, shared by the requests in flight, as a GPU's
+                             batch is (default 0: none, each request decodes at its own speed)
+  STANDIN_KV_POOL_TOKENS     tokens the (modelled) KV cache pool holds: /metrics' sglang:max_total_num_tokens,
+                             the denominator of sglang:token_usage and the prefix cache's size (default 65536)
+  STANDIN_FAILURE            one failure mode, to test the gate:
+      repetition_loop    clean tool_calls, reasoning_content full of one character
+      tool_call_as_text  the tool call left as raw markup in content
+      slow               decodes at 10 tok/s per request, far below any baseline
+      crash_at_start     exits with an error before listening
+      never_ready        /health answers 503 forever
+      never_completes    /health answers 200, but a completion never comes back (the connection is held, then
+                         dropped after NEVER_SECONDS)
+      drip               /health answers 200; every other route answers 200 and then one byte every
+                         STANDIN_DRIP_SECONDS (default 2), for NEVER_SECONDS: a per-read timeout never fires
+      endless_line       /health answers 200; every other route answers 200 and then streams bytes without a
+                         newline as fast as it can, up to ENDLESS_BYTES
+
+Production defaults never reference this file or its image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAILURES = ("", "repetition_loop", "tool_call_as_text", "slow", "crash_at_start", "never_ready", "never_completes",
+            "drip", "endless_line")
+NEVER_SECONDS = 600  # "never", for any test's timeout; the wait still ends by itself
+ENDLESS_BYTES = 4 << 30   # "gigabytes without a newline"; the stream still ends by itself
+REASONING = ("The user wants the current weather for a city. I have a get_weather tool whose parameters are "
+             "a city and a unit. Both are stated in the request, so I will call the tool directly and report "
+             "the result afterwards.")
+ANSWER = ("The printing press, developed by Johannes Gutenberg around 1440, combined movable metal type, "
+          "oil-based ink and a screw press. It made books cheaper and faster to produce, spread literacy "
+          "across Europe, and carried the ideas of the Renaissance and the Reformation further than "
+          "handwritten copies ever could. ")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """SGLang's launch flags that the deploy renders; anything else is refused, as SGLang's parser does."""
+    p = argparse.ArgumentParser(prog="sglang.launch_server (stand-in)")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--dtype")
+    p.add_argument("--mamba-full-memory-ratio", type=float)
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--allow-auto-truncate", action="store_true")
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument("--cuda-graph-backend-prefill")
+    p.add_argument("--reasoning-parser")
+    p.add_argument("--tool-call-parser")
+    p.add_argument("--context-length", type=int)
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--log-level")
+    p.add_argument("--log-requests", action="store_true")
+    p.add_argument("--log-requests-level", type=int)
+    p.add_argument("--api-key")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--config", help="a YAML file of flags (key: value), merged as SGLang's --config does")
+    args = p.parse_args(argv)
+    if args.config:
+        # SGLang merges a config file's entries as if they were flags; the stand-in knows the one it is sent.
+        with open(args.config, encoding="utf-8") as handle:
+            for line in handle:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "api-key":
+                    args.api_key = json.loads(value.strip())
+                elif sep:
+                    raise SystemExit(f"stand-in: --config: unknown key {key.strip()!r}")
+    return args
+
+
+def example_value(name: str, schema: dict):
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type", "string")
+    if kind == "string":
+        return "Paris" if "city" in name else f"example {name}"
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    return {k: example_value(k, v) for k, v in schema.get("properties", {}).items()}
+
+
+# /metrics as SGLang exports it (sgl-project/sglang, python/sglang/srt/observability/metrics_collector.py at
+# 016d8605: TokenizerMetricsCollector and SchedulerMetricsCollector; labels from managers/tokenizer_manager.py at
+# 001067ff and the scheduler's collector set-up): the same names, types, label names, HELP texts and default
+# buckets. SGLang runs prometheus_client in multiprocess mode, so there are no *_created samples, and a labelled
+# series (a counter, a histogram) appears once it has its first value.
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+E2E_BUCKETS = TTFT_BUCKETS + (600, 1200, 1800, 2400)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
+               0.200, 0.400, 0.600, 0.800, 1, 2, 4, 6, 8)
+COUNTERS = {   # prometheus_client shows a Counter under its name with _total, in # TYPE too
+    "sglang:prompt_tokens_total": "Number of prefill tokens processed.",
+    "sglang:generation_tokens_total": "Number of generation tokens processed.",
+    "sglang:num_requests_total": "Number of requests processed.",
+    "sglang:cached_tokens_total": "Number of cached prompt tokens by source (device/host/storage).",
+    "sglang:num_aborted_requests_total": "Number of requests aborted.",
+}
+HISTOGRAMS = {
+    "sglang:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    "sglang:e2e_request_latency_seconds": ("Histogram of End-to-end request latency in seconds", E2E_BUCKETS),
+    "sglang:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+}
+WINDOW_SECONDS = 5.0   # sglang:gen_throughput and sglang:cache_hit_rate look this far back
+BIN_SECONDS = 0.1      # decoding is counted in bins this wide
+
+
+def prometheus_number(value: float) -> str:
+    """A value as prometheus_client writes it, in Go's float format: 2.0, 0.25, 1.5e+06, +Inf."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    text = repr(float(value))
+    point = text.find(".")
+    if value > 0 and point > 6:   # Go turns to an exponent sooner than Python does
+        mantissa = (text[0] + "." + text[1:point] + text[point + 1:]).rstrip("0").rstrip(".")
+        return f"{mantissa}e+{point - 1:02d}"
+    return text
+
+
+def label_text(labels) -> str:
+    """{a="x",b="y"}, names in order as prometheus_client writes them, values escaped."""
+    def escape(value) -> str:
+        return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    return "{" + ",".join(f'{name}="{escape(value)}"' for name, value in sorted(labels)) + "}"
+
+
+def prompt_token_count(messages: list) -> int:
+    """The prompt's tokens as the stand-in counts them (its usage.prompt_tokens): the words, and 12 for the
+    chat template."""
+    return sum(len(str(m.get("content", "")).split()) for m in messages) + 12
+
+
+def prompt_sequence(messages: list):
+    """The prompt as the prefix cache sees it: each message's role, then its words."""
+    for m in messages:
+        yield f"<|{m.get('role')}|>"
+        yield from str(m.get("content", "")).split()
+
+
+class Tracked:
+    """One request, from when the stand-in takes it until it ends."""
+
+    __slots__ = ("stream", "prompt", "cached", "generated", "started", "last", "done")
+
+    def __init__(self, stream: bool, prompt: int, cached: int):
+        self.stream, self.prompt, self.cached = stream, prompt, cached
+        self.generated, self.started, self.last, self.done = 0, time.monotonic(), 0.0, False
+
+
+class Metrics:
+    """What /metrics reports, kept from the requests the stand-in serves. Requests run in threads of their own:
+    every read and update holds ``lock``.
+
+    As SGLang's tokenizer manager keeps them: the time to first token is observed when the first token is
+    generated (non-streaming) or sent (streaming), the inter-token latency at every later token, and when the
+    request ends the end-to-end latency and the counters of prompt, generated and cached tokens and of requests
+    (SGLang adds them when a request finishes, not token by token); a request whose client goes away first
+    counts in sglang:num_aborted_requests_total only.
+
+    As SGLang's scheduler reports them, computed when /metrics is read:
+      sglang:num_running_reqs    the requests being generated (the stand-in's count in flight)
+      sglang:num_queue_reqs      0: the stand-in queues nothing
+      sglang:gen_throughput      tokens generated in the last WINDOW_SECONDS, over the time within it that
+                                 something was decoding (0 when nothing was)
+      sglang:num_used_tokens     the KV slots the running requests hold: their prompt and the tokens generated
+                                 so far (a cached prefix stays in the cache, as evictable, not counted here)
+      sglang:token_usage         num_used_tokens / max_total_num_tokens, at most 1 (the stand-in never queues
+                                 for memory)
+      sglang:max_total_num_tokens  the KV pool, STANDIN_KV_POOL_TOKENS
+      sglang:cache_hit_rate      cached / prompt tokens of the requests taken in the last WINDOW_SECONDS (the
+                                 last one's alone when none was). It models SGLang's radix (prefix) cache: a
+                                 prompt, as role and words per message, counts as cached as far as it begins
+                                 like an earlier prompt did (at most all but one of its tokens, as SGLang always
+                                 computes the last); the cache holds as many prefixes as the pool has tokens and
+                                 forgets the least recently used first.
+    """
+
+    def __init__(self, served: str, pool_tokens: int):
+        self.lock = threading.Lock()
+        self.pool_tokens = pool_tokens
+        base = (("engine_type", "unified"), ("model_name", served))   # unified: no prefill/decode split
+        self.tokenizer_labels = base
+        # Only the scheduler of attention-TP rank 0 reports, whatever --tp-size: tp_rank is 0.
+        self.scheduler_labels = base + (("moe_ep_rank", "0"), ("pp_rank", "0"), ("tp_rank", "0"))
+        self.counters: dict[str, dict[tuple, float]] = {name: {} for name in COUNTERS}
+        self.histograms: dict[str, dict[tuple, list]] = {name: {} for name in HISTOGRAMS}   # per-bucket counts, sum
+        self.used_tokens = 0
+        self.decoded: collections.deque = collections.deque()      # [bin, tokens] of the window
+        self.taken: collections.deque = collections.deque(maxlen=100_000)   # (time, cached, prompt) of the window
+        self.prefixes: collections.OrderedDict = collections.OrderedDict()  # hash of a prompt prefix, oldest first
+
+    def _cached(self, sequence) -> int:
+        """How far ``sequence`` begins like a prompt still in the cache; remembers all its prefixes."""
+        key, matched, matching = 0, 0, True
+        for token in sequence:
+            key = hash((key, token))
+            if matching and key in self.prefixes:
+                self.prefixes.move_to_end(key)
+                matched += 1
+            else:
+                matching = False
+                self.prefixes[key] = None
+        while len(self.prefixes) > self.pool_tokens:
+            self.prefixes.popitem(last=False)
+        return matched
+
+    def _prune(self, now: float) -> None:
+        oldest = int((now - WINDOW_SECONDS) / BIN_SECONDS)
+        while self.decoded and self.decoded[0][0] < oldest:
+            self.decoded.popleft()
+        while len(self.taken) > 1 and self.taken[0][0] < now - WINDOW_SECONDS:
+            self.taken.popleft()
+
+    def _add(self, name: str, labels: tuple, amount: float) -> None:
+        series = self.counters[name]
+        series[labels] = series.get(labels, 0.0) + amount
+
+    def _observe(self, name: str, labels: tuple, value: float) -> None:
+        bounds = HISTOGRAMS[name][1]
+        counts = self.histograms[name].setdefault(labels, [0] * (len(bounds) + 1) + [0.0])
+        counts[next((i for i, bound in enumerate(bounds) if value <= bound), len(bounds))] += 1
+        counts[-1] += value
+
+    def take(self, messages: list, stream: bool) -> Tracked:
+        """A request starts: its prompt is prefilled (from the cache as far as it matches)."""
+        prompt = prompt_token_count(messages)
+        with self.lock:
+            cached = min(self._cached(prompt_sequence(messages)), max(prompt - 1, 0))
+            tracked = Tracked(stream, prompt, cached)
+            self.used_tokens += prompt
+            self.taken.append((tracked.started, cached, prompt))
+            self._prune(tracked.started)
+        return tracked
+
+    def token(self, tracked: Tracked) -> None:
+        """One more token generated (non-streaming) or sent (streaming)."""
+        now = time.monotonic()
+        with self.lock:
+            if tracked.generated == 0:
+                self._observe("sglang:time_to_first_token_seconds", self._streaming(tracked), now - tracked.started)
+            else:
+                self._observe("sglang:inter_token_latency_seconds", self.tokenizer_labels, now - tracked.last)
+            tracked.generated += 1
+            tracked.last = now
+            self.used_tokens += 1
+            slot = int(now / BIN_SECONDS)
+            if self.decoded and self.decoded[-1][0] == slot:
+                self.decoded[-1][1] += 1
+            else:
+                self.decoded.append([slot, 1])
+            self._prune(now)
+
+    def _streaming(self, tracked: Tracked) -> tuple:
+        return self.tokenizer_labels + (("is_streaming", "true" if tracked.stream else "false"),)
+
+    def finish(self, tracked: Tracked) -> None:
+        """The request has its last token: SGLang's counters and end-to-end latency."""
+        now = time.monotonic()
+        with self.lock:
+            if tracked.done:
+                return
+            tracked.done = True
+            self.used_tokens -= tracked.prompt + tracked.generated
+            labels = self._streaming(tracked)
+            self._add("sglang:prompt_tokens_total", labels, tracked.prompt)
+            self._add("sglang:generation_tokens_total", labels, tracked.generated)
+            self._add("sglang:num_requests_total", labels, 1)
+            if tracked.cached > 0:
+                self._add("sglang:cached_tokens_total", self.tokenizer_labels + (("cache_source", "device"),),
+                          tracked.cached)
+            self._observe("sglang:e2e_request_latency_seconds", labels, now - tracked.started)
+
+    def abort(self, tracked: Tracked) -> None:
+        """The request ended before its last token (its client went away): counted as aborted; nothing once it
+        has finished."""
+        with self.lock:
+            if tracked.done:
+                return
+            tracked.done = True
+            self.used_tokens -= tracked.prompt + tracked.generated
+            self._add("sglang:num_aborted_requests_total", self.tokenizer_labels, 1)
+
+    def render(self, running: int) -> str:
+        """The exposition, in Prometheus' text format 0.0.4 as prometheus_client writes it."""
+        now = time.monotonic()
+        lines: list[str] = []
+
+        def family(name: str, kind: str, text: str, samples) -> None:
+            lines.append(f"# HELP {name} {text}")
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(f"{sample}{label_text(labels)} {prometheus_number(value)}"
+                         for sample, labels, value in samples)
+
+        with self.lock:
+            self._prune(now)
+            busy = len(self.decoded) * BIN_SECONDS
+            throughput = sum(tokens for _, tokens in self.decoded) / busy if busy else 0.0
+            prompts = sum(prompt for _, _, prompt in self.taken)
+            hit_rate = sum(cached for _, cached, _ in self.taken) / prompts if prompts else 0.0
+            for name, value, text in (
+                    ("sglang:num_running_reqs", running, "The number of running requests."),
+                    ("sglang:num_queue_reqs", 0, "The number of requests in the waiting queue."),
+                    ("sglang:gen_throughput", throughput, "The generation throughput (token/s)."),
+                    ("sglang:token_usage", min(1.0, self.used_tokens / self.pool_tokens), "The token usage."),
+                    ("sglang:num_used_tokens", self.used_tokens, "The number of used tokens."),
+                    ("sglang:max_total_num_tokens", self.pool_tokens,
+                     "Maximum total number of tokens in the KV cache pool."),
+                    ("sglang:cache_hit_rate", hit_rate, "The prefix cache hit rate.")):
+                family(name, "gauge", text, [(name, self.scheduler_labels, float(value))])
+            for name, text in COUNTERS.items():
+                if self.counters[name]:
+                    family(name, "counter", text, [(name, labels, value)
+                                                   for labels, value in sorted(self.counters[name].items())])
+            for name, (text, bounds) in HISTOGRAMS.items():
+                samples = []
+                for labels, counts in sorted(self.histograms[name].items()):
+                    total = 0
+                    for bound, count in zip(bounds + (math.inf,), counts):
+                        total += count
+                        samples.append((f"{name}_bucket", labels + (("le", prometheus_number(bound)),), total))
+                    samples += [(f"{name}_count", labels, total), (f"{name}_sum", labels, counts[-1])]
+                if samples:
+                    family(name, "histogram", text, samples)
+        return "\n".join(lines) + "\n"
+
+
+class StandIn:
+    def __init__(self, args: argparse.Namespace, env: dict):
+        self.args = args
+        self.served = args.served_model_name or args.model_path
+        self.failure = env.get("STANDIN_FAILURE", "")
+        if self.failure not in FAILURES:
+            raise SystemExit(f"stand-in: unknown STANDIN_FAILURE={self.failure!r}; one of {FAILURES[1:]}")
+        self.tokens_per_second = 10.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
+        self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
+        self.capacity = float(env.get("STANDIN_CAPACITY_TOKENS_PER_SECOND", 0))
+        self.drip_seconds = float(env.get("STANDIN_DRIP_SECONDS", 2))
+        pool = int(env.get("STANDIN_KV_POOL_TOKENS", 65536))
+        if pool < 1:
+            raise SystemExit(f"stand-in: STANDIN_KV_POOL_TOKENS={pool} must be at least 1")
+        self.stats = Metrics(self.served, pool)
+        self.active = 0
+        self.lock = threading.Lock()
+        self.terminating = False   # SIGTERM came: /health answers 503, requests are still served
+
+    def token_delay(self) -> float:
+        """Seconds per output token now: the request's own speed, or its share of the server's capacity."""
+        own = 1.0 / self.tokens_per_second
+        return max(own, self.active / self.capacity) if self.capacity else own
+
+    def info(self) -> dict:
+        """SGLang's /server_info in brief: the fields a gateway reads, and the API key in clear, as SGLang's
+        carries it (sgl-project/sglang#37457): a stand-in shows that failure mode too."""
+        return {"model_path": self.args.model_path, "served_model_name": self.served, "tp_size": self.args.tp_size,
+                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in",
+                "api_key": self.args.api_key}
+
+    def ready(self) -> bool:
+        return self.failure != "never_ready" and time.monotonic() >= self.ready_at
+
+    def metrics(self) -> str:
+        """/metrics with --enable-metrics: SGLang's metric set in Prometheus' text format (Metrics)."""
+        with self.lock:
+            running = self.active
+        return self.stats.render(running)
+
+    def reasoning(self) -> str:
+        if self.failure == "repetition_loop":
+            return "Let me think about the weather. " + "!" * 600
+        return REASONING
+
+    def completion(self, request: dict):
+        """(message, finish_reason, output tokens as text pieces)."""
+        tools = request.get("tools") or []
+        # The gateway passes a client's max_tokens on as max_completion_tokens.
+        max_tokens = int(request.get("max_completion_tokens") or request.get("max_tokens") or 128)
+        if tools:
+            function = tools[0]["function"]
+            params = function.get("parameters", {})
+            arguments = {k: example_value(k, v) for k, v in params.get("properties", {}).items()
+                         if k in params.get("required", list(params.get("properties", {})))}
+            reasoning = self.reasoning()
+            if self.failure == "tool_call_as_text":
+                content = f"<tool_call>\n{json.dumps({'name': function['name'], 'arguments': arguments})}\n</tool_call>"
+                message = {"role": "assistant", "content": content, "reasoning_content": reasoning, "tool_calls": None}
+                return message, "stop", reasoning.split(" ") + content.split(" ")
+            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "index": 0,
+                    "function": {"name": function["name"], "arguments": json.dumps(arguments)}}
+            message = {"role": "assistant", "content": None, "reasoning_content": reasoning, "tool_calls": [call]}
+            return message, "tool_calls", reasoning.split(" ") + [call["function"]["arguments"]]
+        words = (ANSWER * (max_tokens // 40 + 1)).split(" ")[:max_tokens]
+        finish = "length" if len(words) >= max_tokens else "stop"
+        return {"role": "assistant", "content": " ".join(words), "reasoning_content": None,
+                "tool_calls": None}, finish, words
+
+
+def make_handler(standin: StandIn):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # one line per request, like SGLang's access log
+            sys.stderr.write("stand-in %s\n" % (fmt % args))
+
+        def _json(self, code: int, body) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str, kind: str) -> None:
+            self._json(code, {"object": "error", "message": message, "type": kind, "param": None, "code": code})
+
+        def _authorized(self) -> bool:
+            """With --api-key, every /v1 route wants `Authorization: Bearer <key>` (401 otherwise), as SGLang's.
+            /health and /metrics never do: SGLang's key check lets both through without it (a prober and a
+            Prometheus scraper have no key)."""
+            key = standin.args.api_key
+            if not key or self.headers.get("Authorization") == f"Bearer {key}":
+                return True
+            self._error(401, "Unauthorized", "AuthenticationError")
+            return False
+
+        def _misbehaves(self) -> bool:
+            """drip and endless_line: a 200 whose body never ends (one byte at a time, or without a newline)."""
+            if standin.failure not in ("drip", "endless_line") or self.path == "/health":
+                return False
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            started, sent = time.monotonic(), 0
+            try:
+                while time.monotonic() - started < NEVER_SECONDS and sent < ENDLESS_BYTES:
+                    if standin.failure == "drip":
+                        self.wfile.write(b"d")
+                        self.wfile.flush()
+                        time.sleep(standin.drip_seconds)
+                        sent += 1
+                    else:
+                        self.wfile.write(b"x" * 65536)
+                        sent += 65536
+            except OSError:   # the client gave up, as it should
+                pass
+            return True
+
+        def do_GET(self):
+            if self.path.startswith("/v1/") and not self._authorized():
+                return
+            if self._misbehaves():
+                return
+            if self.path == "/metrics" and standin.args.enable_metrics:   # no API key wanted, as SGLang's
+                data = standin.metrics().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.path == "/health":
+                if standin.ready() and not standin.terminating:
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                else:
+                    self._error(503, "the model is still loading", "ServiceUnavailable")
+            elif self.path in ("/server_info", "/get_server_info"):
+                self._json(200, standin.info())
+            elif self.path in ("/model_info", "/get_model_info"):
+                self._json(200, {"model_path": standin.args.model_path, "tokenizer_path": standin.args.model_path,
+                                 "is_generation": True, "served_model_name": standin.served})
+            elif self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [
+                    {"id": standin.served, "object": "model", "created": int(time.time()),
+                     "owned_by": "sglang", "root": standin.args.model_path,
+                     "max_model_len": standin.args.context_length}]})
+            else:
+                self._error(404, f"no route {self.path}", "NotFoundError")
+
+        def do_POST(self):
+            if not self._authorized():
+                return
+            if self._misbehaves():
+                return
+            if self.path != "/v1/chat/completions":
+                self._error(404, f"no route {self.path}", "NotFoundError")
+                return
+            if not standin.ready():
+                self._error(503, "the model is still loading", "ServiceUnavailable")
+                return
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+                request = json.loads(self.rfile.read(length) or b"")
+                messages = request["messages"]
+                assert isinstance(messages, list) and messages
+            except (ValueError, KeyError, AssertionError, TypeError):
+                self._error(400, "the body must be JSON with a non-empty messages list", "BadRequestError")
+                return
+            if request.get("model") not in (standin.served, None):
+                self._error(404, f"The model `{request.get('model')}` does not exist.", "NotFoundError")
+                return
+            if standin.failure == "never_completes":
+                for _ in range(NEVER_SECONDS):
+                    time.sleep(1)
+                self.close_connection = True
+                return
+            with standin.lock:
+                standin.active += 1
+            tracked = None
+            try:
+                tracked = standin.stats.take(messages, bool(request.get("stream")))
+                self._complete(request, tracked)
+            finally:
+                if tracked is not None:
+                    standin.stats.abort(tracked)   # only if it did not finish: its client went away
+                with standin.lock:
+                    standin.active -= 1
+
+        def _complete(self, request, tracked: Tracked):
+            message, finish, pieces = standin.completion(request)
+            prompt_tokens = tracked.prompt
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces),
+                     "total_tokens": prompt_tokens + len(pieces)}
+            rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            if request.get("stream"):
+                self._stream(request, rid, created, message, finish, pieces, usage, tracked)
+                return
+            for _ in pieces:
+                time.sleep(standin.token_delay())
+                standin.stats.token(tracked)
+            standin.stats.finish(tracked)
+            self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": standin.served,
+                             "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                                          "logprobs": None}], "usage": usage})
+
+        def _stream(self, request, rid, created, message, finish, pieces, usage, tracked: Tracked):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+
+            def send(choices, extra=None):
+                chunk = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                         "model": standin.served, "choices": choices, **(extra or {})}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+            send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            reasoning = (message.get("reasoning_content") or "").split(" ") if message.get("reasoning_content") else []
+            for i, piece in enumerate(pieces):
+                time.sleep(standin.token_delay())
+                if i < len(reasoning):
+                    delta = {"reasoning_content": piece + " "}
+                elif message.get("tool_calls"):
+                    call = message["tool_calls"][0]
+                    delta = {"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                             "function": {"name": call["function"]["name"], "arguments": piece}}]}
+                else:
+                    delta = {"content": piece + ("" if i == len(pieces) - 1 else " ")}
+                send([{"index": 0, "delta": delta, "finish_reason": None}])
+                standin.stats.token(tracked)   # sent
+            standin.stats.finish(tracked)
+            send([{"index": 0, "delta": {}, "finish_reason": finish}])
+            if (request.get("stream_options") or {}).get("include_usage"):
+                send([], {"usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128   # the default 5 resets connections of a burst, which SGLang's server accepts
+
+
+def model_problem(model_path: str, env: dict) -> str | None:
+    """Why the weights cannot be loaded, as SGLang would fail: a local snapshot must be whole, and with
+    HF_HUB_OFFLINE=1 a repo id cannot be resolved against the Hub."""
+    if model_path.startswith("/"):
+        if not os.path.isdir(model_path):
+            return f"{model_path} does not exist"
+        if not os.path.isfile(os.path.join(model_path, "config.json")):
+            return f"{model_path} has no config.json"
+        for root, _, files in os.walk(model_path):
+            for name in files:
+                if not os.path.exists(os.path.join(root, name)):
+                    return f"{os.path.join(root, name)} points at a missing blob (a partial snapshot)"
+        return None
+    if env.get("HF_HUB_OFFLINE") == "1" and model_path != "stand-in":
+        return f"{model_path} is not a local path and HF_HUB_OFFLINE=1 forbids asking the Hub"
+    return None
+
+
+def main(argv: list[str] | None = None, env: dict | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ) if env is None else env
+    standin = StandIn(args, env)
+    problem = model_problem(args.model_path, env)
+    if problem:
+        print(f"stand-in: cannot load the model: {problem}", file=sys.stderr, flush=True)
+        return 1
+    if standin.failure == "crash_at_start":
+        print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
+              file=sys.stderr, flush=True)
+        return 1
+    # SGLang logs its server arguments at start, the API key in clear (sgl-project/sglang#37457); so does the
+    # stand-in, so that a test can prove that the project redacts it from everything it prints or stores.
+    shown = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(args).items()) if name != "config")
+    print(f"[stand-in] server_args=ServerArgs({shown})", file=sys.stderr, flush=True)
+    server = Server((args.host, args.port), make_handler(standin))
+    signal.signal(signal.SIGTERM, lambda *_: drain_then_stop(standin, server))
+    print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
+          f"this is not SGLang", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    for _ in range(NEVER_SECONDS * 10):   # stopped by SIGTERM: the requests still in their threads finish first
+        with standin.lock:
+            if standin.active == 0:
+                break
+        time.sleep(0.1)
+    return 0
+
+
+def drain_then_stop(standin: StandIn, server: ThreadingHTTPServer, poll: float = 1.0) -> None:
+    """SIGTERM, as SGLang: /health 503 at once, keep serving, stop once no request is left (checked every
+    ``poll`` s; no limit of its own: Docker's stop grace period is the limit)."""
+    standin.terminating = True
+    print("stand-in: SIGTERM: /health answers 503; exiting once no request is left", file=sys.stderr, flush=True)
+
+    def wait():
+        while True:
+            time.sleep(poll)
+            with standin.lock:
+                idle = standin.active == 0
+            if idle:
+                server.shutdown()
+                return
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+def serve_in_thread(argv: list[str], env: dict) -> ThreadingHTTPServer:
+    """For unit tests: the same server on loopback, in this process."""
+    args = parse_args(argv)
+    server = Server((args.host, args.port), make_handler(StandIn(args, env)))
+    # A short poll: shutdown() waits for it, once per test.
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server
+
+
+if __name__ == "__main__":
+    sys.exit(main())
