@@ -14,8 +14,10 @@ on failure they also print a one-line reason on stderr and exit non-zero.
 
 Every read from a server is bounded in bytes and in time (bounded.py), and
 each check as a whole ends within its --timeout and a margin (watchdog). The
-key comes from the server's config file (--api-key-file, apikey.py) and is
-redacted from what the checks print or store.
+key comes from the server's config file (--api-key-file, apikey.py), goes
+only to a port the project's own container publishes (asked for every
+request; --gateway SLUG: that gateway's container), never along a redirect
+(bounded.open_url), and is redacted from what the checks print or store.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import time
 import urllib.error
 import urllib.request
 
-from .apikey import auth_headers, redact, use_api_key_file
-from .bounded import MAX_ANSWER_BYTES, Unbounded, bounded_lines, error_body, left, read_bounded
+from . import stack
+from .apikey import clip, redact, use_api_key_file
+from .bounded import MAX_ANSWER_BYTES, Unbounded, bounded_lines, error_body, left, open_url, read_bounded
 
 # ---------------------------------------------------------------- repetition loops
 # The failure the runbook saw: reasoning_content full of one repeated
@@ -83,7 +86,7 @@ def repetition_problem(text: str | None) -> str | None:
     found = _repeated_block(words)
     if found:
         phrase = " ".join(found[0])
-        shown = phrase if len(phrase) <= 80 else phrase[:77] + "..."
+        shown = phrase if len(phrase) <= 80 else clip(phrase, 77) + "..."
         return f"the phrase {shown!r} repeats {found[1]} times in a row"
     return None
 
@@ -173,10 +176,10 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
         seen[same] = seen.get(same, 0) + 1
     for same, count in seen.items():
         if count > MAX_SAME_TOOL_CALLS:
-            problems.append(f"tool_calls repeats the same call {count} times: {same[:120]}")
+            problems.append(f"tool_calls repeats the same call {count} times: {clip(same, 120)}")
     content = message.get("content") or ""
     if _RAW_MARKUP.search(content):
-        problems.append(f"raw tool-call markup left in content: {content[:120]!r}")
+        problems.append(f"raw tool-call markup left in content: {clip(content, 120)!r}")
     for field in ("reasoning_content", "content"):
         loop = repetition_problem(message.get(field))
         if loop:
@@ -187,8 +190,8 @@ def tool_call_problems(response: dict, tools: list[dict]) -> list[str]:
 # ---------------------------------------------------------------- HTTP
 def _post(url: str, payload: dict, timeout: float):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json", **auth_headers()}, method="POST")
-    return urllib.request.urlopen(request, timeout=timeout)
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    return open_url(request, timeout)
 
 
 def _chat_url(base: str) -> str:
@@ -224,10 +227,9 @@ def list_models(url: str, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     base = url.rstrip("/")
     try:
-        with urllib.request.urlopen(base + "/health", timeout=left(deadline, timeout)) as reply:
+        with open_url(urllib.request.Request(base + "/health"), left(deadline, timeout), key=False) as reply:
             read_bounded(reply, deadline, MAX_MODELS_BYTES)
-        request = urllib.request.Request(base + "/v1/models", headers=auth_headers())
-        with urllib.request.urlopen(request, timeout=left(deadline, timeout)) as reply:
+        with open_url(urllib.request.Request(base + "/v1/models"), left(deadline, timeout)) as reply:
             listed = json.loads(read_bounded(reply, deadline, MAX_MODELS_BYTES))
         models = [m["id"] for m in listed["data"]]
     except urllib.error.HTTPError as error:
@@ -374,7 +376,8 @@ def wait_ready(url: str, model: str, timeout: float, every: float = 10.0, poll: 
                     "problems": [why]}
         try:
             if phase == "health":
-                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=left(deadline, 10)) as reply:
+                health = urllib.request.Request(url.rstrip("/") + "/health")
+                with open_url(health, left(deadline, 10), key=False) as reply:
                     last_status = reply.status
                 phase = "completion"
             payload = {"model": model, "messages": [{"role": "user", "content": READY_PROMPT}],
@@ -427,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--model", required=name != "models")
         p.add_argument("--timeout", type=float, default=300)
         p.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
+        p.add_argument("--gateway", default=None, metavar="SLUG",
+                       help="the URL is the gateway's in router/SLUG/: the key goes only to its container's port")
         if name == "benchmark":
             p.add_argument("--concurrency", type=int, default=8)
             p.add_argument("--max-tokens", type=int, default=256)
@@ -437,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="start every prompt differently (unrelated users), to measure a gateway's spread")
     args = parser.parse_args(argv)
     watchdog(args.check, args.timeout + WATCHDOG_MARGIN)
-    use_api_key_file(args.api_key_file)
+    owner = stack.gateway(args.gateway) if args.gateway else (stack.PROJECT, stack.SERVICE)
+    use_api_key_file(args.api_key_file, lambda url: stack.holds(url, *owner))
     if args.check == "tool-calling":
         result = check_tool_calling(args.url, args.model, args.timeout)
     elif args.check == "ready":

@@ -45,12 +45,11 @@ MAX_METRICS_BYTES = 4 << 20   # an exposition of a few hundred series
 
 
 def read(url, worker=None):
-    """One read of ``url``, bounded in bytes and seconds. The key goes only to the serving container's own
-    published port (a worker's /metrics needs it when the server has one; a gateway's Prometheus port does not)."""
-    headers = apikey.auth_headers() if worker is None and stack.holds(url) else {}
-    request = urllib.request.Request(url, headers=headers)
+    """One read of ``url``, bounded in bytes and seconds, following no redirect. The key goes only to the serving
+    container's own published port (a worker's /metrics needs it when the server has one; a gateway's Prometheus
+    port does not, and no key is loaded for it), asked for every read (bounded.open_url)."""
     started = time.monotonic()
-    with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
+    with bounded.open_url(urllib.request.Request(url), TIMEOUT, key=worker is None) as reply:
         return bounded.read_bounded(reply, started + TIMEOUT, MAX_METRICS_BYTES).decode(errors="replace")
 
 
@@ -59,7 +58,7 @@ def main(argv=None):
     timeout, url = float(argv[0]), argv[1]
     worker = argv[3] if len(argv) > 3 and argv[2] == "--worker" else None
     if worker is None:
-        apikey.use_api_key_file(argv[2] if len(argv) > 2 else None)
+        apikey.use_api_key_file(argv[2] if len(argv) > 2 else None, lambda target: stack.holds(target))
     deadline = time.monotonic() + timeout
     count = None
     while True:

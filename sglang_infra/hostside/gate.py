@@ -99,7 +99,7 @@ class Gate:
         found = stack.container(self.project, self.service)
         if found is None or found["state"] != "running":
             return f"the container is not running ({found['status'] if found else 'no container'})"
-        if apikey.auth_headers() and not stack.holds(self.args.url, self.project, self.service):
+        if apikey.loaded() and not stack.holds(self.args.url, self.project, self.service):
             return f"the container does not publish {self.args.url}; the API key is sent to no other port"
         return None
 
@@ -257,7 +257,8 @@ def main(argv=None):
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
     args = parser.parse_args(argv)
-    apikey.use_api_key_file(args.api_key_file)
+    owner = stack.gateway(args.gateway) if args.gateway else (stack.PROJECT, stack.SERVICE)
+    apikey.use_api_key_file(args.api_key_file, lambda url: stack.holds(url, *owner))
     return Gate(args).run()
 
 

@@ -39,9 +39,9 @@ TIMEOUT = 10          # seconds, for one call to the gateway, its reply read in 
 def call(base, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **apikey.auth_headers()})
+                                     headers={"Content-Type": "application/json"})
     started = time.monotonic()
-    with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
+    with bounded.open_url(request, TIMEOUT) as reply:
         raw = bounded.read_bounded(reply, started + TIMEOUT, bounded.MAX_GATEWAY_BYTES)
     return json.loads(raw) if raw else {}
 
@@ -72,7 +72,7 @@ def sync(base, wanted):
 def view(directory, base):
     """What the gateway lists now, as one JSON line: the roll counts the pool's workers out of service from it."""
     answers, found = False, []
-    if not apikey.auth_headers() or stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+    if not apikey.loaded() or apikey.auth_headers(base):
         try:
             found = [w for w in call(base, "GET", "/workers").get("workers", []) if isinstance(w, dict)]
             answers = True
@@ -98,7 +98,7 @@ def one_worker(directory, base, change):
         if wanted != now:
             stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
                                 os.path.join(directory, names.COMPOSE_FILE))
-    if apikey.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+    if apikey.loaded() and not apikey.auth_headers(base):
         print(f"gateway_workers: the gateway's container does not publish {base}, so the key is not sent there; "
               f"nothing to {'add' if adding else 'remove'}")
         return 0
@@ -131,7 +131,8 @@ def one_worker(directory, base, change):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     directory, base = argv[0], argv[1]
-    apikey.use_api_key_file(argv[2] if len(argv) > 2 else None)
+    owner = stack.gateway(os.path.basename(directory.rstrip("/")))
+    apikey.use_api_key_file(argv[2] if len(argv) > 2 else None, lambda url: stack.holds(url, *owner))
     wanted = json.loads(sys.stdin.read())
     if isinstance(wanted, dict):
         if wanted.get("view"):
@@ -139,7 +140,7 @@ def main(argv=None):
         return one_worker(directory, base, wanted)
     stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                         os.path.join(directory, names.COMPOSE_FILE))
-    if apikey.auth_headers() and not stack.holds(base, *stack.gateway(os.path.basename(directory.rstrip("/")))):
+    if apikey.loaded() and not apikey.auth_headers(base):
         print(f"gateway_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
               "running yet, or published elsewhere), so the key is not sent there; it reads the file when it starts")
         return 0

@@ -112,11 +112,13 @@ def last_gate(home):
 
 
 def use_key(home):
-    """Read the API key (the server's config file), when there is one: sent to the gateways, redacted from
-    everything the report carries."""
+    """Read the API key (the server's config file), when there is one: sent to the gateways (only to a port one of
+    their own running containers publishes, asked for every request), redacted from everything the report
+    carries."""
     key_file = os.path.join(home, names.SECRETS_DIR, names.SERVER_CONFIG)
     if os.path.isfile(key_file) and not os.path.islink(key_file):
-        apikey.use_api_key_file(key_file)
+        apikey.use_api_key_file(key_file, lambda url: any(stack.holds(url, *stack.gateway(slug))
+                                                          for slug in stack.gateway_dirs(home)))
 
 
 def gateways(home):
@@ -137,9 +139,8 @@ def gateways(home):
                 raise OSError(f"its container does not run and publish port {found['port']}; nothing was sent")
             address = "127.0.0.1" if addresses[0] in ("0.0.0.0", "::") else addresses[0]
             url = f"http://[{address}]:{found['port']}" if ":" in address else f"http://{address}:{found['port']}"
-            request = urllib.request.Request(url + "/workers", headers=apikey.auth_headers())
             started = time.monotonic()
-            with urllib.request.urlopen(request, timeout=GATEWAY_TIMEOUT) as reply:
+            with bounded.open_url(urllib.request.Request(url + "/workers"), GATEWAY_TIMEOUT) as reply:
                 listed = json.loads(bounded.read_bounded(reply, started + GATEWAY_TIMEOUT,
                                                          bounded.MAX_GATEWAY_BYTES)).get("workers", [])
             found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]

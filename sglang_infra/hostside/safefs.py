@@ -96,6 +96,23 @@ def _open_regular(path, dir_fd=None):
     return fd
 
 
+def read_small(path, limit):
+    """The content of the regular file ``path``, read as root reads what others may have written: Refused when it
+    is a symlink (never followed), OSError when it is not a regular file (a FIFO is opened without blocking and
+    never read) or is larger than ``limit`` bytes."""
+    try:
+        fd = _open_regular(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise Refused(f"{path} is a symlink; refusing to follow it") from error
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path} is larger than {limit} bytes")
+    return data
+
+
 def read_regular(path, limit, dir_fd=None):
     """At most ``limit`` bytes of a regular file that is not a symlink, or None."""
     try:
@@ -133,22 +150,29 @@ def read_with_stat(path, limit):
     return data, st
 
 
-def sha256_fd(fd):
-    """The sha256 of what ``fd`` reads from its current offset to the end."""
-    digest = hashlib.sha256()
+def sha256_fd(fd, limit=None):
+    """The sha256 of what ``fd`` reads from its current offset to the end; None once it passes ``limit`` bytes."""
+    digest, size = hashlib.sha256(), 0
     for block in iter(lambda: os.read(fd, 1 << 20), b""):
+        size += len(block)
+        if limit is not None and size > limit:
+            return None
         digest.update(block)
     return digest.hexdigest()
 
 
-def sha256_regular(path):
-    """The sha256 of a regular file that is not a symlink, or None."""
+MAX_HASHED_BYTES = 64 << 20   # a config file, a script, a launcher: far below this
+
+
+def sha256_regular(path, limit=MAX_HASHED_BYTES):
+    """The sha256 of a regular file that is not a symlink (a FIFO is opened without blocking and never read), or
+    None, also when it is larger than ``limit`` bytes (read no further)."""
     try:
         fd = _open_regular(path)
     except OSError:
         return None
     try:
-        return sha256_fd(fd)
+        return sha256_fd(fd, limit)
     finally:
         os.close(fd)
 

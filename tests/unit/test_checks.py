@@ -382,7 +382,7 @@ def test_with_an_api_key_the_checks_send_it_and_the_server_refuses_without(tmp_p
         assert refused.value.code == 401
         assert get(url + "/health")[0] == 200  # readiness needs no key, as in SGLang
         try:
-            apikey.use_api_key_file(str(config))
+            apikey.use_api_key_file(str(config), lambda url: True)   # as if the container published the port
             assert v.check_tool_calling(url, "qwen-test", timeout=10)["ok"]
         finally:
             apikey._HEADERS.clear()

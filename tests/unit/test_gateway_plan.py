@@ -10,9 +10,9 @@ from unittest import mock
 
 import pytest
 import yaml
+from harness import PROJECT_DIR
 
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
-from harness import PROJECT_DIR
 from sglang_infra import factcache
 from sglang_infra import groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways
@@ -215,6 +215,9 @@ def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
     everywhere = with_gateways(gateway_host(sglang_router_bind_address=None, sglang_router_trusted_network=True), TWO)
     assert '--url http://127.0.0.1:30080 ' in everywhere.gateways[0].scripts["benchmark.sh"]
     assert '--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts["gate.sh"]
+    # The checks send the key only to a port the gateway's own container publishes (checks.py --gateway).
+    assert all('--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts[name]
+               for name in ("test_tool_calling.sh", "benchmark.sh"))
     assert "--baseline 985" in gateway.scripts["benchmark.sh"]
 
 

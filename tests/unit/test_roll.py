@@ -482,7 +482,7 @@ def test_a_linked_good_copy_is_not_followed(tmp_path, capsys):
 
 @pytest.mark.parametrize("own_port, sent", [(True, True), (False, False)])
 def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port, sent):
-    from sglang_infra.hostside import apikey, drain, stack
+    from sglang_infra.hostside import apikey, bounded, drain, stack
 
     seen = []
 
@@ -501,9 +501,10 @@ def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port,
         seen.append(request.get_header("Authorization"))
         return Reply()
 
-    monkeypatch.setattr(apikey, "auth_headers", lambda: {"Authorization": "Bearer k"})
+    monkeypatch.setattr(apikey, "_HEADERS", {"Authorization": "Bearer k"})
+    monkeypatch.setattr(apikey, "_HOLDS", [lambda url: stack.holds(url)])
     monkeypatch.setattr(stack, "holds", lambda url, *a: own_port)
-    monkeypatch.setattr(drain.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(bounded.OPENER, "open", urlopen)
     assert drain.main(["1", "http://127.0.0.1:30000/metrics"]) == 0
     assert seen == (["Bearer k"] if sent else [None])
 
