@@ -26,9 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT))
 
-from testbed import hosts as testbed  # noqa: E402
-
 from sglang_infra.hostside import checks  # noqa: E402
+from testbed import hosts as testbed  # noqa: E402
 
 PREFIX = "sglang-bench-router-"
 MODEL = "tiny-chat"

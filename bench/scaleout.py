@@ -31,9 +31,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from harness import Testbed  # noqa: E402
-from rolling_load import Load  # noqa: E402
-
 from rolling import BACK, GATE_END, deploy  # noqa: E402
+from rolling_load import Load  # noqa: E402
 
 W1, W2, W3, W4, GWA, GWB = "bench-so-w1", "bench-so-w2", "bench-so-w3", "bench-so-w4", "bench-so-gwa", "bench-so-gwb"
 WORKERS = (W1, W2, W3, W4)

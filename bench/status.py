@@ -25,9 +25,8 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from harness import write_inventory  # noqa: E402
-from testbed import hosts as testbed  # noqa: E402
-
 from run import timed, timed_deploy  # noqa: E402
+from testbed import hosts as testbed  # noqa: E402
 
 
 def main() -> int:

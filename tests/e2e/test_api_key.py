@@ -9,6 +9,7 @@ import os
 import subprocess
 
 import pytest
+
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 NAME = "sg-apikey-1"

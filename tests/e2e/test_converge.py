@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from harness import run_deploy, run_dry, run_host_checks
 
 PRODUCTION = ("sg-prod-1", "sg-prod-2")

@@ -5,6 +5,7 @@ fixed; a third run changes nothing."""
 from __future__ import annotations
 
 import pytest
+
 from harness import PROJECT_DIR, run_deploy, run_dry, run_host_checks
 
 HOST = "sg-drift"

@@ -9,8 +9,8 @@ import subprocess
 import time
 
 import pytest
-from harness import run_deploy, run_dry
 
+from harness import run_deploy, run_dry
 from sglang_infra import ship
 
 HOST = "sg-links"

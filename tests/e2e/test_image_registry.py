@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+
 from testbed import hosts
 from testbed import registry as testbed_registry
 

@@ -15,6 +15,7 @@ import json
 import subprocess
 
 import pytest
+
 from harness import PROJECT_DIR, _env, run_deploy, write_inventory
 from testbed import hosts as testbed_hosts
 from testbed import hub as standin_hub

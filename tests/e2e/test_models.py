@@ -15,10 +15,10 @@ import re
 import time
 
 import pytest
-from harness import run_deploy, run_dry, start_deploy
-from testbed import hub as standin_hub
 
+from harness import run_deploy, run_dry, start_deploy
 from sglang_infra.hostside import ranges
+from testbed import hub as standin_hub
 
 HUB = "/opt/sglang/hf-cache/hub"
 TINY = "standin-org/tiny-chat"

@@ -13,8 +13,9 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import harness
 import pytest
+
+import harness
 from dashboard_queries import concrete, panel_queries
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 

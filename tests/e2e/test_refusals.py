@@ -4,6 +4,7 @@ names the host, the key and the fix, and the exit code is non-zero."""
 from __future__ import annotations
 
 import pytest
+
 from harness import run_deploy
 
 GOOD, BAD, ALIEN = "sg-refuse-good", "sg-refuse-bad", "sg-refuse-alien"

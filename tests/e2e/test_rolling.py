@@ -20,6 +20,7 @@ import time
 from datetime import datetime
 
 import pytest
+
 from harness import run_deploy
 from rolling_load import Load, gateway_workers
 

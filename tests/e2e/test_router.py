@@ -13,8 +13,9 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import harness
 import pytest
+
+import harness
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"

@@ -10,6 +10,7 @@ import os
 import subprocess
 
 import pytest
+
 from harness import PROJECT_DIR, run_deploy, run_host_checks
 
 CANARY, OTHER = "sg-serve-1", "sg-serve-2"

@@ -11,11 +11,11 @@ import re
 import subprocess
 
 import pytest
+
 from harness import PROJECT_DIR, run_deploy
+from sglang_infra import lockfile, lockgen
 from testbed import hub as testbed_hub
 from testbed.hosts import stop_host
-
-from sglang_infra import lockfile, lockgen
 
 HOSTS = {"sg-st-1": "root", "sg-st-2": "deploy"}
 KEY = "qwen3.6-35b-a3b-awq"          # the production group's model: the stand-in repo below

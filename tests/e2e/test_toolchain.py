@@ -16,6 +16,7 @@ import subprocess
 import time
 
 import pytest
+
 from harness import PROJECT_DIR, _env, run_deploy
 from testbed import hosts as testbed_hosts
 from wheelindex import WheelIndex

@@ -23,10 +23,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from harness import toolchain_context, write_context
-from wheelindex import WheelIndex, build_wheels
 
+from harness import toolchain_context, write_context
 from sglang_infra import toolchain
+from wheelindex import WheelIndex, build_wheels
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 TEST_LABEL = "sglang-toolchain-test=1"

@@ -4,6 +4,7 @@ exit code is non-zero and the summary names the lost host."""
 from __future__ import annotations
 
 import pytest
+
 from harness import run_deploy, run_host_checks, start_deploy, wait_for_text
 from testbed.hosts import stop_host
 

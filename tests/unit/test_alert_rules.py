@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 import yaml
-from harness import PROJECT_DIR
-
 from conftest import pinned_defaults, promtool
+
+from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.plantypes import MonitorSettings
 

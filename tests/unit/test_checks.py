@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from harness import PROJECT_DIR
 
+from harness import PROJECT_DIR
 from sglang_infra.hostside import apikey, bounded
 from sglang_infra.hostside import checks as v
 

@@ -12,10 +12,10 @@ import json
 import re
 
 import pytest
+from conftest import promtool
+
 from dashboard_queries import concrete, metric_names, panel_queries, panels
 from harness import PROJECT_DIR
-
-from conftest import promtool
 
 DASHBOARD = PROJECT_DIR / "templates" / "grafana" / "sglang-fleet.json"
 PANELS = [panel for panel in panels(DASHBOARD) if panel["type"] != "row"]

@@ -10,9 +10,9 @@ from unittest import mock
 
 import pytest
 import yaml
-from harness import PROJECT_DIR
-
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
+
+from harness import PROJECT_DIR
 from sglang_infra import factcache
 from sglang_infra import groups as fleet_groups
 from sglang_infra.gateways import fleet_worker, with_gateways

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hfstandin import StandinHub
 from huggingface_hub import scan_cache_dir, snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
+from hfstandin import StandinHub
 from sglang_infra import ship
 from sglang_infra.hostside import cachestate, hfpull, pull_errors, pull_locks, ranges, transfer
 from sglang_infra.hostside.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath

@@ -24,7 +24,6 @@ if str(SUPPORT_DIR) not in sys.path:
     sys.path.insert(0, str(SUPPORT_DIR))
 
 import huggingface_hub  # noqa: E402
-from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
 from huggingface_hub import (  # noqa: E402
     HfApi,
     constants,
@@ -41,6 +40,8 @@ from huggingface_hub.errors import (  # noqa: E402
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+
+from hfstandin.server import StandinHub, build_repos, generated_bytes  # noqa: E402
 
 SERVER = SUPPORT_DIR / "hfstandin" / "server.py"
 REPO = "standin-org/tiny-model"

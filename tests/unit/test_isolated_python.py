@@ -9,6 +9,7 @@ import subprocess
 from types import SimpleNamespace
 
 from conftest import load_cases, pinned_defaults, plan_for
+
 from sglang_infra import render, ship
 from sglang_infra.hostside import gate, names, safefs
 

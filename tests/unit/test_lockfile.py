@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (plan._refusal)
 import pytest
-from hfstandin import StandinHub
-
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
+
+from hfstandin import StandinHub
 from sglang_infra import factcache, lockfile, lockgen, ship, toolchain
 from sglang_infra.operations import models as model_ops
 from sglang_infra.refusals import DeployDataError, check_data

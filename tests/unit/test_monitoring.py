@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
+
 from sglang_infra import factcache
 from sglang_infra.gateways import InventoryHost
 from sglang_infra.groups import roles

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from conftest import FakeHost, command_text, load_cases, on_host
 from pyinfra.api import OperationError
 
-from conftest import FakeHost, command_text, load_cases, on_host
 from sglang_infra import factcache, operations
 from sglang_infra.operations import account, base, files, stack
 

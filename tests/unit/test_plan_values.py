@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import converged_snapshot, pinned_defaults, plan_for
+
 from sglang_infra import platforms
 from sglang_infra.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import names

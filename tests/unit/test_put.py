@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import FakeHost, on_host
 from pyinfra.api import FileUploadCommand
 
-from conftest import FakeHost, on_host
 from sglang_infra import factcache, ship
 from sglang_infra.operations import files
 

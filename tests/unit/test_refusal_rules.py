@@ -3,8 +3,8 @@ from __future__ import annotations
 import runpy
 
 import pytest
-
 from conftest import pinned_defaults
+
 from harness import PROJECT_DIR
 from sglang_infra.refusals import check_data, check_host_state
 from sglang_infra.schema import image_problem

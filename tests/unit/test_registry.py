@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import pinned_defaults
+
 from sglang_infra import models
 from sglang_infra.operations.models import prune_plan
 from sglang_infra.refusals import check_data

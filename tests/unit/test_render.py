@@ -4,8 +4,8 @@ import re
 from dataclasses import replace
 
 import yaml
-
 from conftest import nvidia_smi, pinned_defaults, plan_for
+
 from harness import PROJECT_DIR
 from sglang_infra import render
 from sglang_infra.gpus import parse_snapshot

@@ -8,8 +8,8 @@ import pathlib
 from collections import Counter
 
 import pytest
-
 from conftest import converged_snapshot, pinned_defaults
+
 from sglang_infra import lockfile, refusals, toolchain
 from sglang_infra import plan as plans
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import gevent
 import pytest
-
 from conftest import converged_snapshot, pinned_defaults
+
 from sglang_infra.gateways import fleet as fleet_of
 from sglang_infra.hostside.drain import in_flight
 from sglang_infra.operations import roll as roll_ops

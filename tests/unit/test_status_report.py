@@ -10,8 +10,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import pinned_defaults, plan_for
+
 from sglang_infra import fleetstatus, statusrows
 from sglang_infra.hostside import gate, report, stamp
 from sglang_infra.lockfile import Lock, LockedModel
@@ -296,6 +296,7 @@ def test_the_gate_prints_the_servers_log_lines_escaped(capsys):
 ])
 def test_the_report_names_a_monitor_hosts_prometheus(listen, expected):
     from conftest import converged_snapshot
+
     from sglang_infra.plan import resolve
 
     plan = resolve("mon-1", {**pinned_defaults(), "sglang_require_gpu": False,

@@ -236,6 +236,7 @@ def test_malformed_nvcc_versions(version):
 def test_malformed_index_urls(key, url, words):
     """Judged once, with every other key's shape (sglang_infra/schema.py)."""
     from conftest import pinned_defaults
+
     from sglang_infra.refusals import check_data
 
     found = check_data("gpu-01", {**pinned_defaults(), key: url})
@@ -244,6 +245,7 @@ def test_malformed_index_urls(key, url, words):
 
 def test_index_urls_may_be_none():
     from conftest import pinned_defaults
+
     from sglang_infra.refusals import check_data
 
     assert check_data("gpu-01", {**pinned_defaults(), "sglang_pip_index_url": None,
