@@ -32,7 +32,7 @@ def fleet(testbed, workdir):
 
 def test_first_converge_succeeds_on_every_host(fleet):
     hosts, _, first, _ = fleet
-    assert first.returncode == 0, first.output[-3000:]
+    assert first.returncode == 0, first.why(3000)
     for name in hosts:
         assert first.changed(name), f"{name} reported no change on a fresh host"
         assert not first.errors(name)
@@ -122,7 +122,7 @@ def test_sandbox_inventory_targets_the_sandbox_state(testbed, fleet, workdir):
     state.write_text(json.dumps([{**host.to_json(), "data": testbed.standin}]))
     result = run_deploy(__import__("harness").PROJECT_DIR / "inventory.py", "--data", 'sglang_admins=["alice"]',
                         env={"SGLANG_SANDBOX_STATE": str(state)})
-    assert result.returncode == 0, result.output[-3000:]
+    assert result.returncode == 0, result.why(3000)
     assert result.hosts() == {"sg-prod-1"}
     assert result.changed("sg-prod-1") == []
 

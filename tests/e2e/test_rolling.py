@@ -125,7 +125,7 @@ def test_a_config_change_rolls_every_worker_without_a_failed_request(fleet):
     before = {name: started(hosts[name]) for name in WORKERS}
     with Load(gateway(hosts), MODEL, max_tokens=200) as load:
         result = run_deploy(inventory("rolling-b.py", env={"ROLL_MARK": "b"}))
-    assert result.returncode == 0, result.output[-4000:]
+    assert result.returncode == 0, result.why(4000)
     assert all("ROLL_MARK=b" in running_env(hosts[name]) for name in WORKERS)
     assert all(started(hosts[name]) != before[name] for name in WORKERS)
     assert load.sent > 20, load.sent
@@ -143,7 +143,7 @@ def test_a_rerun_that_changes_nothing_touches_no_gateway_and_restarts_nothing(fl
               "docker inspect -f '{{.State.StartedAt}}' $(docker compose ps -q)"
     gateway_before = hosts[GW].exec(touched).stdout
     again = run_deploy(inventory("rolling-b.py", env={"ROLL_MARK": "b"}))
-    assert again.returncode == 0, again.output[-3000:]
+    assert again.returncode == 0, again.why(3000)
     assert {name: again.changed(name) for name in (*WORKERS, GW)} == {name: [] for name in (*WORKERS, GW)}
     assert "roll: " not in again.output
     assert {name: started(hosts[name]) for name in WORKERS} == before
@@ -154,7 +154,7 @@ def test_a_change_at_half_the_pool_takes_two_out_at_once_and_loses_no_request(fl
     hosts, inventory, _ = fleet
     with Load(gateway(hosts), MODEL, max_tokens=200) as load:
         result = run_deploy(inventory("rolling-half.py", env={"ROLL_MARK": "half"}, sglang_max_unavailable="50%"))
-    assert result.returncode == 0, result.output[-4000:]
+    assert result.returncode == 0, result.why(4000)
     assert all("ROLL_MARK=half" in running_env(hosts[name]) for name in WORKERS)
     assert (load.failed, load.cut) == (0, 0), (load.errors[:5], roll_lines(result.output))
     assert load.fewest is not None and load.fewest >= len(WORKERS) // 2, load.fewest

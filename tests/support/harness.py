@@ -43,6 +43,13 @@ class DeployResult:
     def hosts(self) -> set[str]:
         return {h for by_host in self.statuses.values() for h in by_host}
 
+    def why(self, tail: int = 3000) -> str:
+        """For a failed assertion: every line that names an error or a failure (pyinfra's table of operations
+        pushes them out of a plain tail), then the output's last ``tail`` characters."""
+        lines = [line for line in self.output.splitlines()
+                 if re.search(r"error|fail|refus", line, re.IGNORECASE) and not _STATUS_RE.match(line)]
+        return "\n".join(lines[-60:]) + "\n--- tail ---\n" + self.output[-tail:]
+
 
 def parse_output(output: str) -> dict[str, dict[str, str]]:
     statuses: dict[str, dict[str, str]] = {}
