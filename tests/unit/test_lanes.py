@@ -1,4 +1,4 @@
-"""scripts/e2e_lanes.py: the end-to-end modules in two lanes of about equal time, and one closing line."""
+"""scripts/lanes.py: test modules in two lanes of about equal time, and one closing line."""
 
 from __future__ import annotations
 
@@ -6,21 +6,22 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("e2e_lanes", ROOT / "scripts" / "e2e_lanes.py")
+spec = importlib.util.spec_from_file_location("lanes", ROOT / "scripts" / "lanes.py")
 lanes = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lanes)
 
 
 def test_the_longest_modules_are_spread_over_the_lanes_first():
-    seconds = {"test_a.py": 300, "test_b.py": 280, "test_c.py": 100, "test_d.py": 90, "test_e.py": 10}
-    groups = lanes.balanced([f"tests/e2e/{m}" for m in seconds], 2, seconds)
-    totals = sorted(sum(seconds[Path(m).name] for m in group) for group in groups)
+    seconds = {f"tests/e2e/test_{m}.py": t for m, t in (("a", 300), ("b", 280), ("c", 100), ("d", 90), ("e", 10))}
+    groups = lanes.balanced(list(seconds), 2, seconds)
+    totals = sorted(sum(seconds[m] for m in group) for group in groups)
     assert totals == [390, 390]
-    assert sorted(m for group in groups for m in group) == sorted(f"tests/e2e/{m}" for m in seconds)
+    assert sorted(m for group in groups for m in group) == sorted(seconds)
 
 
 def test_an_unmeasured_module_counts_as_the_median_and_one_module_makes_one_lane():
-    groups = lanes.balanced(["tests/e2e/test_new.py", "tests/e2e/test_a.py"], 2, {"test_a.py": 50, "test_b.py": 70})
+    measured = {"tests/e2e/test_a.py": 50, "tests/e2e/test_b.py": 70}
+    groups = lanes.balanced(["tests/e2e/test_new.py", "tests/e2e/test_a.py"], 2, measured)
     assert len(groups) == 2
     assert lanes.balanced(["tests/e2e/test_only.py"], 2, {}) == [["tests/e2e/test_only.py"]]
 

@@ -1,14 +1,14 @@
-"""Run the end-to-end test modules in two lanes at once: each lane is one pytest session of its own (its own
-testbed run prefix, stand-in Hub and registry), over a share of the modules balanced by their last measured
-durations (scripts/e2e_durations.json; a module not listed there counts as the median). Two, not more: every
-test host is a systemd with a nested dockerd on this machine's cores, and more modules at once made gates fail
-for load alone.
+"""Run test modules in two lanes at once: each lane is one pytest session of its own (for the end-to-end modules,
+its own testbed run prefix, stand-in Hub and registry), over a share of the modules balanced by their last
+measured durations (scripts/lane_durations.json, keyed by the module's path; a module not listed there counts as
+the median). Two, not more: the machine the suite is written for has two cores, and for the end-to-end modules
+every test host is a systemd with a nested dockerd on them; more modules at once made gates fail for load alone.
 
-    python3 scripts/e2e_lanes.py [--lanes 2] MODULE...
+    python3 scripts/lanes.py [--lanes 2] [--name e2e] MODULE...
 
-Each lane's output goes to .e2e-lanes/lane-N.log and is printed whole when the lane ends; the script ends with one
-closing line "N passed, N failed" (the lanes' counts added up) and exits non-zero when any lane failed, errored or
-ran no test (pytest's exit 5).
+Each lane's output goes to .lanes/NAME-N.log and is printed whole when the lane ends; the script ends with one
+closing line "NAME: N passed, N failed" (the lanes' counts added up) and exits non-zero when any lane failed,
+errored or ran no test (pytest's exit 5).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DURATIONS = Path(__file__).with_name("e2e_durations.json")
-LOGS = ROOT / ".e2e-lanes"
+DURATIONS = Path(__file__).with_name("lane_durations.json")
+LOGS = ROOT / ".lanes"
 COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
 
 
 def balanced(modules: list[str], lanes: int, seconds: dict[str, float]) -> list[list[str]]:
     """The modules in ``lanes`` groups of about equal total time, longest first onto the lightest lane."""
     default = statistics.median(seconds.values()) if seconds else 60.0
-    weight = {m: seconds.get(Path(m).name, default) for m in modules}
+    weight = {m: seconds.get(m, default) for m in modules}
     groups: list[list[str]] = [[] for _ in range(lanes)]
     totals = [0.0] * lanes
     for module in sorted(modules, key=lambda m: (-weight[m], m)):
@@ -53,16 +53,18 @@ def counts(text: str) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--name", default="e2e", help="names the lanes' logs and lines")
     parser.add_argument("modules", nargs="+")
     args = parser.parse_args(argv)
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     LOGS.mkdir(exist_ok=True)
     running = []
     for number, group in enumerate(balanced(args.modules, args.lanes, seconds), 1):
-        log = LOGS / f"lane-{number}.log"
-        print(f"e2e lane {number}: {' '.join(Path(m).name for m in group)}", flush=True)
+        log = LOGS / f"{args.name}-{number}.log"
+        print(f"{args.name} lane {number}: {' '.join(Path(m).name for m in group)}", flush=True)
         handle = log.open("w")
-        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=0", *group]
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=0", "--durations-min=0.5",
+                   *group]
         running.append((number, log, handle, subprocess.Popen(command, cwd=ROOT, stdout=handle,
                                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)))
     total: dict[str, int] = {}
@@ -72,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         code = process.wait()
         handle.close()
         text = log.read_text(errors="replace")
-        print(f"\n===== e2e lane {number} (exit {code}, waited {time.monotonic() - began:.0f} s more) =====\n{text}",
-              flush=True)
+        waited = time.monotonic() - began
+        print(f"\n===== {args.name} lane {number} (exit {code}, waited {waited:.0f} s more) =====\n{text}", flush=True)
         for key, value in counts(text).items():
             total[key] = total.get(key, 0) + value
         failed = failed or code != 0
-    print(f"{total.get('passed', 0)} passed, {total.get('failed', 0) + total.get('errors', 0)} failed"
+    print(f"{args.name}: {total.get('passed', 0)} passed, {total.get('failed', 0) + total.get('errors', 0)} failed"
           + (f", {total['skipped']} skipped" if total.get("skipped") else ""))
     return 1 if failed or not total.get("passed") else 0
 
