@@ -30,7 +30,8 @@ COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
 
 def balanced(modules: list[str], lanes: int, seconds: dict[str, float]) -> list[list[str]]:
     """The modules in ``lanes`` groups of about equal total time, longest first onto the lightest lane."""
-    default = statistics.median(seconds.values()) if seconds else 60.0
+    known = [seconds[m] for m in modules if m in seconds]   # the median of these modules, not of every kind
+    default = statistics.median(known) if known else 60.0
     weight = {m: seconds.get(m, default) for m in modules}
     groups: list[list[str]] = [[] for _ in range(lanes)]
     totals = [0.0] * lanes
