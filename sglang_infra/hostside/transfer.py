@@ -26,7 +26,7 @@ import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingfa
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from . import ranges
+from . import hublimits, ranges
 from .pull_errors import PullError, Retryable, VerifyError
 from .pull_locks import LOCK_POLL
 from .safefs import read_regular, unlink_if_present, write_atomic
@@ -63,12 +63,20 @@ def redact(text: str, token: str | None) -> str:
 
 
 def bounded_client():
-    """huggingface_hub's default client, with finite timeouts instead of none."""
+    """huggingface_hub's default client, with finite timeouts instead of none, and every answer bounded in bytes
+    and in total time (hublimits.py)."""
     from huggingface_hub.utils import _http as hf_http
 
     client = hf_http.default_client_factory()
     client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT)
-    return client
+    return hublimits.bound(client)
+
+
+def tree(api, repo_id: str, commit: str, token):
+    """The entries of the repo's file tree at ``commit`` (every page), each answer bounded by the client and the
+    whole listing by hublimits.LISTING_DEADLINE."""
+    with hublimits.within(hublimits.LISTING_DEADLINE, "the file tree"):
+        yield from api.list_repo_tree(repo_id, recursive=True, revision=commit, token=token)
 
 
 def _same_origin(a: str, b: str) -> bool:
@@ -307,7 +315,8 @@ class Transfer:
         wanted = ranges.header(pos, end, size)
         if wanted:
             h["Range"] = wanted
-        with get_session().stream("GET", location, headers=h, follow_redirects=True) as resp:
+        with get_session().stream("GET", location, headers=h, follow_redirects=True,
+                                  extensions={hublimits.FILE_BODY: True}) as resp:
             if resp.status_code == 416 and wanted:
                 raise _Restart("the Hub refused the range request")
             if resp.status_code in (408, 429, 500, 502, 503, 504):
