@@ -240,6 +240,7 @@ class Transfer:
             try:
                 what = verify(blob, fd)
                 if what is None:
+                    _single_name(fd, partial)
                     os.fchmod(fd, 0o664)
                     st = os.fstat(fd)
                     return st.st_dev, st.st_ino
@@ -259,6 +260,11 @@ class Transfer:
         assert self.ranges is not None  # the puller's pool, open for the revision's whole fetch
         location, headers = self.location(path, blob)  # errors (gated, ...) surface before any write
         fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+        try:
+            _single_name(fd, partial)
+        except PullError:
+            os.close(fd)
+            raise
         job = _Job(self, blob, partial, fd, spans, index, path, location, headers)
         try:
             job.grow()
@@ -357,6 +363,16 @@ class Transfer:
                 if since_sync >= FSYNC_EVERY:
                     os.fsync(job.fd)
                     since_sync = 0
+
+
+def _single_name(fd: int, path: str) -> None:
+    """PullError unless the file open as ``fd`` has one name: the pull never hard-links a partial, and a second
+    name may be another file of the account's, linked in by a member, that the pull must neither write nor
+    make group-writable."""
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        raise PullError(f"{path} has {links} hard links, which the pull never makes; it is neither written nor "
+                        f"re-moded. Remove it (rm {path}) and run again")
 
 
 class _Restart(Exception):

@@ -995,6 +995,22 @@ def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_
     assert not [n for n in os.listdir(blobs) if (blobs / n).is_symlink() and not n.endswith(".incomplete")]
 
 
+def test_a_hard_linked_partial_is_neither_written_nor_re_moded(hub, tmp_path):
+    """A member plants, at a blob's partial name, a hard link to a file of the account's (a compose file): the
+    pull (as the account) would write the blob's bytes into it and make it group-writable."""
+    victim = tmp_path / "compose.yaml"
+    victim.write_text("services: {}\n")
+    victim.chmod(0o644)
+    commit = hub.commit("org/other", "main")
+    blobs = repo_dir(tmp_path / "hub", "org/other") / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / (etag(hub, "org/other", commit, "w.safetensors") + ".incomplete")
+    os.link(victim, partial)
+    r = pull(tmp_path / "hub", "org/other", commit, hub)
+    assert r.rc == 3 and f"{partial} has 2 hard links, which the pull never makes" in r.err, r
+    assert victim.read_text() == "services: {}\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
+
+
 def test_prune_removes_only_blobs_of_the_repos_own_blobs_dir(hub, pulled):
     """huggingface_hub takes a snapshot link's target as the blob to delete: a member's link from a pruned
     revision to a file of the account's (a compose file) or to another repo's kept blob had that file deleted."""
