@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 from hfstandin import StandinHub
-from huggingface_hub import scan_cache_dir, set_client_factory, snapshot_download
-from huggingface_hub.utils._http import default_client_factory
+from huggingface_hub import scan_cache_dir, snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
 from sglang_infra import ship
@@ -105,7 +104,6 @@ def pulled(base_cache, tmp_path):
 @pytest.fixture(autouse=True)
 def _clean_hub(request):
     yield
-    set_client_factory(default_client_factory)  # hfpull.main() in process installs the pull's client for good
     for name in ("hub", "cdn_hub"):
         if name in request.fixturenames:
             h = request.getfixturevalue(name)

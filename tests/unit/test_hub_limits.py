@@ -10,8 +10,6 @@ import time
 import httpx2
 import pytest
 from hfstandin import StandinHub
-from huggingface_hub import set_client_factory
-from huggingface_hub.utils._http import default_client_factory
 
 from sglang_infra.hostside import hfpull, hublimits
 
@@ -25,7 +23,6 @@ def hub():
     """A stand-in per test: its stop() ends the connections a dripping answer still holds."""
     with StandinHub(SPEC, access_log=False) as running:
         yield running
-    set_client_factory(default_client_factory)  # hfpull.main() installs the pull's client for the process
 
 
 def pull(hub: StandinHub, tmp_path, capsys) -> tuple[int, str, float]:
