@@ -74,11 +74,14 @@ def answer_name(request) -> str:
 @contextlib.contextmanager
 def within(seconds: float, what: str):
     """Every request this thread makes inside ends by one deadline ``seconds`` away (a paginated listing)."""
+    outer = getattr(_local, "overall", None)
     _local.overall = (time.monotonic() + seconds, seconds, what)
+    if outer is not None and outer[0] < _local.overall[0]:
+        _local.overall = outer  # an outer deadline that ends sooner still holds
     try:
         yield
     finally:
-        _local.overall = None
+        _local.overall = outer
 
 
 def _decoder(encoding: str, what: str):

@@ -27,7 +27,7 @@ from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
 from .safefs import create_if_absent, unlink_if_present, write_atomic
-from .transfer import LIBRARY_NAME, METADATA_TIMEOUT, Stopped, gather
+from .transfer import LIBRARY_NAME, Stopped, gather
 from .units import human
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -282,7 +282,7 @@ class Puller:
             return self._result()
 
         api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
-        info = api.model_info(self.repo_id, revision=self.revision, timeout=METADATA_TIMEOUT)
+        info = transfer.model_info(api, self.repo_id, self.revision)
         commit = info.sha
         if not commit or not COMMIT_RE.fullmatch(commit):
             raise PullError(f"the Hub returned no commit id for revision {self.revision}")

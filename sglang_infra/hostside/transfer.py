@@ -72,6 +72,12 @@ def bounded_client():
     return hublimits.bound(client)
 
 
+def model_info(api, repo_id: str, revision: str):
+    """The model's info at ``revision``: every request it makes (a redirect followed) ends by one deadline."""
+    with hublimits.within(hublimits.METADATA_DEADLINE, "model info"):
+        return api.model_info(repo_id, revision=revision, timeout=METADATA_TIMEOUT)
+
+
 def tree(api, repo_id: str, commit: str, token):
     """The entries of the repo's file tree at ``commit`` (every page), each answer bounded by the client and the
     whole listing by hublimits.LISTING_DEADLINE."""
@@ -204,8 +210,9 @@ class Transfer:
         """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
         location, and headers without the token if that location is off the Hub."""
         url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
-        meta = get_hf_file_metadata(url, token=token_arg(self.token), timeout=METADATA_TIMEOUT,
-                                    library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
+        with hublimits.within(hublimits.METADATA_DEADLINE * 3, "file metadata"):  # its redirects, its retries
+            meta = get_hf_file_metadata(url, token=token_arg(self.token), timeout=METADATA_TIMEOUT,
+                                        library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
         if meta.commit_hash and meta.commit_hash != self.commit:
             raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
         if meta.etag and meta.etag != blob.name:

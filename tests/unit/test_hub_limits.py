@@ -104,3 +104,37 @@ def test_an_encoding_the_pull_cannot_bound_is_refused():
     client = _client(httpx2.Response(200, headers={"Content-Encoding": "br"}, content=b"x"))
     with pytest.raises(hublimits.Unbounded, match="came encoded as 'br'"):
         client.get("https://mirror.example/api/models/org/small/revision/main")
+
+
+def test_a_redirect_chain_ends_by_one_deadline_over_all_its_requests():
+    """Each answer is quick, but a mirror redirecting to itself (or the library retrying) makes them without end:
+    within() puts one deadline over every request made inside it."""
+    def again(request):
+        time.sleep(0.05)
+        return httpx2.Response(302, headers={"Location": f"{request.url}x"})
+
+    client = hublimits.bound(httpx2.Client(transport=httpx2.MockTransport(again), follow_redirects=True,
+                                           max_redirects=10_000))
+    started = time.monotonic()
+    with hublimits.within(0.5, "model info"), pytest.raises(
+            hublimits.Unbounded, match=r"^model info from https://mirror.example did not complete within 0.5 s$"):
+        client.get("https://mirror.example/api/models/org/small/revision/main")
+    assert time.monotonic() - started < 5
+    assert getattr(hublimits._local, "overall", None) is None  # and it ends with the block
+
+
+def test_the_pulls_model_info_is_one_deadline_over_its_redirects(monkeypatch):
+    from huggingface_hub import HfApi, set_client_factory
+
+    from sglang_infra.hostside import transfer
+
+    def again(request):
+        time.sleep(0.02)
+        return httpx2.Response(302, headers={"Location": f"{request.url.copy_with(query=None)}x"})
+
+    set_client_factory(lambda: hublimits.bound(httpx2.Client(transport=httpx2.MockTransport(again),
+                                                             follow_redirects=True, max_redirects=200)))
+    monkeypatch.setattr(hublimits, "METADATA_DEADLINE", 1.0)
+    with pytest.raises(hublimits.Unbounded, match=r"^model info from https://mirror.example did not complete "
+                                                  r"within 1 s$"):
+        transfer.model_info(HfApi(endpoint="https://mirror.example", token=False), "org/small", "main")
