@@ -38,12 +38,16 @@ from typing import Iterable, Mapping
 
 from . import lockfile, toolchain
 from . import models as registry
-from .hostside import dockerapi
+from .hostside import bounded, dockerapi
 from .hostside.safefs import write_atomic
 
 # a regular (non-LFS) file is small on the Hub; its bytes are hashed in memory-bounded chunks
 MAX_REGULAR_FILE = 64 << 20
 HTTP_TIMEOUT = 60             # seconds for one index or Hub request
+# An index's page of one project lists every file of every release (a few MB for the largest); read whole, so
+# bounded, in bytes and in total time (a server dripping a byte a minute never trips HTTP_TIMEOUT).
+MAX_INDEX_PAGE = 64 << 20
+INDEX_PAGE_SECONDS = 300
 WHEEL_PLATFORMS = ("any", "linux", "manylinux", "musllinux")   # wheels a Linux serving image could install
 
 
@@ -63,6 +67,8 @@ def _regular_file_hashes(repo_id: str, path: str, commit: str, endpoint: str | N
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+    from .hostside import hublimits
+
     if size > MAX_REGULAR_FILE:
         raise LockGenError(f"{repo_id}@{commit[:12]}: {path} is a {size}-byte regular (non-LFS) file; refusing "
                            f"to hash more than {MAX_REGULAR_FILE} bytes of one")
@@ -71,7 +77,9 @@ def _regular_file_hashes(repo_id: str, path: str, commit: str, endpoint: str | N
     headers["Accept-Encoding"] = "identity"
     content, git = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
     got = 0
-    with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=HTTP_TIMEOUT) as reply:
+    _bounded_hub()
+    with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=HTTP_TIMEOUT,
+                              extensions={hublimits.FILE_BODY: True}) as reply:
         hf_raise_for_status(reply)
         for chunk in reply.iter_bytes():
             got += len(chunk)
@@ -84,10 +92,22 @@ def _regular_file_hashes(repo_id: str, path: str, commit: str, endpoint: str | N
     return content.hexdigest(), git.hexdigest()
 
 
+def _bounded_hub() -> None:
+    """huggingface_hub's client for this process: the pull's (hostside/hublimits.py), every answer from the Hub
+    or a mirror bounded in bytes and in total time."""
+    from huggingface_hub import set_client_factory
+
+    from .hostside import transfer
+
+    set_client_factory(transfer.bounded_client)
+
+
 def resolve_model(key: str, repo_id: str, revision: str, endpoint: str | None,
                   token: str | None) -> lockfile.LockedModel:
     """The commit ``revision`` names now, and every file of it with its size and sha256."""
     from huggingface_hub import HfApi
+
+    _bounded_hub()
 
     info = HfApi(endpoint=endpoint, token=token or False).model_info(
         repo_id, revision=revision, files_metadata=True, timeout=HTTP_TIMEOUT)
@@ -212,7 +232,11 @@ def default_index() -> str:
 def _get(url: str) -> bytes:
     request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "sglang-infra-lock"})
     with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as reply:
-        return reply.read()
+        try:
+            return bounded.read_bounded(reply, time.monotonic() + INDEX_PAGE_SECONDS, MAX_INDEX_PAGE)
+        except bounded.Unbounded as error:
+            raise LockGenError(f"the index page {url}: {error} (at most {MAX_INDEX_PAGE >> 20} MiB within "
+                               f"{INDEX_PAGE_SECONDS} s)") from None
 
 
 def _sha256_of(url: str) -> str:

@@ -237,6 +237,15 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
             "install it first: apt-get install -y python3")
         return errors
 
+    # Repairs in hf-cache and the pull's writes there rely on the kernel refusing a hard link to another user's
+    # file; the setting is the host's (kernel-wide), so the deploy names it rather than changing it.
+    hardlinks = (snapshot.get("kernel") or {"protected_hardlinks": "1"}).get("protected_hardlinks")
+    if hardlinks != "1":
+        shown = printable(hardlinks) if hardlinks else "unreadable"
+        err("fs.protected_hardlinks", f"the kernel setting is {shown}, not 1: a group member could hard-link any "
+            "file, root's too, into hf-cache, where the deploy repairs group and modes and the pull writes",
+            "sysctl -w fs.protected_hardlinks=1, and keep it across reboots with a file in /etc/sysctl.d/ (e.g. "
+            "60-protected-links.conf holding 'fs.protected_hardlinks = 1')")
     existing = snapshot.get("existing") or {}
     for key, found, owners in (("sglang_home", existing.get("home"), (ACCOUNT,)),
                                ("sglang_tools_dir", existing.get("tools"), ("root",))):

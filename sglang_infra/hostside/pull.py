@@ -22,12 +22,12 @@ from huggingface_hub import HfApi
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 
-from . import manifest, ranges, transfer
+from . import hublimits, manifest, ranges, transfer
 from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
 from .safefs import create_if_absent, unlink_if_present, write_atomic
-from .transfer import LIBRARY_NAME, METADATA_TIMEOUT, Stopped, gather
+from .transfer import LIBRARY_NAME, Stopped, gather
 from .units import human
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -36,7 +36,7 @@ PROGRESS_EVERY = 2.0
 CHUNK = 1024 * 1024
 DEFAULT_WORKERS = 8  # files and connections at once, as huggingface_hub's snapshot_download
 MAX_WORKERS = 64
-MAX_TREE_ENTRIES = 200_000
+MAX_TREE_ENTRIES = hublimits.MAX_TREE_ENTRIES
 STALE_PARTIAL_AGE = 24 * 3600
 
 MiB = 1024 * 1024
@@ -282,7 +282,7 @@ class Puller:
             return self._result()
 
         api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
-        info = api.model_info(self.repo_id, revision=self.revision, timeout=METADATA_TIMEOUT)
+        info = transfer.model_info(api, self.repo_id, self.revision)
         commit = info.sha
         if not commit or not COMMIT_RE.fullmatch(commit):
             raise PullError(f"the Hub returned no commit id for revision {self.revision}")
@@ -303,7 +303,7 @@ class Puller:
     def _list_tree(self, api: HfApi, commit: str) -> list[Blob]:
         by_name: dict[str, Blob] = {}
         count = 0
-        for entry in api.list_repo_tree(self.repo_id, recursive=True, revision=commit, token=self._token_arg()):
+        for entry in transfer.tree(api, self.repo_id, commit, self._token_arg()):
             count += 1
             if count > MAX_TREE_ENTRIES:
                 raise PullError(f"repo tree has more than {MAX_TREE_ENTRIES} entries")

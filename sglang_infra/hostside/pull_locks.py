@@ -57,7 +57,8 @@ class FileLock:
         if not same:
             os.close(fd)
             return False
-        if os.fstat(fd).st_uid == os.geteuid():
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_nlink == 1:  # a second name may be another file of the account's
             try:
                 os.fchmod(fd, 0o664)
             except OSError:

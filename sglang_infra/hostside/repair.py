@@ -8,7 +8,10 @@ the read and the repair, any name in it may have become a symlink. So every
 path is walked from HOME one component at a time with O_NOFOLLOW, and the
 fix is applied to what was opened (fchmod) or to the name itself (lchown),
 never to where a symlink points. A path that left HOME, vanished, or turned
-into something else is skipped and named on stderr.
+into something else is skipped and named on stderr; so is a file with more
+than one hard link, which the deploy and the pull never make: its other name
+may be a file of root's linked in, whose owner or mode the repair must not
+change (the snapshot lists such files apart; this is for one linked since).
 """
 
 import grp
@@ -21,27 +24,54 @@ _DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0
 _ANY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
+NOT_A_FILE = "it is no longer a file or directory"
+
+
+def _linked(st):
+    """Why an entry must be left as it is: a non-directory with more than one hard link; else None."""
+    if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and st.st_nlink > 1:
+        return (f"it has {st.st_nlink} hard links, which the deploy never makes; left as it is (another name "
+                "may be a file from elsewhere)")
+    return None
+
+
 def _mode(add=0, remove=0, kinds=None):
-    """A fix that changes mode bits on the opened entry (regular files and directories only)."""
+    """A fix that changes mode bits on the opened entry (regular files and directories only). None when done,
+    else why not."""
     def fix(parent, name, ids):
         fd = os.open(name, _ANY, dir_fd=parent)
         try:
             st = os.fstat(fd)
             if kinds is not None and stat.S_IFMT(st.st_mode) not in kinds:
-                return False
+                return NOT_A_FILE
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                return False
+                return NOT_A_FILE
+            if _linked(st):
+                return _linked(st)
             os.fchmod(fd, (stat.S_IMODE(st.st_mode) | add) & ~remove)
-            return True
+            return None
         finally:
             os.close(fd)
     return fix
 
 
 def _owner(user_too):
+    """A fix that changes the owner: of a symlink itself (by its name, never followed), or of the file or
+    directory opened (through its descriptor, so that what was checked is what changes)."""
     def fix(parent, name, ids):
-        os.chown(name, ids[0] if user_too else -1, ids[1], dir_fd=parent, follow_symlinks=False)
-        return True
+        uid = ids[0] if user_too else -1
+        if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            os.chown(name, uid, ids[1], dir_fd=parent, follow_symlinks=False)
+            return None
+        fd = os.open(name, _ANY, dir_fd=parent)
+        try:
+            st = os.fstat(fd)
+            if _linked(st):
+                return _linked(st)
+            os.fchown(fd, uid, ids[1])
+            return None
+        finally:
+            os.close(fd)
     return fix
 
 
@@ -109,14 +139,12 @@ def repair(fix, home, user, group, paths):
         try:
             parent, name = _open_parent(home, path)
             try:
-                done = FIXES[fix](parent, name, ids)
+                why = FIXES[fix](parent, name, ids)
             finally:
                 os.close(parent)
         except OSError as error:
-            done, why = False, error
-        else:
-            why = "it is no longer a file or directory"
-        if not done:
+            why = error
+        if why is not None:
             skipped += 1
             print(f"repair {fix}: skipped {path!r}: {why}", file=sys.stderr)
     return skipped

@@ -37,6 +37,8 @@ COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-p
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
 COMMAND_TIMEOUT = 30  # seconds, for nvidia-smi and systemctl
 MAX_DETAILS = 1000    # drifted entries whose owner and mode travel along (for --diff)
+MAX_LINKED = 100      # hard-linked entries named (the rest counted): enough to find the planter's pattern
+PROTECTED_HARDLINKS = "/proc/sys/fs/protected_hardlinks"
 
 
 def _run(*argv):
@@ -226,7 +228,7 @@ def layout(spec):
         if stat.S_ISDIR(st.st_mode):
             owner, owner_group = _names(st)
             dirs[path] = {"owner": owner, "group": owner_group, "mode": format(stat.S_IMODE(st.st_mode), "o")}
-    drift, details, unnamed = {}, {}, []
+    drift, details, unnamed, linked = {}, {}, [], []
     if not (_user(user) and _group(group) and os.path.isdir(home) and not os.path.islink(home)):
         return {"dirs": dirs, "drift": drift, "details": details, "unnamed": 0}
 
@@ -253,25 +255,47 @@ def layout(spec):
         link, directory = stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode)
         mode = stat.S_IMODE(st.st_mode)
         in_cache = path.startswith(cache + "/")
+        wrong = []
         if in_cache:
             if owner_group != group:
-                add("cache_group", path, st)
+                wrong.append("cache_group")
             if not link and not directory and mode & 0o060 != 0o060:
-                add("cache_file_mode", path, st)
+                wrong.append("cache_file_mode")
             if directory and mode & 0o2070 != 0o2070:
-                add("cache_dir_mode", path, st)
+                wrong.append("cache_dir_mode")
         elif not (path == cache or path == results or path.startswith(results + "/")):
             if owner != user or owner_group != group:
-                add("owner", path, st)
+                wrong.append("owner")
         if not link and mode & 0o002:
-            add("world_writable", path, st)
+            wrong.append("world_writable")
         if path.startswith(docker_dir + "/") and not link and mode & 0o020:
-            add("docker_group_writable", path, st)
+            wrong.append("docker_group_writable")
+        if wrong and not (link or directory) and st.st_nlink > 1:
+            # The deploy and the pull never hard-link a file (huggingface_hub's cache links with symlinks): a
+            # second name may be a file from elsewhere linked in, whose owner and mode no repair may change.
+            linked.append(path)
+            continue
+        for category in wrong:
+            add(category, path, st)
     for paths in drift.values():
         paths.sort()
     stopped = budget.stopped and f"the walk of {home} stopped early: {budget.stopped}; drift past that point is " \
                                  "not repaired by this run"
-    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed), "stopped_early": stopped}
+    linked.sort()
+    return {"dirs": dirs, "drift": drift, "details": details, "unnamed": len(unnamed), "stopped_early": stopped,
+            "linked": linked[:MAX_LINKED], "linked_more": max(0, len(linked) - MAX_LINKED)}
+
+
+def kernel(protected_hardlinks=PROTECTED_HARDLINKS):
+    """The kernel settings the deploy relies on, as their text (None when unreadable): fs.protected_hardlinks,
+    which lets a user hard-link only a file they own (or may read and write), so that no member can link a
+    file of root's or the account's into the group-writable cache."""
+    try:
+        with open(protected_hardlinks, encoding="ascii") as f:
+            value = f.read(16).strip()
+    except (OSError, ValueError):
+        value = None
+    return {"protected_hardlinks": value}
 
 
 def files(directory):
@@ -395,6 +419,7 @@ def read(spec):
     found = {
         "python3": sys.executable,
         "os": _os_release(),
+        "kernel": kernel(),
         "account": account(spec),
         "docker": engine,
         "gpus": found_gpus,

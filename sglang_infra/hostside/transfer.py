@@ -26,7 +26,7 @@ import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingfa
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from . import ranges
+from . import hublimits, ranges
 from .pull_errors import PullError, Retryable, VerifyError
 from .pull_locks import LOCK_POLL
 from .safefs import read_regular, unlink_if_present, write_atomic
@@ -63,12 +63,26 @@ def redact(text: str, token: str | None) -> str:
 
 
 def bounded_client():
-    """huggingface_hub's default client, with finite timeouts instead of none."""
+    """huggingface_hub's default client, with finite timeouts instead of none, and every answer bounded in bytes
+    and in total time (hublimits.py)."""
     from huggingface_hub.utils import _http as hf_http
 
     client = hf_http.default_client_factory()
     client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT)
-    return client
+    return hublimits.bound(client)
+
+
+def model_info(api, repo_id: str, revision: str):
+    """The model's info at ``revision``: every request it makes (a redirect followed) ends by one deadline."""
+    with hublimits.within(hublimits.METADATA_DEADLINE, "model info"):
+        return api.model_info(repo_id, revision=revision, timeout=METADATA_TIMEOUT)
+
+
+def tree(api, repo_id: str, commit: str, token):
+    """The entries of the repo's file tree at ``commit`` (every page), each answer bounded by the client and the
+    whole listing by hublimits.LISTING_DEADLINE."""
+    with hublimits.within(hublimits.LISTING_DEADLINE, "the file tree"):
+        yield from api.list_repo_tree(repo_id, recursive=True, revision=commit, token=token)
 
 
 def _same_origin(a: str, b: str) -> bool:
@@ -196,8 +210,9 @@ class Transfer:
         """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
         location, and headers without the token if that location is off the Hub."""
         url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
-        meta = get_hf_file_metadata(url, token=token_arg(self.token), timeout=METADATA_TIMEOUT,
-                                    library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
+        with hublimits.within(hublimits.METADATA_DEADLINE * 3, "file metadata"):  # its redirects, its retries
+            meta = get_hf_file_metadata(url, token=token_arg(self.token), timeout=METADATA_TIMEOUT,
+                                        library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
         if meta.commit_hash and meta.commit_hash != self.commit:
             raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
         if meta.etag and meta.etag != blob.name:
@@ -232,6 +247,7 @@ class Transfer:
             try:
                 what = verify(blob, fd)
                 if what is None:
+                    _single_name(fd, partial)
                     os.fchmod(fd, 0o664)
                     st = os.fstat(fd)
                     return st.st_dev, st.st_ino
@@ -251,6 +267,11 @@ class Transfer:
         assert self.ranges is not None  # the puller's pool, open for the revision's whole fetch
         location, headers = self.location(path, blob)  # errors (gated, ...) surface before any write
         fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+        try:
+            _single_name(fd, partial)
+        except PullError:
+            os.close(fd)
+            raise
         job = _Job(self, blob, partial, fd, spans, index, path, location, headers)
         try:
             job.grow()
@@ -307,7 +328,8 @@ class Transfer:
         wanted = ranges.header(pos, end, size)
         if wanted:
             h["Range"] = wanted
-        with get_session().stream("GET", location, headers=h, follow_redirects=True) as resp:
+        with get_session().stream("GET", location, headers=h, follow_redirects=True,
+                                  extensions={hublimits.FILE_BODY: True}) as resp:
             if resp.status_code == 416 and wanted:
                 raise _Restart("the Hub refused the range request")
             if resp.status_code in (408, 429, 500, 502, 503, 504):
@@ -348,6 +370,16 @@ class Transfer:
                 if since_sync >= FSYNC_EVERY:
                     os.fsync(job.fd)
                     since_sync = 0
+
+
+def _single_name(fd: int, path: str) -> None:
+    """PullError unless the file open as ``fd`` has one name: the pull never hard-links a partial, and a second
+    name may be another file of the account's, linked in by a member, that the pull must neither write nor
+    make group-writable."""
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        raise PullError(f"{path} has {links} hard links, which the pull never makes; it is neither written nor "
+                        f"re-moded. Remove it (rm {path}) and run again")
 
 
 class _Restart(Exception):

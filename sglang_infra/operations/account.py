@@ -150,6 +150,11 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
     if found.get("unnamed"):
         logger.warning(f"[{host.name}] {found['unnamed']} drifted entries under {home} have names that are not UTF-8; "
                        f"they are left as they are: find {home} -name '*[! -~]*' shows them")
+    if found.get("linked"):
+        more = f" and {found['linked_more']} more" if found.get("linked_more") else ""
+        logger.warning(f"[{host.name}] files under {home} with more than one hard link, which the deploy never makes, "
+                       "are left as they are (their owner and mode are not repaired: another name may be a file "
+                       f"from elsewhere): {', '.join(printable(p) for p in found['linked'])}{more}")
     changed = False
     program = ship.command("repair")
     _show_drift(found, dirs, user, group)

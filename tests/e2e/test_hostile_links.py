@@ -130,3 +130,33 @@ def test_a_link_at_cachedir_tag_makes_no_file_and_compose_loads_no_override(conv
         assert "LINKS_MARK=2" in env and "PLANTED_BY_OVERRIDE" not in env, env
     finally:
         host.exec(f"rm -f {override} {HUB}/CACHEDIR.TAG")
+
+
+MEMBER = "mallory"
+
+
+def test_a_file_with_two_hard_links_in_hf_cache_is_left_and_named(converged):
+    """Issue 31, item 7: a member's file with a second name in hf-cache, with a mode and a group the repair would
+    change, is left as it is and named (the repair never changes a hard-linked file: with the kernel's
+    fs.protected_hardlinks off, the other name could be root's file). The run itself passes."""
+    host, inventory = converged
+    mine, again = f"{HUB}/planted-mine", f"{HUB}/planted-second-name"
+    host.exec(f"id {MEMBER} >/dev/null 2>&1 || useradd -m -s /bin/bash {MEMBER}; usermod -aG sglang {MEMBER}")
+    host.exec(f"sudo -u {MEMBER} sh -c 'umask 077 && echo mine > {mine} && chgrp {MEMBER} {mine} && "
+              f"ln {mine} {again}'")
+    state = f"stat -c '%U %G %a %h' {mine} {again}"
+    before = host.exec(state).stdout
+    assert before.split("\n")[0] == f"{MEMBER} {MEMBER} 600 2", before   # a group and a mode the repair would fix
+    try:
+        result = run_deploy(inventory)
+        assert result.returncode == 0, result.output[-3000:]
+        assert host.exec(state).stdout == before
+        assert "with more than one hard link, which the deploy never makes, are left as they are" in result.output
+        assert mine in result.output and again in result.output
+        # With one name again, it is the member's own file in the cache, and is repaired like any other.
+        host.exec(f"rm {again}")
+        result = run_deploy(inventory)
+        assert result.returncode == 0, result.output[-3000:]
+        assert host.exec(f"stat -c '%G %a' {mine}").stdout.strip() == "sglang 660"
+    finally:
+        host.exec(f"rm -f {mine} {again}; userdel -r {MEMBER} 2>/dev/null; true")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -133,3 +135,16 @@ def promtool(*args: str, cwd):
         pytest.fail("promtool is not installed: scripts/setup-machine.sh installs it (Debian's package prometheus)",
                     pytrace=False)
     return subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _hub_client_restored():
+    """hfpull.main() and lockgen.resolve_model() install the pull's bounded client for the whole process (as they
+    should: one process, one purpose); a test after them that drives huggingface_hub's own download gets the
+    library's client back."""
+    yield
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub import set_client_factory
+        from huggingface_hub.utils._http import default_client_factory
+
+        set_client_factory(default_client_factory)

@@ -108,7 +108,8 @@ def _clean_hub(request):
         if name in request.fixturenames:
             h = request.getfixturevalue(name)
             h.configure(throttle_bytes_per_s=None, drop_after_bytes=None, drop_count=0, drop_range=None,
-                        inject_status=None, inject_count=0, inject_match=None, retry_after=None)
+                        inject_status=None, inject_count=0, inject_match=None, retry_after=None,
+                        hostile_body=None, hostile_match=None, hostile_status=None)
             h.reset()
 
 
@@ -990,6 +991,22 @@ def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
     blobs = repo_dir(tmp_path / "hub", "org/small") / "blobs"
     assert not [n for n in os.listdir(blobs) if (blobs / n).is_symlink() and not n.endswith(".incomplete")]
+
+
+def test_a_hard_linked_partial_is_neither_written_nor_re_moded(hub, tmp_path):
+    """A member plants, at a blob's partial name, a hard link to a file of the account's (a compose file): the
+    pull (as the account) would write the blob's bytes into it and make it group-writable."""
+    victim = tmp_path / "compose.yaml"
+    victim.write_text("services: {}\n")
+    victim.chmod(0o644)
+    commit = hub.commit("org/other", "main")
+    blobs = repo_dir(tmp_path / "hub", "org/other") / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / (etag(hub, "org/other", commit, "w.safetensors") + ".incomplete")
+    os.link(victim, partial)
+    r = pull(tmp_path / "hub", "org/other", commit, hub)
+    assert r.rc == 3 and f"{partial} has 2 hard links, which the pull never makes" in r.err, r
+    assert victim.read_text() == "services: {}\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
 
 
 def test_prune_removes_only_blobs_of_the_repos_own_blobs_dir(hub, pulled):

@@ -63,6 +63,29 @@ def pull(cache: Path, hub, commit: str, locked: dict | None):
                           text=True, timeout=60, env=env)
 
 
+# ---------------------------------------------------------------- what lock.sh reads is bounded
+
+def test_the_hubs_answers_to_lock_sh_are_bounded_like_the_pulls(hub):
+    from sglang_infra.hostside import hublimits
+
+    hub.configure(hostile_body="endless", hostile_match=f"GET /api/models/{REPO}")
+    with pytest.raises(hublimits.Unbounded, match=f"^model info from {hub.url} exceeded 32 MiB$"):
+        lockgen.resolve_model("m", REPO, "main", hub.url, None)
+    # A regular file's body is the one answer read as it comes (hashed, bounded by its listed size).
+    hub.configure(hostile_body=None)
+    assert lockgen.resolve_model("m", REPO, "main", hub.url, None).commit == hub.commit(REPO, "main")
+
+
+def test_an_index_page_is_bounded_in_bytes_and_in_time(hub, monkeypatch):
+    hub.configure(hostile_body="endless", hostile_match="/simple/")
+    with pytest.raises(lockgen.LockGenError, match=r"the index page .*/simple/x/: the answer is larger than"):
+        lockgen._get(f"{hub.url}/simple/x/")
+    monkeypatch.setattr(lockgen, "INDEX_PAGE_SECONDS", 1)
+    hub.configure(hostile_body="drip")
+    with pytest.raises(lockgen.LockGenError, match=r"did not finish in time \(at most 64 MiB within 1 s\)"):
+        lockgen._get(f"{hub.url}/simple/x/")
+
+
 # ---------------------------------------------------------------- writing the lock
 
 def test_a_model_is_locked_with_every_file_sha256_and_says_where_each_came_from(hub):

@@ -211,3 +211,14 @@ def test_a_changed_private_config_recreates_the_stack():
     assert commands == ["cd /opt/sglang/docker && docker compose -f compose.yaml up -d --remove-orphans "
                         "--force-recreate && python3 -I -c <hostside/stack.py> /opt/sglang/docker"]
     assert unchanged == []
+
+
+def test_layout_names_hard_linked_files_and_repairs_none_of_them(caplog):
+    linked = ["/opt/sglang/hf-cache/hub/a", "/opt/sglang/hf-cache/hub/b\nc"]
+    with caplog.at_level("WARNING"):
+        commands, fake = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
+                             {"Snapshot": {"layout": {"dirs": {}, "drift": {}, "linked": linked,
+                                                      "linked_more": 3}}})
+    assert commands == [] and fake.noops
+    [line] = [r.getMessage() for r in caplog.records if "hard link" in r.getMessage()]
+    assert "/opt/sglang/hf-cache/hub/a, /opt/sglang/hf-cache/hub/b\\x0ac and 3 more" in line and "\n" not in line

@@ -55,3 +55,21 @@ def test_a_lock_file_of_another_owner_keeps_its_mode(tmp_path, monkeypatch):
     assert lock.try_acquire()
     lock.release()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_lock_file_with_a_second_name_keeps_its_mode(tmp_path):
+    """A member's hard link at a lock's name to a file of the account's (docker/compose.yaml, say): the pull, as
+    the account, would make that file group-writable."""
+    accounts = tmp_path / "compose.yaml"
+    accounts.write_text("services: {}\n")
+    accounts.chmod(0o600)
+    path = tmp_path / "x.lock"
+    os.link(accounts, path)
+    lock = pull_locks.FileLock(str(path))
+    assert lock.try_acquire()
+    lock.release()
+    assert stat.S_IMODE(accounts.stat().st_mode) == 0o600
+    os.unlink(path)  # a lock file of its own is made group-writable, as before
+    assert lock.try_acquire()
+    lock.release()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664

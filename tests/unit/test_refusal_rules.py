@@ -353,3 +353,15 @@ def test_a_ca_bundle_holding_a_private_key_is_refused_with_the_toolchain_image_o
     [found] = errors_for(sglang_extra_ca_bundle=str(bundle), sglang_toolchain_image=False)
     assert found.startswith("host gpu-01: sglang_extra_ca_bundle: ") and "private key" in found
     assert errors_for(sglang_extra_ca_bundle=str(bundle), sglang_toolchain_image=True) == [found]
+
+
+@pytest.mark.parametrize("value", ["0", "2", None])
+def test_a_host_without_hard_link_protection_is_refused_with_the_fix(value):
+    state = snapshot(FRESH)
+    state["kernel"] = {"protected_hardlinks": value}
+    [error] = check_host_state("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, state)
+    shown = value or "unreadable"
+    assert error.startswith(f"host gpu-01: fs.protected_hardlinks: the kernel setting is {shown}, not 1: ")
+    assert "Fix: sysctl -w fs.protected_hardlinks=1, and keep it across reboots with a file in /etc/sysctl.d/" in error
+    state["kernel"] = {"protected_hardlinks": "1"}
+    assert check_host_state("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, state) == []

@@ -325,3 +325,48 @@ def test_the_layout_walk_is_bounded_and_the_deploy_says_so(tree, monkeypatch):
     assert "stopped early: more than 3 entries" in found["stopped_early"]
     lines = walk_warnings("h1", {"layout": found, "models": {"stopped_early": "the scan of x stopped early: y"}})
     assert lines == [f"[h1] {found['stopped_early']}", "[h1] the scan of x stopped early: y"]
+
+
+def test_a_hard_linked_file_is_listed_apart_not_as_drift(tree, tmp_path):
+    """A file with a second name is never the deploy's: its repair would change the other name's file too."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("someone else's\n")
+    elsewhere.chmod(0o600)
+    planted = tree / "hf-cache" / "hub" / "models--a--b" / "blobs" / "planted"
+    os.link(elsewhere, planted)
+    (tree / "hf-cache" / "hub" / "models--a--b" / "blobs" / "abc").chmod(0o644)  # a plain drift beside it
+    found = read(tree, dirs=_dirs(tree))["layout"]
+    assert found["drift"] == {"cache_file_mode": [str(tree / "hf-cache" / "hub" / "models--a--b" / "blobs" / "abc")]}
+    assert found["linked"] == [str(planted)] and found["linked_more"] == 0
+    os.chmod(planted, 0o664)  # one that conforms changes nothing, and is not named
+    assert read(tree, dirs=_dirs(tree))["layout"]["linked"] == []
+
+
+def test_repair_leaves_a_file_with_two_links_and_names_it(tree, tmp_path):
+    """Linked in after the snapshot: the repair itself refuses, for the mode and for the owner alike."""
+    user, group = _ids()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("someone else's\n")
+    elsewhere.chmod(0o600)
+    planted = tree / "hf-cache" / "hub" / "models--a--b" / "blobs" / "planted"
+    os.link(elsewhere, planted)
+    for fix in ("cache_file_mode", "cache_group", "world_writable"):
+        result = repair(fix, tree, user, group, planted)
+        assert result.returncode == 0, result.stderr
+        assert f"repair {fix}: skipped {str(planted)!r}: it has 2 hard links" in result.stderr
+    assert oct(elsewhere.stat().st_mode & 0o777) == "0o600"
+    # A file with one name is repaired as before.
+    os.unlink(elsewhere)
+    result = repair("cache_file_mode", tree, user, group, planted)
+    assert result.returncode == 0 and result.stderr == ""
+    assert oct(planted.stat().st_mode & 0o777) == "0o660"
+
+
+def test_the_kernels_hard_link_protection_is_read(tmp_path):
+    from sglang_infra.hostside import snapshot as hostsnapshot
+
+    setting = tmp_path / "protected_hardlinks"
+    setting.write_text("0\n")
+    assert hostsnapshot.kernel(str(setting)) == {"protected_hardlinks": "0"}
+    assert hostsnapshot.kernel(str(tmp_path / "absent")) == {"protected_hardlinks": None}
+    assert read(tmp_path / "home")["kernel"]["protected_hardlinks"] in ("0", "1", "2")  # this machine's, as read

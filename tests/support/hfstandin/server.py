@@ -29,7 +29,7 @@ second origin serves GET/HEAD /lfs/{sha256} without any auth.
 Test-only control endpoints live under /_standin/ and are never recorded:
   GET  /_standin/requests   every recorded request (no header values, never a token)
   POST /_standin/reset      clear the request log
-  GET|POST /_standin/config throttle and fault injection
+  GET|POST /_standin/config throttle and fault injection (cut bodies, injected statuses, endless or dripping answers)
   GET  /_standin/commits    {repo_id: {branch or index: commit}}
   POST /_standin/tamper     {"repo_id", "revision", "path", "offset"?}: flip one byte of that file, consistently
   GET  /_standin/health     {"ok": true}
@@ -341,8 +341,15 @@ CONFIG_DEFAULTS = {
     "inject_match": None,          # ... only those whose "METHOD /path" contains this string
     "retry_after": None,           # seconds: an injected status carries Retry-After, and every matching request
                                    # gets it until they have passed, as from the Hub's rate limiter
+    "hostile_body": None,          # "endless": answer the matching requests with a JSON body that never ends, as
+                                   # fast as the client reads; "drip": one that never ends either, a byte every
+                                   # DRIP_EVERY seconds (far inside any socket timeout)
+    "hostile_match": None,         # ... every request whose "METHOD /path" contains this string (None: every one)
+    "hostile_status": None,        # ... with this status (None: 200), e.g. an endless error body
 }
-_STRING_KEYS = ("inject_match", "drop_range")
+_STRING_KEYS = ("inject_match", "drop_range", "hostile_match")
+HOSTILE_BODIES = ("endless", "drip")
+DRIP_EVERY = 0.2  # seconds between the bytes of a dripping answer
 
 
 def _validate_config(update: object) -> dict:
@@ -355,15 +362,19 @@ def _validate_config(update: object) -> dict:
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{key} must be a string or null")
             continue
+        if key == "hostile_body":
+            if value is not None and value not in HOSTILE_BODIES:
+                raise ValueError(f"{key} must be one of {', '.join(HOSTILE_BODIES)} or null")
+            continue
         nullable = key not in ("drop_count", "inject_count")
         if value is None and nullable:
             continue
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{key} must be an integer" + (" or null" if nullable else ""))
-        low = {"throttle_bytes_per_s": 1, "tree_page_size": 1, "inject_status": 400}.get(key, 0)
+        low = {"throttle_bytes_per_s": 1, "tree_page_size": 1, "inject_status": 400, "hostile_status": 200}.get(key, 0)
         if key == "retry_after" and value > 3600:
             raise ValueError(f"{key} out of range: {value}")
-        if value < low or (key == "inject_status" and value > 599):
+        if value < low or (key in ("inject_status", "hostile_status") and value > 599):
             raise ValueError(f"{key} out of range: {value}")
     return dict(update)
 
@@ -526,6 +537,22 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self._write(body)
 
+    def _send_hostile(self, mode: str, status: int):
+        """A JSON answer that never ends (no Content-Length, the connection closed only by the client or stop()):
+        "endless" as fast as the client reads, "drip" a byte every DRIP_EVERY seconds."""
+        hub = self.server.hub
+        self.close_connection = True
+        self._start(status, [("Content-Type", "application/json; charset=utf-8")])
+        if self.command == "HEAD":
+            return
+        self._write(b'{"siblings": [')
+        piece = b'{"rfilename": "config.json"}, ' * 2048 if mode == "endless" else b" "
+        while not hub._stopping.is_set():
+            self._write(piece)
+            if mode == "drip" and hub._stopping.wait(DRIP_EVERY):
+                break
+        raise _ClientGone("server stopping")
+
     def _send_error(self, error: _HubError):
         headers: list[tuple[str, object]] = list(error.headers)
         if error.code:
@@ -571,6 +598,9 @@ class _Handler(BaseHTTPRequestHandler):
                                 [("Retry-After", wait)] if wait is not None else None)
             if self.command not in ("GET", "HEAD", "POST"):
                 raise _HubError(405, None, "Method not allowed")
+            hostile = hub._take_hostile(f"{self.command} {raw_path}")
+            if hostile is not None:
+                return self._send_hostile(*hostile)
             if self.server.listener == "cdn":
                 self._route_cdn(raw_path)
             else:
@@ -1125,6 +1155,14 @@ class StandinHub:
             if wait is not None:
                 self._limited_until, self._limited_status = now + wait, status
             return status, wait
+
+    def _take_hostile(self, target: str) -> tuple[str, int] | None:
+        """(mode, status) of a hostile answer to the request "METHOD /path", or None."""
+        with self._lock:
+            mode, match = self._config["hostile_body"], self._config["hostile_match"]
+            if mode is None or (match and match not in target):
+                return None
+            return mode, self._config["hostile_status"] or 200
 
     def _emit(self, line: str) -> None:
         if not self.access_log:
