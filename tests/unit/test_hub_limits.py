@@ -9,8 +9,8 @@ import time
 
 import httpx2
 import pytest
-from hfstandin import StandinHub
 
+from hfstandin import StandinHub
 from sglang_infra.hostside import hfpull, hublimits
 
 SPEC = {"repos": [{"repo_id": "org/small", "commits": [{"branch": "main", "files": [
