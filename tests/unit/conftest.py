@@ -11,7 +11,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import pyinfra_cli  # noqa: F401  (see below)
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
+
+# pyinfra's command line monkey-patches threading (gevent) when first imported, as a real run does before anything
+# starts a thread. Imported above, before any test, so that every unit test runs in that one state whatever the
+# order: imported later, by the first refusal, while an earlier test's server threads still ran, it broke the
+# import locks ("cannot release un-acquired lock") and hung the run.
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
