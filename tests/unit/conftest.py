@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import pyinfra_cli  # noqa: F401  (see below)
+import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 
 # pyinfra's command line monkey-patches threading (gevent) when first imported, as a real run does before anything
