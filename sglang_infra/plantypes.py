@@ -20,7 +20,7 @@ from .toolchain import BuildContext
 
 # The runbook's layout under the home: path below it -> mode (docker/secrets: the server's private config).
 LAYOUT = {"": "750", names.DOCKER_DIR: "755", names.SECRETS_DIR: "700", names.HF_CACHE_DIR: "2775",
-          names.HUB_DIR: "2775", names.RESULTS_DIR: "2775"}
+          names.HUB_DIR: "2775", names.RESULTS_DIR: "2775", names.VERIFIED_DIR: "755"}
 # The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
 # Where a gateway's port is published when sglang_router_bind_address is None.
@@ -56,6 +56,7 @@ class Paths:
     hf_cache: str
     hub: str
     results: str             # the benchmark's results
+    verified: str            # the pull's records of what it verified (the account's alone, outside hf-cache)
     token: str               # the Hub token, in the tools directory's private secret/
     secrets: str             # the server's private config (the API key), mounted read-only into the container
     server_config: str
@@ -67,7 +68,8 @@ class Paths:
         docker, secrets = f"{home}/{names.DOCKER_DIR}", f"{home}/{names.SECRETS_DIR}"
         return cls(home=home, tools=tools, docker=docker, dockerfile=f"{docker}/{names.DOCKERFILE}",
                    hf_cache=f"{home}/{names.HF_CACHE_DIR}", hub=f"{home}/{names.HUB_DIR}",
-                   results=f"{home}/{names.RESULTS_DIR}", token=f"{tools}/secret/hf-token", secrets=secrets,
+                   results=f"{home}/{names.RESULTS_DIR}", verified=f"{home}/{names.VERIFIED_DIR}",
+                   token=f"{tools}/secret/hf-token", secrets=secrets,
                    server_config=f"{secrets}/{names.SERVER_CONFIG}",
                    toolchain_context=f"{home}/{names.TOOLCHAIN_DIR}", gateways=f"{home}/{gateway_dir}")
 

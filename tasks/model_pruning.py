@@ -18,6 +18,7 @@ if plan.prune:
     models_pruned(
         name="Ensure hf-cache/hub holds only the revisions this host serves, keeps or references",
         hub=plan.paths.hub,
+        verified=plan.paths.verified,
         keep=plan.keep,
         tools_dir=plan.paths.tools,
         _sudo=True,

@@ -52,6 +52,7 @@ for model in plan.kept:
     model_pulled(
         name=f"Ensure {model.key} ({model.pinned}) is complete and verified in {names.HUB_DIR}",
         hub=plan.paths.hub,
+        verified=plan.paths.verified,
         repo_id=model.repo_id,
         revision=model.revision,
         tools_dir=tools,

@@ -13,7 +13,7 @@ modules it imports into one self-contained source.
     snapshot.py         the one read of a host: everything the deploy compares against, as one JSON document
     report.py           the snapshot's report section for status.sh: GPUs, engine, compose, cache, disk, last gate
     cachestate.py       the model cache, read without the Hub (used by snapshot.py)
-    manifest.py         the verified-pull manifest `<repo>/.sglang/<commit>.json`
+    manifest.py         the verified-pull record `<home>/verified/<repo folder>/<commit>.json`, and whose it must be
     hfpull.py           the pull program's command line: `pull` and `prune`, exit codes (huggingface_hub)
     pull.py             the pull itself: one revision listed, fetched, verified and linked into the cache (Puller)
     transfer.py         the pull's HTTP: where a file is served, ranged GETs with retries and backoff, one file's bytes

@@ -1,6 +1,7 @@
 """Model repos of a huggingface_hub cache dir, read with stat only, never the Hub.
-A revision is complete and verified only while its pull manifest (manifest.py)
-holds on disk.
+A revision is complete and verified only while its pull's record (manifest.py,
+kept outside hf-cache where no member of the group can write) holds on disk;
+without ``records``, or without a record to trust, it is reported unverified.
 
 hf-cache is writable by the group's members, so nothing in it is followed:
 the cache dir is opened one component at a time (safefs.open_dir), every
@@ -10,6 +11,7 @@ through. The scan is bounded in entries and time; when it stops early,
 ``stopped_early`` says why (the deploy prints it) and what was not read is
 reported as not verified.
 """
+import contextlib
 import os
 import posixpath
 import stat
@@ -137,7 +139,8 @@ def _is_dir(dir_fd, name):
     return st is not None and stat.S_ISDIR(st.st_mode)
 
 
-def scan(cache_dir, budget=None):
+def scan(cache_dir, records=None, budget=None):
+    """The model repos of ``cache_dir``; ``records``: the pull's (manifest.Records), None for none to trust."""
     budget = budget or safefs.Budget(MAX_ENTRIES, MAX_SECONDS)
     repos = {}
     try:
@@ -154,7 +157,7 @@ def scan(cache_dir, budget=None):
             if repo_fd is None:
                 continue
             try:
-                repos[folder[len("models--"):].replace("--", "/")] = _repo(repo_fd, folder, budget)
+                repos[folder[len("models--"):].replace("--", "/")] = _repo(repo_fd, folder, records, budget)
             finally:
                 os.close(repo_fd)
     finally:
@@ -163,18 +166,24 @@ def scan(cache_dir, budget=None):
                                                                 f"{budget.stopped}; the rest counts as unverified"}
 
 
-def _repo(repo_fd, folder, budget):
+def _repo(repo_fd, folder, records, budget):
+    with records.folder(folder) if records is not None else contextlib.nullcontext() as rdir:
+        return _repo_with(repo_fd, folder, records, rdir, budget)
+
+
+def _repo_with(repo_fd, folder, records, rdir, budget):
+    """_repo() with the repo's records folder open as ``rdir`` (None: no record to trust)."""
     revisions = {}
     snaps = safefs.open_subdir(repo_fd, "snapshots")
-    mdir = safefs.open_subdir(repo_fd, manifest.MANIFEST_DIR)
     blobs = safefs.open_subdir(repo_fd, "blobs")
     try:
         commits = set(c for c in _names(snaps, budget) if _is_dir(snaps, c))
-        commits |= set(n[:-5] for n in _names(mdir, budget) if n.endswith(".json"))
+        if rdir is not None:
+            commits |= set(records.commits(rdir, _names(rdir, budget)))
         for commit in sorted(commits):
             if not budget.spend():
                 break
-            data = manifest.load(repo_fd, commit)
+            data = records.load_in(rdir, commit) if rdir is not None else None
             if data is not None:
                 revisions[commit] = _verified(repo_fd, data, budget)
             elif _is_dir(snaps, commit):
@@ -186,7 +195,7 @@ def _repo(repo_fd, folder, budget):
                 if st is not None:
                     partials.append({"name": name, "size": st.st_size})
     finally:
-        for fd in (snaps, mdir, blobs):
+        for fd in (snaps, blobs):
             if fd is not None:
                 os.close(fd)
     return {"folder": folder, "refs": _refs(repo_fd, budget), "revisions": revisions, "partials": partials}

@@ -9,9 +9,9 @@ command line only; the pull is pull.py, its HTTP transfer transfer.py, its
 locks pull_locks.py, pruning prune.py, and the exit codes and error messages
 pull_errors.py.
 
-    python hfpull.py pull  --cache-dir DIR --repo-id ORG/NAME --revision REV
+    python hfpull.py pull  --cache-dir DIR --records-dir DIR --repo-id ORG/NAME --revision REV
                            [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N]
-    python hfpull.py prune --cache-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
+    python hfpull.py prune --cache-dir DIR --records-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
 
 Why not `hf download`: huggingface_hub writes every download to a temp file
 unique to the process (`blobs/<etag>.<8 hex>.incomplete`), so a killed download
@@ -29,9 +29,11 @@ adds what a fleet needs:
   transient one (a cut, a 5xx, a 429 with its Retry-After) is retried from the
   range's last byte with backoff;
 * size and hash verification of every blob (sha256 for LFS files, git-sha1 for
-  regular ones), with a manifest `<repo folder>/.sglang/<commit>.json` written
-  only once every file of the revision is verified. A later pull whose manifest
-  still matches the disk (size and mtime of every blob) makes no request at all;
+  regular ones), with a record `<records dir>/<repo folder>/<commit>.json`
+  written only once every file of the revision is verified, outside hf-cache,
+  where no member of the group can write (manifest.py). A later pull whose
+  record still matches the disk (inode, size and ctime of every blob) makes no
+  request at all;
 * the same per-blob lock file as huggingface_hub (`<cache>/.locks/<repo
   folder>/<etag>.lock`, flock), so a hand pull by an admin and this script never
   write the same blob at once, plus a per-repo lock for whole pulls.
@@ -82,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pull", help="pull one revision of a model repo")
     p.add_argument("--cache-dir", required=True)
+    p.add_argument("--records-dir", required=True,
+                   help="where the records of verified revisions are kept: the account's alone, outside the cache")
     p.add_argument("--repo-id", required=True)
     p.add_argument("--revision", required=True)
     p.add_argument("--endpoint", default=None)
@@ -94,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"files and connections at once (default {pull.DEFAULT_WORKERS}, at most {pull.MAX_WORKERS})")
     q = sub.add_parser("prune", help="delete every cached model revision not kept")
     q.add_argument("--cache-dir", required=True)
+    q.add_argument("--records-dir", required=True, help="the pull's records; those of removed revisions go too")
     q.add_argument("--keep", action="append", default=[], metavar="ORG/NAME@COMMIT")
     q.add_argument("--dry-run", action="store_true")
     return ap
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     set_client_factory(transfer.bounded_client)
     if args.cmd == "prune":
         try:
-            result = prune.prune(args.cache_dir, args.keep, args.dry_run)
+            result = prune.prune(args.cache_dir, args.keep, args.dry_run, args.records_dir)
         except PullError as e:
             print(f"prune failed: {e}", file=sys.stderr, flush=True)
             return e.code
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         token = read_token(args.token_file)
         puller = pull.Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait,
-                             args.workers)
+                             args.workers, records_dir=args.records_dir)
         if args.locked_stdin:
             try:
                 puller.expect_lock(json.loads(sys.stdin.read(manifest.MAX_BYTES)))

@@ -1,8 +1,18 @@
-"""The manifest of a verified pull: `<repo folder>/.sglang/<commit>.json`.
+"""The record of a verified pull: `<records dir>/<repo folder>/<commit>.json`.
+
+The records dir is `verified/` below the home (names.VERIFIED_DIR), outside
+hf-cache: the account's own, 0755, not group-writable. hf-cache is writable by
+every member of the group; a record there could be rewritten by a member along
+with the blob it vouches for. So a record counts only while the records dir,
+the repo's folder in it and the record itself are owned by the account or by
+root, are a directory, a directory and a regular file (never a link), and
+carry no group or other write bit (Records); any other record is as if there
+were none, and the next pull hashes the blobs again. Records left in a repo
+folder's `.sglang/` by older pulls are never read.
 
 Written by hfpull.py only once every file of the revision matched the Hub's
 size and hash; read by hfpull.py (to skip a complete revision) and by
-cachestate.py (to report it). A manifest holds for as long as every listed
+cachestate.py (to report it). A record holds for as long as every listed
 file's snapshot link points at its blob and the blob is the very inode that
 was verified, unchanged: its inode number, size and change time (ctime), which
 no one but the kernel sets (a member of the group can rewrite a blob and
@@ -16,16 +26,188 @@ import hashlib
 import json
 import os
 import posixpath
+import pwd
 import stat
 
 from . import safefs
 
-MANIFEST_DIR = ".sglang"
 MAX_BYTES = 64 << 20  # far above any real repo's file list
+SUFFIX = ".json"
 
 
-def path(repo_dir, commit):
-    return os.path.join(repo_dir, MANIFEST_DIR, commit + ".json")
+def safe_name(name):
+    """A name that stays one entry of its directory: no '/', not '.' or '..', no NUL."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def owners(account=None):
+    """The uids whose records count: root and ``account`` (by name); without one, whoever runs this (the pull
+    runs as the account)."""
+    uids = {0}
+    if account is None:
+        uids.add(os.geteuid())
+    else:
+        try:
+            uids.add(pwd.getpwnam(account).pw_uid)
+        except KeyError:
+            pass
+    return frozenset(uids)
+
+
+class Records:
+    """The verified-pull records in ``directory``, trusted only when owned by one of ``owners`` and writable by
+    no one else (module doc)."""
+
+    def __init__(self, directory, owners):
+        self.directory = directory
+        self.owners = frozenset(owners)
+
+    def trusted(self, st, kind):
+        return kind(st.st_mode) and st.st_uid in self.owners and not st.st_mode & 0o022
+
+    def _top(self):
+        """The records dir opened (safefs.open_dir) and trusted, or None."""
+        try:
+            top = safefs.open_dir(self.directory)
+        except OSError:
+            return None
+        if not self.trusted(os.fstat(top), stat.S_ISDIR):
+            os.close(top)
+            return None
+        return top
+
+    def _sub(self, top, folder):
+        fd = safefs.open_subdir(top, folder) if safe_name(folder) else None
+        if fd is not None and not self.trusted(os.fstat(fd), stat.S_ISDIR):
+            os.close(fd)
+            return None
+        return fd
+
+    @contextlib.contextmanager
+    def folder(self, folder):
+        """A descriptor of the repo's records folder, or None: none there, a bad name, or one not to trust."""
+        top = self._top()
+        fd = None
+        if top is not None:
+            try:
+                fd = self._sub(top, folder)
+            finally:
+                os.close(top)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def load_in(self, fd, commit):
+        """The record of ``commit`` in the folder open as ``fd`` (from folder()), or None when there is none or it
+        is not one to trust: a link, not a regular file, another owner, group- or other-writable, too large."""
+        if fd is None or not safe_name(commit):
+            return None
+        try:
+            found = safefs.read_regular_with_stat(commit + SUFFIX, MAX_BYTES, dir_fd=fd)
+        except OSError:
+            return None
+        if found is None or not self.trusted(found[1], stat.S_ISREG):
+            return None
+        return _parse(found[0], commit)
+
+    def load(self, folder, commit):
+        with self.folder(folder) as fd:
+            return self.load_in(fd, commit)
+
+    def commits(self, fd, names):
+        """The commits of the records among ``names`` (entries of the folder open as ``fd``)."""
+        return [n[:-len(SUFFIX)] for n in names if fd is not None and n.endswith(SUFFIX)]
+
+    def folders(self):
+        """The repo folders that have records (names only), when the records dir is one to trust."""
+        top = self._top()
+        if top is None:
+            return []
+        try:
+            return [n for n in safefs.listdir_fd(top) if safe_name(n)]
+        finally:
+            os.close(top)
+
+    def trusted_blobs(self, folder):
+        """blob name -> {size, ino, ctime_ns, sha256 (or None)} recorded by any earlier verified pull of the repo."""
+        trust = {}
+        with self.folder(folder) as fd:
+            for commit in self.commits(fd, safefs.listdir_fd(fd) if fd is not None else []):
+                for item in (self.load_in(fd, commit) or {}).get("files", []):
+                    have = recorded(item) if isinstance(item, dict) else None
+                    if have is None or not isinstance(item.get("blob"), str):
+                        continue
+                    sha256 = item.get("sha256") or (item["blob"] if item.get("lfs") else None)
+                    trust[item["blob"]] = {"size": have[0], "ino": have[1], "ctime_ns": have[2], "sha256": sha256}
+        return trust
+
+    def _own(self, fd, path):
+        if not self.trusted(os.fstat(fd), stat.S_ISDIR):
+            raise safefs.Refused(f"{path} is not the account's alone (another owner, or writable by its group or "
+                                 f"others): nothing verified is recorded there; make it the account's, mode 0755")
+
+    def write(self, folder, commit, data):
+        """``data`` as the record of ``commit``: the records dir and the repo's folder made 0755 when missing, the
+        record created anew 0644 and renamed into place. Refused (nothing written) when either folder is a link
+        or not the account's alone."""
+        if not (safe_name(folder) and safe_name(commit)):
+            raise safefs.Refused(f"refusing a record named {folder!r}/{commit!r}")
+        here = os.path.join(self.directory, folder)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.directory, 0o755)
+        top = safefs.open_dir(self.directory)
+        try:
+            self._own(top, self.directory)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, 0o755, dir_fd=top)
+            fd = safefs.open_subdir(top, folder)
+        finally:
+            os.close(top)
+        if fd is None:
+            raise safefs.Refused(f"{here} is not a directory (a symlink?); refusing to record into it")
+        try:
+            self._own(fd, here)
+            tmp = f"{commit}{SUFFIX}.{os.getpid()}.tmp"
+            st = safefs.create_new(fd, tmp, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+            safefs.rename_new(fd, tmp, commit + SUFFIX, st)
+        finally:
+            os.close(fd)
+
+    def drop_stale(self, folder, present):
+        """Remove the repo's records of commits not in ``present`` (its folder too once empty); a folder not to
+        trust is left as it is."""
+        top = self._top()
+        if top is None:
+            return
+        try:
+            fd = self._sub(top, folder)
+            if fd is None:
+                return
+            try:
+                for commit in self.commits(fd, safefs.listdir_fd(fd)):
+                    if commit not in present:
+                        with contextlib.suppress(OSError):
+                            os.unlink(commit + SUFFIX, dir_fd=fd)
+                left = safefs.listdir_fd(fd)
+            finally:
+                os.close(fd)
+            if not left:
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder, dir_fd=top)
+        finally:
+            os.close(top)
+
+
+def _parse(text, commit):
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("commit") != commit or not isinstance(data.get("files"), list):
+        return None
+    return data
 
 
 def entry(relpath, blob, st, lfs, sha256):
@@ -98,29 +280,6 @@ def content_digest(files):
 def document(repo_id, commit, files, verified_at):
     return {"repo_id": repo_id, "commit": commit, "files": sorted(files, key=lambda e: e["path"]),
             "verified_at": verified_at}
-
-
-def load(repo, commit):
-    """The manifest of ``commit`` (``repo``: the repo folder's path or descriptor), or None when there is none
-    or it is not one."""
-    try:
-        with repo_fd(repo) as top:
-            mdir = safefs.open_subdir(top, MANIFEST_DIR)
-            if mdir is None:
-                return None
-            try:
-                text = safefs.read_regular(commit + ".json", MAX_BYTES, dir_fd=mdir)
-            finally:
-                os.close(mdir)
-    except OSError:
-        return None
-    try:
-        data = json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("commit") != commit or not isinstance(data.get("files"), list):
-        return None
-    return data
 
 
 def split_relpath(relpath):
@@ -197,26 +356,3 @@ def size(data):
         except (KeyError, TypeError, ValueError):
             pass
     return sum(blobs.values())
-
-
-def trusted_blobs(repo):
-    """blob name -> {size, ino, ctime_ns, sha256 (or None)} recorded by any earlier verified pull of this repo."""
-    trust = {}
-    try:
-        with repo_fd(repo) as top:
-            mdir = safefs.open_subdir(top, MANIFEST_DIR)
-            names = safefs.listdir_fd(mdir) if mdir is not None else []
-            if mdir is not None:
-                os.close(mdir)
-            for name in names:
-                if not name.endswith(".json"):
-                    continue
-                for item in (load(top, name[:-5]) or {}).get("files", []):
-                    have = recorded(item) if isinstance(item, dict) else None
-                    if have is None or not isinstance(item.get("blob"), str):
-                        continue
-                    sha256 = item.get("sha256") or (item["blob"] if item.get("lfs") else None)
-                    trust[item["blob"]] = {"size": have[0], "ino": have[1], "ctime_ns": have[2], "sha256": sha256}
-    except OSError:
-        pass
-    return trust

@@ -24,6 +24,10 @@ DOCKERFILE = "Dockerfile"
 # Below the home: the Hugging Face cache (setgid, group-writable: admins pull into it), and its hub/ of models.
 HF_CACHE_DIR = "hf-cache"
 HUB_DIR = HF_CACHE_DIR + "/hub"
+# Below the home, outside hf-cache: the pull's records of what it verified, one folder per repo
+# (verified/<repo folder>/<commit>.json, manifest.py). The account's alone (0755, not group-writable): a member of
+# the group, who can rewrite a blob in hf-cache, cannot rewrite the record that says it was verified.
+VERIFIED_DIR = "verified"
 # Below the home: the benchmark's results (group-writable), written by the gate and by admins.
 RESULTS_DIR = "results"
 # The compose service of a gateway's project (a worker's is `sglang`).

@@ -1,7 +1,7 @@
 """Pruning of the model cache: every cached model revision not kept is deleted, with the
 partial downloads of a repo that goes entirely, through huggingface_hub's own
-delete_revisions; a repo whose pull is running (PULL_LOCK held) is skipped. hfpull.py's
-`prune` command.
+delete_revisions; a repo whose pull is running (PULL_LOCK held) is skipped; the pull's
+records (manifest.Records) of what is gone go too. hfpull.py's `prune` command.
 
 huggingface_hub takes a snapshot link's target as the blob it deletes, wherever it
 points: a member's link from snapshots/<rev>/f to a file elsewhere would have that file
@@ -51,8 +51,9 @@ def _resolve_keep(cache_dir: str, keep: set[tuple[str, str]]) -> set[tuple[str, 
     return out
 
 
-def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
+def prune(cache_dir: str, keep_args: list[str], dry_run: bool, records_dir: str) -> dict:
     cache_dir = os.path.abspath(cache_dir)
+    records = manifest.Records(os.path.abspath(records_dir), manifest.owners())
     keep = parse_keep(keep_args)
     removed: list[dict] = []
     freed = 0
@@ -70,7 +71,8 @@ def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
         going = sorted((r for r in repo.revisions if (repo.repo_id, r.commit_hash) not in keep),
                        key=lambda r: r.commit_hash)
         if not going:
-            _drop_stale_manifests(str(repo.repo_path), {r.commit_hash for r in repo.revisions}, dry_run)
+            if not dry_run:
+                records.drop_stale(repo.repo_path.name, {r.commit_hash for r in repo.revisions})
             continue
         lock = FileLock(os.path.join(str(repo.repo_path), PULL_LOCK))
         if os.path.exists(lock.path) and not lock.try_acquire():
@@ -98,17 +100,15 @@ def prune(cache_dir: str, keep_args: list[str], dry_run: bool) -> dict:
             freed += strategy.expected_freed_size + sum(partials)
             if not dry_run:
                 strategy.execute()
-                if not whole:
-                    for r in going:
-                        try:
-                            os.unlink(manifest.path(str(repo.repo_path), r.commit_hash))
-                        except FileNotFoundError:
-                            pass
-                    _drop_stale_manifests(str(repo.repo_path),
-                                          {r.commit_hash for r in repo.revisions} - {g.commit_hash for g in going},
-                                          dry_run)
+                records.drop_stale(repo.repo_path.name,
+                                   {r.commit_hash for r in repo.revisions} - {g.commit_hash for g in going})
         finally:
             lock.release()
+    if not dry_run:  # the records of a repo folder that is gone (pruned whole, or removed by hand)
+        present = {r.repo_path.name for r in info.repos}
+        for folder in records.folders():
+            if folder not in present and not os.path.lexists(os.path.join(cache_dir, folder)):
+                records.drop_stale(folder, set())
     say(f"prune: {'would free' if dry_run else 'freed'} {human(freed)}")
     return {"removed": removed, "freed_bytes": freed, "dry_run": dry_run}
 
@@ -135,15 +135,3 @@ def own_blobs(strategy, repo_dir: str, going):
         strategy = dataclasses.replace(strategy, blobs=frozenset(kept),
                                        expected_freed_size=max(0, strategy.expected_freed_size - left))
     return strategy
-
-
-def _drop_stale_manifests(repo_dir: str, present: set[str], dry_run: bool) -> None:
-    mdir = os.path.join(repo_dir, manifest.MANIFEST_DIR)
-    if dry_run or not os.path.isdir(mdir):
-        return
-    for name in os.listdir(mdir):
-        if name.endswith(".json") and name[:-5] not in present and COMMIT_RE.fullmatch(name[:-5]):
-            try:
-                os.unlink(os.path.join(mdir, name))
-            except OSError:
-                pass

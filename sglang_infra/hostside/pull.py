@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
-import json
 import os
 import re
 import stat
@@ -162,7 +161,7 @@ class Progress:
 
 class Puller:
     def __init__(self, cache_dir: str, repo_id: str, revision: str, endpoint: str | None,
-                 token: str | None, lock_wait: float, workers: int = DEFAULT_WORKERS):
+                 token: str | None, lock_wait: float, workers: int = DEFAULT_WORKERS, *, records_dir: str):
         self.cache_dir = os.path.abspath(cache_dir)
         self.repo_id = repo_id
         self.revision = revision
@@ -174,6 +173,7 @@ class Puller:
         self.repo_dir = os.path.join(self.cache_dir, self.folder)
         self.blobs_dir = os.path.join(self.repo_dir, "blobs")
         self.locks_dir = os.path.join(self.cache_dir, ".locks", self.folder)
+        self.records = manifest.Records(os.path.abspath(records_dir), manifest.owners())  # outside hf-cache
         self.stats = Stats()
         self.stats_lock = threading.Lock()
         self.stop = threading.Event()  # set by the first failure: every worker ends at its next chunk
@@ -204,7 +204,7 @@ class Puller:
         except (ImportError, OSError):
             pass
         for d in (self.cache_dir, self.repo_dir, self.blobs_dir, os.path.join(self.repo_dir, "snapshots"),
-                  os.path.join(self.repo_dir, manifest.MANIFEST_DIR), self.locks_dir):
+                  self.locks_dir):
             os.makedirs(d, exist_ok=True)
         lock = FileLock(os.path.join(self.repo_dir, PULL_LOCK))
         if not lock.acquire(self.lock_wait, on_wait=lambda: say(
@@ -225,10 +225,9 @@ class Puller:
         try:
             if os.listdir(self.blobs_dir) or os.path.isdir(os.path.join(self.repo_dir, "refs")):
                 return
-            for d in ("snapshots", manifest.MANIFEST_DIR):
-                if os.listdir(os.path.join(self.repo_dir, d)):
-                    return
-            for d in ("snapshots", manifest.MANIFEST_DIR, "blobs"):
+            if os.listdir(os.path.join(self.repo_dir, "snapshots")):
+                return
+            for d in ("snapshots", "blobs"):
                 os.rmdir(os.path.join(self.repo_dir, d))
             os.unlink(os.path.join(self.repo_dir, PULL_LOCK))
             os.rmdir(self.repo_dir)
@@ -264,7 +263,7 @@ class Puller:
         self.expect_digest = manifest.content_digest(locked["files"])
 
     def _fast_path(self, commit: str) -> bool:
-        found = manifest.load(self.repo_dir, commit)
+        found = self.records.load(self.folder, commit)
         if found is None or manifest.problems(self.repo_dir, found):
             return False
         if self.expect is not None and manifest.content_digest(found["files"]) != self.expect_digest:
@@ -391,7 +390,7 @@ class Puller:
         self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
         self.transfer = transfer.Transfer(self.repo_id, commit, self.endpoint, self.token, self.workers,
                                           self.progress, self.stop, self._count)
-        trust = manifest.trusted_blobs(self.repo_dir)
+        trust = self.records.trusted_blobs(self.folder)
         self._reclaim_stale_partials({b.name for b in blobs})
         indexed, index = [], 1
         for blob in blobs:
@@ -578,11 +577,10 @@ class Puller:
             for p in blob.paths:
                 files.append(manifest.entry(p, blob.name, st, blob.lfs, blob.sha256))
         data = manifest.document(self.repo_id, commit, files, int(time.time()))
-        old = manifest.load(self.repo_dir, commit)
+        old = self.records.load(self.folder, commit)
         if old is not None and old.get("files") == data["files"] and old.get("repo_id") == self.repo_id:
             return
-        write_atomic(manifest.path(self.repo_dir, commit),
-                     (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        self.records.write(self.folder, commit, data)
         self.stats.changed = True
 
     def _write_ref(self, commit: str) -> None:

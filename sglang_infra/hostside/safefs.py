@@ -123,6 +123,19 @@ def read_regular(path, limit, dir_fd=None):
         return handle.read(limit)
 
 
+def read_regular_with_stat(name, limit, dir_fd):
+    """(content, fstat) of the regular file ``name`` in ``dir_fd``, opened with O_NOFOLLOW (a FIFO without
+    blocking, never read), or None when it is not one or is larger than ``limit`` bytes."""
+    try:
+        fd = _open_regular(name, dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        data = handle.read(limit + 1)
+    return None if len(data) > limit else (data, st)
+
+
 def is_regular(path):
     """A regular file, not a symlink to one."""
     try:

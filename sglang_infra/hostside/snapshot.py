@@ -30,7 +30,7 @@ import stat
 import subprocess
 import sys
 
-from . import cachestate, dockerapi, names, report, safefs, stack, stamp
+from . import cachestate, dockerapi, manifest, names, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -322,8 +322,11 @@ def files(directory):
 _MODEL_LABEL = re.compile(r'^\s*' + re.escape(names.MODEL_LABEL) + r':\s*"?([^"\s]+)"?\s*$', re.M)
 
 
-def models(home):
-    found = cachestate.scan(os.path.join(home, names.HUB_DIR))
+def models(home, user):
+    """The cache as cachestate reads it, verified only by records the account (or root) keeps outside hf-cache,
+    and the revisions the compose files reference."""
+    records = manifest.Records(os.path.join(home, names.VERIFIED_DIR), manifest.owners(user))
+    found = cachestate.scan(os.path.join(home, names.HUB_DIR), records)
     referenced = set()
     for path in glob.glob(os.path.join(glob.escape(home), names.DOCKER_DIR, names.COMPOSE_FILE + "*")):
         text = safefs.read_regular(path, 1 << 20)
@@ -432,7 +435,7 @@ def read(spec):
         "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},
         "services": services(spec.get("services", [])),
         "packages": packages(spec.get("packages", [])),
-        "models": models(home),
+        "models": models(home, spec["user"]),
         "tools": tools(tools_dir),
         "stack": running,
         "gate": {"stamp": stamp.read(home),

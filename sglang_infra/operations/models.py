@@ -48,10 +48,11 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
     yield from swap_in(f"{tools_dir}/hfpull.py", script.encode(), "root", group, "644", None)
 
 
-def pull_command(tools_dir: str, hub: str, repo_id: str, revision: str, endpoint: str | None,
+def pull_command(tools_dir: str, hub: str, verified: str, repo_id: str, revision: str, endpoint: str | None,
                  token_file: str | None, lock_wait: int, workers: int, locked: bool = False) -> str:
     args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
-            "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait), "--workers", str(workers)]
+            "--records-dir", verified, "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait),
+            "--workers", str(workers)]
     if locked:
         args.append("--locked-stdin")
     if endpoint:
@@ -70,11 +71,12 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 
 @snapshot_operation
-def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
+def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
                  endpoint: str | None = None, token_file: str | None = None, locked=None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
-    cache ``hub``. Decided from the cache alone (the snapshot): a complete
+    cache ``hub``, as the pull's records in ``verified`` (the account's
+    alone, outside hf-cache) say. Decided from the cache alone (the snapshot): a complete
     revision costs no request to the Hub. Otherwise hfpull.py fetches only
     what is missing, resuming partial files, ``workers`` files and
     connections at a time, and marks the snapshot complete only after every
@@ -94,7 +96,7 @@ def model_pulled(hub: str, repo_id: str, revision: str, tools_dir: str, lock_wai
         state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
             f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
-    command = pull_command(tools_dir, hub, repo_id, revision, endpoint, token_file, lock_wait, workers,
+    command = pull_command(tools_dir, hub, verified, repo_id, revision, endpoint, token_file, lock_wait, workers,
                            locked is not None)
     stdin = {"_stdin": json.dumps(locked.record())} if locked is not None else {}
     yield FunctionCommand(run_streamed, (command,), stdin)
@@ -112,12 +114,13 @@ def prune_plan(cache: dict, keep: Iterable[str]) -> list[tuple[str, str, int]]:
 
 
 @snapshot_operation
-def models_pruned(hub: str, keep: list[str], tools_dir: str):
+def models_pruned(hub: str, verified: str, keep: list[str], tools_dir: str):
     """
     Ensure the cache holds no revision other than ``keep`` ("org/name@commit")
     and those the compose files reference (the running config and its
-    rollback). Removal goes through huggingface_hub's cache API, which keeps
-    blobs still shared with a kept revision. A dry run lists what would go.
+    rollback), nor the pull's records in ``verified`` of what goes. Removal
+    goes through huggingface_hub's cache API, which keeps blobs still shared
+    with a kept revision. A dry run lists what would go.
     """
     cache = current(host)["models"]
     plan = prune_plan(cache, keep)
@@ -128,7 +131,8 @@ def models_pruned(hub: str, keep: list[str], tools_dir: str):
         # repo ids and commits here are hf-cache's folder names, which a group member can choose
         logger.info(printable(f"[{host.name}] prune: {repo_id}@{commit[:12]} ({human(size)}) is not kept"))
     keep_all = sorted({*keep, *cache.get("referenced", [])})
-    args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub]
+    args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "prune", "--cache-dir", hub,
+            "--records-dir", verified]
     for pinned in keep_all:
         args += ["--keep", pinned]
     yield FunctionCommand(run_streamed, ("cd / && " + " ".join(q(a) for a in args),), {})

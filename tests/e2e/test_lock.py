@@ -176,7 +176,7 @@ def test_a_file_rewritten_on_the_hub_after_locking_is_refused_and_the_old_revisi
     assert all(f"{h.name} (failed at 'tasks/models.py | Ensure {KEY} (" in failed for h in fleet["hosts"]), failed
     for host, was in zip(fleet["hosts"], before):
         assert serving(host) == was
-        assert host.exec(f"test -e /opt/sglang/hf-cache/hub/models--standin-org--tiny-chat/.sglang/{main}.json",
+        assert host.exec(f"test -e /opt/sglang/verified/models--standin-org--tiny-chat/{main}.json",
                          check=False).returncode != 0
 
 

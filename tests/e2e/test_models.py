@@ -12,11 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
+import subprocess
 import time
 
 import pytest
 
 from harness import run_deploy, run_dry, start_deploy
+from sglang_infra import ship
 from sglang_infra.hostside import ranges
 from testbed import hub as standin_hub
 
@@ -103,6 +106,74 @@ def test_a_rerun_changes_nothing_and_asks_the_hub_nothing(pulled, hub):
     assert again.returncode == 0, again.output[-3000:]
     assert again.changed("sg-models-1") == []
     assert hub.requests() == []
+
+
+# What a member of the sglang group can do (issue 31, item 2): rewrite a verified blob in place (hf-cache is
+# group-writable), then write a record of the revision with the blob's new inode and ctime and its old sha256
+# (the lock's content digest kept), into every place a record could be that the member can write to.
+FORGE = r"""
+import json, os, sys
+blob, records = sys.argv[1], sys.argv[2:]
+data = json.load(open(next(p for p in records if os.path.exists(p))))
+with open(blob, "r+b") as f:
+    f.seek(1000)
+    byte = f.read(1)[0]
+    f.seek(1000)
+    f.write(bytes([byte ^ 0xFF]))
+st = os.stat(blob)
+for entry in data["files"]:
+    if entry["blob"] == os.path.basename(blob):
+        entry.update(ino=st.st_ino, ctime_ns=st.st_ctime_ns, mtime_ns=st.st_mtime_ns)
+for path in records:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".forged", "w") as f:
+            json.dump(data, f)
+        os.replace(path + ".forged", path)
+        print("FORGED", path)
+    except OSError as error:
+        print("REFUSED", path, error.strerror)
+"""
+
+
+def snapshot_models(host) -> dict:
+    """The snapshot's models section, the program run on the host as root as the deploy runs it."""
+    spec = {"user": "sglang", "home": "/opt/sglang", "tools_dir": "/var/lib/sglang-tools", "admins": [],
+            "groups": ["docker"], "uid": None, "gid": None, "dirs": []}
+    out = subprocess.run(["docker", "exec", "-i", host.container, "python3", "-", json.dumps(spec)],
+                         input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)["models"]
+
+
+def test_a_members_forged_record_verifies_nothing_and_the_next_pull_hashes_the_blob_again(pulled, hub):
+    host, inventory, _, _ = pulled
+    commit = standin_hub.commits()[TINY]["main"]
+    blob = f"{TINY_DIR}/blobs/{shard_sha256()}"
+    records = [f"/opt/sglang/verified/models--standin-org--tiny-chat/{commit}.json",
+               f"{TINY_DIR}/.sglang/{commit}.json"]
+    assert snapshot_models(host)["repos"][TINY]["revisions"][commit]["verified"]
+    forged = host.exec(f"sudo -u {ADMIN} python3 -c {shlex.quote(FORGE)} {blob} {' '.join(records)}").stdout
+    try:
+        assert f"FORGED {TINY_DIR}/.sglang/{commit}.json" in forged, forged   # the cache: the member's to write
+        assert f"REFUSED {records[0]}" in forged, forged                       # the records: the account's alone
+        assert host.exec(f"sha256sum {blob}").stdout.split()[0] != shard_sha256()
+        revision = snapshot_models(host)["repos"][TINY]["revisions"][commit]
+        assert revision["verified"] is False and revision["complete"] is False, revision
+        hub.reset()
+        result = run_deploy(inventory)
+        assert result.returncode == 0, result.output[-3000:]
+        # what the pull does with a blob that is not its name's content: hashed, found wrong, fetched again
+        assert re.search(rf"{SHARD} blob on disk is wrong \(size or hash\); fetching it again", result.output), \
+            result.output[-3000:]
+        assert not re.search(rf"{SHARD} present .*verified by an earlier pull", result.output)
+        assert sorted(g["range"] for g in resolve_gets(hub.requests(), SHARD)) == planned(SHARD_SIZE)
+        assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
+        assert snapshot_models(host)["repos"][TINY]["revisions"][commit]["verified"]
+        assert host.exec(f"stat -c '%U %a' {records[0]} /opt/sglang/verified").stdout.split() == [
+            "sglang", "644", "sglang", "755"]
+    finally:
+        host.exec(f"rm -rf {TINY_DIR}/.sglang")
 
 
 def test_an_admin_can_pull_by_hand_into_the_shared_cache(pulled, hub):

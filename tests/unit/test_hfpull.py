@@ -22,7 +22,7 @@ from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
 from sglang_infra import ship
-from sglang_infra.hostside import cachestate, hfpull, pull_errors, pull_locks, ranges, transfer
+from sglang_infra.hostside import cachestate, hfpull, manifest, pull_errors, pull_locks, ranges, transfer
 from sglang_infra.hostside.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath
 from sglang_infra.hostside.transfer import RETRY_AFTER_MAX, Transfer, retry_after
 
@@ -92,10 +92,11 @@ def pulled(base_cache, tmp_path):
     again; here its manifests are recorded anew for them, as the pull would after hashing."""
     cache = tmp_path / "hub"
     shutil.copytree(base_cache, cache, symlinks=True)
-    for path in cache.glob("models--*/.sglang/*.json"):
+    shutil.copytree(records_of(base_cache), records_of(cache))
+    for path in records_of(cache).glob("models--*/*.json"):
         data = json.loads(path.read_text())
         for entry in data["files"]:
-            st = (path.parent.parent / "blobs" / entry["blob"]).lstat()
+            st = (cache / path.parent.name / "blobs" / entry["blob"]).lstat()
             entry.update(ino=st.st_ino, ctime_ns=st.st_ctime_ns)
         path.write_text(json.dumps(data))
     return cache
@@ -135,9 +136,24 @@ def run(*args: str, timeout: float = 60) -> Run:
     return Run(proc)
 
 
+def records_of(cache: Path) -> Path:
+    """The pull's records of ``cache``, beside it (on a host: verified/ in the home, outside hf-cache)."""
+    return cache.with_name(cache.name + "-verified")
+
+
+def record(cache: Path, repo_id: str, commit: str) -> Path:
+    return records_of(cache) / ("models--" + repo_id.replace("/", "--")) / f"{commit}.json"
+
+
+def scan(cache: Path) -> dict:
+    """cachestate.scan of ``cache`` with its records, as the snapshot reads them (root and this user's)."""
+    return cachestate.scan(str(cache), manifest.Records(str(records_of(cache)), manifest.owners()))
+
+
 def pull(cache: Path, repo_id: str, revision: str, hub: StandinHub | None, *extra: str) -> Run:
     endpoint = hub.url if hub is not None else OFFLINE_ENDPOINT
-    return run("pull", "--cache-dir", str(cache), "--repo-id", repo_id, "--revision", revision,
+    return run("pull", "--cache-dir", str(cache), "--records-dir", str(records_of(cache)), "--repo-id", repo_id,
+               "--revision", revision,
                "--endpoint", endpoint, *extra)
 
 
@@ -204,7 +220,8 @@ def test_hashes_match_huggingface_hub(tmp_path):
 
 
 def make_puller(cache: Path) -> Puller:
-    p = Puller(str(cache), "org/m", "main", OFFLINE_ENDPOINT, None, lock_wait=0)
+    p = Puller(str(cache), "org/m", "main", OFFLINE_ENDPOINT, None, lock_wait=0,
+               records_dir=str(records_of(cache)))
     os.makedirs(p.blobs_dir)
     os.makedirs(p.locks_dir)
     p.progress = Progress("org/m@test", 1, 100)
@@ -281,7 +298,8 @@ def test_download_that_never_verifies_fails_with_exit_4(tmp_path, monkeypatch, c
     assert calls == [2, 0] and not os.path.exists(partial)
 
     monkeypatch.setattr(Puller, "_run_locked", lambda self: (_ for _ in ()).throw(err.value))
-    assert hfpull.main(["pull", "--cache-dir", str(tmp_path / "c"), "--repo-id", "org/m", "--revision", "main",
+    assert hfpull.main(["pull", "--cache-dir", str(tmp_path / "c"), "--records-dir", str(tmp_path / "r"),
+                        "--repo-id", "org/m", "--revision", "main",
                         "--endpoint", OFFLINE_ENDPOINT]) == pull_errors.EXIT_VERIFY
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("verification failed: w.safetensors: sha256 mismatch")
@@ -358,11 +376,11 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
         assert (repo_dir(ours, "org/small") / "snapshots" / commit / path).read_bytes() == \
             hub.file_bytes("org/small", commit, path)
 
-    manifest = json.loads((repo_dir(ours, "org/small") / ".sglang" / f"{commit}.json").read_text())
-    assert manifest["repo_id"] == "org/small" and manifest["commit"] == commit
-    assert isinstance(manifest["verified_at"], int)
-    assert sorted(manifest["files"], key=lambda e: e["path"]) == manifest["files"]
-    for entry in manifest["files"]:
+    rec = json.loads(record(ours, "org/small", commit).read_text())
+    assert rec["repo_id"] == "org/small" and rec["commit"] == commit
+    assert isinstance(rec["verified_at"], int)
+    assert sorted(rec["files"], key=lambda e: e["path"]) == rec["files"]
+    for entry in rec["files"]:
         meta = hub.file_meta("org/small", commit, entry["path"])
         blob = repo_dir(ours, "org/small") / "blobs" / entry["blob"]
         assert (entry["blob"], entry["size"], entry["lfs"]) == (meta["etag"], meta["size"], meta["lfs"])
@@ -370,11 +388,14 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
         assert (entry["ino"], entry["ctime_ns"]) == (blob.stat().st_ino, blob.stat().st_ctime_ns)
         assert stat.S_IMODE(blob.stat().st_mode) == 0o664
     for d in (repo_dir(ours, "org/small"), repo_dir(ours, "org/small") / "snapshots" / commit / "sub" / "dir",
-              repo_dir(ours, "org/small") / ".sglang", ours / ".locks" / "models--org--small"):
+              ours / ".locks" / "models--org--small"):
         assert stat.S_IMODE(d.stat().st_mode) & 0o2070 == 0o2070, d
-    for f in (repo_dir(ours, "org/small") / pull_locks.PULL_LOCK, ours / "CACHEDIR.TAG",
-              repo_dir(ours, "org/small") / ".sglang" / f"{commit}.json"):
+    for f in (repo_dir(ours, "org/small") / pull_locks.PULL_LOCK, ours / "CACHEDIR.TAG"):
         assert stat.S_IMODE(f.stat().st_mode) & 0o060 == 0o060, f
+    # the record: outside the cache, the account's alone, under the pull's umask 002 too
+    assert not (repo_dir(ours, "org/small") / ".sglang").exists()
+    for f, mode in ((record(ours, "org/small", commit), 0o644), (record(ours, "org/small", commit).parent, 0o755)):
+        assert stat.S_IMODE(f.lstat().st_mode) == mode, f
 
     hub.reset()
     second = pull(ours, "org/small", commit, hub)
@@ -382,7 +403,7 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
     assert second.result["changed"] is False and second.result["bytes_fetched"] == 0
     assert hub.requests() == []  # the manifest answered: not one request
 
-    state = cachestate.scan(str(ours))["repos"]["org/small"]
+    state = scan(ours)["repos"]["org/small"]
     assert state["revisions"][commit]["verified"] and state["revisions"][commit]["complete"]
     assert state["revisions"][commit]["files"] == 5 and state["partials"] == []
 
@@ -390,7 +411,7 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
 def test_huggingface_hub_cache_api_tolerates_our_files(hub, pulled):
     commit = hub.commit("org/small", "main")
     assert (repo_dir(pulled, "org/small") / pull_locks.PULL_LOCK).exists()
-    assert (repo_dir(pulled, "org/small") / ".sglang" / f"{commit}.json").exists()
+    assert record(pulled, "org/small", commit).exists()
     info = scan_cache_dir(pulled)
     assert info.warnings == []
     repo = next(r for r in info.repos if r.repo_id == "org/small")
@@ -427,7 +448,7 @@ def assert_big_file_verified(cache: Path, commit: str, meta: dict) -> None:
     blob = repo_dir(cache, "org/big") / "blobs" / meta["etag"]
     assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
     assert [n for n in os.listdir(blob.parent) if "incomplete" in n] == []
-    assert cachestate.scan(str(cache))["repos"]["org/big"]["revisions"][commit]["verified"]
+    assert scan(cache)["repos"]["org/big"]["revisions"][commit]["verified"]
 
 
 def shard_gets(hub) -> list[dict]:
@@ -459,7 +480,8 @@ def test_workers_1_fetches_one_stream(hub, tmp_path):
 def test_kill_mid_file_then_resume_every_range_with_only_the_missing_bytes(hub, tmp_path):
     commit, meta, partial, sidecar = big_file(hub, tmp_path)
     hub.set_throttle(256 << 10)
-    proc = subprocess.Popen([PYTHON, str(SCRIPT), "pull", "--cache-dir", str(tmp_path), "--repo-id", "org/big",
+    proc = subprocess.Popen([PYTHON, str(SCRIPT), "pull", "--cache-dir", str(tmp_path),
+                             "--records-dir", str(records_of(tmp_path)), "--repo-id", "org/big",
                              "--revision", commit, "--endpoint", hub.url],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -518,7 +540,7 @@ def test_a_cut_in_the_middle_of_one_range_resumes_that_range_from_its_last_byte(
     assert others == sorted([f"bytes={(1 << 20) + 300_000}-{(2 << 20) - 1}", f"bytes=0-{(1 << 20) - 1}",
                              f"bytes={2 << 20}-"])
     assert res["bytes_refetched"] == 0
-    assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/big"]["revisions"][commit]["verified"]
 
 
 def test_a_server_ignoring_ranges_gets_the_file_as_one_stream(hub, tmp_path, monkeypatch):
@@ -532,7 +554,7 @@ def test_a_server_ignoring_ranges_gets_the_file_as_one_stream(hub, tmp_path, mon
     assert "the server ignored the Range request; starting over from byte 0 as one stream" in r.out
     assert [g["range"] for g in shard_gets(hub)][-1] is None
     assert not sidecar.exists()
-    assert cachestate.scan(str(tmp_path))["repos"]["org/big"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/big"]["revisions"][commit]["verified"]
 
 
 def test_a_429_waits_as_long_as_retry_after_asks(hub, tmp_path):
@@ -561,7 +583,7 @@ def test_a_hub_error_on_one_file_stops_the_whole_pull(hub, tmp_path):
     sent = sum(g["bytes_sent"] for g in resolve_gets(hub) if g["path"].endswith("/model.safetensors"))
     assert sent < meta["size"]  # the other downloads ended with it
     assert not (repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]).exists()
-    assert not (repo_dir(tmp_path, "org/small") / ".sglang" / f"{commit}.json").exists()
+    assert not record(tmp_path, "org/small", commit).exists()
 
 
 @pytest.mark.parametrize("value, seconds", [("3", 3.0), ("0", 0.0), ("100000", RETRY_AFTER_MAX),
@@ -609,7 +631,7 @@ def test_adopts_the_orphan_of_a_killed_huggingface_hub_download(hub, tmp_path):
     other = hub.file_meta("org/small", commit, "config.json")["size"]
     assert res["bytes_missing"] == meta["size"] - 100_000 + other == res["bytes_fetched"]
     assert not [n for n in os.listdir(blobs) if n.endswith(".incomplete")]
-    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/small"]["revisions"][commit]["verified"]
 
 
 def test_corrupted_blob_is_detected_and_fetched_again(hub, pulled):
@@ -620,7 +642,7 @@ def test_corrupted_blob_is_detected_and_fetched_again(hub, pulled):
     data = bytearray(blob.read_bytes())
     data[1234] ^= 0xFF
     blob.write_bytes(bytes(data))  # same size, new ctime
-    rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
+    rev = scan(tmp_path)["repos"]["org/small"]["revisions"][commit]
     assert not rev["verified"]
     assert rev["problems"] == ["blob of model.safetensors changed since it was verified (inode or ctime)"]
     hub.reset()
@@ -632,7 +654,7 @@ def test_corrupted_blob_is_detected_and_fetched_again(hub, pulled):
     assert r.result["bytes_missing"] == meta["size"] and r.result["changed"] is True
     assert [g["path"].rsplit("/", 1)[1] for g in resolve_gets(hub)] == ["model.safetensors"]
     assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
-    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/small"]["revisions"][commit]["verified"]
 
 
 def test_touched_blob_and_broken_links_are_repaired_without_fetching(hub, pulled):
@@ -654,7 +676,7 @@ def test_touched_blob_and_broken_links_are_repaired_without_fetching(hub, pulled
     assert r.result["bytes_fetched"] == 0 and r.result["changed"] is True  # links and manifest rewritten
     assert resolve_gets(hub) == []
     assert os.readlink(snap / "config.json") == target and (snap / "tokenizer.json").is_symlink()
-    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/small"]["revisions"][commit]["verified"]
 
 
 @pytest.mark.parametrize("kind", ["too_long", "wrong_content"])
@@ -715,7 +737,7 @@ def test_transient_503_is_retried(hub, tmp_path):
     hub.configure(inject_status=503, inject_count=1, inject_match="/resolve/")
     r = pull(tmp_path, "org/other", commit, hub)
     assert r.rc == 0, r
-    assert cachestate.scan(str(tmp_path))["repos"]["org/other"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/other"]["revisions"][commit]["verified"]
 
 
 def test_gated_repo_without_then_with_token(hub, tmp_path):
@@ -817,7 +839,7 @@ def test_missing_repo_and_revision(hub, tmp_path):
 def test_hand_pull_first_is_adopted_without_downloading(hub, tmp_path):
     commit = hub.commit("org/small", "main")
     hand_pull(tmp_path, "org/small", commit, hub)
-    rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
+    rev = scan(tmp_path)["repos"]["org/small"]["revisions"][commit]
     assert rev["verified"] is False and rev["complete"] is False and rev["files"] == 5
     assert rev["size"] == sum(hub.file_meta("org/small", commit, p)["size"] for p in hub.files("org/small", commit))
     hub.reset()
@@ -827,7 +849,7 @@ def test_hand_pull_first_is_adopted_without_downloading(hub, tmp_path):
     assert r.rc == 0, r
     assert r.result["bytes_fetched"] == 0 and r.result["files_fetched"] == 0 and r.result["changed"] is True
     assert resolve_gets(hub) == []
-    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/small"]["revisions"][commit]["verified"]
 
 
 def test_hand_pull_after_ours_shares_blobs(hub, pulled):
@@ -844,7 +866,7 @@ def test_hand_pull_after_ours_shares_blobs(hub, pulled):
     assert os.path.realpath(repo_dir(tmp_path, "org/small") / "snapshots" / old / "model.safetensors") == \
         os.path.realpath(repo_dir(tmp_path, "org/small") / "snapshots" / new / "model.safetensors") == \
         str((repo_dir(tmp_path, "org/small") / "blobs" / shared).resolve())
-    state = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"]
+    state = scan(tmp_path)["repos"]["org/small"]["revisions"]
     assert state[new]["verified"] and not state[old]["verified"]  # our manifest still holds
     assert scan_cache_dir(tmp_path).warnings == []
 
@@ -854,19 +876,19 @@ def test_deleted_blob_makes_the_revision_incomplete_and_is_fetched_again(hub, pu
     commit = hub.commit("org/small", "main")
     meta = hub.file_meta("org/small", commit, "model-2.safetensors")
     (repo_dir(tmp_path, "org/small") / "blobs" / meta["etag"]).unlink()
-    rev = cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]
+    rev = scan(tmp_path)["repos"]["org/small"]["revisions"][commit]
     assert rev["complete"] is False and rev["problems"] == ["missing blob for model-2.safetensors"]
     hub.reset()
     res = ok_pull(tmp_path, "org/small", commit, hub)
     assert res["files_fetched"] == 1 and res["bytes_fetched"] == res["bytes_missing"] == meta["size"]
-    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/small"]["revisions"][commit]["verified"]
 
 
 # --------------------------------------------------------------------------- prune
 
 
 def prune(cache: Path, *args: str) -> Run:
-    return run("prune", "--cache-dir", str(cache), *args)
+    return run("prune", "--cache-dir", str(cache), "--records-dir", str(records_of(cache)), *args)
 
 
 def tree_state(cache: Path) -> list[tuple[str, int]]:
@@ -907,9 +929,10 @@ def test_prune_keeps_listed_revisions_and_shared_blobs(hub, pulled):
     removed = {(x["repo_id"], x["commit"]) for x in r.result["removed"]}
     assert removed == {("org/small", old), ("org/other", other)}
     assert not repo_dir(tmp_path, "org/other").exists()
-    assert not (repo_dir(tmp_path, "org/small") / ".sglang" / f"{old}.json").exists()
+    assert not record(tmp_path, "org/small", old).exists() and record(tmp_path, "org/small", new).exists()
+    assert not record(tmp_path, "org/other", other).parent.exists()   # the records of a repo that went
     assert not (repo_dir(tmp_path, "org/small") / "refs" / "old").exists()
-    state = cachestate.scan(str(tmp_path))["repos"]
+    state = scan(tmp_path)["repos"]
     assert list(state) == ["org/small"] and list(state["org/small"]["revisions"]) == [new]
     assert state["org/small"]["revisions"][new]["verified"]
     assert scan_cache_dir(tmp_path).warnings == []
@@ -939,7 +962,8 @@ def test_prune_reports_corrupted_entries_and_skips_a_running_pull(hub, pulled):
 def test_prune_argument_errors(tmp_path, capsys):
     r = prune(tmp_path, "--keep", "no-at-sign")
     assert r.rc == 2 and r.err.startswith("prune failed: --keep wants ORG/NAME@COMMIT"), r
-    assert hfpull.main(["prune", "--cache-dir", str(tmp_path / "absent"), "--keep", "a/b@" + "1" * 40]) == 0
+    assert hfpull.main(["prune", "--cache-dir", str(tmp_path / "absent"), "--records-dir", str(tmp_path / "r"),
+                        "--keep", "a/b@" + "1" * 40]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         'SGLANG_PRUNE_RESULT {"dry_run": false, "freed_bytes": 0, "removed": []}'
 
@@ -962,7 +986,7 @@ def test_a_blob_rewritten_with_its_mtime_put_back_is_hashed_again_and_fetched(hu
     assert r.rc == 0, r
     assert "already verified" not in r.out and "blob on disk is wrong" in r.out
     assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
-    assert cachestate.scan(str(tmp_path))["repos"]["org/small"]["revisions"][commit]["verified"]
+    assert scan(tmp_path)["repos"]["org/small"]["revisions"][commit]["verified"]
 
 
 def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_path, monkeypatch):
@@ -983,7 +1007,8 @@ def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_
         return why
 
     monkeypatch.setattr(Puller, "_verify", racing)
-    puller = Puller(str(tmp_path / "hub"), "org/small", commit, hub.url, None, lock_wait=5)
+    puller = Puller(str(tmp_path / "hub"), "org/small", commit, hub.url, None, lock_wait=5,
+                    records_dir=str(tmp_path / "hub-verified"))
     try:
         puller.run()
     except Exception:
@@ -1029,5 +1054,110 @@ def test_prune_removes_only_blobs_of_the_repos_own_blobs_dir(hub, pulled):
     assert victim.read_text() == "services: {}\n" and kept_blob.exists()
     assert f"prune: leaving {victim}" in r.out and f"prune: leaving {kept_blob}" in r.out
     assert not snap.exists()
-    state = cachestate.scan(str(tmp_path))["repos"]
+    state = scan(tmp_path)["repos"]
     assert state["org/other"]["revisions"][other]["verified"] and state["org/small"]["revisions"][new]["verified"]
+
+
+# --------------------------------------------------------------------------- records a member could have written
+
+
+def forge(cache: Path, hub: StandinHub, commit: str) -> tuple[Path, dict, dict]:
+    """Issue 31 item 2, as a member of the group can do it in hf-cache: rewrite a verified blob in place (same
+    size), then a record of the revision with the blob's new inode and ctime, its sha256 (and so the lock's
+    content digest) kept. (the blob, its Hub metadata, the forged record)"""
+    meta = hub.file_meta("org/small", commit, "model.safetensors")
+    blob = repo_dir(cache, "org/small") / "blobs" / meta["etag"]
+    data = bytearray(blob.read_bytes())
+    data[4321] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    forged = json.loads(record(cache, "org/small", commit).read_text())
+    st = blob.stat()
+    for entry in forged["files"]:
+        if entry["blob"] == meta["etag"]:
+            entry.update(ino=st.st_ino, ctime_ns=st.st_ctime_ns, mtime_ns=st.st_mtime_ns)
+    return blob, meta, forged
+
+
+def assert_rehashed_and_refetched(r: Run, hub: StandinHub, blob: Path, meta: dict) -> None:
+    """What the pull does with a blob whose content is not its name's: hashed, found wrong, fetched again."""
+    assert r.rc == 0, r
+    assert "already verified" not in r.out and "blob on disk is wrong" in r.out, r
+    assert r.result["files_fetched"] == 1 and r.result["bytes_fetched"] == meta["size"]
+    assert [g["path"].rsplit("/", 1)[1] for g in resolve_gets(hub)] == ["model.safetensors"]
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+
+
+def test_a_forged_record_in_hf_cache_verifies_nothing_and_the_blob_is_hashed_again(hub, pulled):
+    """The member writes the forged record where pulls used to keep them (<repo folder>/.sglang/, in the
+    group-writable cache): it is never read; the snapshot says not verified and the pull hashes the blob."""
+    commit = hub.commit("org/small", "main")
+    blob, meta, forged = forge(pulled, hub, commit)
+    old_place = repo_dir(pulled, "org/small") / ".sglang" / f"{commit}.json"
+    old_place.parent.mkdir()
+    old_place.write_text(json.dumps(forged))
+    old_place.chmod(0o664)
+    record(pulled, "org/small", commit).unlink()   # a host whose only record was the old one, in hf-cache
+    rev = scan(pulled)["repos"]["org/small"]["revisions"][commit]
+    assert rev["verified"] is False and rev["complete"] is False
+    hub.reset()
+    assert_rehashed_and_refetched(pull(pulled, "org/small", commit, hub), hub, blob, meta)
+    assert json.loads(old_place.read_text()) == forged   # left as it was, and still ignored
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def test_a_forged_record_in_a_group_writable_records_folder_is_not_trusted_nor_written_to(hub, pulled):
+    """Had the records folder been left group-writable, a member's record in it counts as none: the blob is
+    hashed again and fetched, and the pull refuses to record into that folder (naming it)."""
+    commit = hub.commit("org/small", "main")
+    blob, meta, forged = forge(pulled, hub, commit)
+    path = record(pulled, "org/small", commit)
+    path.parent.chmod(0o775)
+    path.write_text(json.dumps(forged))
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"] is False
+    hub.reset()
+    r = pull(pulled, "org/small", commit, hub)
+    assert r.rc == pull_errors.EXIT_REMOTE and "blob on disk is wrong" in r.out, r
+    assert f"{path.parent} is not the account's alone" in r.err, r
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == meta["etag"]
+    assert json.loads(path.read_text()) == forged   # nothing written into it
+    path.parent.chmod(0o755)
+    path.unlink()
+    assert ok_pull(pulled, "org/small", commit, hub)["bytes_fetched"] == 0
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+@pytest.mark.parametrize("kind", ["group-writable", "link"])
+def test_a_record_a_member_could_have_written_makes_the_pull_hash_again(hub, pulled, kind):
+    """Even a record true to the disk counts as none when it is group-writable or a link: every blob is hashed
+    again (nothing fetched), and the pull's own record takes its place."""
+    commit = hub.commit("org/small", "main")
+    path = record(pulled, "org/small", commit)
+    if kind == "group-writable":
+        path.chmod(0o664)
+    else:
+        path.rename(pulled / "kept.json")
+        path.symlink_to(pulled / "kept.json")
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"] is False
+    hub.reset()
+    r = ok_pull(pulled, "org/small", commit, hub)
+    assert r["bytes_fetched"] == 0 and r["changed"] is True
+    assert not path.is_symlink() and stat.S_IMODE(path.lstat().st_mode) == 0o644
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def test_records_left_in_hf_cache_by_older_pulls_are_ignored_and_the_disk_verified_again(hub, pulled):
+    """After the upgrade: the records are in <repo folder>/.sglang/ only. The revision counts as unverified; the
+    next pull hashes every blob (no download) and records it outside hf-cache; the old file is left as it is."""
+    commit = hub.commit("org/small", "main")
+    old_place = repo_dir(pulled, "org/small") / ".sglang" / f"{commit}.json"
+    old_place.parent.mkdir()
+    record(pulled, "org/small", commit).rename(old_place)
+    before = old_place.read_bytes()
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"] is False
+    hub.reset()
+    r = pull(pulled, "org/small", commit, hub)
+    assert r.rc == 0 and r.result["bytes_fetched"] == 0, r
+    assert "sha256 verified" in r.out and "already verified" not in r.out
+    assert [g for g in resolve_gets(hub)] == []
+    assert record(pulled, "org/small", commit).exists() and old_place.read_bytes() == before
+    assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"]

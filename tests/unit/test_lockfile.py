@@ -55,9 +55,18 @@ def host_data(hub, **changes) -> dict:
     return data
 
 
+def records_of(cache: Path) -> Path:
+    return cache.with_name(cache.name + "-verified")
+
+
+def record(cache: Path, commit: str) -> Path:
+    return records_of(cache) / "models--org--locked" / f"{commit}.json"
+
+
 def pull(cache: Path, hub, commit: str, locked: dict | None):
-    args = [sys.executable, str(SCRIPT), "pull", "--cache-dir", str(cache), "--repo-id", REPO, "--revision", commit,
-            "--endpoint", hub.url] + (["--locked-stdin"] if locked is not None else [])
+    args = [sys.executable, str(SCRIPT), "pull", "--cache-dir", str(cache), "--records-dir", str(records_of(cache)),
+            "--repo-id", REPO, "--revision", commit, "--endpoint", hub.url]
+    args += ["--locked-stdin"] if locked is not None else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     return subprocess.run(args, input=json.dumps(locked) if locked is not None else None, capture_output=True,
                           text=True, timeout=60, env=env)
@@ -205,10 +214,11 @@ def test_the_pull_verifies_every_file_against_the_lock(hub, tmp_path):
     cache = tmp_path / "hub"
     done = pull(cache, hub, locked.commit, locked.record())
     assert done.returncode == 0, done.stderr
-    manifest = json.loads((cache / "models--org--locked" / ".sglang" / f"{locked.commit}.json").read_text())
+    manifest = json.loads(record(cache, locked.commit).read_text())
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == {f["path"]: f["sha256"] for f in locked.files}
-    from sglang_infra.hostside import cachestate
-    state = cachestate.scan(str(cache))["repos"][REPO]["revisions"][locked.commit]
+    from sglang_infra.hostside import cachestate, manifest
+    records = manifest.Records(str(records_of(cache)), manifest.owners())
+    state = cachestate.scan(str(cache), records)["repos"][REPO]["revisions"][locked.commit]
     assert state["complete"] and state["content"] == locked.content
     hub.reset()
     assert pull(cache, hub, locked.commit, locked.record()).returncode == 0
@@ -225,14 +235,14 @@ def test_a_mirror_that_rewrites_a_file_is_refused_naming_it(hub, tmp_path, path)
     refused = pull(cache, hub, locked.commit, locked.record())
     assert refused.returncode == 4, refused.stdout + refused.stderr
     assert refused.stderr.startswith(f"verification failed: {path}: ") and "lock" in refused.stderr
-    assert not (cache / "models--org--locked" / ".sglang" / f"{locked.commit}.json").exists()
+    assert not record(cache, locked.commit).exists()
 
 
 def test_a_revision_pulled_before_the_lock_is_verified_again_without_fetching(hub, tmp_path):
     locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
     cache = tmp_path / "hub"
     assert pull(cache, hub, locked.commit, None).returncode == 0
-    manifest_path = cache / "models--org--locked" / ".sglang" / f"{locked.commit}.json"
+    manifest_path = record(cache, locked.commit)
     old = json.loads(manifest_path.read_text())
     for entry in old["files"]:   # a manifest written before sha256 was recorded
         entry.pop("sha256")
@@ -250,8 +260,8 @@ def test_a_complete_revision_with_other_content_than_the_lock_is_pulled_again(hu
     locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
     state = {"complete": True, "verified": True, "files": 3, "size": 1, "problems": [], "content": "0" * 64}
     facts = {"Snapshot": {"models": {"repos": {REPO: {"revisions": {locked.commit: state}}}}}}
-    args = dict(hub="/opt/sglang/hf-cache/hub", repo_id=REPO, revision=locked.commit, tools_dir="/t", lock_wait=5,
-                workers=8, locked=locked)
+    args = dict(hub="/opt/sglang/hf-cache/hub", verified="/opt/sglang/verified", repo_id=REPO, revision=locked.commit,
+                tools_dir="/t", lock_wait=5, workers=8, locked=locked)
 
     def run(facts):
         fake = FakeHost(facts)
