@@ -157,7 +157,8 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
-    fronting = fronts(gateway_hosts, workers) if not errors else {}
+    every_front = fronts(gateway_hosts, workers)
+    fronting = every_front if not errors else {}
     for key, behind in fronting.items():
         for worker in workers.get(key, ()):
             plan = out.get(worker.host)
@@ -174,7 +175,7 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
     # No worker answers the network without a key unless the operator said so (refusals.check_open_worker).
     for name, plan in plans.items():
         if plan is not None and plan.serves:
-            behind = fronting.get(plan.served.key, ())
+            behind = every_front.get(plan.served.key, ())
             errors += check_open_worker(plan, tuple(dict.fromkeys(front.gateway_host for front in behind)))
     if refuse:
         raise_if(errors)

@@ -384,6 +384,7 @@ def test_a_default_inventory_with_a_router_group_and_no_key_is_refused_for_the_w
     problems = fleet_problems(gateway_data={"sglang_router_bind_address": None, "sglang_trusted_network": False})
     assert [p.split(":")[0] for p in problems] == ["host gw-1", "host gpu-01"]
     assert all(": sglang_api_key_file: None, and this host's " in p for p in problems)
+    assert "which the gateways of gw-1 reach over the network" in problems[1]   # though gw-1 is refused itself
 
 
 def test_the_old_trusted_network_key_is_refused_in_one_line_naming_the_new_one():
