@@ -138,6 +138,7 @@ def keyed_fleet(testbed, workdir):
         "production": [(hosts[FLEET_WORKER], keyed)],
         "router": [(hosts[FLEET_GATEWAY], {**keyed, "sglang_require_gpu": False, "sglang_router_bind_address": None})]})
     result = run_deploy(inventory)
+    (workdir / "apikey_fleet.log").write_text(result.output)   # the whole run, for a failure's first cause
     assert result.returncode == 0, result.output[-3000:]
     return hosts
 
