@@ -46,7 +46,8 @@ sglang_compose_template = "templates/compose.yaml.j2"
 # Port of the OpenAI-compatible API, inside the container and on the host.
 sglang_port = 30000
 
-# Host address the API is published on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers.
+# Host address the API is published on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers. A worker the
+# gateways front needs an address they reach (docs/security.md: publishing on that address alone).
 sglang_bind_address = "0.0.0.0"
 
 # GPUs reserved for the container: 'all' or a count. Hosts where nvidia-smi finds no GPU get no reservation.
@@ -73,6 +74,12 @@ sglang_extra_env = {}
 # File on the control machine holding the API key clients must send (Authorization: Bearer); None leaves the API open to
 # whoever reaches sglang_bind_address:sglang_port. It reaches the server in a 0600 config file, never on a command line.
 sglang_api_key_file = None
+
+# Say that everyone who can reach this fleet's ports may call them: only then does a worker or a gateway run without
+# sglang_api_key_file on an address other than loopback. Off, so an open port is a decision: without the key anyone who
+# reaches a worker can load other weights or a LoRA adapter into it with no restart (the gate's stamp would still say
+# the validated config serves), and anyone who reaches a gateway can add a worker and receive every prompt.
+sglang_trusted_network = False
 
 # Enable the three debug flags (--log-level debug, --log-requests, --log-requests-level 3) that otherwise sit commented
 # out.
@@ -229,14 +236,10 @@ sglang_router_models = None
 # prefix, and balances by load once the workers are uneven; also random, round_robin, power_of_two or manual.
 sglang_router_policy = "cache_aware"
 
-# Host address the gateways publish their ports on; None: every address when clients must send sglang_api_key_file's key
-# (or the network is trusted), else refused: without a key anyone who reaches the port can add a worker of theirs and
-# receive every prompt.
+# Host address the gateways publish their ports on; None: every address. Without sglang_api_key_file a gateway is
+# refused unless this is loopback or sglang_trusted_network is True: anyone who reaches its port could add a worker of
+# theirs (POST /workers) and receive every prompt.
 sglang_router_bind_address = None
-
-# Serve a gateway without an API key on every address; off, so an open front door is a decision: everyone who reaches
-# its port could add a worker (POST /workers) and read every prompt.
-sglang_router_trusted_network = False
 
 # Host address the gateways' Prometheus ports are published on; loopback, because the metrics name every worker and its
 # load: name an address for a scraper on another machine.

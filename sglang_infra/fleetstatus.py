@@ -48,6 +48,9 @@ def problems(row: dict) -> list[tuple[str, str]]:
     if row.get("unreachable"):
         return [("unreachable", row["unreachable"])]
     found = []
+    if row.get("api") == statusrows.API_ACCESS[-1]:
+        found.append(("refused", "no sglang_api_key_file and sglang_trusted_network is False, yet a port of this host "
+                                 "answers the network without a key; the next deploy refuses that"))
     for gateway in row.get("gateways") or ():
         if gateway.get("error"):
             found.append(("failing", f"gateway {gateway['slug']}: {gateway['error']}"))
@@ -114,7 +117,7 @@ def _size(value) -> str:
 
 def _cells(host: dict) -> list[str]:
     if host["verdict"] in ("unreachable", "refused"):
-        return [host["host"], host["verdict"], host.get("os") or "?"] + [""] * 10
+        return [host["host"], host["verdict"], host.get("os") or "?"] + [""] * 11
     gpus, docker, image, model = host["gpus"], host["docker"], host["image"], host["model"]
     container, gate, disk = host["container"], host["gate"], host["disk"]
     if gpus is None:
@@ -144,11 +147,12 @@ def _cells(host: dict) -> list[str]:
             f"{image.get('ref') or '?'} {digest}", image["lock"],
             f"{model['key']}@{model['short']} {verified}", model["lock"],
             container_cell, gate_cell, str(host["drift"]["operations"]),
-            f"{_size(disk.get('hf_cache_bytes'))} / {_size(disk.get('free_bytes'))}"]
+            f"{_size(disk.get('hf_cache_bytes'))} / {_size(disk.get('free_bytes'))}", host.get("api") or "?"]
 
 
 HEADER = ["HOST", "STATUS", "OS", "GPUS (mem used/total)", "DOCKER / COMPOSE", "IMAGE (digest)", "LOCK",
-          "MODEL", "LOCK", "CONTAINER", "LAST GATE (UTC)", "DRIFT", "HF-CACHE / FREE"]
+          "MODEL", "LOCK", "CONTAINER", "LAST GATE (UTC)", "DRIFT", "HF-CACHE / FREE",
+          "API"]
 
 
 def gateway_line(host: str, gateway: dict) -> str:

@@ -22,7 +22,7 @@ from .hostside import names
 from .inventoryfile import inventory_file
 from .plan import gate_files
 from .plantypes import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker
-from .refusals import DeployDataError, check_fleet, check_pool, raise_if
+from .refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
 
 
 def worker_url(address: str, port: int) -> str:
@@ -157,7 +157,8 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
-    fronting = fronts(gateway_hosts, workers) if not errors else {}
+    every_front = fronts(gateway_hosts, workers)
+    fronting = every_front if not errors else {}
     for key, behind in fronting.items():
         for worker in workers.get(key, ()):
             plan = out.get(worker.host)
@@ -171,6 +172,11 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
                     url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,
                     drain_timeout=plan.drain_timeout, others=others,
                     members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start))
+    # No worker answers the network without a key unless the operator said so (refusals.check_open_worker).
+    for name, plan in plans.items():
+        if plan is not None and plan.serves:
+            behind = every_front.get(plan.served.key, ())
+            errors += check_open_worker(plan, tuple(dict.fromkeys(front.gateway_host for front in behind)))
     if refuse:
         raise_if(errors)
     return out

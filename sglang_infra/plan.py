@@ -139,6 +139,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
         serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or image,
         gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
+        bind_address=data["sglang_bind_address"], trusted_network=data["sglang_trusted_network"],
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,

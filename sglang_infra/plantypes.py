@@ -152,7 +152,6 @@ class GatewaySettings:
     health_check_interval: int
     health_check_timeout: int
     bind_address: str | None           # sglang_router_bind_address: None publishes on every address
-    trusted_network: bool              # sglang_router_trusted_network: an open front door, decided
     prometheus_bind_address: str       # where the Prometheus ports are published
 
     @classmethod
@@ -165,7 +164,6 @@ class GatewaySettings:
             health_check_interval=data["sglang_router_health_check_interval"],
             health_check_timeout=data["sglang_router_health_check_timeout"],
             bind_address=data["sglang_router_bind_address"],
-            trusted_network=data["sglang_router_trusted_network"],
             prometheus_bind_address=data["sglang_router_prometheus_bind_address"])
 
     @property
@@ -314,6 +312,9 @@ class HostPlan:
     runs_gateways: bool = False
     gateway_image: str = ""
     gateway_settings: GatewaySettings | None = None
+    # who may call this host's ports without a key (refusals.check_open_worker, check_fleet)
+    bind_address: str = "0.0.0.0"   # sglang_bind_address: where the worker's API is published
+    trusted_network: bool = False   # sglang_trusted_network: the operator said an open port is fine on this network
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
     max_unavailable: int | str = 1  # sglang_max_unavailable as written: count or "N%" of a pool (gateways.unavailable)

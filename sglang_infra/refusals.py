@@ -33,7 +33,7 @@ from .hostside import names
 from .hostside.printable import printable
 from .inventoryfile import inventory_dir
 from .plantypes import HostPlan, Placement, Worker
-from .schema import SCHEMA, image_problem, system_dir_problem
+from .schema import RETIRED, SCHEMA, image_problem, system_dir_problem
 from .templating import template_path
 
 
@@ -127,6 +127,10 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
 
     theirs = pyinfra_keys()
     for key in sorted(data):
+        if key in RETIRED:
+            err(key, f"no longer a key of this project: {RETIRED[key]} took its place", f"set {RETIRED[key]} "
+                f"instead (docs/variables.md says what it covers now) and remove {key}")
+            continue
         if key in SCHEMA or key in theirs or key.startswith(SITE_PREFIX):
             continue
         guess = _suggest(key, frozenset(SCHEMA) | theirs)
@@ -353,19 +357,38 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
                 "front only one of them from this host")
         slugs[spot.slug] = spot.key
     # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
-    if plan.api_key is None and not settings.trusted_network and \
-            ipaddress.ip_address(settings.published_on).is_unspecified:
-        err("sglang_router_bind_address",
-            f"{'every address' if settings.bind_address is None else settings.bind_address} "
-            "with no sglang_api_key_file: anyone who reaches the gateway's port could add a worker of their own "
+    if plan.api_key is None and not plan.trusted_network and \
+            not ipaddress.ip_address(settings.published_on).is_loopback:
+        where = "every address" if ipaddress.ip_address(settings.published_on).is_unspecified else \
+            settings.published_on
+        err("sglang_api_key_file", f"None, and this host's gateways would be published on {where} "
+            "(sglang_router_bind_address): anyone who reaches a gateway's port could add a worker of their own "
             "(POST /workers) and receive every prompt", "set sglang_api_key_file (clients then send its key), or "
-            "set sglang_router_bind_address to the one address clients reach this host on (e.g. its internal "
-            "interface's, or '127.0.0.1'), or, on a network you trust, sglang_router_trusted_network = True")
+            "sglang_router_bind_address = '127.0.0.1' when every client runs on this host, or, on a network where "
+            "everyone who reaches the port may call it, sglang_trusted_network = True")
     if settings.health_check_timeout >= settings.health_check_interval:
         err("sglang_router_health_check_timeout", f"{settings.health_check_timeout} s is not below "
             f"sglang_router_health_check_interval ({settings.health_check_interval} s)",
             "use a timeout shorter than the interval")
     return errors
+
+
+def check_open_worker(plan: HostPlan, fronted_by: tuple[str, ...] = ()) -> list[str]:
+    """A serving host whose API would answer anyone on the network without a key: refused unless it is
+    published on loopback only or the operator said the network is trusted. ``fronted_by``: the gateway hosts
+    in front of it (they reach it over the network, so loopback is no fix for it)."""
+    if plan.api_key is not None or plan.trusted_network or ipaddress.ip_address(plan.bind_address).is_loopback:
+        return []
+    where = f"{plan.bind_address}:{plan.port} (sglang_bind_address)"
+    behind = f", which the gateways of {', '.join(fronted_by)} reach over the network" if fronted_by else ""
+    loopback = "" if fronted_by else "sglang_bind_address = '127.0.0.1' when no gateway fronts this host and " \
+        "every client runs on it, or "
+    return [problem(plan.name, "sglang_api_key_file", f"None, and this host's API would be published on {where}"
+                    f"{behind}: anyone who reaches it could call every SGLang route, those that load other weights "
+                    "or a LoRA adapter and flush the cache included, with no restart, while the gate's stamp still "
+                    "says the validated config serves", "set sglang_api_key_file (clients and the gateways then "
+                    f"send its key), or {loopback}on a network where everyone who reaches the port may call it, "
+                    "sglang_trusted_network = True")]
 
 
 def check_pool(name: str, setting: int | str, allowed: int, pool: str, size: int) -> list[str]:

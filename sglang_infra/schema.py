@@ -295,6 +295,8 @@ SCHEMA: dict[str, Key] = {
                                   "point at a PEM bundle, or None"),
     "sglang_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30000"),
     "sglang_bind_address": Key("an IP address", _ip, "use '0.0.0.0' for every interface or '127.0.0.1'"),
+    "sglang_trusted_network": Key("True or False", lambda v: isinstance(v, bool),
+                                  "use False, or True only on a network where everyone who reaches a port may call it"),
     "sglang_gpus": Key("'all' or a GPU count 1-64", _gpus, "use 'all' or the number of GPUs to reserve"),
     "sglang_require_gpu": Key("True or False", lambda v: isinstance(v, bool),
                               "use True for real servers; False only for a stand-in sandbox"),
@@ -319,8 +321,6 @@ SCHEMA: dict[str, Key] = {
                                 _one_of(*GATEWAY_POLICIES), "use 'cache_aware'"),
     "sglang_router_bind_address": Key("None or an IP address", _optional(_ip),
                                       "use None, the address clients reach this host on, or '127.0.0.1'"),
-    "sglang_router_trusted_network": Key("True or False", lambda v: isinstance(v, bool),
-                                         "use False, or True only on a network you trust"),
     "sglang_router_prometheus_bind_address": Key("an IP address", _ip,
                                                  "use '127.0.0.1', or the address your scraper reaches"),
     "sglang_router_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use a port number such as 30080"),
@@ -382,4 +382,11 @@ SCHEMA: dict[str, Key] = {
                                  "use the model's context length, e.g. 262144"),
     "sglang_tp_size": Key("'derive' or an integer 1-64", lambda v: v == DERIVE or _int_range(1, 64)(v),
                           "use 'derive' or the number of GPUs to split the model across"),
+}
+
+
+# Keys this project no longer reads, each with the key that took its place: refused in one line naming the new one,
+# so an inventory that still sets the old one never silently falls back to the new one's default.
+RETIRED: dict[str, str] = {
+    "sglang_router_trusted_network": "sglang_trusted_network",
 }

@@ -189,10 +189,28 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "lock": plan.lock.path if plan.lock is not None else None,
         # a host only in the router group serves no model; a gateway host's gateways and their workers' health
         "serves": plan.serves,
+        # who may call its API and gateways without the key (sglang_api_key_file, sglang_trusted_network)
+        "api": api_access(plan),
         "gateways": report.get("gateways") or [],
         # a monitor host: where its Prometheus answers (the fleet's metrics, alerts and the dashboard's source)
         "prometheus": prometheus_url(name, plan.monitor_settings) if plan.monitors else None,
     }
+
+
+API_ACCESS = ("key", "no key, trusted network", "no key, loopback only", "NO KEY, OPEN")
+
+
+def api_access(plan) -> str:
+    """Who may call the host's API and its gateways: with the key only; anyone, the operator having said the network
+    is trusted (sglang_trusted_network); local callers only (every port on loopback); or anyone, undeclared (the
+    deploy refuses that: refusals.check_open_worker and check_fleet)."""
+    if plan.api_key is not None:
+        return API_ACCESS[0]
+    if plan.trusted_network:
+        return API_ACCESS[1]
+    published = ([plan.bind_address] if plan.serves else []) + \
+        ([plan.gateway_settings.published_on] if plan.gateway_settings is not None else [])
+    return API_ACCESS[2] if all(ipaddress.ip_address(a).is_loopback for a in published) else API_ACCESS[3]
 
 
 def prometheus_url(name: str, settings) -> str:

@@ -132,7 +132,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     directory, base = argv[0], argv[1]
     owner = stack.gateway(os.path.basename(directory.rstrip("/")))
-    apikey.use_api_key_file(argv[2] if len(argv) > 2 else None, lambda url: stack.holds(url, *owner))
+    try:
+        apikey.use_api_key_file(argv[2] if len(argv) > 2 else None, lambda url: stack.holds(url, *owner))
+    except FileNotFoundError:
+        # Not on this gateway host yet (its own run has not written it: a first deploy, a worker rolling first).
+        # The gateway's launcher reads the key from this very file when it starts, so no gateway running now
+        # requires it: go on without one, as for a gateway without a key.
+        pass
     wanted = json.loads(sys.stdin.read())
     if isinstance(wanted, dict):
         if wanted.get("view"):

@@ -1,11 +1,14 @@
 """With sglang_api_key_file, the API wants the key: the gate and the checks send it from the server's own
 0600 file, a client without it gets 401, and the key is in no command line, compose.yaml, docker inspect or
 pyinfra output; a server that never becomes ready has its log (which carries the key, as SGLang's does) shown
-without it. Without the key again, the file goes and the API is open."""
+without it. Without the key again, the file goes and the API is open. Across the test network, a keyed worker's
+routes that change a running server (POST /flush_cache) and a keyed gateway's worker API (POST /workers) refuse
+a request from another host without the key."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -20,6 +23,20 @@ SERVER_INFO = ("python3 -c \"import json, urllib.request as u; k = json.loads(op
                ".split(':', 1)[1]); print(u.urlopen(u.Request('http://127.0.0.1:30000/server_info', "
                "headers={'Authorization': 'Bearer ' + k}), timeout=10).read().decode())\"")
 PROBE = "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:30000/v1/models').status)\""
+# One request from a test host: python3 -c CALL METHOD URL key|none [body]; with "key", the key is read from that
+# host's own server.yaml (never on a command line). Prints the status code, or with "body" the answer's text.
+CALL = "\n".join([
+    "import json, sys, urllib.request as u, urllib.error as e",
+    "m, url, w = sys.argv[1:4]",
+    "h = {'Content-Type': 'application/json'}",
+    "if w == 'key': h['Authorization'] = 'Bearer ' + json.loads(open('" + CONFIG + "').read().split(':', 1)[1])",
+    "try:",
+    "    r = u.urlopen(u.Request(url, data=b'{}' if m == 'POST' else None, method=m, headers=h), timeout=20)",
+    "    print(r.read().decode() if sys.argv[4:] == ['body'] else r.status)",
+    "except e.HTTPError as x:",
+    "    print(x.code)",
+])
+FLEET_WORKER, FLEET_GATEWAY = "sg-apikey-w", "sg-apikey-gw"
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +125,45 @@ def test_without_the_key_the_file_goes_and_the_api_is_open(keyed, testbed, workd
     assert result.returncode == 0, result.output[-3000:]
     assert host.exec(f"test -e {CONFIG}", check=False).returncode != 0
     assert host.exec(PROBE).stdout.strip() == "200"
+
+
+@pytest.fixture(scope="module")
+def keyed_fleet(testbed, workdir):
+    """A keyed worker and a keyed gateway in front of it, both published on every address (group_data's default),
+    on the test network: each host is the other's client."""
+    hosts = {name: testbed.host(name) for name in (FLEET_WORKER, FLEET_GATEWAY)}
+    key_file = workdir / "api-key-fleet"
+    key_file.write_text("fleetkey-0123456789abcdef0123\n")
+    keyed = {"sglang_api_key_file": str(key_file), "sglang_trusted_network": False}
+    inventory = testbed.inventory(workdir / "apikey_fleet.py", {
+        "production": [(hosts[FLEET_WORKER], keyed)],
+        "router": [(hosts[FLEET_GATEWAY], {**keyed, "sglang_require_gpu": False, "sglang_router_bind_address": None})]})
+    result = run_deploy(inventory)
+    (workdir / "apikey_fleet.log").write_text(result.output)   # the whole run, for a failure's first cause
+    assert result.returncode == 0, result.output[-3000:]
+    return hosts
+
+
+def call(host, method: str, url: str, key: bool, *extra: str) -> str:
+    return host.exec(shlex.join(["python3", "-c", CALL, method, url, "key" if key else "none", *extra])).stdout.strip()
+
+
+def test_from_another_host_a_keyed_workers_mutating_route_wants_the_key(keyed_fleet):
+    worker, client = keyed_fleet[FLEET_WORKER], keyed_fleet[FLEET_GATEWAY]
+    url = f"http://{worker.address}:30000/flush_cache"
+    assert call(client, "POST", url, key=False) == "401"
+    assert call(client, "POST", url, key=True) == "200"
+    # SGLang's key check lets /health through without the key (a prober has none): what docs/security.md says.
+    assert call(client, "GET", f"http://{worker.address}:30000/health", key=False) == "200"
+
+
+def test_from_another_host_a_keyed_gateways_worker_api_wants_the_key(keyed_fleet):
+    gateway, client = keyed_fleet[FLEET_GATEWAY], keyed_fleet[FLEET_WORKER]
+    url = f"http://{gateway.address}:30080/workers"
+    assert call(client, "POST", url, key=False) == "401"
+    assert call(client, "GET", url, key=False) == "401"
+    assert call(client, "GET", url, key=True) == "200"
+    listed = call(client, "GET", url, True, "body")
+    assert f"http://{keyed_fleet[FLEET_WORKER].address}:30000" in listed   # the fleet's worker, none added
+    assert "127.0.0.1" not in listed
+

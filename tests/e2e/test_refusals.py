@@ -80,6 +80,10 @@ CASES = {
     "no worker out at once": ({"sglang_max_unavailable": "0%"}, BAD, "sglang_max_unavailable",
                               'a share of the pool\'s workers from "1%" to "99%"'),
     "a share in words": ({"sglang_max_unavailable": "half"}, BAD, "sglang_max_unavailable", 'use e.g. 1, or "25%"'),
+    "the retired trusted-network key": ({"sglang_router_trusted_network": True}, BAD, "sglang_router_trusted_network",
+                                        "sglang_trusted_network took its place. Fix: set sglang_trusted_network"),
+    "a keyless worker on every address": ({"sglang_trusted_network": False}, BAD, "sglang_api_key_file",
+                                          "None, and this host's API would be published on 0.0.0.0:30000"),
 }
 
 
@@ -117,3 +121,23 @@ def test_every_problem_of_every_host_is_reported_at_once(testbed, hosts, baselin
     for expected in (f"host {GOOD}: sglang_image:", f"host {BAD}: sglang_port:", f"host {BAD}: sglang_tp_size:"):
         assert expected in result.output
     assert fingerprints(hosts) == baseline
+
+
+def test_a_default_inventory_with_a_router_group_and_no_key_is_refused(testbed, hosts, baseline, workdir):
+    """group_data's defaults (no sglang_api_key_file, sglang_trusted_network False, every address): the worker and
+    the gateway would answer anyone on the network, so both are refused, each naming the key and the fix."""
+    inventory = testbed.inventory(workdir / "refuse_open_fleet.py", {
+        "production": [(hosts[GOOD], {"sglang_trusted_network": False})],
+        "router": [(hosts[BAD], {"sglang_trusted_network": False, "sglang_require_gpu": False})],
+    })
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    assert "refused before any change on any host" in result.output, result.output[-3000:]
+    assert f"host {GOOD}: sglang_api_key_file: None, and this host's API would be published on 0.0.0.0:30000 " \
+        f"(sglang_bind_address), which the gateways of {BAD} reach over the network" in result.output
+    assert f"host {BAD}: sglang_api_key_file: None, and this host's gateways would be published on every address" \
+        in result.output
+    assert "sglang_trusted_network = True" in result.output
+    assert result.statuses == {}, "an operation started"
+    assert fingerprints(hosts) == baseline
+

@@ -31,8 +31,8 @@ def fleet(testbed, workdir):
 
     def inventory(file, production=(W1, W2), router=(GW,), data=None, extra=None):
         data = data or {}
-        # No API key here: each router host publishes its gateway on its own test-network address, named
-        # (never every address by default, which a router host without a key is refused).
+        # No API key here: the harness declares the test network trusted (harness.with_trust), and each router
+        # host publishes its gateway on its own test-network address, named.
         groups = {"production": [(hosts[n], data.get(n, {})) for n in production],
                   "router": [(hosts[n], {"sglang_router_bind_address": hosts[n].address, **data.get(n, {})})
                              for n in router]}
@@ -204,8 +204,9 @@ def test_with_a_worker_stopped_the_gateway_keeps_answering_and_the_next_deploy_r
     ("port_clash", f"host {W1}: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on 30000, the "
                    "port this host's own server already publishes (sglang_port). Fix:"),
     ("unknown_policy", f"host {GW}: sglang_router_policy: 'fastest' is not one of cache_aware"),
-    ("open_front_door", f"host {GW}: sglang_router_bind_address: 0.0.0.0 with no sglang_api_key_file: anyone who "
-                        "reaches the gateway's port could add a worker of their own (POST /workers)"),
+    ("open_front_door", f"host {GW}: sglang_api_key_file: None, and this host's gateways would be published on "
+                        "every address (sglang_router_bind_address): anyone who reaches a gateway's port could add a "
+                        "worker of their own (POST /workers)"),
 ])
 def test_bad_input_is_refused_before_any_change(fleet, case, line):
     hosts, inventory, _, _ = fleet
@@ -214,7 +215,8 @@ def test_bad_input_is_refused_before_any_change(fleet, case, line):
     elif case == "port_clash":
         args, file = ("--data", "sglang_router_port=30000"), inventory("refuse-clash.py", router=(GW, W1))
     elif case == "open_front_door":
-        args, file = (), inventory("refuse-open.py", data={GW: {"sglang_router_bind_address": "0.0.0.0"}})
+        args, file = (), inventory("refuse-open.py", data={GW: {"sglang_router_bind_address": "0.0.0.0",
+                                                                "sglang_trusted_network": False}})
     else:
         args, file = ("--data", "sglang_router_policy=fastest"), inventory("refuse-policy.py")
     before = (started(hosts[GW]), hosts[GW].exec(f"sha256sum {GATEWAY_DIR}/compose.yaml").stdout)

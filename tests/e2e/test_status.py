@@ -93,6 +93,7 @@ def test_the_row_says_what_the_host_runs(read, name):
     assert gate["tok_per_s"] > 0 and gate["baseline_tok_per_s"] == 300
     assert gate["ratio_to_baseline"] == pytest.approx(gate["tok_per_s"] / 300, abs=0.01)
     assert row["drift"] == {"operations": 0, "names": []}
+    assert row["api"] == "no key, trusted network"   # the harness declares the test network trusted (with_trust)
     # the stand-in model's shards (12 MiB and 3 MiB) and its small files, each blob once
     assert 15 << 20 <= row["disk"]["hf_cache_bytes"] < 16 << 20
     assert 0 < row["disk"]["free_bytes"] <= row["disk"]["total_bytes"]

@@ -26,12 +26,14 @@ DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
 
 
-# A gateway host without an API key must name the address it serves on (or trust the network): these tests name one.
+# A gateway host without an API key is refused off loopback unless the network is trusted: these tests publish on an
+# internal address of a trusted network; the refusal's own tests below set sglang_trusted_network = False.
 INTERNAL = "10.0.0.5"
 
 
 def gateway_host(groups=("router",), **data):
-    values = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL, **data}
+    values = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL,
+              "sglang_trusted_network": True, **data}
     return resolve("gw-1", values, converged_snapshot(None), groups)
 
 
@@ -144,12 +146,19 @@ def test_a_health_timeout_not_below_the_interval_is_refused():
     assert "sglang_router_health_check_timeout" in problem
 
 
-@pytest.mark.parametrize("address", [None, "0.0.0.0", "::"])
-def test_a_gateway_without_a_key_on_every_address_is_refused(address):
-    [problem] = refusals(gateway_host(sglang_router_bind_address=address), TWO)
-    assert problem.startswith("host gw-1: sglang_router_bind_address: ")
+@pytest.mark.parametrize("address", [None, "0.0.0.0", "::", INTERNAL])
+def test_a_gateway_without_a_key_off_loopback_is_refused_unless_the_network_is_trusted(address):
+    [problem] = refusals(gateway_host(sglang_router_bind_address=address, sglang_trusted_network=False), TWO)
+    assert problem.startswith("host gw-1: sglang_api_key_file: None, and this host's gateways would be published on "
+                              f"{'every address' if address in (None, '0.0.0.0', '::') else address} ")
     assert "could add a worker of their own (POST /workers) and receive every prompt" in problem
-    assert "Fix: set sglang_api_key_file" in problem and "sglang_router_trusted_network = True" in problem
+    assert "Fix: set sglang_api_key_file" in problem and "sglang_trusted_network = True." in problem
+    assert with_gateways(gateway_host(sglang_router_bind_address=address, sglang_trusted_network=True), TWO).gateways
+
+
+def test_a_gateway_without_a_key_on_loopback_only_is_accepted():
+    plan = with_gateways(gateway_host(sglang_router_bind_address="127.0.0.1", sglang_trusted_network=False), TWO)
+    assert yaml.safe_load(plan.gateways[0].compose)["services"]["router"]["ports"][0] == "127.0.0.1:30080:30080"
 
 
 def published(plan):
@@ -159,9 +168,9 @@ def published(plan):
 def test_the_front_door_is_open_on_every_address_only_with_a_key_or_by_decision(tmp_path):
     key_file = tmp_path / "api-key"
     key_file.write_text("k3y-0123456789abcdef\n")
-    assert published(gateway_host(sglang_router_bind_address=None, sglang_api_key_file=str(key_file))) == \
-        ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
-    assert published(gateway_host(sglang_router_bind_address=None, sglang_router_trusted_network=True)) == \
+    assert published(gateway_host(sglang_router_bind_address=None, sglang_api_key_file=str(key_file),
+                                  sglang_trusted_network=False)) == ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
+    assert published(gateway_host(sglang_router_bind_address=None, sglang_trusted_network=True)) == \
         ["0.0.0.0:30080:30080", "127.0.0.1:29000:29000"]
     assert published(gateway_host(sglang_router_prometheus_bind_address="10.0.0.9")) == \
         [f"{INTERNAL}:30080:30080", "10.0.0.9:29000:29000"]
@@ -169,8 +178,8 @@ def test_the_front_door_is_open_on_every_address_only_with_a_key_or_by_decision(
 
 def test_the_shipped_defaults_publish_no_gateway_port_on_every_address_without_a_key():
     shipped = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
-               if k.startswith("sglang_router_")}
-    assert shipped["sglang_router_bind_address"] is None and shipped["sglang_router_trusted_network"] is False
+               if k.startswith("sglang_router_") or k == "sglang_trusted_network"}
+    assert shipped["sglang_router_bind_address"] is None and shipped["sglang_trusted_network"] is False
     assert shipped["sglang_router_prometheus_bind_address"] == "127.0.0.1"
     assert refusals(gateway_host(**shipped), TWO)
 
@@ -212,7 +221,7 @@ def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
     gateway = with_gateways(gateway_host(), TWO).gateways[0]
     assert set(gateway.scripts) == {"test_tool_calling.sh", "benchmark.sh", "gate.sh", "launch.py"}
     assert f'--url http://{INTERNAL}:30080 ' in gateway.scripts["benchmark.sh"]   # where it is published
-    everywhere = with_gateways(gateway_host(sglang_router_bind_address=None, sglang_router_trusted_network=True), TWO)
+    everywhere = with_gateways(gateway_host(sglang_router_bind_address=None), TWO)
     assert '--url http://127.0.0.1:30080 ' in everywhere.gateways[0].scripts["benchmark.sh"]
     assert '--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts["gate.sh"]
     # The checks send the key only to a port the gateway's own container publishes (checks.py --gateway).
@@ -305,3 +314,81 @@ def test_the_status_shows_each_gateways_workers_and_judges_a_gateway_without_hea
     assert fleetstatus.problems(row) == []          # a gateway-only host: no container or model of its own
     dead = dict(healthy, workers=[{"url": "http://10.0.0.11:30000", "healthy": False}])
     assert fleetstatus.problems(dict(row, gateways=[dead])) == [("failing", "gateway m has no healthy worker")]
+
+
+# ---------------------------------------------------------------- no worker answers the network without a key
+
+class InventoryHost:
+    """A host of the inventory as gateways.fleet() reads it: its name, groups and data."""
+
+    def __init__(self, name, groups, values):
+        self.name, self.groups, self.values = name, groups, values
+        self.data = mock.Mock(dict=lambda: values)
+
+
+def fleet_problems(worker_data=None, gateway=True, gateway_data=None):
+    """Every refusal of gateways.fleet() over gpu-01 (with ``worker_data``) and, with ``gateway``, gw-1."""
+    from sglang_infra.gateways import fleet as fleet_of
+
+    hosts = [InventoryHost("gpu-01", ["production"], {**DEFAULTS, "ssh_hostname": "10.0.0.11", **(worker_data or {})})]
+    if gateway:
+        hosts.append(InventoryHost("gw-1", ["router"], {**DEFAULTS, "sglang_require_gpu": False,
+                                                         "sglang_router_bind_address": INTERNAL,
+                                                         "sglang_trusted_network": True, **(gateway_data or {})}))
+    plans = {each.name: resolve(each.name, each.values, converged_snapshot(
+        None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
+    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
+        try:
+            fleet_of(plans, hosts)
+        except DeployDataError as error:
+            return error.problems
+    return []
+
+
+def test_a_worker_a_gateway_fronts_without_a_key_is_refused_naming_its_gateway_and_the_fix():
+    [problem] = fleet_problems()
+    assert problem.startswith("host gpu-01: sglang_api_key_file: None, and this host's API would be published on "
+                              "0.0.0.0:30000 (sglang_bind_address), which the gateways of gw-1 reach over the network: "
+                              "anyone who reaches it could call every SGLang route, those that load other weights or "
+                              "a LoRA adapter and flush the cache included")
+    assert "Fix: set sglang_api_key_file (clients and the gateways then send its key), or on a network where " \
+        "everyone who reaches the port may call it, sglang_trusted_network = True." in problem
+    assert "127.0.0.1" not in problem   # the gateways reach it over the network: loopback is no fix
+
+
+def test_a_worker_on_an_internal_address_without_a_key_is_refused_too():
+    [problem] = fleet_problems({"sglang_bind_address": "10.0.0.11"})
+    assert "published on 10.0.0.11:30000 (sglang_bind_address)" in problem
+
+
+def test_a_standalone_worker_without_a_key_is_refused_unless_it_publishes_on_loopback_only():
+    [problem] = fleet_problems(gateway=False)
+    assert problem.startswith("host gpu-01: sglang_api_key_file: None, and this host's API would be published on "
+                              "0.0.0.0:30000 (sglang_bind_address): anyone who reaches it")
+    assert "or sglang_bind_address = '127.0.0.1' when no gateway fronts this host and every client runs on it, or " \
+        in problem
+    assert fleet_problems({"sglang_bind_address": "127.0.0.1"}, gateway=False) == []
+    assert fleet_problems({"sglang_bind_address": "::1"}, gateway=False) == []
+
+
+def test_a_worker_with_a_key_or_on_a_trusted_network_is_accepted(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("k3y-0123456789abcdef\n")
+    assert fleet_problems({"sglang_api_key_file": str(key_file)},
+                          gateway_data={"sglang_api_key_file": str(key_file), "sglang_trusted_network": False}) == []
+    assert fleet_problems({"sglang_trusted_network": True}) == []
+    assert fleet_problems({"sglang_trusted_network": True}, gateway=False) == []
+
+
+def test_a_default_inventory_with_a_router_group_and_no_key_is_refused_for_the_worker_and_the_gateway():
+    problems = fleet_problems(gateway_data={"sglang_router_bind_address": None, "sglang_trusted_network": False})
+    assert [p.split(":")[0] for p in problems] == ["host gw-1", "host gpu-01"]
+    assert all(": sglang_api_key_file: None, and this host's " in p for p in problems)
+    assert "which the gateways of gw-1 reach over the network" in problems[1]   # though gw-1 is refused itself
+
+
+def test_the_old_trusted_network_key_is_refused_in_one_line_naming_the_new_one():
+    [problem] = check_data("gw-1", {**DEFAULTS, "sglang_router_trusted_network": True})
+    assert problem == ("host gw-1: sglang_router_trusted_network: no longer a key of this project: "
+                       "sglang_trusted_network took its place. Fix: set sglang_trusted_network instead "
+                       "(docs/variables.md says what it covers now) and remove sglang_router_trusted_network.")

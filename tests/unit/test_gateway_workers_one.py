@@ -76,3 +76,13 @@ def test_a_gateway_not_set_up_yet_is_left_alone(tmp_path):
     code, said = step(tmp_path, "http://127.0.0.1:9", {"remove": A})
     assert code == 0 and "does not answer" in said
     assert not os.path.exists(tmp_path / "workers.json")
+
+
+def test_a_key_file_not_written_yet_is_no_error(tmp_path, monkeypatch):
+    """A worker rolling in the first run of a keyed gateway host: the gateway's key file is not there yet (nor its
+    container, whose launcher would read the key from that file): the step goes on without a key."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"remove": A})))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = gateway_workers.main([str(tmp_path / "m"), "http://127.0.0.1:9", str(tmp_path / "missing.yaml")])
+    assert code == 0 and "does not answer" in out.getvalue()

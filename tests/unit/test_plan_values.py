@@ -18,8 +18,8 @@ NO_ENGINE = {"cli": None, "api": False, "active": "inactive", "compose_plugin": 
 def gateway_plan():
     values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
     key, worker = fleet_worker("gpu-01", values, resolve("gpu-01", values, converged_snapshot()))
-    gateway_host = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5"},
-                     converged_snapshot(None), ("router",))
+    gateway_host = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5",
+                                    "sglang_trusted_network": True}, converged_snapshot(None), ("router",))
     return with_gateways(gateway_host, {key: [worker]})
 
 

@@ -337,7 +337,8 @@ class InvHost:
     def __init__(self, name, groups, **data):
         self.name = name
         self.groups = groups
-        values = {**DEFAULTS, "sglang_model": PROD, "ssh_hostname": name, **data}
+        # A trusted network: these tests are about rolls; the open-port refusals have theirs in test_gateway_plan.py.
+        values = {**DEFAULTS, "sglang_model": PROD, "ssh_hostname": name, "sglang_trusted_network": True, **data}
         self.data = SimpleNamespace(dict=lambda: values)
         self.values = values
 

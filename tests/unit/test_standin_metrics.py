@@ -408,3 +408,32 @@ def test_a_stream_cut_short_counts_as_aborted(standin):
     assert value(families, "sglang:time_to_first_token_seconds_count", is_streaming="true") == 1   # it was sent
     assert value(families, "sglang:e2e_request_latency_seconds_count") == 0
     assert value(families, "sglang:num_used_tokens") == 0
+
+
+def call(port: int, method: str, path: str, key: str | None = None) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST"
+                                     else None, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_key_guards_exactly_the_routes_sglangs_key_check_guards(standin):
+    """SGLang 0.5.16 with --api-key (sglang/srt/utils/auth.py): every route wants the key, the ones that change a
+    running server included; OPTIONS and any path starting with /health or /metrics pass without it."""
+    key = "k3y-0123456789abcdef"
+    port = standin("--api-key", key)
+    for method, path in (("POST", "/flush_cache"), ("GET", "/flush_cache"), ("GET", "/v1/models"),
+                         ("GET", "/get_server_info"), ("GET", "/server_info"), ("GET", "/get_model_info"),
+                         ("POST", "/v1/chat/completions"), ("POST", "/update_weights_from_disk"),
+                         ("GET", "/no-such-route")):
+        assert call(port, method, path) == 401, (method, path)
+        assert call(port, method, path, "wrong-key-0123456789") == 401, (method, path)
+    assert call(port, "POST", "/flush_cache", key) == 200 and call(port, "GET", "/flush_cache?timeout=1", key) == 200
+    assert call(port, "GET", "/get_server_info", key) == 200
+    assert call(port, "POST", "/update_weights_from_disk", key) == 404   # a route the stand-in does not serve
+    assert call(port, "GET", "/health") == 200 and call(port, "GET", "/metrics") == 200
+    assert call(port, "GET", "/health_generate") == 404   # passes the key check; the stand-in has no such route
+    assert call(port, "OPTIONS", "/flush_cache") == 501   # passes the key check; http.server has no OPTIONS

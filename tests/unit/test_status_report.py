@@ -23,7 +23,8 @@ IMAGE_ID = "sha256:" + "ee" * 32
 
 
 def _plan(toolchain=False, **data):
-    return plan_for({**pinned_defaults(), "sglang_toolchain_image": toolchain, **data})
+    # A trusted network unless a test says otherwise: without a key the deploy would refuse the host.
+    return plan_for({**pinned_defaults(), "sglang_toolchain_image": toolchain, "sglang_trusted_network": True, **data})
 
 
 def _locked(plan, lock):
@@ -306,3 +307,34 @@ def test_the_report_names_a_monitor_hosts_prometheus(listen, expected):
     assert f"mon-1: the fleet's Prometheus (metrics, alerts, the dashboard's source) at {expected}" in \
         fleetstatus.table(fleetstatus.judged([row])).splitlines()
     assert statusrows.row("gpu-01", _plan(), _snapshot(_plan()), [])["prometheus"] is None
+
+
+@pytest.mark.parametrize("data,expected", [
+    ({"sglang_trusted_network": True}, "no key, trusted network"),
+    ({"sglang_trusted_network": False, "sglang_bind_address": "127.0.0.1"}, "no key, loopback only"),
+])
+def test_the_report_shows_who_may_call_the_api_without_a_key(data, expected):
+    plan = _plan(**data)
+    row = statusrows.row("gpu-01", plan, _snapshot(plan), [])
+    assert row["api"] == expected
+    judged = fleetstatus.judged([row])
+    assert judged["hosts"][0]["verdict"] == "ok"
+    assert fleetstatus.table(judged).splitlines()[1].endswith(expected)
+
+
+def test_an_api_open_to_the_network_without_the_operators_word_is_reported_refused():
+    plan = _plan(sglang_trusted_network=False)
+    row = statusrows.row("gpu-01", plan, _snapshot(plan), [])
+    assert row["api"] == "NO KEY, OPEN"
+    judged = fleetstatus.judged([row])
+    assert judged["hosts"][0]["verdict"] == "refused" and judged["exit"] == 1
+    assert "gpu-01: refused: no sglang_api_key_file and sglang_trusted_network is False, yet a port of this host " \
+        "answers the network without a key; the next deploy refuses that" in fleetstatus.table(judged).splitlines()
+
+
+def test_the_report_says_key_when_the_api_wants_one(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("k3y-0123456789abcdef\n")
+    plan = _plan(sglang_api_key_file=str(key_file), sglang_trusted_network=False)
+    row = statusrows.row("gpu-01", plan, _snapshot(plan), [])
+    assert row["api"] == "key" and fleetstatus.judged([row])["hosts"][0]["verdict"] == "ok"

@@ -13,6 +13,9 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 - POST /v1/chat/completions   content, reasoning_content, tool_calls, usage;
                               streaming as server-sent events ending in [DONE];
                               404 for an unknown model, 400 for a bad request
+- GET or POST /flush_cache    "Cache flushed." (one of SGLang's routes that change a running server)
+- with --api-key, every route wants the key (401 {"error": "Unauthorized"} without it) except OPTIONS and
+  the paths that start with /health or /metrics, exactly as SGLang 0.5.16's key check (_authorized)
 - GET  /metrics               with --enable-metrics, SGLang's own metric set in Prometheus' text format (404
                               without it), without the API key as SGLang serves it; kept from the requests
                               the stand-in serves (see Metrics below):
@@ -69,6 +72,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -474,13 +478,17 @@ def make_handler(standin: StandIn):
             self._json(code, {"object": "error", "message": message, "type": kind, "param": None, "code": code})
 
         def _authorized(self) -> bool:
-            """With --api-key, every /v1 route wants `Authorization: Bearer <key>` (401 otherwise), as SGLang's.
-            /health and /metrics never do: SGLang's key check lets both through without it (a prober and a
-            Prometheus scraper have no key)."""
+            """With --api-key, the key check of SGLang 0.5.16 (sglang/srt/utils/auth.py, decide_request_auth, with
+            an api key and no admin key): every route wants `Authorization: Bearer <key>` (401 otherwise), the
+            routes that change a running server (/flush_cache, /update_weights_from_disk, /load_lora_adapter, ...)
+            included, except an OPTIONS request and any path that starts with /health or /metrics (a prober and a
+            Prometheus scraper have no key), which pass without it."""
             key = standin.args.api_key
-            if not key or self.headers.get("Authorization") == f"Bearer {key}":
+            path = urllib.parse.urlsplit(self.path).path
+            if not key or self.command == "OPTIONS" or path.startswith(("/health", "/metrics")) or \
+                    self.headers.get("Authorization") == f"Bearer {key}":
                 return True
-            self._error(401, "Unauthorized", "AuthenticationError")
+            self._json(401, {"error": "Unauthorized"})   # SGLang's own answer
             return False
 
         def _misbehaves(self) -> bool:
@@ -508,7 +516,10 @@ def make_handler(standin: StandIn):
             return True
 
         def do_GET(self):
-            if self.path.startswith("/v1/") and not self._authorized():
+            if not self._authorized():
+                return
+            if self.path.split("?")[0] == "/flush_cache":
+                self._flush_cache()
                 return
             if self._misbehaves():
                 return
@@ -544,6 +555,9 @@ def make_handler(standin: StandIn):
                 return
             if self._misbehaves():
                 return
+            if self.path.split("?")[0] == "/flush_cache":
+                self._flush_cache()
+                return
             if self.path != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}", "NotFoundError")
                 return
@@ -577,6 +591,16 @@ def make_handler(standin: StandIn):
                     standin.stats.abort(tracked)   # only if it did not finish: its client went away
                 with standin.lock:
                     standin.active -= 1
+
+        def _flush_cache(self):
+            """SGLang's /flush_cache (GET or POST): one of the routes that change a running server, behind the key
+            as the real one; the stand-in has no cache to flush, so it only answers as SGLang does."""
+            data = b"Cache flushed.\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _complete(self, request, tracked: Tracked):
             message, finish, pieces = standin.completion(request)

@@ -56,15 +56,17 @@ def _wheel_index() -> str:
 # The only keys the sandbox sets over group_data: what the stand-ins need (docs/stand-ins.md). Everything
 # else comes from group_data, so an edit there shows on the next run.
 PROFILE_KEYS = ("sglang_require_gpu", "sglang_image", "sglang_image_archive", "sglang_models", "sglang_hf_endpoint",
-                "sglang_flashinfer_index_url", "sglang_extra_ca_bundle")
+                "sglang_flashinfer_index_url", "sglang_extra_ca_bundle", "sglang_trusted_network")
 
 
 def _profile() -> dict:
     """The stand-in profile: no GPU, the stand-in server's image, the stand-in Hub's registry and endpoint, the
     stand-in wheel index and this machine's CA for the toolchain image (which stays on, as in group_data)."""
     ca = hosts.DEFAULT_CA_BUNDLE
+    # The sandbox serves without an API key on this machine's own Docker network: trusted, said so, as the deploy
+    # refuses a keyless worker off loopback otherwise (docs/security.md).
     profile = {**hosts.standin_data(), "sglang_flashinfer_index_url": _wheel_index(),
-               "sglang_extra_ca_bundle": ca if Path(ca).is_file() else None}
+               "sglang_extra_ca_bundle": ca if Path(ca).is_file() else None, "sglang_trusted_network": True}
     return {key: profile[key] for key in PROFILE_KEYS}
 
 
