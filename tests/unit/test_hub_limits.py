@@ -27,8 +27,8 @@ def hub():
 
 def pull(hub: StandinHub, tmp_path, capsys) -> tuple[int, str, float]:
     started = time.monotonic()
-    code = hfpull.main(["pull", "--cache-dir", str(tmp_path / "hub"), "--repo-id", "org/small", "--revision", "main",
-                        "--endpoint", hub.url, "--workers", "1"])
+    code = hfpull.main(["pull", "--cache-dir", str(tmp_path / "hub"), "--records-dir", str(tmp_path / "verified"),
+                        "--repo-id", "org/small", "--revision", "main", "--endpoint", hub.url, "--workers", "1"])
     return code, capsys.readouterr().err, time.monotonic() - started
 
 
