@@ -22,7 +22,7 @@ if preflight(host, inventory):
     serves = plan.serves  # a host only in the `router` or `monitor` group serves no model
     if serves or plan.runs_gateways:  # a host only in `monitor` runs Prometheus alone: no account, no Docker
         local.include("tasks/account.py")        # 1. the sglang system account
-        local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub}
+        local.include("tasks/layout.py")         # 2. /opt/sglang/{docker,hf-cache/hub,verified}
         local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
     local.include("tasks/node_exporter.py")      # 3b. every host: the node exporter, ready for the gate's metrics
     if serves:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import run_deploy, run_dry, run_host_checks
+from harness import run_deploy, run_dry, run_host_checks, with_trust
 
 PRODUCTION = ("sg-prod-1", "sg-prod-2")
 QUALITY = ("sg-qual-1",)
@@ -119,7 +119,8 @@ def test_sandbox_inventory_targets_the_sandbox_state(testbed, fleet, workdir):
     """inventory.py with no hosts configured reads the sandbox state file."""
     host = fleet[0]["sg-prod-1"]
     state = workdir / "sandbox-hosts.json"
-    state.write_text(json.dumps([{**host.to_json(), "data": testbed.standin}]))
+    # The sandbox declares its network trusted in the data it writes (testbed/sandbox.py), as with_trust() does.
+    state.write_text(json.dumps([{**host.to_json(), "data": with_trust(testbed.standin)}]))
     result = run_deploy(__import__("harness").PROJECT_DIR / "inventory.py", "--data", 'sglang_admins=["alice"]',
                         env={"SGLANG_SANDBOX_STATE": str(state)})
     assert result.returncode == 0, result.why(3000)

@@ -14,8 +14,8 @@ COMPOSE = "/opt/sglang/docker/compose.yaml"
 
 ACCOUNT_OP = ("tasks/account.py | Ensure sglang is a locked nologin system account in the docker group, "
               "with admins in its group")
-LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub} have the runbook's owners and modes, "
-             "and nothing below has drifted")
+LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub,verified} have the runbook's owners and "
+             "modes, and nothing below has drifted")
 ENV_OP = "tasks/stack.py | Ensure /opt/sglang/docker/.env carries the sglang account's real uid and gid"
 COMPOSE_OP = ("tasks/stack.py | Ensure /opt/sglang/docker/compose.yaml is rendered from templates/compose.yaml.j2 "
               "and accepted by compose")

@@ -20,8 +20,8 @@ from testbed.hosts import stop_host
 HOSTS = {"sg-st-1": "root", "sg-st-2": "deploy"}
 KEY = "qwen3.6-35b-a3b-awq"          # the production group's model: the stand-in repo below
 REPO = "standin-org/tiny-chat"
-LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub} have the runbook's owners and modes, "
-             "and nothing below has drifted")
+LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub,verified} have the runbook's owners and "
+             "modes, and nothing below has drifted")
 # Everything status must leave alone: each file's type, mode, owner, size, mtime and ctime under the home and the
 # tools dir, and the serving container's id and start time.
 HOST_STATE = (
