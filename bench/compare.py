@@ -165,6 +165,17 @@ def _commands_per_host(output: str, names: list[str]) -> int:
     return max(counts.values())
 
 
+def inventory_for(checkout: Path, inventory: Path) -> Path:
+    """The inventory as ``checkout`` reads it. The harness declares the test network trusted
+    (sglang_trusted_network, the last key of each host's data); a checkout from before that key refuses it as
+    unknown, and refused no keyless worker either, so its copy goes without it."""
+    if "sglang_trusted_network" in (checkout / "group_data" / "all.py").read_text():
+        return inventory
+    older = inventory.with_name(f"{inventory.stem}.{checkout.name}.py")
+    older.write_text(inventory.read_text().replace(", 'sglang_trusted_network': True", ""))
+    return older
+
+
 def _pyinfra(label: str, checkout: Path, inventory: Path, names: list[str], log_dir: Path) -> dict:
     converge = timed_deploy(inventory, checkout=checkout)
     (log_dir / f"{label}-converge.log").write_text(converge["output"])
@@ -231,7 +242,7 @@ def one_round(count: int, rep: int, state_dir: Path, image: str, base: dict,
                                     {"production": [(host, {}) for host in fleet]}, base=base)
         sample = {"hosts": count, "rep": rep}
         for label, checkout in checkouts:
-            sample.update(_pyinfra(label, checkout, inventory, names, log_dir))
+            sample.update(_pyinfra(label, checkout, inventory_for(checkout, inventory), names, log_dir))
         ansible_inventory = write_ansible_inventory(state_dir / f"compare_{count}_{rep}.ansible.yml", fleet)
         sample.update(_ansible(playbook, ansible_inventory, state_dir / "ansible", names, log_dir))
     finally:
