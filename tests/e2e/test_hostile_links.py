@@ -5,13 +5,11 @@ neither the snapshot nor the prune plan, and the snapshot reads nothing through 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
 
-from harness import run_deploy, run_dry
-from sglang_infra import ship
+from harness import read_snapshot, run_deploy, run_dry
 
 HOST = "sg-links"
 HUB = "/opt/sglang/hf-cache/hub"
@@ -52,15 +50,6 @@ def test_a_link_at_compose_previous_is_refused_named_and_its_target_untouched(co
     assert "0.85" in host.exec(f"cat {COMPOSE}").stdout
     assert host.exec(f"test -f {COMPOSE}.previous && ! test -L {COMPOSE}.previous", check=False).returncode == 0
 
-
-def read_snapshot(host) -> dict:
-    """The snapshot program run on the host as root, as the deploy runs it (its source through stdin here)."""
-    spec = {"user": "sglang", "home": "/opt/sglang", "tools_dir": "/var/lib/sglang-tools", "admins": [],
-            "groups": ["docker"], "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run(["docker", "exec", "-i", host.container, "python3", "-", json.dumps(spec)],
-                         input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
 
 
 def test_links_in_hf_cache_to_root_and_etc_are_never_followed(converged):

@@ -13,13 +13,11 @@ import hashlib
 import json
 import re
 import shlex
-import subprocess
 import time
 
 import pytest
 
-from harness import run_deploy, run_dry, start_deploy
-from sglang_infra import ship
+from harness import read_snapshot, run_deploy, run_dry, start_deploy
 from sglang_infra.hostside import ranges
 from testbed import hub as standin_hub
 
@@ -136,15 +134,6 @@ for path in records:
 """
 
 
-def snapshot_models(host) -> dict:
-    """The snapshot's models section, the program run on the host as root as the deploy runs it."""
-    spec = {"user": "sglang", "home": "/opt/sglang", "tools_dir": "/var/lib/sglang-tools", "admins": [],
-            "groups": ["docker"], "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run(["docker", "exec", "-i", host.container, "python3", "-", json.dumps(spec)],
-                         input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)["models"]
-
 
 def test_a_members_forged_record_verifies_nothing_and_the_next_pull_hashes_the_blob_again(pulled, hub):
     host, inventory, _, _ = pulled
@@ -152,13 +141,13 @@ def test_a_members_forged_record_verifies_nothing_and_the_next_pull_hashes_the_b
     blob = f"{TINY_DIR}/blobs/{shard_sha256()}"
     records = [f"/opt/sglang/verified/models--standin-org--tiny-chat/{commit}.json",
                f"{TINY_DIR}/.sglang/{commit}.json"]
-    assert snapshot_models(host)["repos"][TINY]["revisions"][commit]["verified"]
+    assert read_snapshot(host)["models"]["repos"][TINY]["revisions"][commit]["verified"]
     forged = host.exec(f"sudo -u {ADMIN} python3 -c {shlex.quote(FORGE)} {blob} {' '.join(records)}").stdout
     try:
         assert f"FORGED {TINY_DIR}/.sglang/{commit}.json" in forged, forged   # the cache: the member's to write
         assert f"REFUSED {records[0]}" in forged, forged                       # the records: the account's alone
         assert host.exec(f"sha256sum {blob}").stdout.split()[0] != shard_sha256()
-        revision = snapshot_models(host)["repos"][TINY]["revisions"][commit]
+        revision = read_snapshot(host)["models"]["repos"][TINY]["revisions"][commit]
         assert revision["verified"] is False and revision["complete"] is False, revision
         hub.reset()
         result = run_deploy(inventory)
@@ -169,7 +158,7 @@ def test_a_members_forged_record_verifies_nothing_and_the_next_pull_hashes_the_b
         assert not re.search(rf"{SHARD} present .*verified by an earlier pull", result.output)
         assert sorted(g["range"] for g in resolve_gets(hub.requests(), SHARD)) == planned(SHARD_SIZE)
         assert host.exec(f"sha256sum {blob}").stdout.split()[0] == shard_sha256()
-        assert snapshot_models(host)["repos"][TINY]["revisions"][commit]["verified"]
+        assert read_snapshot(host)["models"]["repos"][TINY]["revisions"][commit]["verified"]
         assert host.exec(f"stat -c '%U %a' {records[0]} /opt/sglang/verified").stdout.split() == [
             "sglang", "644", "sglang", "755"]
     finally:

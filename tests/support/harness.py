@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglang_infra import ship
 from testbed import hosts as testbed_hosts
 from testbed.hosts import TestHost
 
@@ -249,3 +250,14 @@ def write_context(context, directory) -> Path:
     for name, content in {"Dockerfile": context.dockerfile.encode(), **context.files}.items():
         (directory / name).write_bytes(content)
     return directory
+
+
+def read_snapshot(host: TestHost) -> dict:
+    """The snapshot program run on a test host as root, as the deploy runs it (its source through stdin), with the
+    default layout's spec."""
+    spec = {"user": "sglang", "home": "/opt/sglang", "tools_dir": "/var/lib/sglang-tools", "admins": [],
+            "groups": ["docker"], "uid": None, "gid": None, "dirs": []}
+    out = subprocess.run(["docker", "exec", "-i", host.container, "python3", "-", json.dumps(spec)],
+                         input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
