@@ -20,11 +20,12 @@ members) are worked out in plan.resolve_judged from its NodeGroup.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from .hostside import names
-from .plantypes import HostPlan, NodeGroup
+from .plantypes import GroupMember, HostPlan, NodeGroup
 from .refusals import problem
 
 # The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
@@ -148,6 +149,20 @@ def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, Node
                                           f"port {port}", "move sglang_dist_init_port (or that port) so they do "
                                           "not overlap"))
     return errors
+
+
+def with_members(plans: Mapping[str, HostPlan | None]) -> dict[str, HostPlan | None]:
+    """Every member's plan with its group's members as the group's operation reaches them (their directories,
+    compose digests and images), once every plan is known."""
+    out = dict(plans)
+    for name, plan in plans.items():
+        group = plan.node_group if plan is not None else None
+        if plan is None or group is None or any(plans.get(m) is None for m in group.members):
+            continue
+        members = tuple(GroupMember(m, p.paths.docker, p.paths.home, p.compose_sha, p.serving_image)
+                        for m in group.members for p in [plans[m]] if p is not None)
+        out[name] = replace(plan, node_group=replace(group, member_plans=members))
+    return out
 
 
 def _started(container: Mapping[str, Any] | None) -> datetime | None:

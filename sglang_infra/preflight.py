@@ -22,7 +22,7 @@ from .gateways import fleet, inventory_roles
 from .groups import groups_of
 from .inventoryfile import inventory_file
 from .monitoring import with_monitors
-from .nodegroups import check_groups, membership, not_serving
+from .nodegroups import check_groups, membership, not_serving, with_members
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan, NodeGroup
 from .refusals import DeployDataError, judge, raise_if
@@ -104,7 +104,7 @@ def preflight(host, inventory) -> bool:
         for each, job in jobs:
             for line in walk_warnings(each.name, job.value[2]):
                 logger.warning(line)
-        resolved = {h.name: job.value[0] for h, job in jobs}
+        resolved = with_members({h.name: job.value[0] for h, job in jobs})
         members, refused = _groups[key]
         if not report:   # a group's refusals, once every member's plan is known
             raise_if(refused + check_groups(resolved, members, [h.name for h, _ in jobs]))

@@ -92,6 +92,7 @@ elif group is not None:
              "started together, and passed the gate through rank 0 (the whole group restarted and rolled back as "
              "one unit)",
         group=group,
+        files=plan.gate.files,
         always=plan.gate.always,
     )
 else:

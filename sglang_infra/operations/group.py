@@ -33,55 +33,48 @@ from ..hostside.gate import GROUP_NOT_ROLLED_BACK
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..nodegroups import member_reasons, stale
 from ..plantypes import NodeGroup
-from ..snapshot import Snapshot, worker_validated
+from ..snapshot import Snapshot, current, worker_validated
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 
 
-def _plan(state, name: str):
-    from ..preflight import plan_of  # the plans are the preflight's: imported when the operation runs
-
-    return plan_of(state.inventory.get_host(name))
-
-
 def member_snapshots(state, group: NodeGroup) -> dict:
-    """Every member's snapshot as it is now."""
+    """Every member's snapshot as it is now (this host's through its own context, the others' through theirs)."""
     out = {}
-    for name in group.members:
-        member = state.inventory.get_host(name)
-        factcache.invalidate(member)
-        out[name] = factcache.current(member, Snapshot)
+    for member in group.member_plans:
+        if member.name == host.name:
+            out[member.name] = current(host)
+            continue
+        other = state.inventory.get_host(member.name)
+        factcache.invalidate(other)
+        out[member.name] = factcache.current(other, Snapshot)
     return out
 
 
-def restart_reasons(state, group: NodeGroup, plans: dict) -> list[str]:
+def restart_reasons(state, group: NodeGroup) -> list[str]:
     """Why the whole group must be recreated (none: every member runs its planned config, in one group)."""
     snapshots = member_snapshots(state, group)
     reasons = []
-    for name in group.members:
-        plan, snapshot = plans[name], snapshots[name]
+    for member in group.member_plans:
+        snapshot = snapshots[member.name]
         images = ((snapshot or {}).get("docker") or {}).get("images") or {}
-        reasons += member_reasons(name, snapshot, plan.compose_sha, (images.get(plan.serving_image) or {}).get("id"),
-                                  plan.paths.docker)
+        reasons += member_reasons(member.name, snapshot, member.compose_sha,
+                                  (images.get(member.image) or {}).get("id"), member.docker)
     return reasons or stale(snapshots, group)
 
 
-def group_reasons(state, group: NodeGroup) -> list[str]:
-    """restart_reasons with every member's plan (the preflight's)."""
-    return restart_reasons(state, group, {name: _plan(state, name) for name in group.members})
-
-
 @snapshot_operation
-def group_up(group: NodeGroup, always: bool = False):
+def group_up(group: NodeGroup, files: dict[str, str], always: bool = False):
     """
     Ensure every member of ``group`` runs its current compose.yaml, started
-    together, and that rank 0 passed its gate with every member up (the
-    module's docstring). Run on rank 0. Yields nothing when every member runs
-    its config in one group and every member's stamp is current.
+    together, and that rank 0 passed its gate (``files``: what it validates)
+    with every member up (the module's docstring). Run on rank 0. Yields
+    nothing when every member runs its config in one group and every
+    member's stamp is current.
     """
-    plans = {name: _plan(host.state, name) for name in group.members}
-    reasons = restart_reasons(host.state, group, plans) if host.state.is_executing else ["not known before the run"]
-    due = always or not gate_passed(plans[group.head_name].serving_image, plans[group.head_name].gate.files) or \
+    assert group.member_plans, "preflight gives every member's plan its group's members"
+    reasons = restart_reasons(host.state, group)
+    due = always or not gate_passed(group.member_plans[0].image, files) or \
         not all(worker_validated(s) for s in member_snapshots(host.state, group).values())
     if not reasons and not due:
         host.noop(f"every member of group {group.name} runs the current compose.yaml, which passed the gate")
@@ -120,14 +113,14 @@ def last_line(output) -> str:
 
 def recreate(state, group: NodeGroup) -> str | None:
     """Every member stopped, then every member started, rank 0 last; None, or what failed."""
-    for name in group.members:
-        docker = _plan(state, name).paths.docker
+    for member in group.member_plans:
+        name, docker = member.name, member.docker
         ok, output = on_member(state, name, f"cd {q(docker)} && {' '.join(names.COMPOSE_COMMAND)} stop --timeout "
                                             f"{QUICK_STOP_SECONDS}")
         if not ok:
             return f"{name}: docker compose stop failed ({last_line(output)})"
-    for name in (*group.members[1:], group.head_name):
-        docker = _plan(state, name).paths.docker
+    for member in (*group.member_plans[1:], group.member_plans[0]):
+        name, docker = member.name, member.docker
         ok, output = on_member(state, name, f"cd {q(docker)} && {' '.join(names.COMPOSE_COMMAND)} up -d "
                                             f"--force-recreate --remove-orphans && {ship.command('stack')} {q(docker)}")
         if not ok:
@@ -135,13 +128,14 @@ def recreate(state, group: NodeGroup) -> str | None:
     return None
 
 
-def gate_command(state, name: str, step: str) -> str:
-    return f"bash {q(_plan(state, name).paths.home + '/' + names.GATE_SCRIPT)} --group-step {step}"
+def gate_command(group: NodeGroup, name: str, step: str) -> str:
+    home = next(member.home for member in group.member_plans if member.name == name)
+    return f"bash {q(home + '/' + names.GATE_SCRIPT)} --group-step {step}"
 
 
 def keep_members(state, group: NodeGroup) -> str | None:
     for name in group.members[1:]:
-        ok, output = on_member(state, name, gate_command(state, name, "keep"))
+        ok, output = on_member(state, name, gate_command(group, name, "keep"))
         if not ok:
             return f"{name}: {last_line(output)}"
     return None
@@ -154,7 +148,7 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> 
         failure = recreate(state, group)
         if failure:
             return failure
-    ok, output = on_member(state, group.head_name, gate_command(state, group.head_name, "validate"))
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
     for line in output.stderr_lines[-6:]:
         say(host, line)
     if ok:
@@ -166,13 +160,13 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> 
     say(host, f"rank 0's gate failed ({failed}); every member of {group.name} goes back to its last good config",
         logger.error)
     for name in group.members:
-        ok, output = on_member(state, name, gate_command(state, name, "failed"))
+        ok, output = on_member(state, name, gate_command(group, name, "failed"))
         if not ok:
             return f"{failed}; {name} could not be rolled back ({last_line(output)}): the group is left as it is"
     problem = recreate(state, group)
     if problem:
         return f"{failed}; the rollback failed: {problem}; the group needs a person"
-    ok, output = on_member(state, group.head_name, gate_command(state, group.head_name, "validate"))
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
     if not ok:
         return f"{failed}; the rollback to the last good config ALSO failed ({last_line(output)}); the group needs " \
                "a person"

@@ -50,8 +50,8 @@ from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
-from .group import group_reasons
 from .group import restart_and_gate as group_restart_and_gate
+from .group import restart_reasons as group_reasons
 from .stack import restart, stack_section
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).
@@ -139,7 +139,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if)
     if group is not None:
-        reasons = group_reasons(host.state, group) if host.state.is_executing else ["not known before the run"]
+        reasons = group_reasons(host.state, group)
     if not reasons and not always and gate_passed(image, files):
         no_turn_needed(roll)
         host.noop("the stack already runs the current compose.yaml, which passed the gate")
@@ -159,7 +159,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
         stop = f"{' '.join(COMPOSE_COMMAND)} stop --timeout {QUICK_STOP_SECONDS}"
         up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
     yield FunctionCommand(roll_worker, (roll, up, f"bash {q(gate)}", why, metrics_url, key_file, turn_seconds,
-                                        project_dir, leaving, roll.stamped, group), {})
+                                        project_dir, leaving, roll.stamped, *([group] if group else [])), {})
 
 
 @dataclass(frozen=True)

@@ -165,8 +165,8 @@ def turn(monkeypatch, gate_results):
 
     from sglang_infra.operations import group as group_ops
 
-    found, groups = plans()
-    monkeypatch.setattr(group_ops, "_plan", lambda state, name: found[name])
+    found, _ = plans()
+    group = nodegroups.with_members(found)["gpu-01"].node_group
     ran, answers = [], list(gate_results)
 
     def on_member(state, name, command):
@@ -179,7 +179,7 @@ def turn(monkeypatch, gate_results):
 
     monkeypatch.setattr(group_ops, "on_member", on_member)
     host = SimpleNamespace(log_styled=lambda *a, **k: None)
-    return group_ops.restart_and_gate(None, host, groups["gpu-01"], True, "compose.yaml changes"), ran
+    return group_ops.restart_and_gate(None, host, group, True, "compose.yaml changes"), ran
 
 
 def test_the_group_stops_every_member_then_starts_rank_0_last_and_gates_through_rank_0_only(monkeypatch):
