@@ -287,6 +287,29 @@ sglang_drain_timeout = 300
 # must stay below the pool's size. Workers out of service (new, stopped, crashed) restart at once regardless.
 sglang_max_unavailable = 1
 
+# ---------------------------------------------------------------- Multi-node groups (one model across several hosts)
+
+# Name of the multi-node group this host is a member of; None: it serves alone. Every member runs the same launch
+# command with --tp-size = the group's GPUs, --nnodes, --node-rank and --dist-init-addr, is restarted, gated (through
+# rank 0 only) and rolled back with the others as one unit, and is one worker (rank 0's URL) behind the gateways. Ranks
+# follow the inventory's order of the group's members: the first listed is rank 0 (a rank key could disagree with that
+# order or leave gaps; reordering the inventory moves rank 0, which recreates the group like any other config change).
+sglang_node_group = None
+
+# Rank 0's port for the group's rendezvous (torch's store, --dist-init-addr), reached by every member at rank 0's
+# sglang_worker_address (else ssh_hostname, else its inventory name). 29500 is torch's customary rendezvous port, apart
+# from SGLang's own 30000 and the ports it derives above sglang_port (+233) when no group is set.
+sglang_dist_init_port = 29500
+
+# Ports rank 0 uses from sglang_dist_init_port up: SGLang v0.5 opens its ZMQ sockets on the 6 ports above the
+# rendezvous port (one more per rank with data-parallel attention), so this range, not one port, must be free on rank 0
+# and reachable from every member; 16 leaves room for that. It may not overlap another port of the host.
+sglang_dist_init_ports = 16
+
+# Network interface NCCL and Gloo use between the members (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), e.g. 'eth1'; None
+# lets them pick one, which on a host with a Docker bridge or a management network may be one the others cannot reach.
+sglang_node_interface = None
+
 # ---------------------------------------------------------- Fleet metrics (every host; Prometheus on the monitor group)
 
 # Debian's prometheus-node-exporter on every host: the host's CPU, memory and disks, and, through its textfile

@@ -20,6 +20,7 @@ from . import render
 from .groups import groups_of, roles
 from .hostside import names
 from .inventoryfile import inventory_file
+from .nodegroups import address_of, membership
 from .plan import gate_files
 from .plantypes import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker
 from .refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
@@ -39,7 +40,7 @@ def own_url(published_on: str, port: int) -> str:
 
 def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
     """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
-    address = data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+    address = address_of(name, data)
     return data["sglang_model"], Worker(host=name, url=worker_url(address, data["sglang_port"]),
                                         docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
                                         compose_sha=plan.compose_sha if plan is not None else None)
@@ -144,8 +145,11 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
     path = inventory_path or inventory_file()
     workers: dict[str, list[Worker]] = {}
     gateway_hosts = []
-    for each in inventory_roles(inventory, path):
-        if each.serves:
+    everyone = inventory_roles(inventory, path)
+    groups = membership(everyone)
+    for each in everyone:
+        if each.serves and (each.name not in groups or groups[each.name].rank == 0):
+            # a multi-node group is one worker: rank 0, which alone serves the API
             key, worker = fleet_worker(each.name, each.data, plans.get(each.name))
             workers.setdefault(key, []).append(worker)
         if each.runs_gateways:

@@ -18,11 +18,21 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from . import ACCOUNT, models, plantypes, platforms, render, toolchain
-from .gpus import derive_flags, parse_snapshot
+from .gpus import Derived, derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
-from .plantypes import LOCAL_URL, AptSource, Gate, GatewaySettings, HostPlan, MonitorSettings, NodeExporter, Paths
+from .plantypes import (
+    LOCAL_URL,
+    AptSource,
+    Gate,
+    GatewaySettings,
+    HostPlan,
+    MonitorSettings,
+    NodeExporter,
+    NodeGroup,
+    Paths,
+)
 from .refusals import Judged, check_host_state, judge, raise_if
 from .snapshot import worker_validated
 
@@ -74,20 +84,33 @@ def metrics_spec() -> dict[str, list[str]]:
             "packages": [plantypes.PROMETHEUS_SERVICE, plantypes.NODE_EXPORTER_SERVICE]}
 
 
-def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=()) -> HostPlan:
+def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=(),
+            node_group: NodeGroup | None = None) -> HostPlan:
     """The host's plan; raises DeployDataError naming every problem."""
     judged = judge(name, data)
     raise_if(judged.problems)
-    return resolve_judged(name, judged, snapshot, groups)
+    return resolve_judged(name, judged, snapshot, groups, node_group)
 
 
-def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], groups=()) -> HostPlan:
-    """resolve() for data refusals.judge accepted, from what it read."""
+def group_tp(derived: dict[str, Derived], group: NodeGroup | None) -> dict[str, Derived]:
+    """A member's --tp-size is the group's GPUs: this host's (sglang_tp_size, derived or set, per host) times the
+    members (nodegroups.check_groups refuses members whose counts differ)."""
+    if group is None:
+        return derived
+    each = derived["sglang_tp_size"]
+    return {**derived, "sglang_tp_size": Derived(each.value * group.nnodes, f"{each.value} per host "
+                                                 f"({each.source}) x {group.nnodes} members of {group.name}")}
+
+
+def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], groups=(),
+                   node_group: NodeGroup | None = None) -> HostPlan:
+    """resolve() for data refusals.judge accepted, from what it read; ``node_group``: its multi-node group."""
     data, lock = judged.data, judged.lock
     serves, runs_gateways = roles(groups)
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
     raise_if(check_host_state(name, data, snapshot, gpus, serves, derived))
+    derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)
     served = models.served(data)
     kept = tuple(models.kept(data))
@@ -125,7 +148,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         prune=data["sglang_prune_models"],
         image_tag=tag, locked_image=locked_image, image=image, image_archive=data["sglang_image_archive"],
         build=build, serving_image=build.tag if build else image, port=data["sglang_port"],
-        derived=derived, flags=tuple(render.launch_flags(values, derived, served)),
+        derived=derived, flags=tuple(render.launch_flags(values, derived, served, node_group if serves else None)),
         template_values=values,
         gate=Gate(url=url,
                   api_key_file=paths.server_config if judged.api_key else None,
@@ -143,6 +166,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
+        node_group=node_group if serves else None,
     )
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \

@@ -251,6 +251,36 @@ class Monitor:
 
 
 @dataclass(frozen=True)
+class NodeGroup:
+    """A multi-node group this host is a member of (sglang_node_group; nodegroups.py): one model served across its
+    members, restarted, gated through rank 0 and rolled back as one unit."""
+
+    name: str                       # sglang_node_group
+    rank: int                       # this host's --node-rank: its position among the members, in inventory order
+    members: tuple[str, ...]        # every member's inventory name, in rank order (members[0] is rank 0)
+    head: str                       # rank 0's address as the members reach it (its --dist-init-addr host)
+    port: int                       # sglang_dist_init_port, on rank 0
+    ports: int                      # sglang_dist_init_ports: the range rank 0 uses from port up
+    interface: str | None = None    # sglang_node_interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.members)
+
+    @property
+    def dist_init_addr(self) -> str:
+        return f"{self.head}:{self.port}"
+
+    @property
+    def head_name(self) -> str:
+        return self.members[0]
+
+    @property
+    def port_range(self) -> range:
+        return range(self.port, self.port + self.ports)
+
+
+@dataclass(frozen=True)
 class HostPlan:
     name: str
     account: str
@@ -328,6 +358,7 @@ class HostPlan:
     monitors: bool = False
     monitor_settings: MonitorSettings | None = None
     monitor: Monitor | None = None
+    node_group: NodeGroup | None = None   # sglang_node_group: this host's multi-node group, its rank and members
 
     @property
     def keep(self) -> list[str]:

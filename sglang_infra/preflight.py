@@ -18,21 +18,24 @@ import json
 from pyinfra import logger
 
 from . import factcache, statusrows
-from .gateways import fleet
+from .gateways import fleet, inventory_roles
 from .groups import groups_of
 from .inventoryfile import inventory_file
 from .monitoring import with_monitors
+from .nodegroups import check_groups, membership, not_serving
 from .plan import resolve_judged, snapshot_spec
-from .plantypes import HostPlan
+from .plantypes import HostPlan, NodeGroup
 from .refusals import DeployDataError, judge, raise_if
 from .schema import SCHEMA
 from .snapshot import Snapshot
 
 _plans: dict[int, dict[str, HostPlan | None]] = {}
 _reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
+_groups: dict[int, tuple[dict[str, NodeGroup], list[str]]] = {}   # each run's multi-node groups, and their refusals
 
 
-def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str], dict | None]:
+def _resolve_host(host, report: bool = False, node_group: NodeGroup | None = None
+                  ) -> tuple[HostPlan | None, list[str], dict | None]:
     """The host's plan (or None), its problems, and its snapshot (None when it was not read)."""
     judged = judge(host.name, host.data.dict())
     if judged.problems:
@@ -41,7 +44,7 @@ def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return resolve_judged(host.name, judged, snapshot, groups_of(host, inventory_file())), [], snapshot
+        return resolve_judged(host.name, judged, snapshot, groups_of(host, inventory_file()), node_group), [], snapshot
     except DeployDataError as error:
         return None, error.problems, snapshot
 
@@ -87,7 +90,9 @@ def preflight(host, inventory) -> bool:
             said = _overrides(each)
             if said:
                 logger.info(said)
-        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report)) for h in hosts]
+        everyone = inventory_roles(inventory, inventory_file())
+        _groups[key] = (membership(everyone), not_serving(everyone))
+        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report, _groups[key][0].get(h.name))) for h in hosts]
     jobs = _reads[key]
     gevent.joinall([job for _, job in jobs], raise_error=True)
     if report:
@@ -99,7 +104,11 @@ def preflight(host, inventory) -> bool:
         for each, job in jobs:
             for line in walk_warnings(each.name, job.value[2]):
                 logger.warning(line)
-        plans = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
+        resolved = {h.name: job.value[0] for h, job in jobs}
+        members, refused = _groups[key]
+        if not report:   # a group's refusals, once every member's plan is known
+            raise_if(refused + check_groups(resolved, members, [h.name for h, _ in jobs]))
+        plans = fleet(resolved, inventory, refuse=not report)
         _plans[key] = with_monitors(plans, inventory, inventory_file(), refuse=not report)
     return _plans[key].get(host.name) is not None
 

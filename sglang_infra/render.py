@@ -13,7 +13,7 @@ from .gpus import Derived
 from .hostside import names
 from .keyreasons import reasons
 from .models import CONTAINER_HF_CACHE, Model
-from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter
+from .plantypes import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter, NodeGroup
 from .templating import render_template, template_text
 
 # Where the container sees docker/secrets (the server's private config, with the API key), and its config file.
@@ -51,8 +51,10 @@ def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dic
     return {**data, **{key: d.value for key, d in derived.items()}}
 
 
-def launch_flags(values: Mapping[str, Any], derived: Mapping[str, Derived], model: Model) -> list[dict[str, str]]:
-    """SGLang's launch flags from the final values (final_values), each with its reason and source."""
+def launch_flags(values: Mapping[str, Any], derived: Mapping[str, Derived], model: Model,
+                 group: NodeGroup | None = None) -> list[dict[str, str]]:
+    """SGLang's launch flags from the final values (final_values), each with its reason and source; a member of a
+    multi-node group gets its group's three flags after --tp-size."""
     why = reasons()
     flags = []
     for key, flag in LAUNCH_FLAGS:
@@ -67,7 +69,24 @@ def launch_flags(values: Mapping[str, Any], derived: Mapping[str, Derived], mode
             # A reason that states the number takes it from the value rendered beside it.
             reason = why[key].replace("{value}", str(value)) + (f" [{derived[key].source}]" if key in derived else "")
         flags.append({"arg": arg, "reason": reason, "key": key})
+        if key == "sglang_tp_size" and group is not None:
+            flags += group_flags(group)
     return flags
+
+
+def group_flags(group: NodeGroup) -> list[dict[str, str]]:
+    """--nnodes, --node-rank and --dist-init-addr of a member of ``group``, with their reasons."""
+    members = ", ".join(group.members)
+    return [
+        {"arg": f"--nnodes={group.nnodes}", "key": "sglang_node_group",
+         "reason": f"Group {group.name} serves one model across its {group.nnodes} members ({members})."},
+        {"arg": f"--node-rank={group.rank}", "key": "sglang_node_rank",
+         "reason": f"This host's position among the members in inventory order; rank 0 ({group.head_name}) alone "
+                   "serves the API, the others answer /health only."},
+        {"arg": f"--dist-init-addr={group.dist_init_addr}", "key": "sglang_dist_init_port",
+         "reason": f"Rank 0's rendezvous, reached by every member; SGLang opens its ZMQ ports above it, within "
+                   f"{group.port}-{group.port + group.ports - 1} (sglang_dist_init_ports)."},
+    ]
 
 
 def template_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:
@@ -95,6 +114,8 @@ def compose_yaml(plan: HostPlan) -> str:
         gpu_reservation=plan.gpus.count > 0,
         stop_grace_period=plan.drain_timeout + STOP_MARGIN,
         model_label=names.MODEL_LABEL,
+        group=plan.node_group,
+        group_labels=(names.NODE_GROUP_LABEL, names.NODE_RANK_LABEL, names.NNODES_LABEL),
     )
 
 

@@ -308,6 +308,17 @@ SCHEMA: dict[str, Key] = {
                                            "allow a model load, e.g. 900"),
     "sglang_debug_logging": Key("True or False", lambda v: isinstance(v, bool),
                                 "use True to enable the three debug flags, False to keep them commented"),
+    # multi-node groups (the group's own rules are in nodegroups.py)
+    "sglang_node_group": Key("None or a group name (letters, digits, '.', '_', '-'; at most 63)",
+                             _optional(lambda v: isinstance(v, str)
+                                       and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", v) is not None),
+                             "name the group, e.g. sglang_node_group = 'ds-a', or None for a host that serves alone"),
+    "sglang_dist_init_port": Key("a TCP port 1024-65535", _int_range(1024, 65535), "use e.g. 29500"),
+    "sglang_dist_init_ports": Key("an integer 7-1024", _int_range(7, 1024),
+                                  "use e.g. 16: the rendezvous port and SGLang's 6 ZMQ ports above it at least"),
+    "sglang_node_interface": Key("None or a network interface name", _optional(
+        lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,14}", v) is not None),
+        "name the interface the members reach each other on, e.g. 'eth1', or None"),
     # fleet front door (the router group; the fleet's rules are in plan.check_fleet)
     "sglang_worker_address": Key("None or an IP address or DNS name", _optional(_host_address),
                                  "use the address the gateway hosts reach this host on, e.g. '10.0.0.11', or None"),

@@ -46,6 +46,11 @@ ENV_FILE = ".env"
 FAILED_SUFFIX = ".failed"
 # The container label naming the model a worker serves (repo@commit): a change of model recreates it.
 MODEL_LABEL = "sglang.model"
+# A multi-node group's member (sglang_node_group): the serving container's labels name its group, its rank and the
+# group's size, so the status report, the host checks and the deploy can tell a member and its group from the host.
+NODE_GROUP_LABEL = "sglang.node_group"
+NODE_RANK_LABEL = "sglang.node_rank"
+NNODES_LABEL = "sglang.nnodes"
 # The toolchain image's labels (docker/Dockerfile): the base it was built from, and its inputs' digest.
 TOOLCHAIN_LABEL_PREFIX = "sglang.toolchain"
 TOOLCHAIN_BASE_LABEL = TOOLCHAIN_LABEL_PREFIX + ".base"

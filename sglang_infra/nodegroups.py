@@ -1,0 +1,199 @@
+"""Multi-node groups, control side: one model served across several hosts
+(sglang_node_group), as one unit.
+
+- membership(): every group of the inventory from its hosts' data, each
+  member's rank its position among the group's members in inventory order
+  (the first listed is rank 0), and rank 0's address as the members reach it;
+- check_groups(): the group's refusals, once every member's plan is known
+  (preflight.py), each one line through refusals.problem;
+- restart_reasons(): why a group must be recreated as a whole, from every
+  member's snapshot: a member whose container is gone, exited, not started
+  from its files as they are, or started out of the group's order (a stale
+  group: sglang#3099). operations/group.py acts on it; the status report and
+  the host checks can name the group, the member and why from the same
+  function.
+
+A member's launch flags (render.launch_flags), compose file (host
+networking, the group's labels) and tp-size (the per-host count times the
+members) are worked out in plan.resolve_judged from its NodeGroup.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from .hostside import names
+from .plantypes import HostPlan, NodeGroup
+from .refusals import problem
+
+# The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
+# group's rank 0 started after every other member, within this many seconds of it. A member started after rank 0,
+# or rank 0 started long after a member, is a stale group (one of them restarted alone).
+START_WINDOW = 600
+
+
+def address_of(name: str, data: Mapping[str, Any]) -> str:
+    """Where the fleet reaches a host: sglang_worker_address, else its ssh_hostname, else its inventory name."""
+    return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+
+
+def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
+    """Every serving host's NodeGroup by host name, from ``hosts`` (gateways.InventoryHost: name, data, serves),
+    in inventory order. A group's port, range and interface are rank 0's data (check_groups refuses members
+    whose data disagree)."""
+    groups: dict[str, list[Any]] = {}
+    for each in hosts:
+        name = each.data.get("sglang_node_group")
+        if name and each.serves:
+            groups.setdefault(name, []).append(each)
+    out = {}
+    for name, members in groups.items():
+        head = members[0]
+        for rank, member in enumerate(members):
+            out[member.name] = NodeGroup(
+                name=name, rank=rank, members=tuple(m.name for m in members), head=address_of(head.name, head.data),
+                port=head.data["sglang_dist_init_port"], ports=head.data["sglang_dist_init_ports"],
+                interface=head.data.get("sglang_node_interface"))
+    return out
+
+
+def not_serving(hosts: Iterable[Any]) -> list[str]:
+    """A host with sglang_node_group that serves no model (only in `router` or `monitor`): refused."""
+    return [problem(each.name, "sglang_node_group", f"{each.data['sglang_node_group']!r} is set, but this host serves "
+                    "no model (it is only in the router or monitor group)",
+                    "set sglang_node_group = None for it, or put it in a serving group")
+            for each in hosts if each.data.get("sglang_node_group") and not each.serves]
+
+
+def host_ports(plan: HostPlan) -> dict[str, int]:
+    """The other TCP ports this host uses, by the key that sets each."""
+    ports = {"sglang_port": plan.port}
+    if plan.node_exporter is not None:
+        ports["sglang_node_exporter_port"] = plan.node_exporter.port
+    if plan.gateway_settings is not None:
+        for offset in range(len(plan.gateway_settings.registry)):
+            ports[f"sglang_router_port (+{offset})"] = plan.gateway_settings.port + offset
+            ports[f"sglang_router_prometheus_port (+{offset})"] = plan.gateway_settings.prometheus_port + offset
+    if plan.monitor_settings is not None:
+        ports["sglang_prometheus_listen_address"] = int(plan.monitor_settings.listen_address.rsplit(":", 1)[1])
+    return ports
+
+
+def _same(plan: HostPlan) -> dict[str, Any]:
+    """What every member must have alike, by the key a difference is named under."""
+    return {"sglang_model": plan.served.pinned, "sglang_image": plan.serving_image,
+            "sglang_gpus": plan.derived["sglang_tp_size"].value,
+            "launch flags": tuple(f["arg"] for f in plan.flags if f.get("key") != "sglang_node_rank"),
+            **{key: plan.template_values.get(key)
+               for key in ("sglang_dist_init_port", "sglang_dist_init_ports", "sglang_node_interface")}}
+
+
+def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, NodeGroup],
+                 in_run: Iterable[str] | None = None) -> list[str]:
+    """The groups' refusals: one line each naming the host, the key and the fix. ``in_run``: the hosts of this
+    run (None: all), a group being deployed whole or not at all."""
+    errors: list[str] = []
+    running = set(in_run) if in_run is not None else None
+    seen: set[str] = set()
+    for host, group in groups.items():
+        if group.name in seen:
+            continue
+        seen.add(group.name)
+        members = group.members
+        if len(members) < 2:
+            errors.append(problem(host, "sglang_node_group", f"group {group.name!r} has no other member; a group "
+                                  "serves one model across 2 or more hosts", "give another host the same "
+                                  "sglang_node_group, or set it to None on this one"))
+            continue
+        if running is not None and running & set(members) and not set(members) <= running:
+            outside = ", ".join(m for m in members if m not in running)
+            errors.append(problem(host, "sglang_node_group", f"group {group.name!r} is deployed in part: {outside} "
+                                  "is outside this run, and a group restarts as one unit", "run it with every member "
+                                  f"({', '.join(members)}) in --limit, or without --limit"))
+            continue
+        head = plans.get(members[0])
+        if head is None:
+            continue   # its own refusal is already said
+        wanted = _same(head)
+        for member in members[1:]:
+            plan = plans.get(member)
+            if plan is None:
+                continue
+            for key, value in _same(plan).items():
+                if value != wanted[key]:
+                    errors.append(problem(member, key, f"differs from rank 0 ({members[0]}) of group {group.name!r}: "
+                                          f"{value!r} here, {wanted[key]!r} there; every member runs the same "
+                                          "model, image, flags and GPU count", f"set the same {key} on every member "
+                                          f"of {group.name!r}"))
+    for host, group in groups.items():
+        plan = plans.get(host)
+        if plan is None:
+            continue
+        if not plan.trusted_network:
+            errors.append(problem(host, "sglang_trusted_network", f"False, but group {group.name!r} needs rank 0's "
+                                  f"ports {group.port}-{group.port + group.ports - 1} (the rendezvous and SGLang's "
+                                  "ZMQ sockets) and NCCL's between the members, which answer without a key",
+                                  "put the members on a network you trust and set sglang_trusted_network = True"))
+        if plan.api_key is not None:
+            errors.append(problem(host, "sglang_api_key_file", f"set on a member of group {group.name!r}: a member "
+                                  "runs on the host's network, where the gate cannot tell that the port it sends the "
+                                  "key to is the container's", "set sglang_api_key_file = None for the group's "
+                                  "members (the group needs sglang_trusted_network = True anyway)"))
+        if group.rank == 0:
+            for key, port in host_ports(plan).items():
+                if port in group.port_range:
+                    errors.append(problem(host, "sglang_dist_init_port", f"group {group.name!r}'s range "
+                                          f"{group.port}-{group.port + group.ports - 1} on rank 0 holds {key}'s "
+                                          f"port {port}", "move sglang_dist_init_port (or that port) so they do "
+                                          "not overlap"))
+    return errors
+
+
+def _started(container: Mapping[str, Any] | None) -> datetime | None:
+    when = (container or {}).get("started_at")
+    if not when or when.startswith("0001-"):
+        return None
+    try:
+        return datetime.fromisoformat(when[:26].rstrip("Z") if "." in when else when.rstrip("Z"))
+    except ValueError:
+        return None
+
+
+def stale(snapshots: Mapping[str, Mapping[str, Any] | None], group: NodeGroup) -> list[str]:
+    """Why the group's running members are not one group (one restarted alone), from each member's snapshot: a
+    member started after rank 0, or rank 0 started more than START_WINDOW after a member. One line each."""
+    head = _started(((snapshots.get(group.head_name) or {}).get("stack") or {}).get("container"))
+    if head is None:
+        return []
+    out = []
+    for member in group.members[1:]:
+        started = _started(((snapshots.get(member) or {}).get("stack") or {}).get("container"))
+        if started is None:
+            continue
+        if started > head:
+            out.append(f"{member}: started after rank 0 ({group.head_name}), against a group that already formed")
+        elif (head - started).total_seconds() > START_WINDOW:
+            out.append(f"{member}: rank 0 ({group.head_name}) restarted after it, alone")
+    return out
+
+
+def member_reasons(name: str, snapshot: Mapping[str, Any] | None, compose_sha: str, image_id: str | None,
+                   docker_dir: str) -> list[str]:
+    """Why one member's container is not the group's as planned: gone, not running, or not from its files."""
+    if not snapshot:
+        return [f"{name}: could not be read"]
+    stack = snapshot.get("stack") or {}
+    found = stack.get("container")
+    on_disk = ((snapshot.get("files") or {}).get(docker_dir) or {}).get(names.COMPOSE_FILE) or {}
+    if found is None:
+        return [f"{name}: the service has no container"]
+    if found["state"] != "running":
+        return [f"{name}: the container is {found['state']}"]
+    if on_disk.get("sha256") != compose_sha:
+        return [f"{name}: compose.yaml changes"]
+    if not stack.get("current"):
+        return [f"{name}: the container was not started from compose.yaml and .env as they are"]
+    if image_id is None or found.get("image_id") != image_id:
+        return [f"{name}: the container runs another image"]
+    return []

@@ -1,0 +1,153 @@
+"""Multi-node groups without hosts: ranks in inventory order, the members' launch flags and compose file (host
+networking, the group's labels, no revival alone), tp-size as the group's GPUs, the group's refusals, a group as one
+worker behind the gateway, and the stale-group rule."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import yaml
+from conftest import converged_snapshot, pinned_defaults
+
+from sglang_infra import nodegroups
+from sglang_infra.gateways import InventoryHost
+from sglang_infra.hostside import names
+from sglang_infra.plan import resolve
+
+DEFAULTS = pinned_defaults()
+
+
+def host(name, address, group="ds-a", serves=True, **data):
+    values = {**DEFAULTS, "ssh_hostname": address, "sglang_node_group": group, "sglang_trusted_network": True, **data}
+    return InventoryHost(name, values, (), serves, False)
+
+
+MEMBERS = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("solo", "10.0.0.13", group=None)]
+
+
+def plans(hosts=MEMBERS):
+    groups = nodegroups.membership(hosts)
+    return {h.name: resolve(h.name, h.data, converged_snapshot(), (), groups.get(h.name)) for h in hosts}, groups
+
+
+def service(plan):
+    return yaml.safe_load(plan.compose)["services"]["sglang"]
+
+
+def test_ranks_follow_inventory_order_and_rank_0s_address_is_the_dist_init_addr():
+    groups = nodegroups.membership(MEMBERS)
+    assert set(groups) == {"gpu-01", "gpu-02"}   # the host without a group is no member
+    assert [groups[n].rank for n in ("gpu-01", "gpu-02")] == [0, 1]
+    assert groups["gpu-02"].members == ("gpu-01", "gpu-02")
+    assert groups["gpu-02"].dist_init_addr == "10.0.0.11:29500"
+    swapped = nodegroups.membership(list(reversed(MEMBERS)))
+    assert swapped["gpu-02"].rank == 0 and swapped["gpu-01"].dist_init_addr == "10.0.0.12:29500"
+
+
+def test_every_member_renders_the_same_command_but_its_rank_with_tp_the_groups_gpus():
+    found, _ = plans()
+    args = {name: service(found[name])["command"] for name in ("gpu-01", "gpu-02")}
+    per_host = found["solo"].derived["sglang_tp_size"].value
+    for name, rank in (("gpu-01", 0), ("gpu-02", 1)):
+        assert f"--tp-size={2 * per_host}" in args[name]
+        assert "--nnodes=2" in args[name] and f"--node-rank={rank}" in args[name]
+        assert "--dist-init-addr=10.0.0.11:29500" in args[name]
+    assert [a for a in args["gpu-01"] if "node-rank" not in a] == [a for a in args["gpu-02"] if "node-rank" not in a]
+    assert f"--tp-size={per_host}" in service(found["solo"])["command"]
+    assert not any("nnodes" in a for a in service(found["solo"])["command"])
+    # each flag keeps its reason beside it in the file
+    assert "# This host's position among the members in inventory order" in found["gpu-02"].compose
+
+
+def test_a_member_runs_on_the_hosts_network_with_the_groups_labels_and_is_never_revived_alone():
+    found, _ = plans()
+    member, solo = service(found["gpu-02"]), service(found["solo"])
+    assert member["network_mode"] == "host" and "ports" not in member
+    assert member["restart"] == "no" and solo["restart"] == "unless-stopped"
+    assert member["labels"][names.NODE_GROUP_LABEL] == "ds-a"
+    assert (member["labels"][names.NODE_RANK_LABEL], member["labels"][names.NNODES_LABEL]) == ("1", "2")
+    assert "network_mode" not in solo and names.NODE_GROUP_LABEL not in solo["labels"]
+    assert "--host=0.0.0.0" in member["command"]   # sglang_bind_address, on the host's network
+
+
+def test_the_interface_key_names_nccls_and_gloos_interface():
+    hosts = [host("gpu-01", "10.0.0.11", sglang_node_interface="eth1"), host("gpu-02", "10.0.0.12")]
+    found, _ = plans(hosts)
+    env = service(found["gpu-02"])["environment"]   # rank 0's data decide the group's interface
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("eth1", "eth1")
+
+
+def refused(hosts, in_run=None):
+    found, groups = plans(hosts)
+    return nodegroups.check_groups(found, groups, in_run) + nodegroups.not_serving(hosts)
+
+
+def test_a_consistent_group_is_not_refused():
+    assert refused(MEMBERS) == []
+
+
+def test_a_group_of_one_is_refused_naming_the_host_and_the_key():
+    [line] = refused([host("gpu-01", "10.0.0.11"), host("solo", "10.0.0.13", group=None)])
+    assert "gpu-01" in line and "sglang_node_group" in line and "no other member" in line
+
+
+def test_members_with_different_models_images_flags_or_gpus_are_refused():
+    base = [host("gpu-01", "10.0.0.11")]
+    cases = {"sglang_model": {"sglang_model": "qwen3.6-27b-awq-int4"},
+             "sglang_image": {"sglang_image": "lmsysorg/sglang:v0.5.15"},
+             "launch flags": {"sglang_context_length": 4096},
+             "sglang_gpus": {"sglang_tp_size": 1},
+             "sglang_dist_init_port": {"sglang_dist_init_port": 29600}}
+    for key, data in cases.items():
+        lines = refused(base + [host("gpu-02", "10.0.0.12", **data)])
+        assert any(key in line and "gpu-02" in line and "rank 0 (gpu-01)" in line for line in lines), (key, lines)
+
+
+def test_a_group_off_a_trusted_network_or_with_an_api_key_is_refused():
+    lines = refused([host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12", sglang_trusted_network=False)])
+    assert any("gpu-02" in line and "sglang_trusted_network" in line for line in lines)
+
+
+def test_a_dist_init_range_over_another_port_of_rank_0_is_refused():
+    lines = refused([host("gpu-01", "10.0.0.11", sglang_dist_init_port=29990), host("gpu-02", "10.0.0.12")])
+    assert any("gpu-01" in line and "sglang_dist_init_port" in line and "sglang_port's port 30000" in line
+               for line in lines), lines
+
+
+def test_a_group_member_that_serves_nothing_and_a_group_deployed_in_part_are_refused():
+    lines = refused(MEMBERS + [host("gw-1", "10.0.0.9", group="ds-a", serves=False)])
+    assert any("gw-1" in line and "serves no model" in line for line in lines)
+    lines = refused(MEMBERS, in_run=["gpu-02", "solo"])
+    assert any("deployed in part" in line and "gpu-01" in line for line in lines)
+
+
+def snapshot(started, state="running"):
+    return {"stack": {"container": {"state": state, "started_at": started}}}
+
+
+def test_a_member_started_after_rank_0_or_rank_0_restarted_alone_is_a_stale_group():
+    group = nodegroups.membership(MEMBERS)["gpu-01"]
+    ok = {"gpu-01": snapshot("2026-12-04T10:00:05.123456789Z"), "gpu-02": snapshot("2026-12-04T10:00:01.5Z")}
+    assert nodegroups.stale(ok, group) == []
+    late = dict(ok, **{"gpu-02": snapshot("2026-12-04T10:30:00.000000001Z")})
+    assert nodegroups.stale(late, group) == ["gpu-02: started after rank 0 (gpu-01), against a group that already "
+                                             "formed"]
+    alone = dict(ok, **{"gpu-01": snapshot("2026-12-04T11:00:00Z")})
+    assert "gpu-02: rank 0 (gpu-01) restarted after it, alone" in nodegroups.stale(alone, group)
+
+
+def test_a_members_restart_reasons():
+    found, _ = plans()
+    plan = found["gpu-02"]
+    docker = plan.paths.docker
+    snap = {"stack": {"container": {"state": "running", "image_id": "sha256:x"}, "current": True},
+            "files": {docker: {names.COMPOSE_FILE: {"sha256": plan.compose_sha}}}}
+    assert nodegroups.member_reasons("gpu-02", snap, plan.compose_sha, "sha256:x", docker) == []
+    exited = {**snap, "stack": {"container": {"state": "exited", "image_id": "sha256:x"}, "current": True}}
+    assert nodegroups.member_reasons("gpu-02", exited, plan.compose_sha, "sha256:x", docker) == \
+        ["gpu-02: the container is exited"]
+    gone = {**snap, "stack": {"container": None, "current": False}}
+    assert nodegroups.member_reasons("gpu-02", gone, plan.compose_sha, "sha256:x", docker) == \
+        ["gpu-02: the service has no container"]
+    assert nodegroups.member_reasons("gpu-02", snap, replace(plan, compose_sha="other").compose_sha, "sha256:x",
+                                     docker) == ["gpu-02: compose.yaml changes"]
