@@ -5,6 +5,7 @@ server takes SGLang's place inside the stand-in image built by the test
 harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 
 - GET  /health                503 while "loading", then 200 (empty body)
+- GET  /health_generate       the same answer as /health (SGLang's generates one token first)
 - GET  /v1/models             the served model
 - GET  /server_info, /get_server_info, /model_info, /get_model_info
                               what the gateway (sglang-router) asks a worker for when it adds it (the
@@ -30,6 +31,22 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
         sglang:time_to_first_token_seconds, sglang:e2e_request_latency_seconds (these two + is_streaming),
         sglang:inter_token_latency_seconds
 
+Multi-node groups (--nnodes N --node-rank i --dist-init-addr HOST:PORT, spelled as SGLang's server_args.py
+spells them, --nccl-init-addr its older alias): the stand-in models what a group looks like from outside, over
+plain TCP instead of NCCL (see Group and GroupMember below):
+- rank 0 listens on HOST:PORT; its HTTP port answers at once, but /health, /health_generate and every API
+  route answer 503 ("loading") until every other rank has joined (and STANDIN_LOAD_SECONDS more have passed);
+- once the group has formed, a rank that drops its connection (its process died or was killed, or it went
+  silent for STANDIN_DIST_HEARTBEAT_SECONDS) breaks the group for good, as NCCL does: rank 0 does not exit,
+  its completions hang (bounded only by the client's timeout, or NEVER_SECONDS), its /health and
+  /health_generate answer 503 after SGLANG_HEALTH_CHECK_TIMEOUT seconds (SGLang's own variable, default 20),
+  and a restarted rank is refused (a stale group never serves again; only restarting the whole group heals);
+- ranks >= 1 connect to rank 0 (retrying every second) and answer 200 on /health and /health_generate and 404
+  on everything else (an empty /metrics with --enable-metrics), whatever the group's state, as SGLang's dummy
+  health server does: only rank 0's answer says whether the group works;
+- a rank 0 that has not seen every rank join, or a rank >= 1 that has not joined, within
+  STANDIN_DIST_WAIT_SECONDS (default 600) exits 1, as torch.distributed's initialisation times out.
+
 On SIGTERM it does what SGLang does: /health answers 503 at once, it keeps
 serving (new requests too), and it exits once no request is left. SGLang
 checks every 5 s; the stand-in every second, so tests wait less.
@@ -45,6 +62,12 @@ Behaviour is set by environment variables, which compose passes through:
                              batch is (default 0: none, each request decodes at its own speed)
   STANDIN_KV_POOL_TOKENS     tokens the (modelled) KV cache pool holds: /metrics' sglang:max_total_num_tokens,
                              the denominator of sglang:token_usage and the prefix cache's size (default 65536)
+  STANDIN_DIST_WAIT_SECONDS  how long a group waits to form before a rank gives up and exits 1 (default 600)
+  STANDIN_DIST_HEARTBEAT_SECONDS
+                             silence after which rank 0 counts a joined rank as gone (default 10)
+  SGLANG_HEALTH_CHECK_TIMEOUT
+                             seconds rank 0 of a broken group holds /health and /health_generate before its 503
+                             (SGLang's own variable and default, 20)
   STANDIN_FAILURE            one failure mode, to test the gate:
       repetition_loop    clean tool_calls, reasoning_content full of one character
       tool_call_as_text  the tool call left as raw markup in content
@@ -69,6 +92,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -112,7 +136,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--api-key")
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--config", help="a YAML file of flags (key: value), merged as SGLang's --config does")
+    # Multi-node, as SGLang's server_args.py spells them (--nccl-init-addr: its older alias).
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
     args = p.parse_args(argv)
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        p.error(f"--node-rank {args.node_rank} must be in 0..{args.nnodes - 1} (--nnodes {args.nnodes})")
+    if args.nnodes > 1:
+        if not args.dist_init_addr:
+            p.error(f"--nnodes {args.nnodes} needs --dist-init-addr HOST:PORT (rank 0's address)")
+        args.dist_host, args.dist_port = split_address(args.dist_init_addr, p)
     if args.config:
         # SGLang merges a config file's entries as if they were flags; the stand-in knows the one it is sent.
         with open(args.config, encoding="utf-8") as handle:
@@ -123,6 +157,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 elif sep:
                     raise SystemExit(f"stand-in: --config: unknown key {key.strip()!r}")
     return args
+
+
+def split_address(text: str, parser: argparse.ArgumentParser) -> tuple[str, int]:
+    """HOST:PORT or [IPv6]:PORT, as SGLang reads --dist-init-addr."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        parser.error(f"--dist-init-addr {text!r} must be HOST:PORT")
+    return host, int(port)
 
 
 def example_value(name: str, schema: dict):
@@ -389,6 +433,185 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
+def log(text: str) -> None:
+    print(f"stand-in: {text}", file=sys.stderr, flush=True)
+
+
+def read_line(conn: socket.socket, limit: int = 512) -> str:
+    """One line from a socket (at most ``limit`` bytes), without its newline; '' at EOF."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < limit:
+        chunk = conn.recv(1)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace").strip()
+
+
+class Stalled(Exception):
+    """A request that hung on a broken group until NEVER_SECONDS passed (its client gave up long before)."""
+
+
+class Group:
+    """STAND-IN for a multi-node group's rendezvous and links, on rank 0. torch.distributed and NCCL are not here:
+    rank 0 listens on --dist-init-addr; each rank >= 1 joins with one line ``{"rank": i, "nnodes": N}``, is
+    answered ``ok`` (or ``refused: why``), keeps the connection and sends a line every second. The group forms when
+    every rank has joined. A rank that leaves before that frees its place; once formed, a rank that leaves (its
+    connection closed, or silent for heartbeat_seconds) breaks the group for good, as a lost NCCL peer does: rank 0
+    goes on running, hung, and refuses any rank that comes back (a stale group never serves again)."""
+
+    def __init__(self, args: argparse.Namespace, env: dict):
+        self.nnodes = args.nnodes
+        self.address = args.dist_init_addr
+        self.wait_seconds = float(env.get("STANDIN_DIST_WAIT_SECONDS", 600))
+        self.heartbeat_seconds = float(env.get("STANDIN_DIST_HEARTBEAT_SECONDS", 10))
+        self.lock = threading.Lock()
+        self.joined: dict[int, socket.socket] = {}
+        self.formed_at: float | None = None
+        self.broken: str | None = None
+        family = socket.getaddrinfo(args.dist_host, args.dist_port, type=socket.SOCK_STREAM)[0][0]
+        # Rank 0's own address (a host's address, with host networking), not every interface.
+        self.listener = socket.create_server((args.dist_host, args.dist_port), family=family)
+
+    def start(self, give_up) -> None:
+        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._deadline, args=(give_up,), daemon=True).start()
+        log(f"rank 0 of {self.nnodes}: waiting on {self.address} for ranks 1..{self.nnodes - 1}")
+
+    def _deadline(self, give_up) -> None:
+        time.sleep(self.wait_seconds)
+        with self.lock:
+            missing = sorted(set(range(1, self.nnodes)) - set(self.joined)) if self.formed_at is None else []
+        if missing:
+            give_up(f"rank 0: ranks {missing} did not join on {self.address} within {self.wait_seconds:g} s")
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, peer = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._join, args=(conn, peer), daemon=True).start()
+
+    def _join(self, conn: socket.socket, peer) -> None:
+        try:
+            conn.settimeout(5)
+            hello = json.loads(read_line(conn))
+            rank, nnodes = int(hello["rank"]), int(hello["nnodes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            conn.close()
+            return
+        with self.lock:
+            if nnodes != self.nnodes:
+                why = f"--nnodes {nnodes} differs from rank 0's {self.nnodes}"
+            elif not 1 <= rank < self.nnodes:
+                why = f"rank {rank} is not one of 1..{self.nnodes - 1}"
+            elif self.broken:
+                why = f"the group is broken ({self.broken}); only restarting every rank heals it"
+            elif self.formed_at is not None or rank in self.joined:
+                why = f"rank {rank} has already joined"
+            else:
+                why = ""
+                self.joined[rank] = conn
+                if len(self.joined) == self.nnodes - 1:
+                    self.formed_at = time.monotonic()
+                    log(f"rank 0: every rank of {self.nnodes} has joined: the group has formed")
+        try:
+            conn.sendall(f"refused: {why}\n".encode() if why else b"ok\n")
+        except OSError:
+            pass
+        if why:
+            log(f"rank 0: refused rank {rank} from {peer[0]}: {why}")
+            conn.close()
+            return
+        log(f"rank 0: rank {rank} joined from {peer[0]}")
+        self._watch(rank, conn)
+
+    def _watch(self, rank: int, conn: socket.socket) -> None:
+        conn.settimeout(self.heartbeat_seconds)
+        while True:
+            try:
+                if conn.recv(64) == b"":
+                    gone = "closed its connection"
+                    break
+            except TimeoutError:
+                gone = f"sent nothing for {self.heartbeat_seconds:g} s"
+                break
+            except OSError as error:
+                gone = f"lost its connection ({error})"
+                break
+        conn.close()
+        with self.lock:
+            if self.joined.get(rank) is conn:
+                del self.joined[rank]
+            if self.formed_at is None:
+                log(f"rank 0: rank {rank} {gone} before the group formed; its place is free again")
+                return
+            if not self.broken:
+                self.broken = f"rank {rank} {gone}"
+                log(f"rank 0: the group is broken: {self.broken}; requests hang from now on, as on a lost "
+                    f"NCCL peer")
+
+
+class GroupMember:
+    """STAND-IN for a rank >= 1 of a multi-node group: joins rank 0 (see Group), retrying every second for at most
+    STANDIN_DIST_WAIT_SECONDS, then sends a line every second. It never joins again once it lost rank 0 (its
+    health server goes on answering 200, as SGLang's dummy one does)."""
+
+    def __init__(self, args: argparse.Namespace, env: dict):
+        self.rank, self.nnodes, self.address = args.node_rank, args.nnodes, args.dist_init_addr
+        self.target = (args.dist_host, args.dist_port)
+        self.wait_seconds = float(env.get("STANDIN_DIST_WAIT_SECONDS", 600))
+        self.interval = min(1.0, float(env.get("STANDIN_DIST_HEARTBEAT_SECONDS", 10)) / 3)
+        self.joined = False
+
+    def start(self, give_up) -> None:
+        threading.Thread(target=self._run, args=(give_up,), daemon=True).start()
+        log(f"rank {self.rank} of {self.nnodes}: joining rank 0 at {self.address}")
+
+    def _run(self, give_up) -> None:
+        deadline, last, said = time.monotonic() + self.wait_seconds, "", ""
+        hello = (json.dumps({"rank": self.rank, "nnodes": self.nnodes}) + "\n").encode()
+        while time.monotonic() < deadline:
+            try:
+                conn = socket.create_connection(self.target, timeout=2)
+            except OSError as error:
+                last = f"cannot reach rank 0 at {self.address}: {error}"
+            else:
+                try:
+                    conn.settimeout(5)
+                    conn.sendall(hello)
+                    reply = read_line(conn)
+                except OSError as error:
+                    reply = f"no answer ({error})"
+                if reply == "ok":
+                    self.joined = True
+                    log(f"rank {self.rank}: joined rank 0 at {self.address}")
+                    gone = self._heartbeat(conn)
+                    log(f"rank {self.rank}: lost rank 0 at {self.address} ({gone}); staying up, as SGLang's rank "
+                        f"does, and never joining again")
+                    return
+                conn.close()
+                last = f"rank 0 at {self.address} answered {reply or 'nothing'!r}"
+            if last != said:
+                log(f"rank {self.rank}: {last}; retrying")
+                said = last
+            time.sleep(1)
+        give_up(f"rank {self.rank}: could not join rank 0 at {self.address} within {self.wait_seconds:g} s: {last}")
+
+    def _heartbeat(self, conn: socket.socket) -> str:
+        conn.settimeout(self.interval)
+        while True:
+            try:
+                conn.sendall(b"ping\n")
+                if conn.recv(64) == b"":
+                    return "it closed the connection"
+            except TimeoutError:
+                continue
+            except OSError as error:
+                return str(error)
+
+
 class StandIn:
     def __init__(self, args: argparse.Namespace, env: dict):
         self.args = args
@@ -397,7 +620,15 @@ class StandIn:
         if self.failure not in FAILURES:
             raise SystemExit(f"stand-in: unknown STANDIN_FAILURE={self.failure!r}; one of {FAILURES[1:]}")
         self.tokens_per_second = 10.0 if self.failure == "slow" else float(env.get("STANDIN_TOKENS_PER_SECOND", 400))
-        self.ready_at = time.monotonic() + float(env.get("STANDIN_LOAD_SECONDS", 3))
+        self.load_seconds = float(env.get("STANDIN_LOAD_SECONDS", 3))
+        self.started_at = time.monotonic()
+        self.health_check_timeout = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+        self.group: Group | None = None           # rank 0 of a multi-node group
+        self.member: GroupMember | None = None    # a rank >= 1
+        if args.nnodes > 1 and args.node_rank == 0:
+            self.group = Group(args, env)
+        elif args.nnodes > 1:
+            self.member = GroupMember(args, env)
         self.capacity = float(env.get("STANDIN_CAPACITY_TOKENS_PER_SECOND", 0))
         self.drip_seconds = float(env.get("STANDIN_DRIP_SECONDS", 2))
         pool = int(env.get("STANDIN_KV_POOL_TOKENS", 65536))
@@ -417,11 +648,38 @@ class StandIn:
         """SGLang's /server_info in brief: the fields a gateway reads, and the API key in clear, as SGLang's
         carries it (sgl-project/sglang#37457): a stand-in shows that failure mode too."""
         return {"model_path": self.args.model_path, "served_model_name": self.served, "tp_size": self.args.tp_size,
-                "dp_size": 1, "context_length": self.args.context_length, "version": "stand-in",
+                "dp_size": 1, "nnodes": self.args.nnodes, "node_rank": self.args.node_rank,
+                "dist_init_addr": self.args.dist_init_addr, "context_length": self.args.context_length,
+                "version": "stand-in",
                 "api_key": self.args.api_key}
 
     def ready(self) -> bool:
-        return self.failure != "never_ready" and time.monotonic() >= self.ready_at
+        """Loaded: STANDIN_LOAD_SECONDS after start, or, on rank 0 of a group, after every rank joined (the
+        weights load once the group has formed)."""
+        formed = self.started_at if self.group is None else self.group.formed_at
+        return self.failure != "never_ready" and formed is not None and time.monotonic() >= formed + self.load_seconds
+
+    def broken(self) -> str | None:
+        """Why the group this rank 0 leads is broken (a rank left once it had formed), or None."""
+        return self.group.broken if self.group is not None else None
+
+    def stall(self) -> None:
+        """On a broken group a request hangs, as one waiting on a lost NCCL peer: the client's timeout ends it (or
+        NEVER_SECONDS, then Stalled)."""
+        if self.broken() is None:
+            return
+        time.sleep(NEVER_SECONDS)
+        raise Stalled()
+
+    def health(self) -> bool:
+        """/health and /health_generate: False while loading or after SIGTERM; on a broken group False after
+        SGLANG_HEALTH_CHECK_TIMEOUT, as SGLang's one-token generation that never comes back."""
+        if self.terminating or not self.ready():
+            return False
+        if self.broken() is not None:
+            time.sleep(self.health_check_timeout)
+            return False
+        return True
 
     def metrics(self) -> str:
         """/metrics with --enable-metrics: SGLang's metric set in Prometheus' text format (Metrics)."""
@@ -493,7 +751,7 @@ def make_handler(standin: StandIn):
 
         def _misbehaves(self) -> bool:
             """drip and endless_line: a 200 whose body never ends (one byte at a time, or without a newline)."""
-            if standin.failure not in ("drip", "endless_line") or self.path == "/health":
+            if standin.failure not in ("drip", "endless_line") or self.path in ("/health", "/health_generate"):
                 return False
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -530,8 +788,8 @@ def make_handler(standin: StandIn):
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-            elif self.path == "/health":
-                if standin.ready() and not standin.terminating:
+            elif self.path in ("/health", "/health_generate"):
+                if standin.health():
                     self.send_response(200)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
@@ -584,8 +842,11 @@ def make_handler(standin: StandIn):
                 standin.active += 1
             tracked = None
             try:
+                standin.stall()   # a broken group: the request hangs before its first token
                 tracked = standin.stats.take(messages, bool(request.get("stream")))
                 self._complete(request, tracked)
+            except Stalled:
+                self.close_connection = True
             finally:
                 if tracked is not None:
                     standin.stats.abort(tracked)   # only if it did not finish: its client went away
@@ -613,6 +874,7 @@ def make_handler(standin: StandIn):
                 return
             for _ in pieces:
                 time.sleep(standin.token_delay())
+                standin.stall()   # the group broke while this request was being generated
                 standin.stats.token(tracked)
             standin.stats.finish(tracked)
             self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": standin.served,
@@ -636,6 +898,7 @@ def make_handler(standin: StandIn):
             reasoning = (message.get("reasoning_content") or "").split(" ") if message.get("reasoning_content") else []
             for i, piece in enumerate(pieces):
                 time.sleep(standin.token_delay())
+                standin.stall()
                 if i < len(reasoning):
                     delta = {"reasoning_content": piece + " "}
                 elif message.get("tool_calls"):
@@ -655,6 +918,44 @@ def make_handler(standin: StandIn):
             self.close_connection = True
 
     return Handler
+
+
+def make_member_handler(standin: StandIn):
+    """A rank >= 1 of a group: SGLang's dummy health server (launch_dummy_health_check_server): 200 on /health and
+    /health_generate whatever the group's state, its (here empty) /metrics with --enable-metrics, and FastAPI's 404
+    or 405 for anything else. No key check: it has none in SGLang either."""
+    paths = ("/health", "/health_generate") + (("/metrics",) if standin.args.enable_metrics else ())
+
+    class MemberHandler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):
+            sys.stderr.write("stand-in %s\n" % (fmt % args))
+
+        def _answer(self, code: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            path = urllib.parse.urlsplit(self.path).path
+            if path in paths:
+                self._answer(200, b"", "text/plain")
+            else:
+                self._answer(404, b'{"detail":"Not Found"}')
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length", "0") or 0)
+            self.rfile.read(length)
+            path = urllib.parse.urlsplit(self.path).path
+            if path in paths:
+                self._answer(405, b'{"detail":"Method Not Allowed"}')
+            else:
+                self._answer(404, b'{"detail":"Not Found"}')
+
+    return MemberHandler
 
 
 class Server(ThreadingHTTPServer):
@@ -683,7 +984,11 @@ def model_problem(model_path: str, env: dict) -> str | None:
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ) if env is None else env
-    standin = StandIn(args, env)
+    try:
+        standin = StandIn(args, env)
+    except OSError as error:   # rank 0 cannot listen on --dist-init-addr (not its address, or the port is taken)
+        log(f"rank 0 cannot listen on --dist-init-addr {args.dist_init_addr}: {error}")
+        return 1
     problem = model_problem(args.model_path, env)
     if problem:
         print(f"stand-in: cannot load the model: {problem}", file=sys.stderr, flush=True)
@@ -696,14 +1001,27 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     # stand-in, so that a test can prove that the project redacts it from everything it prints or stores.
     shown = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(args).items()) if name != "config")
     print(f"[stand-in] server_args=ServerArgs({shown})", file=sys.stderr, flush=True)
-    server = Server((args.host, args.port), make_handler(standin))
+    server = Server((args.host, args.port), make_member_handler(standin) if standin.member else make_handler(standin))
     signal.signal(signal.SIGTERM, lambda *_: drain_then_stop(standin, server))
-    print(f"stand-in: serving {standin.served} on {args.host}:{args.port} (tp {args.tp_size}); "
+    gave_up: list[str] = []
+
+    def give_up(why: str) -> None:   # the group did not form in time: exit 1, as torch.distributed's init does
+        log(why)
+        gave_up.append(why)
+        server.shutdown()
+
+    for part in (standin.group, standin.member):
+        if part is not None:
+            part.start(give_up)
+    role = f"rank {args.node_rank} of {args.nnodes}, " if args.nnodes > 1 else ""
+    print(f"stand-in: serving {standin.served} on {args.host}:{args.port} ({role}tp {args.tp_size}); "
           f"this is not SGLang", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+    if gave_up:
+        return 1
     for _ in range(NEVER_SECONDS * 10):   # stopped by SIGTERM: the requests still in their threads finish first
         with standin.lock:
             if standin.active == 0:
