@@ -67,6 +67,18 @@ def not_serving(hosts: Iterable[Any]) -> list[str]:
             for each in hosts if each.data.get("sglang_node_group") and not each.serves]
 
 
+def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> list[str]:
+    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/snapshot.py's
+    reach: bounded in time): refused, naming the address."""
+    found = snapshot.get("reach")
+    if group.rank == 0 or found is None or found.get("ok"):
+        return []
+    return [problem(host, "sglang_worker_address", f"this member of group {group.name!r} cannot reach rank 0 "
+                    f"({group.head_name}) at {group.dist_init_addr}: {found.get('said')}",
+                    f"set rank 0's sglang_worker_address to an address every member reaches, or open port "
+                    f"{group.port} (and the {group.ports - 1} above it) from this host")]
+
+
 def host_ports(plan: HostPlan) -> dict[str, int]:
     """The other TCP ports this host uses, by the key that sets each."""
     ports = {"sglang_port": plan.port}

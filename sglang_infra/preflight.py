@@ -40,7 +40,8 @@ def _resolve_host(host, report: bool = False, node_group: NodeGroup | None = Non
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
-    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report), sort_keys=True))
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report, node_group),
+                                                             sort_keys=True))
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:

@@ -202,3 +202,23 @@ def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restar
     after = ran[ran.index(("gpu-02", "failed")) + 1:]
     kinds = [what for _, what in after if what in ("stop", "up")]
     assert kinds == ["stop", "stop", "up", "up"]
+
+
+def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_path):
+    import socket
+
+    from sglang_infra.hostside import snapshot as host_snapshot
+    from sglang_infra.plan import snapshot_spec
+
+    group = nodegroups.membership(MEMBERS)
+    assert snapshot_spec(DEFAULTS, node_group=group["gpu-02"])["reach"] == ["10.0.0.11", 29500]
+    assert "reach" not in snapshot_spec(DEFAULTS, node_group=group["gpu-01"])   # rank 0 reaches itself
+    # a port nothing listens on answers with a refusal: the host is reached
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert host_snapshot.reach(["127.0.0.1", port])["ok"] is True
+    assert host_snapshot.reach(["name.invalid", port])["ok"] is False
+    [line] = nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
+    assert "gpu-02" in line and "10.0.0.11:29500" in line and "timed out" in line
+    assert nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []
