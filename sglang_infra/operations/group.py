@@ -133,9 +133,11 @@ def gate_command(group: NodeGroup, name: str, step: str) -> str:
     return f"bash {q(home + '/' + names.GATE_SCRIPT)} --group-step {step}"
 
 
-def keep_members(state, group: NodeGroup) -> str | None:
+def keep_members(state, host, group: NodeGroup) -> str | None:
+    """Every member above rank 0 keeps its config as the group's last good one, stamped; None, or what failed."""
     for name in group.members[1:]:
         ok, output = on_member(state, name, gate_command(group, name, "keep"))
+        say(host, last_line(output), logger.info if ok else logger.error)
         if not ok:
             return f"{name}: {last_line(output)}"
     return None
@@ -152,7 +154,7 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> 
     for line in output.stderr_lines[-6:]:
         say(host, line)
     if ok:
-        return keep_members(state, group)
+        return keep_members(state, host, group)
     said = next((line.split("FAILED: ", 1)[1] for line in reversed(output.stderr_lines) if "FAILED: " in line), "")
     if GROUP_NOT_ROLLED_BACK not in said:
         return f"rank 0's gate failed ({last_line(output)})"
@@ -170,6 +172,6 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> 
     if not ok:
         return f"{failed}; the rollback to the last good config ALSO failed ({last_line(output)}); the group needs " \
                "a person"
-    problem = keep_members(state, group)
+    problem = keep_members(state, host, group)
     return f"{failed}; rolled back: every member serves its last good config again" + \
         (f" (but {problem})" if problem else "")
