@@ -192,6 +192,8 @@ class Gate:
             return self.keep_member()
         if step == "failed":
             return self.fail_member()
+        if step == "rolled-back":
+            return self.validate_rolled_back()
         failed = self.validate()
         # What the config tried did in its checks: the record keeps it even when a rollback validates again.
         tried, tool_call_ok = self.benchmark, self.tool_call_ok
@@ -246,6 +248,21 @@ class Gate:
             "the host needs a person")
         return 2
 
+
+    def validate_rolled_back(self):
+        """A multi-node group's rank 0 once every member is back on its last good config and started again: that
+        config validated again and stamped; the record keeps that the group's new config failed (a pass here is
+        the rollback's, not the new config's). 0 when it serves again, 2 when the rollback failed too."""
+        failed = "the group's new config failed its gate (kept as compose.yaml.failed); rolled back"
+        again = self.validate()
+        self.record(failed, None, rolled_back=again is None)
+        if again is None:
+            self.stamp()
+            say("the group's last known-good config serves and validates again")
+            return 0
+        say(f"FAILED: the rollback to the group's last known-good config ALSO failed ({again}); the group needs a "
+            "person")
+        return 2
 
     def keep_member(self):
         """A multi-node group's member (rank >= 1) once rank 0's gate passed: its config is the group's last
@@ -308,9 +325,10 @@ def main(argv=None):
     parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
-    parser.add_argument("--group-step", default=None, choices=("validate", "keep", "failed"),
+    parser.add_argument("--group-step", default=None, choices=("validate", "keep", "failed", "rolled-back"),
                         help="a multi-node group's: validate (rank 0, no rollback), keep (a member after rank 0 "
-                             "passed), failed (a member after it failed: *.failed, the known-good config back)")
+                             "passed), failed (a member after it failed: *.failed, the known-good config back), "
+                             "rolled-back (rank 0 once every member is back: validate, stamp, record the failure)")
     args = parser.parse_args(argv)
     owner = stack.gateway(args.gateway) if args.gateway else (stack.PROJECT, stack.SERVICE)
     apikey.use_api_key_file(args.api_key_file, lambda url: stack.holds(url, *owner))

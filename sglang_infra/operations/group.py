@@ -168,7 +168,8 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> 
     problem = recreate(state, group)
     if problem:
         return f"{failed}; the rollback failed: {problem}; the group needs a person"
-    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "rolled-back"))
+    say(host, last_line(output), logger.info if ok else logger.error)
     if not ok:
         return f"{failed}; the rollback to the last good config ALSO failed ({last_line(output)}); the group needs " \
                "a person"

@@ -123,6 +123,8 @@ def test_a_config_whose_gate_fails_leaves_both_members_on_the_last_good_config(f
         assert "STANDIN_FAILURE" not in env(hosts[name]) and "GROUP_MARK=b" in env(hosts[name])
         assert "STANDIN_FAILURE" in hosts[name].exec(f"cat {DOCKER}/compose.yaml.failed").stdout
     assert started(hosts[G1]) < started(hosts[G0])
+    record = json.loads(hosts[G0].exec(f"cat {DOCKER}/.last-gate").stdout)
+    assert (record["passed"], record["rolled_back"]) == (False, True), record
     assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
 
 

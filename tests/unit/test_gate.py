@@ -192,3 +192,13 @@ def test_a_group_member_after_a_failed_gate_puts_its_last_good_config_back(tmp_p
     assert run.run() == 0
     assert (docker / "compose.yaml").read_text() == "services: {good: {}}\n"
     assert (docker / "compose.yaml.failed").read_text() == "services: {}\n"
+
+
+def test_a_groups_rank_0_after_the_rollback_records_the_failure_though_the_good_config_serves(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.group_step = "rolled-back"
+    assert run.run() == 0
+    found = json.loads((docker / stamp.LAST).read_text())
+    assert (found["passed"], found["rolled_back"]) == (False, True) and "rolled back" in found["reason"]
+    assert (docker / stamp.STAMP).exists()   # what serves is the last good config, which validated again

@@ -173,7 +173,7 @@ def turn(monkeypatch, gate_results):
         kind = "up" if " up -d " in command else "stop" if " stop --timeout " in command else \
             command.split("--group-step ")[-1]
         ran.append((name, kind))
-        if command.endswith("--group-step validate"):
+        if command.endswith(("--group-step validate", "--group-step rolled-back")):
             return answers.pop(0)
         return True, Output()
 
@@ -195,9 +195,9 @@ def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restar
     failed = (False, Output([f"gate[gpu-01]: FAILED: benchmark.sh: too slow. {GROUP_NOT_ROLLED_BACK}"]))
     failure, ran = turn(monkeypatch, [failed, (True, Output())])
     assert failure == "benchmark.sh: too slow; rolled back: every member serves its last good config again"
-    names_steps = [(name, what) for name, what in ran if what in ("validate", "keep", "failed")]
+    names_steps = [(name, what) for name, what in ran if what in ("validate", "keep", "failed", "rolled-back")]
     assert names_steps == [("gpu-01", "validate"), ("gpu-01", "failed"), ("gpu-02", "failed"),
-                           ("gpu-01", "validate"), ("gpu-02", "keep")]
+                           ("gpu-01", "rolled-back"), ("gpu-02", "keep")]
     # after the rollback every member was stopped before any started again
     after = ran[ran.index(("gpu-02", "failed")) + 1:]
     kinds = [what for _, what in after if what in ("stop", "up")]
