@@ -55,7 +55,7 @@ def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
             out[member.name] = NodeGroup(
                 name=name, rank=rank, members=tuple(m.name for m in members), head=address_of(head.name, head.data),
                 port=head.data["sglang_dist_init_port"], ports=head.data["sglang_dist_init_ports"],
-                interface=head.data.get("sglang_node_interface"))
+                interface=head.data.get("sglang_node_interface"), head_ssh_port=int(head.data.get("ssh_port") or 22))
     return out
 
 

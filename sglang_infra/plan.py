@@ -74,7 +74,7 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
     if report:
         spec["report"] = True
     if node_group is not None and node_group.rank > 0:
-        spec["reach"] = [node_group.head, node_group.port]
+        spec["reach"] = [node_group.head, node_group.port, node_group.head_ssh_port]
     return spec
 
 

@@ -273,6 +273,7 @@ class NodeGroup:
     ports: int                      # sglang_dist_init_ports: the range rank 0 uses from port up
     interface: str | None = None    # sglang_node_interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
     member_plans: tuple[GroupMember, ...] = ()   # every member, in rank order (set by preflight from their plans)
+    head_ssh_port: int = 22         # a port rank 0 answers on before the group runs (the preflight's reach check)
 
     @property
     def nnodes(self) -> int:

@@ -408,19 +408,33 @@ REACH_SECONDS = 3
 
 
 def reach(target):
-    """Whether this host reaches ``target`` ([address, port], rank 0's dist-init address), within REACH_SECONDS:
-    a connection, or a refusal (nothing listens there yet, but the host answered), reaches it; a timeout, no
-    route or an unknown name does not. None without a target."""
+    """Whether this host reaches ``target`` ([address, port, answering port]: rank 0's dist-init address and a
+    port rank 0 is known to answer on, its ssh port), each try within REACH_SECONDS. A connection to the dist-init
+    port reaches it. A refusal there does not prove it (a router or firewall on the way refuses for a host that is
+    not there), so the answering port must then take a connection: nothing listens on the dist-init port yet (a
+    first deploy), but rank 0 is there. A timeout, no route or an unknown name does not reach it. None without a
+    target."""
     if not target:
         return None
-    address, port = target
+    address, port, answering = target
+
+    def connect(to):
+        with socket.create_connection((address, int(to)), timeout=REACH_SECONDS):
+            pass
+
     try:
-        with socket.create_connection((address, int(port)), timeout=REACH_SECONDS):
-            return {"ok": True, "said": "connected"}
+        connect(port)
+        return {"ok": True, "said": "connected"}
     except ConnectionRefusedError:
-        return {"ok": True, "said": "refused: nothing listens there yet, but the host answers"}
+        pass
     except (OSError, ValueError) as error:
         return {"ok": False, "said": str(error) or type(error).__name__}
+    try:
+        connect(answering)
+        return {"ok": True, "said": f"nothing listens on {port} yet; the host answers on {answering}"}
+    except (OSError, ValueError) as error:
+        return {"ok": False, "said": f"port {port} refused, and port {answering} did not answer either "
+                                     f"({str(error) or type(error).__name__}): no host answers there"}
 
 
 def read(spec):

@@ -84,6 +84,8 @@ CASES = {
                                         "sglang_trusted_network took its place. Fix: set sglang_trusted_network"),
     "a keyless worker on every address": ({"sglang_trusted_network": False}, BAD, "sglang_api_key_file",
                                           "None, and this host's API would be published on 0.0.0.0:30000"),
+    "a multi-node group of one": ({"sglang_node_group": "ds-a"}, BAD, "sglang_node_group",
+                                  "give another host the same sglang_node_group"),
 }
 
 
@@ -141,3 +143,18 @@ def test_a_default_inventory_with_a_router_group_and_no_key_is_refused(testbed, 
     assert result.statuses == {}, "an operation started"
     assert fingerprints(hosts) == baseline
 
+
+
+def test_a_group_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(testbed, hosts, baseline, workdir):
+    """The preflight tries rank 0's dist-init address from every other member (bounded: a few seconds), here an
+    address no host answers on (TEST-NET-1)."""
+    inventory = testbed.inventory(workdir / "refuse_group_reach.py", {"production": [
+        (hosts[GOOD], {"sglang_node_group": "ds-b", "sglang_worker_address": "192.0.2.1"}),
+        (hosts[BAD], {"sglang_node_group": "ds-b"})]})
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    assert f"host {BAD}: sglang_worker_address: this member of group 'ds-b' cannot reach rank 0 ({GOOD}) at " \
+        "192.0.2.1:29500" in result.output, result.output[-3000:]
+    assert "refused before any change on any host" in result.output
+    assert result.statuses == {}, "an operation started"
+    assert fingerprints(hosts) == baseline

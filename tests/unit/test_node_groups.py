@@ -211,14 +211,20 @@ def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_pat
     from sglang_infra.plan import snapshot_spec
 
     group = nodegroups.membership(MEMBERS)
-    assert snapshot_spec(DEFAULTS, node_group=group["gpu-02"])["reach"] == ["10.0.0.11", 29500]
+    assert snapshot_spec(DEFAULTS, node_group=group["gpu-02"])["reach"] == ["10.0.0.11", 29500, 22]
     assert "reach" not in snapshot_spec(DEFAULTS, node_group=group["gpu-01"])   # rank 0 reaches itself
-    # a port nothing listens on answers with a refusal: the host is reached
-    with socket.socket() as free:
+    with socket.socket() as free, socket.socket() as other, socket.socket() as answering:
         free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    assert host_snapshot.reach(["127.0.0.1", port])["ok"] is True
-    assert host_snapshot.reach(["name.invalid", port])["ok"] is False
+        other.bind(("127.0.0.1", 0))
+        answering.bind(("127.0.0.1", 0))
+        answering.listen()
+        port, closed, ssh = free.getsockname()[1], other.getsockname()[1], answering.getsockname()[1]
+        # nothing listens on the dist-init port yet, but the host answers on its ssh port: reached
+        assert host_snapshot.reach(["127.0.0.1", port, ssh])["ok"] is True
+        # a refusal on both (a router refusing for a host that is not there): not reached
+        assert host_snapshot.reach(["127.0.0.1", port, closed])["ok"] is False
+        assert host_snapshot.reach(["127.0.0.1", ssh, closed]) == {"ok": True, "said": "connected"}
+    assert host_snapshot.reach(["name.invalid", port, ssh])["ok"] is False
     [line] = nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
     assert "gpu-02" in line and "10.0.0.11:29500" in line and "timed out" in line
     assert nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []
