@@ -27,6 +27,7 @@ The lock rules (docs/status.md):
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import ipaddress
 import json
 import os
@@ -194,6 +195,8 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "gateways": report.get("gateways") or [],
         # a monitor host: where its Prometheus answers (the fleet's metrics, alerts and the dashboard's source)
         "prometheus": prometheus_url(name, plan.monitor_settings) if plan.monitors else None,
+        # a member of a multi-node group: the group, its members and its rank (fleetstatus judges the group whole)
+        "node_group": dataclasses.asdict(plan.node_group) if plan.node_group is not None else None,
     }
 
 
