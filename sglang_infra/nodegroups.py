@@ -20,11 +20,12 @@ members) are worked out in plan.resolve_judged from its NodeGroup.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from .hostside import names
-from .plantypes import HostPlan, NodeGroup
+from .plantypes import GroupMember, HostPlan, NodeGroup
 from .refusals import problem
 
 # The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
@@ -64,6 +65,18 @@ def not_serving(hosts: Iterable[Any]) -> list[str]:
                     "no model (it is only in the router or monitor group)",
                     "set sglang_node_group = None for it, or put it in a serving group")
             for each in hosts if each.data.get("sglang_node_group") and not each.serves]
+
+
+def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> list[str]:
+    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/snapshot.py's
+    reach: bounded in time): refused, naming the address."""
+    found = snapshot.get("reach")
+    if group.rank == 0 or found is None or found.get("ok"):
+        return []
+    return [problem(host, "sglang_worker_address", f"this member of group {group.name!r} cannot reach rank 0 "
+                    f"({group.head_name}) at {group.dist_init_addr}: {found.get('said')}",
+                    f"set rank 0's sglang_worker_address to an address every member reaches, or open port "
+                    f"{group.port} (and the {group.ports - 1} above it) from this host")]
 
 
 def host_ports(plan: HostPlan) -> dict[str, int]:
@@ -148,6 +161,20 @@ def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, Node
                                           f"port {port}", "move sglang_dist_init_port (or that port) so they do "
                                           "not overlap"))
     return errors
+
+
+def with_members(plans: Mapping[str, HostPlan | None]) -> dict[str, HostPlan | None]:
+    """Every member's plan with its group's members as the group's operation reaches them (their directories,
+    compose digests and images), once every plan is known."""
+    out = dict(plans)
+    for name, plan in plans.items():
+        group = plan.node_group if plan is not None else None
+        if plan is None or group is None or any(plans.get(m) is None for m in group.members):
+            continue
+        members = tuple(GroupMember(m, p.paths.docker, p.paths.home, p.compose_sha, p.serving_image)
+                        for m in group.members for p in [plans[m]] if p is not None)
+        out[name] = replace(plan, node_group=replace(group, member_plans=members))
+    return out
 
 
 def _started(container: Mapping[str, Any] | None) -> datetime | None:

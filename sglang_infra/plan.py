@@ -22,6 +22,7 @@ from .gpus import Derived, derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
+from .nodegroups import check_reach
 from .plantypes import (
     LOCAL_URL,
     AptSource,
@@ -61,8 +62,10 @@ def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) ->
     return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable")
 
 
-def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, Any]:
-    """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too."""
+def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None
+                  ) -> dict[str, Any]:
+    """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too;
+    a member of ``node_group`` above rank 0 also tries to reach rank 0's dist-init address."""
     paths = paths_of(data)
     spec = {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
             "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
@@ -70,6 +73,8 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False) -> dict[str, An
     spec.update(metrics_spec())
     if report:
         spec["report"] = True
+    if node_group is not None and node_group.rank > 0:
+        spec["reach"] = [node_group.head, node_group.port]
     return spec
 
 
@@ -109,7 +114,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     serves, runs_gateways = roles(groups)
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
-    raise_if(check_host_state(name, data, snapshot, gpus, serves, derived))
+    raise_if(check_host_state(name, data, snapshot, gpus, serves, derived)
+             + (check_reach(name, node_group, snapshot) if node_group and serves else []))
     derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)
     served = models.served(data)

@@ -250,6 +250,16 @@ class Monitor:
     dashboard: str = field(default="", repr=False)   # the Grafana dashboard, for a site's Grafana to provision
 
 
+class GroupMember(NamedTuple):
+    """One member of a multi-node group as the group's operation reaches it (operations/group.py)."""
+
+    name: str                 # its inventory name
+    docker: str               # its docker/ directory
+    home: str                 # sglang_home (gate.sh)
+    compose_sha: str          # the compose.yaml its plan renders
+    image: str                # its serving image
+
+
 @dataclass(frozen=True)
 class NodeGroup:
     """A multi-node group this host is a member of (sglang_node_group; nodegroups.py): one model served across its
@@ -262,6 +272,7 @@ class NodeGroup:
     port: int                       # sglang_dist_init_port, on rank 0
     ports: int                      # sglang_dist_init_ports: the range rank 0 uses from port up
     interface: str | None = None    # sglang_node_interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+    member_plans: tuple[GroupMember, ...] = ()   # every member, in rank order (set by preflight from their plans)
 
     @property
     def nnodes(self) -> int:

@@ -22,7 +22,7 @@ from .gateways import fleet, inventory_roles
 from .groups import groups_of
 from .inventoryfile import inventory_file
 from .monitoring import with_monitors
-from .nodegroups import check_groups, membership, not_serving
+from .nodegroups import check_groups, membership, not_serving, with_members
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan, NodeGroup
 from .refusals import DeployDataError, judge, raise_if
@@ -40,7 +40,8 @@ def _resolve_host(host, report: bool = False, node_group: NodeGroup | None = Non
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
-    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report), sort_keys=True))
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report, node_group),
+                                                             sort_keys=True))
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
@@ -104,7 +105,7 @@ def preflight(host, inventory) -> bool:
         for each, job in jobs:
             for line in walk_warnings(each.name, job.value[2]):
                 logger.warning(line)
-        resolved = {h.name: job.value[0] for h, job in jobs}
+        resolved = with_members({h.name: job.value[0] for h, job in jobs})
         members, refused = _groups[key]
         if not report:   # a group's refusals, once every member's plan is known
             raise_if(refused + check_groups(resolved, members, [h.name for h, _ in jobs]))

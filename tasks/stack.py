@@ -8,7 +8,9 @@ throughput, roll back to the last known-good config on failure.
 
 A worker some gateway fronts restarts with its gate, in its pool's turn
 (operations/roll.py): one operation, which also recreates the container when
-the server's private config, written here, changed.
+the server's private config, written here, changed. A multi-node group
+(sglang_node_group) restarts, gates and rolls back as one unit, from rank 0
+(operations/group.py); behind a gateway that is rank 0's turn in its pool.
 
     --data sglang_validate=always    runs the gate without a change
 """
@@ -18,6 +20,7 @@ from pyinfra import host
 from sglang_infra.hostside import names
 from sglang_infra.operations.files import account_env_file, secret_file
 from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.group import group_up
 from sglang_infra.operations.roll import rolled
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.preflight import plan_of
@@ -50,7 +53,8 @@ account_env_file(
 compose_file(f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
              docker_dir, plan.compose, plan.account)
 
-if plan.roll is None:
+group = plan.node_group
+if group is None and plan.roll is None:
     stack_up(
         name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
         project_dir=docker_dir,
@@ -62,7 +66,9 @@ if plan.roll is None:
 
 scripts_in_place(home, plan.scripts, plan.account)
 
-if plan.roll is not None:   # a worker some gateway fronts restarts in its pool's turn, with its gate
+if group is not None and group.rank > 0:
+    pass   # a member of a multi-node group is restarted and gated with its group, from rank 0 (below)
+elif plan.roll is not None:   # a worker some gateway fronts restarts in its pool's turn, with its gate
     rolled(
         name=f"Ensure the stack runs the current compose.yaml and passed its gate, restarted in its turn in "
              f"{plan.roll.pool}, out of its gateways and drained (no restart when nothing changed)",
@@ -78,6 +84,16 @@ if plan.roll is not None:   # a worker some gateway fronts restarts in its pool'
         turn_seconds=plan.gate.turn_seconds,
         always=plan.gate.always,
         recreate_if=server_secrets.did_change,
+        group=group,
+    )
+elif group is not None:
+    group_up(
+        name=f"Ensure every member of group {group.name} ({', '.join(group.members)}) runs the current compose.yaml, "
+             "started together, and passed the gate through rank 0 (the whole group restarted and rolled back as "
+             "one unit)",
+        group=group,
+        files=plan.gate.files,
+        always=plan.gate.always,
     )
 else:
     validated(

@@ -187,6 +187,11 @@ class Gate:
             say(f"could not write the gate's metrics ({error})")
 
     def decide(self):
+        step = getattr(self.args, "group_step", None)
+        if step == "keep":
+            return self.keep_member()
+        if step == "failed":
+            return self.fail_member()
         failed = self.validate()
         # What the config tried did in its checks: the record keeps it even when a rollback validates again.
         tried, tool_call_ok = self.benchmark, self.tool_call_ok
@@ -207,6 +212,11 @@ class Gate:
             self.keep(names.FAILED_SUFFIX)
         except OSError as error:
             say(f"could not keep the failed config as *.failed ({error})")
+        if step == "validate":
+            # a multi-node group's rank 0: the group's operation rolls every member back at once (operations/group.py)
+            say(f"FAILED: {failed}. {GROUP_NOT_ROLLED_BACK}")
+            self.record(failed, tried, tool_call_ok=tool_call_ok)
+            return GROUP_FAILED
         good = [path + ".good" for path in self.config()]
         if not all(os.path.lexists(path) for path in good):
             say(f"FAILED: {failed}. No known-good config to roll back to (first deploy); the stack is left as it is")
@@ -237,6 +247,48 @@ class Gate:
         return 2
 
 
+    def keep_member(self):
+        """A multi-node group's member (rank >= 1) once rank 0's gate passed: its config is the group's last
+        known-good one, stamped as it runs. Its own health answers are never asked: only rank 0's say whether the
+        group works."""
+        try:
+            self.keep(".good")
+        except OSError as error:
+            say(f"FAILED: the group's gate passed, but the known-good copy could not be saved ({error})")
+            return 1
+        self.stamp()
+        self.record(None, None)
+        say("passed through the group's rank 0; this config is now the last known-good one")
+        return 0
+
+    def fail_member(self):
+        """A multi-node group's member after rank 0's gate failed: its config kept as *.failed and the last
+        known-good one put back on disk (the group's operation then restarts every member from it). 1 when there
+        is none (a first deploy): the member is left as it is."""
+        try:
+            self.keep(names.FAILED_SUFFIX)
+        except OSError as error:
+            say(f"could not keep the failed config as *.failed ({error})")
+        good = [path + ".good" for path in self.config()]
+        if not all(os.path.lexists(path) for path in good):
+            say("the group's gate failed; no known-good config to roll back to (first deploy)")
+            return 1
+        try:
+            for path in good:
+                copy(path, path[: -len(".good")])
+        except OSError as error:
+            say(f"the known-good config could not be restored ({error}); the host needs a person")
+            return 2
+        say("the group's gate failed; the last known-good config is back on disk")
+        return 0
+
+
+# gate.py --group-step validate: the checks failed and nothing was rolled back (the group's operation does that):
+# its exit code, and the words that end its FAILED line.
+GROUP_FAILED = 3
+GROUP_NOT_ROLLED_BACK = "Not rolled back here: the group's members are rolled back together"
+
+
 def benchmark_fields(line):
     """The figures of benchmark.sh's JSON summary line that the record keeps (None if it is not JSON)."""
     try:
@@ -256,6 +308,9 @@ def main(argv=None):
     parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
+    parser.add_argument("--group-step", default=None, choices=("validate", "keep", "failed"),
+                        help="a multi-node group's: validate (rank 0, no rollback), keep (a member after rank 0 "
+                             "passed), failed (a member after it failed: *.failed, the known-good config back)")
     args = parser.parse_args(argv)
     owner = stack.gateway(args.gateway) if args.gateway else (stack.PROJECT, stack.SERVICE)
     apikey.use_api_key_file(args.api_key_file, lambda url: stack.holds(url, *owner))

@@ -26,6 +26,7 @@ import platform
 import pwd
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -402,6 +403,26 @@ def routers(home, engine_api):
     return out
 
 
+# Seconds a member of a multi-node group waits for rank 0's dist-init address to answer (the preflight's check).
+REACH_SECONDS = 3
+
+
+def reach(target):
+    """Whether this host reaches ``target`` ([address, port], rank 0's dist-init address), within REACH_SECONDS:
+    a connection, or a refusal (nothing listens there yet, but the host answered), reaches it; a timeout, no
+    route or an unknown name does not. None without a target."""
+    if not target:
+        return None
+    address, port = target
+    try:
+        with socket.create_connection((address, int(port)), timeout=REACH_SECONDS):
+            return {"ok": True, "said": "connected"}
+    except ConnectionRefusedError:
+        return {"ok": True, "said": "refused: nothing listens there yet, but the host answers"}
+    except (OSError, ValueError) as error:
+        return {"ok": False, "said": str(error) or type(error).__name__}
+
+
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, names.DOCKER_DIR)
@@ -441,6 +462,7 @@ def read(spec):
         "gate": {"stamp": stamp.read(home),
                  "digest": stamp.digest(home, container)},
         "routers": routers(home, engine["api"]),
+        "reach": reach(spec.get("reach")),
     }
     if spec.get("report"):
         found["report"] = report.read(home, engine)

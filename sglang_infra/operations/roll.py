@@ -45,11 +45,13 @@ from pyinfra.api.exceptions import PyinfraError
 from .. import factcache, ship
 from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
-from ..plantypes import Roll
+from ..plantypes import NodeGroup, Roll
 from ..snapshot import Snapshot
 from .base import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
+from .group import restart_and_gate as group_restart_and_gate
+from .group import restart_reasons as group_reasons
 from .stack import restart, stack_section
 
 # Seconds beyond the drain, the stop and the gate that one worker's turn may take (gateway calls, compose).
@@ -124,7 +126,7 @@ def no_turn_needed(roll: Roll) -> None:
 @snapshot_operation
 def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str, files: dict[str, str],
            roll: Roll, metrics_url: str, key_file: str | None, turn_seconds: int, always: bool = False,
-           recreate_if=None):
+           recreate_if=None, group: NodeGroup | None = None):
     """
     Ensure the stack runs the current compose.yaml and that it passed its
     gate (stack_up then validated, as one), restarting this worker only in
@@ -133,8 +135,11 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
     and its gate's stamp matches: no gateway is touched.
 
     + turn_seconds: the longest one worker's gate may take (its readiness wait and checks)
+    + group: rank 0's multi-node group: the worker is the group, restarted and gated as one (operations/group.py)
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if)
+    if group is not None:
+        reasons = group_reasons(host.state, group)
     if not reasons and not always and gate_passed(image, files):
         no_turn_needed(roll)
         host.noop("the stack already runs the current compose.yaml, which passed the gate")
@@ -147,12 +152,14 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
         leaving = roll.others
         why += " (a model switch: it leaves the other models' gateways too)"
     up = None
-    if reasons:
+    if reasons and group is not None:
+        up = Up("group", "group")   # the group's own restart: every member stopped, then started
+    elif reasons:
         # out of service, the old container serves nobody: stopped at once, not after compose's long grace
         stop = f"{' '.join(COMPOSE_COMMAND)} stop --timeout {QUICK_STOP_SECONDS}"
         up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
     yield FunctionCommand(roll_worker, (roll, up, f"bash {q(gate)}", why, metrics_url, key_file, turn_seconds,
-                                        project_dir, leaving, roll.stamped), {})
+                                        project_dir, leaving, roll.stamped, *([group] if group else [])), {})
 
 
 @dataclass(frozen=True)
@@ -207,7 +214,8 @@ def gate_reason(output) -> str:
 
 
 def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, metrics_url: str,
-                key_file: str | None, turn_seconds: int, project_dir: str, leaving=(), stamped: bool = True) -> bool:
+                key_file: str | None, turn_seconds: int, project_dir: str, leaving=(), stamped: bool = True,
+                group: NodeGroup | None = None) -> bool:
     """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
     ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand).
     ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others).
@@ -222,7 +230,7 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     assert pool.out is not None
     if not stamped or roll.url in pool.out:
         pool.out.add(roll.url)   # counted before anything that yields: the others' turns see it at once
-        return out_of_service_turn(state, host, pool, roll, up, gate, why, turn_seconds, leaving, say)
+        return out_of_service_turn(state, host, pool, roll, up, gate, why, turn_seconds, leaving, say, group)
     turn = 2 * roll.drain_timeout + 2 * turn_seconds + TURN_MARGIN
     waited = wait_for_turn(state, pool, roll, turn * roll.pool_size)
     if waited is not None or pool.failed:
@@ -288,7 +296,7 @@ def wait_for_turn(state, pool: PoolState, roll: Roll, seconds: float) -> str | N
 
 
 def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None, gate: str, why: str,
-                        turn_seconds: int, leaving, say) -> bool:
+                        turn_seconds: int, leaving, say, group: NodeGroup | None = None) -> bool:
     """A worker that serves nobody: at once, out of any gateway that lists it, no drain, its old container stopped
     at once; back in its gateways when its gate passed. Its failure fails this host alone."""
     failure = None
@@ -298,7 +306,7 @@ def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None,
             (f" (out of {len(leaving) + len(listed)} gateway(s) first)" if leaving or listed else ""))
         failure = leave(state, (*leaving, *listed), roll.url)
         if failure is None:
-            failure = restart_and_gate(host, up.at_once if up else None, gate)
+            failure = restart_and_gate(host, up.at_once if up else None, gate, state, group)
     finally:
         try:
             back = come_back(state, host, pool, roll, turn_seconds, say)
@@ -321,8 +329,11 @@ def leave(state, fronts, url: str) -> str | None:
     return None
 
 
-def restart_and_gate(host, up: str | None, gate: str) -> str | None:
-    """`up` (when the config changed), then the gate with its rollback; None, or why it failed."""
+def restart_and_gate(host, up: str | None, gate: str, state=None, group: NodeGroup | None = None) -> str | None:
+    """`up` (when the config changed), then the gate with its rollback; None, or why it failed. A multi-node
+    group's rank 0: the group's own restart (when ``up``), gate and rollback instead (operations/group.py)."""
+    if group is not None:
+        return group_restart_and_gate(state, host, group, up is not None, f"group {group.name}'s turn")
     if up is not None:
         status, output = run_on(host, up)
         if not status:

@@ -155,3 +155,40 @@ def test_the_rollback_stops_the_failed_config_at_once_before_the_good_one_starts
     verbs = [words[0] for words in calls if words[0] in ("stop", "up")]
     assert verbs == ["stop", "up"]
     assert calls[[w[0] for w in calls].index("stop")] == ("stop", "--timeout", str(gate.stack.QUICK_STOP_SECONDS))
+
+
+# ---------------------------------------------------------------- a multi-node group's steps (operations/group.py)
+def test_a_groups_rank_0_that_fails_keeps_its_config_as_failed_and_rolls_nothing_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL)
+    (docker / "compose.yaml.good").write_text("services: {good: {}}\n")
+    calls = []
+    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
+                                                                                                          "", ""))
+    run.args.group_step = "validate"
+    assert run.run() == gate.GROUP_FAILED
+    assert (docker / "compose.yaml").read_text() == "services: {}\n"          # not rolled back here
+    assert (docker / "compose.yaml.failed").read_text() == "services: {}\n"
+    assert calls == [] and not (docker / stamp.STAMP).exists()                # nothing restarted, nothing stamped
+
+
+def test_a_group_member_keeps_the_groups_passed_config_and_stamps_it_without_asking_its_own_health(tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL, ready=False)   # its own answers would fail
+    run.args.group_step = "keep"
+    assert run.run() == 0
+    assert (docker / "compose.yaml.good").read_text() == "services: {}\n"
+    assert (docker / stamp.STAMP).exists()
+
+
+def test_a_group_member_after_a_failed_gate_puts_its_last_good_config_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.group_step = "failed"
+    assert run.run() == 1                                                     # a first deploy: nothing to go back to
+    assert (docker / "compose.yaml").read_text() == "services: {}\n"
+    (docker / "compose.yaml.good").write_text("services: {good: {}}\n")
+    assert run.run() == 0
+    assert (docker / "compose.yaml").read_text() == "services: {good: {}}\n"
+    assert (docker / "compose.yaml.failed").read_text() == "services: {}\n"

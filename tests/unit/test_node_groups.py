@@ -151,3 +151,74 @@ def test_a_members_restart_reasons():
         ["gpu-02: the service has no container"]
     assert nodegroups.member_reasons("gpu-02", snap, replace(plan, compose_sha="other").compose_sha, "sha256:x",
                                      docker) == ["gpu-02: compose.yaml changes"]
+
+
+# ---------------------------------------------------------------- the group's turn (operations/group.py)
+class Output:
+    def __init__(self, stderr=()):
+        self.stderr_lines, self.stdout_lines = list(stderr), []
+
+
+def turn(monkeypatch, gate_results):
+    """The group's turn with every member's commands recorded; ``gate_results``: rank 0's gate answers in order."""
+    from types import SimpleNamespace
+
+    from sglang_infra.operations import group as group_ops
+
+    found, _ = plans()
+    group = nodegroups.with_members(found)["gpu-01"].node_group
+    ran, answers = [], list(gate_results)
+
+    def on_member(state, name, command):
+        kind = "up" if " up -d " in command else "stop" if " stop --timeout " in command else \
+            command.split("--group-step ")[-1]
+        ran.append((name, kind))
+        if command.endswith("--group-step validate"):
+            return answers.pop(0)
+        return True, Output()
+
+    monkeypatch.setattr(group_ops, "on_member", on_member)
+    host = SimpleNamespace(log_styled=lambda *a, **k: None)
+    return group_ops.restart_and_gate(None, host, group, True, "compose.yaml changes"), ran
+
+
+def test_the_group_stops_every_member_then_starts_rank_0_last_and_gates_through_rank_0_only(monkeypatch):
+    failure, ran = turn(monkeypatch, [(True, Output())])
+    assert failure is None
+    assert ran == [("gpu-01", "stop"), ("gpu-02", "stop"), ("gpu-02", "up"), ("gpu-01", "up"),
+                     ("gpu-01", "validate"), ("gpu-02", "keep")]
+
+
+def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restarts_them_together(monkeypatch):
+    from sglang_infra.hostside.gate import GROUP_NOT_ROLLED_BACK
+
+    failed = (False, Output([f"gate[gpu-01]: FAILED: benchmark.sh: too slow. {GROUP_NOT_ROLLED_BACK}"]))
+    failure, ran = turn(monkeypatch, [failed, (True, Output())])
+    assert failure == "benchmark.sh: too slow; rolled back: every member serves its last good config again"
+    names_steps = [(name, what) for name, what in ran if what in ("validate", "keep", "failed")]
+    assert names_steps == [("gpu-01", "validate"), ("gpu-01", "failed"), ("gpu-02", "failed"),
+                           ("gpu-01", "validate"), ("gpu-02", "keep")]
+    # after the rollback every member was stopped before any started again
+    after = ran[ran.index(("gpu-02", "failed")) + 1:]
+    kinds = [what for _, what in after if what in ("stop", "up")]
+    assert kinds == ["stop", "stop", "up", "up"]
+
+
+def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_path):
+    import socket
+
+    from sglang_infra.hostside import snapshot as host_snapshot
+    from sglang_infra.plan import snapshot_spec
+
+    group = nodegroups.membership(MEMBERS)
+    assert snapshot_spec(DEFAULTS, node_group=group["gpu-02"])["reach"] == ["10.0.0.11", 29500]
+    assert "reach" not in snapshot_spec(DEFAULTS, node_group=group["gpu-01"])   # rank 0 reaches itself
+    # a port nothing listens on answers with a refusal: the host is reached
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert host_snapshot.reach(["127.0.0.1", port])["ok"] is True
+    assert host_snapshot.reach(["name.invalid", port])["ok"] is False
+    [line] = nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
+    assert "gpu-02" in line and "10.0.0.11:29500" in line and "timed out" in line
+    assert nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []

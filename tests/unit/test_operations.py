@@ -39,6 +39,12 @@ def _arguments(op: str, args: dict) -> dict:
         from sglang_infra.plantypes import Worker
 
         args = {**args, "workers": [Worker(**worker) for worker in args["workers"]]}
+    if op == "group_up":
+        from sglang_infra.plantypes import GroupMember, NodeGroup
+
+        group = args["group"]
+        args = {**args, "group": NodeGroup(**{**group, "members": tuple(group["members"]),
+                                              "member_plans": tuple(GroupMember(**m) for m in group["member_plans"])})}
     return args
 
 

@@ -1,0 +1,177 @@
+"""A multi-node group restarted, gated and rolled back as one unit
+(sglang_node_group, nodegroups.py), driven from rank 0.
+
+The operation runs on rank 0 only; by then every member has its compose.yaml,
+.env and scripts on disk (earlier operations, which pyinfra runs on every host
+before the next one). It reads every member's snapshot and decides for the
+group (nodegroups.restart_reasons): when any member's container is gone,
+exited, not started from its files, or the group is stale, then
+
+1. every member is stopped (no member is left running against a group that
+   restarts), then every member is started: ranks >= 1 first, rank 0 last
+   (they wait for its rendezvous; a healthy group's rank 0 started last);
+2. the gate runs against rank 0 only (its readiness waits until every rank
+   joined; the other ranks' own health answers are never asked);
+3. passed: every other member keeps its config as the group's last
+   known-good one, stamped; failed: every member keeps its config as *.failed
+   and puts its last known-good one back, all are stopped and started again,
+   and rank 0 validates again. Every member ends on the same config.
+
+Commands on the other members run through their own connections
+(base.run_on with their connector arguments), as operations/roll.py reaches a
+gateway host.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand
+
+from .. import factcache, ship
+from ..hostside import names
+from ..hostside.gate import GROUP_NOT_ROLLED_BACK
+from ..hostside.stack import QUICK_STOP_SECONDS
+from ..nodegroups import member_reasons, stale
+from ..plantypes import NodeGroup
+from ..snapshot import Snapshot, current, worker_validated
+from .base import connector_arguments, q, run_on, snapshot_operation
+from .gate import gate_passed
+
+
+def member_snapshots(state, group: NodeGroup) -> dict:
+    """Every member's snapshot as it is now (this host's through its own context, the others' through theirs)."""
+    out = {}
+    for member in group.member_plans:
+        if member.name == host.name:
+            out[member.name] = current(host)
+            continue
+        other = state.inventory.get_host(member.name)
+        factcache.invalidate(other)
+        out[member.name] = factcache.current(other, Snapshot)
+    return out
+
+
+def restart_reasons(state, group: NodeGroup) -> list[str]:
+    """Why the whole group must be recreated (none: every member runs its planned config, in one group)."""
+    snapshots = member_snapshots(state, group)
+    reasons = []
+    for member in group.member_plans:
+        snapshot = snapshots[member.name]
+        images = ((snapshot or {}).get("docker") or {}).get("images") or {}
+        reasons += member_reasons(member.name, snapshot, member.compose_sha,
+                                  (images.get(member.image) or {}).get("id"), member.docker)
+    return reasons or stale(snapshots, group)
+
+
+@snapshot_operation
+def group_up(group: NodeGroup, files: dict[str, str], always: bool = False):
+    """
+    Ensure every member of ``group`` runs its current compose.yaml, started
+    together, and that rank 0 passed its gate (``files``: what it validates)
+    with every member up (the module's docstring). Run on rank 0. Yields
+    nothing when every member runs its config in one group and every
+    member's stamp is current.
+    """
+    assert group.member_plans, "preflight gives every member's plan its group's members"
+    reasons = restart_reasons(host.state, group)
+    due = always or not gate_passed(group.member_plans[0].image, files) or \
+        not all(worker_validated(s) for s in member_snapshots(host.state, group).values())
+    if not reasons and not due:
+        host.noop(f"every member of group {group.name} runs the current compose.yaml, which passed the gate")
+        return
+    why = "; ".join(reasons) or "the gate is due"
+    yield FunctionCommand(group_turn, (group, bool(reasons), why), {})
+
+
+def group_turn(state, host, group: NodeGroup, restart: bool, why: str) -> bool:
+    """The group's restart (when ``restart``) and its gate through rank 0, with the group's rollback; False fails
+    rank 0 (the run's failure for the group). pyinfra passes ``state`` and ``host`` by these names."""
+    failure = restart_and_gate(state, host, group, restart, why)
+    if failure:
+        host.log_styled(f"group {group.name}: {failure}", log_func=logger.error)
+    return failure is None
+
+
+def say(host, line, log=logger.info):
+    host.log_styled(f"group: {line}", log_func=log)
+
+
+def on_member(state, name: str, command: str):
+    """(status, output) of ``command`` on the member ``name``, through its own connection."""
+    member = state.inventory.get_host(name)
+    if not member.connected:
+        member.connect(reason="to restart its multi-node group", raise_exceptions=True)
+    try:
+        return run_on(member, command, print_output=False, arguments=connector_arguments(state, member))
+    finally:
+        factcache.invalidate(member)
+
+
+def last_line(output) -> str:
+    return (output.stderr_lines + output.stdout_lines or ["no output"])[-1]
+
+
+def recreate(state, group: NodeGroup) -> str | None:
+    """Every member stopped, then every member started, rank 0 last; None, or what failed."""
+    for member in group.member_plans:
+        name, docker = member.name, member.docker
+        ok, output = on_member(state, name, f"cd {q(docker)} && {' '.join(names.COMPOSE_COMMAND)} stop --timeout "
+                                            f"{QUICK_STOP_SECONDS}")
+        if not ok:
+            return f"{name}: docker compose stop failed ({last_line(output)})"
+    for member in (*group.member_plans[1:], group.member_plans[0]):
+        name, docker = member.name, member.docker
+        ok, output = on_member(state, name, f"cd {q(docker)} && {' '.join(names.COMPOSE_COMMAND)} up -d "
+                                            f"--force-recreate --remove-orphans && {ship.command('stack')} {q(docker)}")
+        if not ok:
+            return f"{name}: docker compose up failed ({last_line(output)})"
+    return None
+
+
+def gate_command(group: NodeGroup, name: str, step: str) -> str:
+    home = next(member.home for member in group.member_plans if member.name == name)
+    return f"bash {q(home + '/' + names.GATE_SCRIPT)} --group-step {step}"
+
+
+def keep_members(state, host, group: NodeGroup) -> str | None:
+    """Every member above rank 0 keeps its config as the group's last good one, stamped; None, or what failed."""
+    for name in group.members[1:]:
+        ok, output = on_member(state, name, gate_command(group, name, "keep"))
+        say(host, last_line(output), logger.info if ok else logger.error)
+        if not ok:
+            return f"{name}: {last_line(output)}"
+    return None
+
+
+def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> str | None:
+    """The group's turn (the module's docstring): None when it passed, else why it failed."""
+    if restart:
+        say(host, f"{why}: every member of {group.name} ({', '.join(group.members)}) is stopped, then started")
+        failure = recreate(state, group)
+        if failure:
+            return failure
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
+    for line in output.stderr_lines[-6:]:
+        say(host, line)
+    if ok:
+        return keep_members(state, host, group)
+    said = next((line.split("FAILED: ", 1)[1] for line in reversed(output.stderr_lines) if "FAILED: " in line), "")
+    if GROUP_NOT_ROLLED_BACK not in said:
+        return f"rank 0's gate failed ({last_line(output)})"
+    failed = said.replace(GROUP_NOT_ROLLED_BACK, "").strip(" .")
+    say(host, f"rank 0's gate failed ({failed}); every member of {group.name} goes back to its last good config",
+        logger.error)
+    for name in group.members:
+        ok, output = on_member(state, name, gate_command(group, name, "failed"))
+        if not ok:
+            return f"{failed}; {name} could not be rolled back ({last_line(output)}): the group is left as it is"
+    problem = recreate(state, group)
+    if problem:
+        return f"{failed}; the rollback failed: {problem}; the group needs a person"
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
+    if not ok:
+        return f"{failed}; the rollback to the last good config ALSO failed ({last_line(output)}); the group needs " \
+               "a person"
+    problem = keep_members(state, host, group)
+    return f"{failed}; rolled back: every member serves its last good config again" + \
+        (f" (but {problem})" if problem else "")

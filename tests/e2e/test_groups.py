@@ -1,0 +1,137 @@
+"""A multi-node group (issue 34) on real test hosts with the stand-in's multi-node protocol: two hosts serve one
+model as a group (rank 0 answers only once rank 1 joined), one more worker of the same model, and a gateway host
+with the REAL gateway in front of both (the group is one worker: rank 0's URL).
+
+- The group serves with --tp-size twice the per-host GPUs, the gate passes through rank 0 only, rank 1 is stamped
+  after it; the gateway lists rank 0 and the other worker, never rank 1. A second run changes nothing.
+- A config change of the group under steady load through the gateway: both members restarted (rank 1 first, rank 0
+  last), no failed request, no cut stream.
+- A config whose gate fails on the group leaves both members on the last good config, started again together.
+- rank 1's container killed: the next ordinary run recreates both members and the group serves again.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import run_deploy
+from rolling_load import Load, gateway_workers
+
+G0, G1, SOLO, GW = "sg-grp-0", "sg-grp-1", "sg-grp-solo", "sg-grp-gw"
+GROUP = (G0, G1)
+PORT = 30080
+MODEL = "qwen3.6-35b-a3b"
+DOCKER = "/opt/sglang/docker"
+ENV = {"STANDIN_LOAD_SECONDS": "2"}
+
+
+@pytest.fixture(scope="module")
+def fleet(testbed, workdir):
+    hosts = {name: testbed.host(name) for name in (G0, G1, SOLO, GW)}
+
+    def inventory(file, env=None, **data):
+        values = {"sglang_drain_timeout": 30, "sglang_extra_env": {**ENV, **(env or {})}, **data}
+        group = {**values, "sglang_node_group": "ds-a"}
+        # the other worker keeps its own config: only the group's data change in these tests
+        solo = {"sglang_drain_timeout": 30, "sglang_extra_env": ENV}
+        return testbed.inventory(workdir / file, {
+            "production": [(hosts[G0], group), (hosts[G1], group), (hosts[SOLO], solo)],
+            "router": [(hosts[GW], {"sglang_router_bind_address": hosts[GW].address})]})
+
+    first = run_deploy(inventory("groups.py"))
+    return hosts, inventory, first
+
+
+def container(host) -> dict:
+    found = host.exec(f"cd {DOCKER} && docker inspect $(docker compose ps -aq sglang)").stdout
+    return json.loads(found)[0] if found.strip() else {}
+
+
+def started(host) -> str:
+    return container(host).get("State", {}).get("StartedAt", "")
+
+
+def command(host) -> list[str]:
+    return container(host).get("Config", {}).get("Cmd") or []
+
+
+def env(host) -> str:
+    return json.dumps(container(host).get("Config", {}).get("Env") or [])
+
+
+def url_of(hosts, name) -> str:
+    return f"http://{hosts[name].address}:30000"
+
+
+def listed(hosts):
+    return gateway_workers(f"http://{hosts[GW].address}:{PORT}")
+
+
+def test_a_group_of_two_serves_with_twice_the_gpus_gated_through_rank_0(fleet):
+    hosts, _, first = fleet
+    assert first.returncode == 0, first.why(4000)
+    for rank, name in enumerate(GROUP):
+        args = command(hosts[name])
+        assert "--tp-size=2" in args, args            # 1 per stand-in host (no GPU), times 2 members
+        assert "--nnodes=2" in args and f"--node-rank={rank}" in args, args
+        assert f"--dist-init-addr={hosts[G0].address}:29500" in args, args
+        assert container(hosts[name])["HostConfig"]["NetworkMode"] == "host"
+        assert container(hosts[name])["Config"]["Labels"]["sglang.node_rank"] == str(rank)
+    assert f"gate[{G0}]: passed; this config is now the last known-good one" in first.output
+    assert f"gate[{G1}]: passed through the group's rank 0" in first.output
+    # rank 1's own answers are never asked: its record has no benchmark, rank 0's has
+    records = {n: json.loads(hosts[n].exec(f"cat {DOCKER}/.last-gate").stdout) for n in GROUP}
+    assert records[G1]["benchmark"] is None and records[G0]["benchmark"], records
+    assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
+    assert started(hosts[G1]) < started(hosts[G0])   # rank 0 last
+
+
+def test_a_second_run_changes_nothing(fleet):
+    hosts, inventory, _ = fleet
+    before = {name: started(hosts[name]) for name in (*GROUP, SOLO)}
+    again = run_deploy(inventory("groups.py"))
+    assert again.returncode == 0, again.why(3000)
+    assert {name: again.changed(name) for name in hosts} == {name: [] for name in hosts}
+    assert {name: started(hosts[name]) for name in (*GROUP, SOLO)} == before
+
+
+def test_a_config_change_of_the_group_under_load_loses_no_request(fleet):
+    hosts, inventory, _ = fleet
+    before = {name: started(hosts[name]) for name in (*GROUP, SOLO)}
+    with Load(f"http://{hosts[GW].address}:{PORT}", MODEL, max_tokens=200) as load:
+        result = run_deploy(inventory("groups-b.py", env={"GROUP_MARK": "b"}))
+    assert result.returncode == 0, result.why(4000)
+    assert all("GROUP_MARK=b" in env(hosts[name]) for name in GROUP)
+    assert all(started(hosts[name]) != before[name] for name in GROUP)
+    assert started(hosts[SOLO]) == before[SOLO]
+    assert started(hosts[G1]) < started(hosts[G0])
+    assert load.sent > 10, load.sent
+    assert (load.failed, load.cut) == (0, 0), load.errors[:5]
+    assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
+
+
+def test_a_config_whose_gate_fails_leaves_both_members_on_the_last_good_config(fleet):
+    hosts, inventory, _ = fleet
+    result = run_deploy(inventory("groups-bad.py", env={"GROUP_MARK": "b", "STANDIN_FAILURE": "slow"},
+                                  sglang_ready_timeout=12))
+    assert result.returncode != 0
+    assert f"gate[{G0}]: FAILED" in result.output and "rolled back: every member serves its last good config" \
+        in result.output, result.why(4000)
+    for name in GROUP:
+        assert "STANDIN_FAILURE" not in env(hosts[name]) and "GROUP_MARK=b" in env(hosts[name])
+        assert "STANDIN_FAILURE" in hosts[name].exec(f"cat {DOCKER}/compose.yaml.failed").stdout
+    assert started(hosts[G1]) < started(hosts[G0])
+    assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
+
+
+def test_a_killed_member_is_healed_by_the_next_run_recreating_the_whole_group(fleet):
+    hosts, inventory, _ = fleet
+    hosts[G1].exec(f"cd {DOCKER} && docker kill $(docker compose ps -q sglang)")
+    before = started(hosts[G0])
+    result = run_deploy(inventory("groups-b.py", env={"GROUP_MARK": "b"}))
+    assert result.returncode == 0, result.why(4000)
+    assert f"{G1}: the container is exited" in result.output
+    assert started(hosts[G0]) != before and started(hosts[G1]) < started(hosts[G0])
+    assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
