@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from .nodegroups import stale
 from .plantypes import NodeGroup
+from .statusrows import GROUP_FIELDS
 
 UNREAD = object()   # a member whose container could not be read (unreachable, refused): not known to be whole
 
@@ -39,4 +40,4 @@ def problems(group: NodeGroup, containers: Mapping[str, Any]) -> list[str]:
 
 def of_row(found: Mapping[str, Any]) -> NodeGroup:
     """The NodeGroup a status row carries (statusrows.row: the plan's, as JSON)."""
-    return NodeGroup(**{**found, "members": tuple(found["members"])})
+    return NodeGroup(**{**{name: found[name] for name in GROUP_FIELDS}, "members": tuple(found["members"])})
