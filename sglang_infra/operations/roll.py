@@ -250,7 +250,7 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
         failure = leave(state, (*leaving, *roll.fronts), roll.url)
         if failure is None:
             say(drain(state, host, roll, metrics_url, key_file))
-            failure = restart_and_gate(host, up.drained if up else None, gate)
+            failure = restart_and_gate(host, up.drained if up else None, gate, state, group)
     finally:
         try:
             back = come_back(state, host, pool, roll, turn_seconds, say)

@@ -539,3 +539,24 @@ def test_a_switching_worker_leaves_the_other_models_gateways_first_and_comes_bac
     assert [(slug, "add" if "add" in change else "remove") for slug, change in calls] == \
         [("old", "remove"), ("m", "remove"), ("m", "add")]
     assert all((change.get("remove") or change.get("add")) == url for _, change in calls)
+
+
+@pytest.mark.parametrize("stamped", [True, False], ids=["in-service", "out-of-service"])
+def test_a_groups_turn_restarts_and_gates_the_whole_group_from_rank_0(fleet, monkeypatch, stamped):
+    """A multi-node group is one worker (its rank 0): in its turn, in service or not, the group's own restart and
+    gate run (operations/group.py), never rank 0's `up` and gate alone."""
+    from sglang_infra.plantypes import NodeGroup
+
+    state, gateway_host, log = fleet
+    group = NodeGroup("ds-a", 0, ("gpu-01", "gpu-04"), "10.0.0.1", 29500, 16)
+    calls = []
+    monkeypatch.setattr(roll_ops, "group_restart_and_gate",
+                        lambda state, host, group, restart, why: calls.append((host.name, group.name, restart)))
+    if not stamped:
+        gateway_host.gateway.pop(url(1))
+    worker = Host("gpu-01", log)
+    state.active[:] = [worker]
+    assert roll_ops.roll_worker(state, worker, roll()(1), UP, GATE, "compose.yaml changes",
+                                "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker", (), stamped, group)
+    assert calls == [("gpu-01", "ds-a", True)]
+    assert not [what for name, what in log if name == "gpu-01" and what in ("up", "gate", "stop at once, up")]
