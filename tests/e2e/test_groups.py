@@ -156,7 +156,8 @@ def textfile(host) -> str:
 def test_a_killed_member_is_named_failing_by_status_check_and_metrics_within_60s(fleet, workdir):
     """`docker kill` of rank 1: within 60 s status.sh and check.sh name group ds-a failing, the member and why, and
     its textfile says its container does not run (what SGLangGroupMemberDown reads; the rule itself is tested with
-    promtool); the next ordinary run recreates the group and status says it is whole again."""
+    promtool); started again alone, status names the group stale; the next ordinary run recreates the group and
+    status says it is whole again."""
     hosts, inventory, _ = fleet
     current = inventory("groups-b.py", env={"GROUP_MARK": "b"})   # the config the module's earlier tests left
     hosts[G1].exec(f"cd {DOCKER} && docker kill $(docker compose ps -q sglang)")
@@ -185,6 +186,12 @@ def test_a_killed_member_is_named_failing_by_status_check_and_metrics_within_60s
         time.sleep(5)
     assert "sglang_container_running 0" in textfile(hosts[G1]) and \
         "sglang_container_running 1" in textfile(hosts[G0])
+
+    # Revived alone (as a restart policy would): every container runs, and the group is stale.
+    hosts[G1].exec(f"cd {DOCKER} && docker start $(docker compose ps -aq sglang)")
+    code, report = run_status(current)
+    assert code == 1 and report["groups"][0]["problems"] == [
+        f"group ds-a: member {G1}: started after rank 0 ({G0}), against a group that already formed"], report["groups"]
 
     healed = run_deploy(current)
     assert healed.returncode == 0, healed.why(4000)
