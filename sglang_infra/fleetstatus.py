@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import statusrows
+from . import groupstatus, statusrows
 from .hostside.printable import printable
 from .hostside.units import human
 
@@ -83,17 +83,38 @@ def verdict(found: list[tuple[str, str]]) -> str:
     return min((kind for kind, _ in found), key=VERDICTS.index, default="ok")
 
 
+def node_groups(rows: list[dict]) -> list[dict]:
+    """Every multi-node group the rows' plans name, in inventory order: its members and rank 0, and why it is
+    failing (groupstatus.problems, from each member's container; a member not reported on is not known to serve)."""
+    by_host = {row["host"]: row for row in rows}
+    out: dict[str, dict] = {}
+    for row in rows:
+        if row.get("node_group") and row["node_group"]["name"] not in out:
+            group = groupstatus.of_row(row["node_group"])
+            containers = {name: by_host[name]["container"] for name in group.members
+                          if by_host.get(name, {}).get("reachable") and "container" in by_host[name]}
+            found = groupstatus.problems(group, containers)
+            out[group.name] = {"name": group.name, "members": list(group.members), "head": group.head_name,
+                               "problems": found, "verdict": "failing" if found else "ok"}
+    return list(out.values())
+
+
 def judged(rows: list[dict]) -> dict:
-    """The rows with their problems and verdict, the fleet's summary and the exit code."""
+    """The rows with their problems and verdict, the fleet's summary and the exit code. A member of a failing
+    multi-node group is failing too, with its group's lines."""
+    groups = node_groups(rows)
+    failing = {group["name"]: group["problems"] for group in groups}
     hosts = []
     for row in rows:
         found = problems(row)
+        if row.get("reachable") and not row.get("refused") and row.get("node_group"):
+            found += [("failing", line) for line in failing.get(row["node_group"]["name"], ())]
         hosts.append({**row, "problems": [f"{kind}: {what}" for kind, what in found], "verdict": verdict(found)})
     counts = {kind: sum(1 for h in hosts if h["verdict"] == kind) for kind in VERDICTS}
     drifted = [h for h in hosts if (h.get("drift") or {}).get("operations")]
     summary = {"hosts": len(hosts), **counts, "drifted_hosts": len(drifted),
                "drifted_operations": sum(h["drift"]["operations"] for h in drifted)}
-    return {"hosts": hosts, "summary": summary, "exit": 0 if counts["ok"] == len(hosts) else 1}
+    return {"hosts": hosts, "groups": groups, "summary": summary, "exit": 0 if counts["ok"] == len(hosts) else 1}
 
 
 # ---------------------------------------------------------------- the table
@@ -183,8 +204,15 @@ def table(report: dict) -> str:
         if host.get("prometheus"):
             lines.append(printable(f"{host['host']}: the fleet's Prometheus (metrics, alerts, the dashboard's "
                                    f"source) at {host['prometheus']}"))
+    lines += [printable(group_line(group)) for group in report.get("groups") or ()]
     lines.append(summary_line(report["summary"]))
     return "\n".join(lines)
+
+
+def group_line(group: dict) -> str:
+    """A multi-node group as one worker: its name, verdict, rank 0 and members (their lines are above)."""
+    return f"group {group['name']}: {'FAILING' if group['problems'] else 'ok'}, one worker at rank 0 " \
+           f"({group['head']}), members {', '.join(group['members'])}"
 
 
 # ---------------------------------------------------------------- the run

@@ -4,7 +4,9 @@ scrapes, worked out from the whole inventory.
 Every serving host's SGLang /metrics (job `sglang`), every gateway's
 Prometheus port (job `sglang-router`), every host's node exporter (job
 `node`) and the monitor's own Prometheus (job `prometheus`), each labelled
-with its host, inventory group, model key and role. Hosts outside this run
+with its host, inventory group, model key and role; a multi-node group's
+member's worker and node targets also with its group and rank (`node_group`,
+`node_rank`). Hosts outside this run
 (--limit) are scraped too: their data says where they listen. A target is
 reached where it is published: the address it binds when that is one
 address, the host's inventory address (sglang_worker_address, else
@@ -23,6 +25,7 @@ from typing import Any, Mapping
 from . import render
 from .gateways import inventory_roles, place
 from .groups import ROLE_GROUPS
+from .nodegroups import membership
 from .plantypes import GatewaySettings, HostPlan, Monitor, Target
 from .refusals import DeployDataError, Unscrapable, check_monitor, raise_if
 
@@ -70,13 +73,18 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
     for each in hosts:
         if each.serves:
             workers.setdefault(each.data.get("sglang_model"), []).append(each.name)
+    node_groups = membership(hosts)
     for each in hosts:
         data, reach = each.data, _reach(each.data, each.name)
         serving = ",".join(g for g in each.groups if g not in ROLE_GROUPS) or "inventory"
         model = data.get("sglang_model") if each.serves else ""
+        # A multi-node group's member: its worker and node targets name its group and rank, so the rules can judge
+        # the group from its members' series (sglang-alerts.yml: SGLangGroupMemberDown, SGLangGroupStale).
+        member = node_groups.get(each.name)
+        grouped = {"node_group": member.name, "node_rank": str(member.rank)} if member is not None else {}
         if each.serves and data.get("sglang_enable_metrics"):
             add(JOB_WORKER, each.name, "sglang_bind_address", data["sglang_bind_address"], data["sglang_port"],
-                group=serving, model=model, role="worker")
+                group=serving, model=model, role="worker", **grouped)
         if each.runs_gateways:
             for spot in place(GatewaySettings.of(data), workers):
                 add(JOB_GATEWAY, each.name, "sglang_router_prometheus_bind_address",
@@ -85,7 +93,7 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
         if data.get("sglang_node_exporter"):
             add(JOB_NODE, each.name, "sglang_node_exporter_bind_address", data["sglang_node_exporter_bind_address"],
                 data["sglang_node_exporter_port"], group=",".join(each.groups) or "inventory", model=model or "",
-                role="node")
+                role="node", **grouped)
     return found, unreachable
 
 

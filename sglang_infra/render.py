@@ -208,7 +208,10 @@ def prometheus_dropin(settings: MonitorSettings) -> str:
 
 
 def alert_rules(settings: MonitorSettings) -> str:
-    return render_template("templates/prometheus/sglang-alerts.yml.j2", **settings.alerts)
+    """The rules: the sglang_alert_* keys, and the stale-group window the deploy recreates a group by."""
+    from .nodegroups import START_WINDOW
+
+    return render_template("templates/prometheus/sglang-alerts.yml.j2", **settings.alerts, start_window=START_WINDOW)
 
 
 def dashboard() -> str:

@@ -194,7 +194,20 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "gateways": report.get("gateways") or [],
         # a monitor host: where its Prometheus answers (the fleet's metrics, alerts and the dashboard's source)
         "prometheus": prometheus_url(name, plan.monitor_settings) if plan.monitors else None,
+        # a member of a multi-node group: the group, its members and its rank (fleetstatus judges the group whole)
+        "node_group": group_fields(plan.node_group),
     }
+
+
+GROUP_FIELDS = ("name", "rank", "members", "head", "port", "ports", "interface")   # what the row carries of a group
+
+
+def group_fields(group) -> dict | None:
+    """A multi-node group as its row carries it (JSON: its name, this host's rank, its members in rank order, rank
+    0's address and range); groupstatus.of_row reads it back."""
+    if group is None:
+        return None
+    return {name: list(getattr(group, name)) if name == "members" else getattr(group, name) for name in GROUP_FIELDS}
 
 
 API_ACCESS = ("key", "no key, trusted network", "no key, loopback only", "NO KEY, OPEN")

@@ -4,7 +4,8 @@ One file, names.GATE_METRICS_FILE in the collector's directory
 (names.TEXTFILE_DIR), in Prometheus' text exposition format: when the last
 gate ended, whether it passed, whether its tool-calling check passed, its
 benchmark's tok/s and the model's baseline, whether the config running now is
-the one the gate stamped, and the room left where hf-cache lives. gate.py
+the one the gate stamped, whether the worker's container runs and since when,
+and the room left where hf-cache lives. gate.py
 writes it at the end of every worker gate; a systemd timer the deploy
 installs refreshes it every minute, so a container restarted or a
 compose.yaml edited since the gate shows as not validated before the next
@@ -43,6 +44,10 @@ METRICS = (
                                                "gate's benchmark was compared with."),
     ("sglang_config_validated", "1 when the config and the container running now are the ones the last passing "
                                 "gate stamped, 0 when anything changed or restarted since."),
+    ("sglang_container_running", "1 when the worker's container runs, 0 when it is gone, stopped or exited, or "
+                                 "the engine does not answer."),
+    ("sglang_container_started_timestamp_seconds", "When the running worker container last started, in Unix "
+                                                   "seconds (a multi-node group's members are compared by it)."),
     ("sglang_hf_cache_avail_bytes", "Bytes free for unprivileged users on the filesystem holding hf-cache."),
     ("sglang_hf_cache_size_bytes", "Size in bytes of the filesystem holding hf-cache."),
     ("sglang_gate_metrics_written_timestamp_seconds", "When this file was written, in Unix seconds."),
@@ -103,6 +108,22 @@ def config_values(home):
     return {"sglang_config_validated": int(current)}
 
 
+def container_values(home):
+    """Whether the worker's container runs and, when it does, when it started (Docker's StartedAt, nanoseconds cut
+    to microseconds). The alert rules judge a multi-node group from its members' (a member gone, or restarted after
+    rank 0: sglang-alerts.yml)."""
+    found = running_container(home)
+    if found is None or found.get("state") != "running":
+        return {"sglang_container_running": 0}
+    values = {"sglang_container_running": 1}
+    started = found.get("started_at")
+    if isinstance(started, str) and not started.startswith("0001-"):
+        head, dot, rest = started.rstrip("Z").partition(".")
+        values["sglang_container_started_timestamp_seconds"] = _seconds(
+            head + (dot + rest[:6] if dot else "") + "Z")
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def cache_values(home):
     """Free and total bytes of hf-cache's filesystem. hf-cache is the account's and its group's to change, so
     it is opened without following a link (a link there gives nothing) and measured through its descriptor:
@@ -125,7 +146,7 @@ def cache_values(home):
 def gather(home, now=None):
     """{metric: value} of everything known now; each part that cannot be read is left out, never fatal."""
     values = {}
-    for part in (record_values, config_values, cache_values):
+    for part in (record_values, config_values, container_values, cache_values):
         try:
             values.update(part(home))
         except (OSError, ValueError, dockerapi.Unavailable):

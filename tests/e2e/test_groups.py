@@ -13,11 +13,15 @@ with the REAL gateway in front of both (the group is one worker: rank 0's URL).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 
 import pytest
 
-from harness import run_deploy
+from harness import PROJECT_DIR, run_deploy, run_host_checks
 from rolling_load import Load, gateway_workers
+from sglang_infra.hostside import names
 
 G0, G1, SOLO, GW = "sg-grp-0", "sg-grp-1", "sg-grp-solo", "sg-grp-gw"
 GROUP = (G0, G1)
@@ -136,4 +140,63 @@ def test_a_killed_member_is_healed_by_the_next_run_recreating_the_whole_group(fl
     assert result.returncode == 0, result.why(4000)
     assert f"{G1}: the container is exited" in result.output
     assert started(hosts[G0]) != before and started(hosts[G1]) < started(hosts[G0])
+    assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
+
+
+# ---------------------------------------------------------------- issue 34 item 3, reported (status, checks, metrics)
+def run_status(inventory) -> tuple[int, dict]:
+    env = {k: v for k, v in os.environ.items() if k != "PYINFRA_YES"}
+    proc = subprocess.run(["bash", "scripts/status.sh", str(inventory), "--json"], cwd=PROJECT_DIR, env=env,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {"error": proc.stderr[-2000:]}
+
+
+def textfile(host) -> str:
+    return host.exec(f"cat {names.TEXTFILE_DIR}/{names.GATE_METRICS_FILE}").stdout
+
+
+def test_a_killed_member_is_named_failing_by_status_check_and_metrics_within_60s(fleet, workdir):
+    """`docker kill` of rank 1: within 60 s status.sh and check.sh name group ds-a failing, the member and why, and
+    its textfile says its container does not run (what SGLangGroupMemberDown reads; the rule itself is tested with
+    promtool); started again alone, status names the group stale; the next ordinary run recreates the group and
+    status says it is whole again."""
+    hosts, inventory, _ = fleet
+    current = inventory("groups-b.py", env={"GROUP_MARK": "b"})   # the config the module's earlier tests left
+    hosts[G1].exec(f"cd {DOCKER} && docker kill $(docker compose ps -q sglang)")
+    killed = time.monotonic()
+    why = f"group ds-a: member {G1} (rank 1): its container is exited"
+
+    code, report = run_status(current)
+    status_took = time.monotonic() - killed
+    assert code == 1, report
+    assert report["groups"] == [{"name": "ds-a", "members": [G0, G1], "head": G0, "problems": [why],
+                                 "verdict": "failing"}], report
+    by_host = {row["host"]: row for row in report["hosts"]}
+    assert f"failing: {why}" in by_host[G0]["problems"] and by_host[G0]["verdict"] == "failing"
+    assert by_host[SOLO]["verdict"] == "ok", by_host[SOLO]["problems"]
+
+    started_checks = time.monotonic()
+    checks = run_host_checks(current, workdir)
+    checks_took = time.monotonic() - started_checks
+    assert checks.outcomes.get(f"{G0}::test_the_multi_node_group_is_whole") == "failure", checks.output[-3000:]
+    assert checks.outcomes.get(f"{G1}::test_the_multi_node_group_is_whole") == "skipped"
+    assert f"group ds-a is failing: {why}" in checks.output
+    assert status_took < 60 and checks_took < 60, (status_took, checks_took)
+
+    deadline = time.monotonic() + 90   # the textfile's timer runs every minute
+    while "sglang_container_running 0" not in textfile(hosts[G1]) and time.monotonic() < deadline:
+        time.sleep(5)
+    assert "sglang_container_running 0" in textfile(hosts[G1]) and \
+        "sglang_container_running 1" in textfile(hosts[G0])
+
+    # Revived alone (as a restart policy would): every container runs, and the group is stale.
+    hosts[G1].exec(f"cd {DOCKER} && docker start $(docker compose ps -aq sglang)")
+    code, report = run_status(current)
+    assert code == 1 and report["groups"][0]["problems"] == [
+        f"group ds-a: member {G1}: started after rank 0 ({G0}), against a group that already formed"], report["groups"]
+
+    healed = run_deploy(current)
+    assert healed.returncode == 0, healed.why(4000)
+    code, report = run_status(current)
+    assert report["groups"][0]["verdict"] == "ok" and report["groups"][0]["problems"] == [], report["groups"]
     assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}

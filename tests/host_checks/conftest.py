@@ -19,7 +19,7 @@ import paramiko
 import pytest
 import testinfra
 
-from sglang_infra import gateways, groups, monitoring
+from sglang_infra import gateways, groups, monitoring, nodegroups
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -147,7 +147,8 @@ class Target:
         gateway host's with its gateways, whose workers are the inventory's serving hosts."""
         from sglang_infra.plan import resolve
 
-        plan = resolve(self.name, self.data, self.snapshot, self.groups)
+        node_group = nodegroups.membership(gateways.inventory_roles(self.inventory, self.inventory_path)).get(self.name)
+        plan = resolve(self.name, self.data, self.snapshot, self.groups, node_group)
         if plan.runs_gateways:
             plan = gateways.fleet({self.name: plan}, self.inventory, refuse=False,
                                   inventory_path=self.inventory_path)[self.name]
@@ -155,6 +156,19 @@ class Target:
             plan = monitoring.with_monitors({self.name: plan}, self.inventory, self.inventory_path,
                                             refuse=False)[self.name]
         return plan
+
+    def member(self, name: str) -> Target | None:
+        """Another host of the inventory (a member of this host's multi-node group), read through its own
+        connection; None when it could not be reached (its own line says why)."""
+        if name == self.name:
+            return self
+        if name not in _clients:
+            return None
+        data = self.inventory.get_host(name).data.dict()
+        transport = _clients[name].get_transport()
+        if transport is None or not transport.is_active():   # its own checks are over and closed it
+            _clients[name] = _client(name, data)
+        return Target(name, data, self.inventory_path)
 
     def run(self, command: str):
         if self.sudo:

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from sglang_infra import ACCOUNT, ship
+from sglang_infra import ACCOUNT, groupstatus, ship
 from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
 from sglang_infra.plantypes import (
@@ -256,6 +256,23 @@ def test_the_server_reads_the_model_cache_read_only(serving):
     mounts = json.loads(target.run(f"docker inspect -f '{{{{json .Mounts}}}}' {found['id']}").stdout)
     cache = [m for m in mounts if m["Destination"] == "/hf-cache"]
     assert cache and cache[0]["RW"] is False, cache
+
+
+def test_the_multi_node_group_is_whole(serving):
+    """A member of a multi-node group: every member's container runs, all started as one group (groupstatus, the
+    judgement status.sh makes too). Checked once, on rank 0, which reads the other members' own snapshots."""
+    group = serving.plan.node_group
+    if group is None:
+        pytest.skip(f"{serving.name} is in no multi-node group")
+    if group.rank != 0:
+        pytest.skip(f"{serving.name} is rank {group.rank} of group {group.name}: checked on rank 0 ({group.head_name})")
+    containers = {}
+    for name in group.members:
+        found = serving.member(name)
+        if found is not None:
+            containers[name] = found.snapshot["stack"]["container"]
+    problems = groupstatus.problems(group, containers)
+    assert not problems, f"group {group.name} is failing: " + "; ".join(problems)
 
 
 # ---------------------------------------------------------------- gateway hosts: each gateway

@@ -182,6 +182,26 @@ def test_config_validated_is_what_the_snapshot_reports_to_the_deploy(home, textf
     assert written(home, textfile)["sglang_config_validated"] == 1
 
 
+# ---------------------------------------------------------------- the worker's container (a multi-node group's members)
+def test_a_running_container_gives_running_and_when_it_started(home, textfile, monkeypatch):
+    started = {**CONTAINER, "started_at": "2026-01-01T10:00:20.123456789Z"}   # Docker's nanoseconds
+    monkeypatch.setattr(stack, "container", lambda *a, **k: started)
+    samples = written(home, textfile)
+    assert samples["sglang_container_running"] == 1
+    assert samples["sglang_container_started_timestamp_seconds"] == pytest.approx(1767261620.123456)
+
+
+@pytest.mark.parametrize("found", [None, {**CONTAINER, "state": "exited"}, "engine down"],
+                         ids=["gone", "exited", "engine-silent"])
+def test_a_container_gone_exited_or_unknown_is_not_running_and_has_no_start(home, textfile, monkeypatch, found):
+    if found == "engine down":
+        _engine_silent(home, monkeypatch)
+    else:
+        monkeypatch.setattr(stack, "container", lambda *a, **k: found)
+    samples = written(home, textfile)
+    assert samples["sglang_container_running"] == 0 and "sglang_container_started_timestamp_seconds" not in samples
+
+
 # ---------------------------------------------------------------- hf-cache's filesystem
 def test_hf_cache_gives_its_filesystems_free_and_total_bytes(home, textfile):
     samples = written(home, textfile)

@@ -73,6 +73,20 @@ def test_a_monitor_scrapes_every_worker_gateway_and_node_exporter_of_the_invento
     assert jobs["node"]["127.0.0.1:9100"] == {"host": "mon-1", "group": "monitor", "model": "", "role": "node"}
 
 
+def test_a_multi_node_groups_members_are_scraped_with_their_group_and_rank():
+    """The rules judge a group from its members' series (SGLangGroupMemberDown, SGLangGroupStale): each member's
+    worker and node targets name its group and its rank; a host outside any group gets neither label."""
+    hosts = fleet()
+    for i in (0, 1):
+        hosts[i] = inventory_host(hosts[i].name, ["production"], **{**hosts[i].data, "sglang_node_group": "ds-a"})
+    jobs = by_job(targets_of("mon-1", hosts)[0])
+    for job, port in (("sglang", 30000), ("node", 9100)):
+        assert {(labels["host"], labels.get("node_group"), labels.get("node_rank"))
+                for address, labels in jobs[job].items() if address.startswith("10.0.0.1")} == \
+            {("gpu-01", "ds-a", "0"), ("gpu-02", "ds-a", "1")}, job
+    assert "node_group" not in jobs["node"]["10.0.0.5:9100"] and "node_rank" not in jobs["node"]["127.0.0.1:9100"]
+
+
 def test_a_worker_address_is_where_the_monitor_reaches_its_server_as_the_gateways_do():
     hosts = [inventory_host("gpu-01", ["production"], ssh_hostname="gpu-01.example", sglang_model=PROD,
                             sglang_worker_address="10.1.0.11"), inventory_host("mon-1", ["monitor"])]

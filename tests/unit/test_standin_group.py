@@ -100,6 +100,7 @@ def test_rank0_serves_only_once_every_rank_has_joined(ranks):
     dist = free_port()
     head = ranks(0, 3, dist)
     assert statuses(head) == (503, 503, 503)          # listening, but "loading": nobody joined
+    assert answer(head + "/v1/models") == 503 and answer(head + "/server_info") == 503
     one = ranks(1, 3, dist)
     assert until(lambda: "joined" in answer_log(ranks.processes[0]))
     time.sleep(0.5)

@@ -34,8 +34,9 @@ harness. It speaks the same OpenAI-compatible wire protocol SGLang does:
 Multi-node groups (--nnodes N --node-rank i --dist-init-addr HOST:PORT, spelled as SGLang's server_args.py
 spells them, --nccl-init-addr its older alias): the stand-in models what a group looks like from outside, over
 plain TCP instead of NCCL (see Group and GroupMember below):
-- rank 0 listens on HOST:PORT; its HTTP port answers at once, but /health, /health_generate and every API
-  route answer 503 ("loading") until every other rank has joined (and STANDIN_LOAD_SECONDS more have passed);
+- rank 0 listens on HOST:PORT; its HTTP port answers at once, but /health, /health_generate and every other
+  route answer 503 until every other rank has joined (and, but for /v1/models and the info routes,
+  STANDIN_LOAD_SECONDS more have passed);
 - once the group has formed, a rank that drops its connection (its process died or was killed, or it went
   silent for STANDIN_DIST_HEARTBEAT_SECONDS) breaks the group for good, as NCCL does: rank 0 does not exit,
   its completions hang (bounded only by the client's timeout, or NEVER_SECONDS), its /health and
@@ -773,8 +774,17 @@ def make_handler(standin: StandIn):
                 pass
             return True
 
+        def _forming(self) -> bool:
+            """Rank 0 of a group that has not formed: only /health and /health_generate answer (503), as SGLang's
+            API only comes up once the model loaded across every rank."""
+            path = urllib.parse.urlsplit(self.path).path
+            if standin.group is None or standin.group.formed_at is not None or path in ("/health", "/health_generate"):
+                return False
+            self._error(503, "waiting for every rank of the group to join", "ServiceUnavailable")
+            return True
+
         def do_GET(self):
-            if not self._authorized():
+            if not self._authorized() or self._forming():
                 return
             if self.path.split("?")[0] == "/flush_cache":
                 self._flush_cache()
@@ -809,7 +819,7 @@ def make_handler(standin: StandIn):
                 self._error(404, f"no route {self.path}", "NotFoundError")
 
         def do_POST(self):
-            if not self._authorized():
+            if not self._authorized() or self._forming():
                 return
             if self._misbehaves():
                 return
