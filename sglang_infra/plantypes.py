@@ -211,6 +211,30 @@ class NodeExporter:
         return f"[{self.bind_address}]:{self.port}" if ":" in self.bind_address else f"{self.bind_address}:{self.port}"
 
 
+class PeerPin(NamedTuple):
+    """A registry model's pinned revision, as the peer door checks it: its repo, commit and (with a lock) the
+    lock's content digest."""
+
+    repo_id: str
+    commit: str
+    content: str | None
+
+
+@dataclass(frozen=True)
+class PeerDoor:
+    """A serving host's peer door (peerdoor.py): nginx serving its verified blobs to the fleet's other hosts."""
+
+    address: str             # the IP address it listens on (the snapshot resolved the fleet address)
+    port: int                # sglang_peer_port
+    group: str               # the account's group, the nginx workers' group: they read the group's cache
+    hub: str                 # hf-cache/hub on the host
+    pins: tuple[PeerPin, ...]
+    key: bytes = field(repr=False)
+    config: str = field(default="", repr=False)     # nginx.conf
+    key_conf: str = field(default="", repr=False)   # key.conf (0600)
+    dropin: str = field(default="", repr=False)     # nginx.service's drop-in
+
+
 @dataclass(frozen=True)
 class Target:
     """One scrape target of the fleet's Prometheus (monitoring.py): a job, where it is reached, its labels."""
@@ -328,6 +352,8 @@ class HostPlan:
     monitors: bool = False
     monitor_settings: MonitorSettings | None = None
     monitor: Monitor | None = None
+    # peer distribution: the door (None: sglang_peer_key_file is None, or the host serves no model)
+    peer_door: PeerDoor | None = None
 
     @property
     def keep(self) -> list[str]:

@@ -37,7 +37,8 @@ def _resolve_host(host, report: bool = False) -> tuple[HostPlan | None, list[str
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
-    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report), sort_keys=True))
+    spec = snapshot_spec(judged.data, report, host.name)
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(spec, sort_keys=True))
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:

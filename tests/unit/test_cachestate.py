@@ -103,9 +103,11 @@ def test_verified_revision_and_ignored_entries(tmp_path):
     # The content digest a lock records (sglang_infra/lockfile.py): path, size and sha256 of each file, in path order.
     content = hashlib.sha256(b"".join(b"%s\0%d\0%s\n" % (p.encode(), len(FILES[p]), hashlib.sha256(
         FILES[p]).hexdigest().encode()) for p in sorted(FILES))).hexdigest()
+    # The blobs the record names (what a peer door may serve), by their cache names.
+    blobs = sorted(blob_name(data, path.endswith(".safetensors")) for path, data in FILES.items())
     assert entry["revisions"] == {C1: {"complete": True, "verified": True, "files": 3,
                                        "size": sum(len(d) for d in FILES.values()), "problems": [],
-                                       "content": content}}
+                                       "content": content, "blobs": blobs}}
     assert entry["partials"] == [{"name": "a" * 64 + ".0badf00d.incomplete", "size": 10}]
 
 

@@ -39,6 +39,12 @@ def _arguments(op: str, args: dict) -> dict:
         from sglang_infra.plantypes import Worker
 
         args = {**args, "workers": [Worker(**worker) for worker in args["workers"]]}
+    if op == "blobs_listed":
+        from sglang_infra.plantypes import PeerDoor, PeerPin
+
+        door = args["door"]
+        args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
+                                            "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
     return args
 
 
