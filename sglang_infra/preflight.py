@@ -5,7 +5,8 @@ At the top of deploy.py, the first host's load reads every host's snapshot in
 parallel (one gevent job each, one pass per run, joined by every later
 host's load), judges and resolves each into its plan (plan.py), then gives
 the gateway hosts their gateways (gateways.fleet) and the monitor hosts their
-scrape targets (monitoring.with_monitors). Any problem on any host
+scrape targets (monitoring.with_monitors) and each serving host with a peer door
+the peers its pull looks to first (peering.with_sources). Any problem on any host
 refuses the run (refusals.py). In the status report's mode (statusrows.py) a
 refused or unreadable host becomes a row of the report instead, and its
 tasks are skipped. Tasks read their host's plan with plan_of(host).
@@ -18,10 +19,11 @@ import json
 from pyinfra import logger
 
 from . import factcache, statusrows
-from .gateways import fleet
+from .gateways import fleet, inventory_roles
 from .groups import groups_of
 from .inventoryfile import inventory_file
 from .monitoring import with_monitors
+from .peering import with_sources
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan
 from .refusals import DeployDataError, judge, raise_if
@@ -101,6 +103,7 @@ def preflight(host, inventory) -> bool:
             for line in walk_warnings(each.name, job.value[2]):
                 logger.warning(line)
         plans = fleet({h.name: job.value[0] for h, job in jobs}, inventory, refuse=not report)
+        plans = with_sources(plans, inventory_roles(inventory, inventory_file()))
         _plans[key] = with_monitors(plans, inventory, inventory_file(), refuse=not report)
     return _plans[key].get(host.name) is not None
 
