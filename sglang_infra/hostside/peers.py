@@ -154,12 +154,16 @@ class PeerTransfer:
         with self.lock:
             self.sources[source] = self.sources.get(source, 0) + n
 
-    def _ban(self, peer: Peer, why: str, path: str) -> None:
+    def _ban(self, peer: Peer, why: str, path: str, quiet: bool = False) -> None:
+        """``peer`` is asked nothing more by this pull; the output says why (``quiet``: without naming a file)."""
         with self.lock:
             if peer in self.banned:
                 return
             self.banned[peer] = why
-        self.hub.progress.line(f"{path}: peer {peer.label} {why}; taking its ranges elsewhere")
+        if quiet:
+            self.hub.progress.line(f"peer {peer.label} {why}; not asked again by this pull")
+        else:
+            self.hub.progress.line(f"{path}: peer {peer.label} {why}; taking its ranges elsewhere")
 
     def headers(self, extra: dict | None = None) -> dict:
         return {"Authorization": f"Bearer {self.fleet.key}", "Accept-Encoding": "identity", **(extra or {})}
@@ -176,6 +180,9 @@ class PeerTransfer:
         for peer in peers[:MAX_SOURCES * 2]:
             try:
                 resp = self.client.head(peer.url(blob.name), headers=self.headers())
+            except (httpx2.ConnectError, httpx2.ConnectTimeout):
+                self._ban(peer, "cannot be reached (no door answers)", blob.paths[0], quiet=True)
+                continue
             except httpx2.HTTPError:
                 continue
             alive = True

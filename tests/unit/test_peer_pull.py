@@ -316,3 +316,15 @@ def test_peer_addresses_are_parsed_strictly():
     for bad in ("10.0.0.2", "10.0.0.2:0", "a/b:80", "10.0.0.2:99999", "x:80/../"):
         with pytest.raises(pull_errors.PullError):
             peers.parse_peer(bad)
+
+
+def test_a_peer_without_a_door_is_asked_once_and_the_hub_serves(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    gone = a.label
+    a.close()
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(f"peer {gone} cannot be reached") == 1
+    assert set(result["sources"]) == {"hub"}
+    assert_cache_holds(seeded, tmp_path / "host")
