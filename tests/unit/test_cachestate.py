@@ -200,8 +200,8 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in ship.HOSTSIDE.glob("*.py") if p.stem != "__init__"))
 def test_host_programs_fit_the_target_hosts(name):
-    """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, pull_errors.py, prune.py and
-    hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image, whose
+    """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, peers.py, pull_errors.py,
+    prune.py and hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image, whose
     Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
     source = (ship.HOSTSIDE / f"{name}.py").read_text()
     tree = ast.parse(source, feature_version=(3, 9))
@@ -212,6 +212,7 @@ def test_host_programs_fit_the_target_hosts(name):
     allowed = set(sys.stdlib_module_names) | {"hfpull": {"huggingface_hub", "httpx2"},
                                               "pull": {"huggingface_hub", "httpx2"},
                                               "transfer": {"huggingface_hub", "httpx2"},
+                                              "peers": {"httpx2"},
                                               "hublimits": {"httpx2"},
                                               "pull_errors": {"huggingface_hub", "httpx2"},
                                               "prune": {"huggingface_hub"},
