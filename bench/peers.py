@@ -129,7 +129,7 @@ def main() -> int:
     try:
         commits = hub.commits()
         registry = testbed_hub.registry(commits)
-        registry[KEY_NAME] = {"repo_id": REPO, "revision": commits[REPO]["main"], "role": "quality",
+        registry[KEY_NAME] = {**registry["qwen3.6-27b-awq-int4"], "repo_id": REPO, "revision": commits[REPO]["main"],
                               "served_name": "bench-peers"}
         commit = commits[REPO]["main"]
         digest = hashlib.sha256(hub.file_bytes(REPO, commit, f"model-00001-of-{args.shards:05d}.safetensors")) \
