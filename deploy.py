@@ -33,6 +33,8 @@ if preflight(host, inventory):
         local.include("tasks/image.py")          # 6. the pinned serving image
         local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack and its gate
     local.include("tasks/gateways.py")      # 8. gateway hosts: a gateway per model, in front of the workers that passed
+    if not serves:
+        local.include("tasks/peer_door.py")      # 8b. a host that serves no model keeps no peer door
     if serves:
         local.include("tasks/model_pruning.py")  # 9. opt-in: cached revisions nothing keeps or references
     if plan.monitors:

@@ -10,7 +10,7 @@ import hashlib
 
 import pytest
 
-from harness import run_deploy
+from harness import run_deploy, run_host_checks
 from sglang_infra import peerdoor
 from testbed import hub as standin_hub
 
@@ -48,9 +48,11 @@ def fleet(testbed, workdir):
     inventory = testbed.inventory(workdir / "door.py", {"production": [(h, door) for h in hosts]})
     first = run_deploy(inventory)
     assert first.returncode == 0, first.why()
+    # Run again before any test plants a file or a link in the cache (a renamed blob is hashed again, rightly).
+    again = run_deploy(inventory)
     for each in hosts:
         each.exec(f"printf 'Authorization: Bearer %s\\n' {KEY} > {HEADER} && chmod 600 {HEADER}")
-    return hosts, inventory, key_file, first
+    return hosts, inventory, key_file, first, again
 
 
 def url(host, path: str) -> str:
@@ -58,14 +60,14 @@ def url(host, path: str) -> str:
 
 
 def test_a_peer_with_the_key_gets_ranges_of_a_verified_blob(fleet):
-    (one, two), _, _, _ = fleet
+    (one, two), _, _, _, _ = fleet
     name, data = shard()
     assert curl(two, url(one, f"/blobs/{name}"), "-r 100-163") == ("206", data[100:164].hex())
     assert curl(one, url(two, f"/blobs/{name}"), "-I")[0] == "200"
 
 
 def test_without_the_key_or_with_another_nothing_is_served(fleet):
-    (one, two), _, _, _ = fleet
+    (one, two), _, _, _, _ = fleet
     name, _ = shard()
     assert curl(two, url(one, f"/blobs/{name}"), key=False)[0] == "401"
     assert curl(two, url(one, f"/blobs/{name}"), "-H 'Authorization: Bearer " + "0" * 64 + "'", key=False)[0] \
@@ -75,10 +77,11 @@ def test_without_the_key_or_with_another_nothing_is_served(fleet):
 
 
 def test_only_listed_blobs_never_a_path_outside_blobs_or_another_method(fleet):
-    (one, two), _, _, _ = fleet
+    (one, two), _, _, _, _ = fleet
     name, _ = shard()
     dropped = "f" * 64   # an admin's file in the shared cache, named like a blob: never verified, never listed
-    one.exec(f"printf dropped > {BLOBS}/{dropped} && chown sglang:sglang {BLOBS}/{dropped}")
+    one.exec(f"printf dropped > {BLOBS}/{dropped} && chown sglang:sglang {BLOBS}/{dropped} && "
+             f"chmod 664 {BLOBS}/{dropped}")
     assert curl(two, url(one, f"/blobs/{dropped}"))[0] == "404"
     commit = standin_hub.commits()[TINY]["main"]
     for path in ("/", "/blobs/", "/blobs/../blobs/../../../../etc/passwd", "/etc/passwd",
@@ -89,7 +92,7 @@ def test_only_listed_blobs_never_a_path_outside_blobs_or_another_method(fleet):
 
 
 def test_a_link_in_place_of_a_listed_blob_is_refused(fleet):
-    (one, two), _, _, _ = fleet
+    (one, two), _, _, _, _ = fleet
     name, _ = shard()
     one.exec(f"mv {BLOBS}/{name} {BLOBS}/{name}.kept && ln -s {name}.kept {BLOBS}/{name}")
     try:
@@ -100,7 +103,7 @@ def test_a_link_in_place_of_a_listed_blob_is_refused(fleet):
 
 
 def test_the_door_is_only_on_the_address_named(fleet):
-    (one, _), _, _, _ = fleet
+    (one, _), _, _, _, _ = fleet
     name, _ = shard()
     assert curl(one, f"http://127.0.0.1:{PORT}/blobs/{name}")[0] == "curl exit 7"   # refused: nothing listens
     listening = one.exec(f"ss -Hltn 'sport = :{PORT}'").stdout.split()
@@ -109,7 +112,7 @@ def test_the_door_is_only_on_the_address_named(fleet):
 
 
 def test_the_key_is_root_only_and_in_no_log(fleet):
-    (one, _), _, _, first = fleet
+    (one, _), _, _, first, _ = fleet
     assert one.exec(f"stat -c '%U %G %a' {peerdoor.KEY_CONF}").stdout.split() == ["root", "root", "600"]
     assert one.exec(f"grep -rl {KEY} /var/log/nginx/ /etc/nginx/nginx.conf {peerdoor.CONFIG} "
                     f"{peerdoor.BLOBS_CONF}", check=False).stdout == ""
@@ -118,9 +121,16 @@ def test_the_key_is_root_only_and_in_no_log(fleet):
     assert one.exec(f"runuser -u www-data -- cat {peerdoor.KEY_CONF}", check=False).returncode != 0
 
 
+def test_the_operators_check_reports_the_door(fleet, workdir):
+    (one, two), inventory, _, _, _ = fleet
+    report = run_host_checks(inventory, workdir)
+    for each in (one, two):
+        assert "test_the_peer_door_runs_its_config_on_its_address_alone" in report.passed(each.name), \
+            report.output[-3000:]
+
+
 def test_a_second_run_changes_nothing_and_no_key_removes_the_door(fleet):
-    (one, two), inventory, key_file, _ = fleet
-    again = run_deploy(inventory)
+    (one, two), inventory, key_file, _, again = fleet
     assert again.returncode == 0, again.why()
     assert again.changed(one.name) == [] and again.changed(two.name) == [], again.why()
 

@@ -138,7 +138,7 @@ class Target:
         from sglang_infra.plan import snapshot_spec
         from sglang_infra.snapshot import Snapshot
 
-        command = Snapshot().command(spec=json.dumps(snapshot_spec(self.data), sort_keys=True))
+        command = Snapshot().command(spec=json.dumps(snapshot_spec(self.data, name=self.name), sort_keys=True))
         return Snapshot().process(self.run(command).stdout.splitlines())
 
     @cached_property

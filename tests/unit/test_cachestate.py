@@ -201,8 +201,8 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
 @pytest.mark.parametrize("name", sorted(p.stem for p in ship.HOSTSIDE.glob("*.py") if p.stem != "__init__"))
 def test_host_programs_fit_the_target_hosts(name):
     """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, peers.py, pull_errors.py,
-    prune.py and hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image, whose
-    Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
+    prune.py and hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image,
+    whose Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
     source = (ship.HOSTSIDE / f"{name}.py").read_text()
     tree = ast.parse(source, feature_version=(3, 9))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
