@@ -50,7 +50,6 @@ POLL = 1.0  # seconds between two looks for a holder while waiting
 MAX_SOURCES = 8  # peers asked for one blob (a swarm: later hosts become sources of the ones after them)
 MAX_KEY_BYTES = 4096
 HUB = "hub"
-CHUNK = 1 << 20
 _BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
@@ -150,9 +149,12 @@ class PeerTransfer:
         return self.hub.download(blob, partial, have, index, path, verify)
 
     # -- bookkeeping
-    def _add(self, source: str, n: int) -> None:
+    def _add(self, source: str, n: int, tally: dict[str, int] | None = None) -> None:
+        """``n`` bytes from ``source``, in the pull's count and in ``tally`` (one file's)."""
         with self.lock:
             self.sources[source] = self.sources.get(source, 0) + n
+            if tally is not None:
+                tally[source] = tally.get(source, 0) + n
 
     def _ban(self, peer: Peer, why: str, path: str, quiet: bool = False) -> None:
         """``peer`` is asked nothing more by this pull; the output says why (``quiet``: without naming a file)."""
@@ -232,21 +234,20 @@ class PeerTransfer:
         if got:
             self.hub.progress.file_line(index, path, f"resuming with {human(got)} of {human(blob.size)} on disk")
         job = _Job(self.hub, blob, partial, fd, spans, index, path, None, {})  # type: ignore[arg-type]
-        before = dict(self.sources)
+        tally: dict[str, int] = {}  # this file's bytes by peer
         try:
             job.grow()
-            wrote = self._fetch_spans(job, holders)
+            wrote = self._fetch_spans(job, holders, tally)
             os.fsync(fd)
             what = verify(blob, fd)
             if what is not None:
-                what = self._blame(job, wrote, holders, verify, what)
+                what = self._blame(job, wrote, holders, verify, what, tally)
             if what is None:
                 _single_name(fd, partial)
                 os.fchmod(fd, 0o664)
                 st = os.fstat(fd)
                 self.hub.progress.file_line(index, path, "from peers " + ", ".join(
-                    f"{k} {human(v - before.get(k, 0))}" for k, v in sorted(self.sources.items())
-                    if k != HUB and v > before.get(k, 0)) + " (verified)")
+                    f"{k} {human(v)}" for k, v in sorted(tally.items())) + " (verified)")
                 return st.st_dev, st.st_ino
             self.hub.progress.file_line(index, path, f"{what}; discarding it and fetching it from the Hub")
             discard = True
@@ -263,17 +264,18 @@ class PeerTransfer:
             self.hub.progress.update(have=-ranges.done(job.spans))
         return None
 
-    def _fetch_spans(self, job: _Job, holders: list[Peer]) -> dict[int, list]:
+    def _fetch_spans(self, job: _Job, holders: list[Peer], tally: dict[str, int]) -> dict[int, list]:
         """Every missing range of ``job`` from ``holders``, range k starting at holder k (mod their number);
         {range: [(peer, start, end), ...]}: who wrote which bytes."""
         wrote: dict[int, list] = {k: [] for k in range(len(job.spans))}
         todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
         assert self.hub.ranges is not None
-        gather([self.hub.ranges.submit(self._fetch_range, job, k, holders, holders[n % len(holders)], wrote[k])
+        gather([self.hub.ranges.submit(self._fetch_range, job, k, holders, holders[n % len(holders)], wrote[k], tally)
                 for n, k in enumerate(todo)], job.stop)
         return wrote
 
-    def _fetch_range(self, job: _Job, k: int, holders: list[Peer], first: Peer, log: list) -> None:
+    def _fetch_range(self, job: _Job, k: int, holders: list[Peer], first: Peer, log: list,
+                     tally: dict[str, int]) -> None:
         peer: Peer | None = first
         while True:
             start, end, done = job.span(k)
@@ -293,7 +295,7 @@ class PeerTransfer:
                 now = start + job.span(k)[2]
                 if now > pos:
                     log.append((peer, pos, now))
-                    self._add(peer.label, now - pos)
+                    self._add(peer.label, now - pos, tally)
 
     def _write(self, job: _Job, k: int, chunk: bytes, at: int) -> None:
         _pwrite_all(job.fd, chunk, at)
@@ -313,7 +315,7 @@ class PeerTransfer:
                 if not m or (int(m.group(1)), int(m.group(2)) + 1, int(m.group(3))) != (pos, end, job.blob.size):
                     raise _Bad(f"answered range {r.headers.get('Content-Range')!r} to {wanted}")
                 at = pos
-                for chunk in r.iter_bytes(CHUNK):
+                for chunk in r.iter_bytes():  # as received: what a peer sent before it failed is kept
                     if job.stopped():
                         raise Stopped()
                     if at + len(chunk) > end:
@@ -325,7 +327,8 @@ class PeerTransfer:
         except httpx2.HTTPError as e:
             raise _Bad(f"failed ({self._redact(type(e).__name__ + (': ' + str(e) if str(e) else ''))})")
 
-    def _blame(self, job: _Job, wrote: dict[int, list], holders: list[Peer], verify, what: str) -> str | None:
+    def _blame(self, job: _Job, wrote: dict[int, list], holders: list[Peer], verify, what: str,
+               tally: dict[str, int]) -> str | None:
         """The file failed ``what``. One source at a time (the one that sent most first), every piece it sent is
         fetched again from another holder and written over it; when the file then verifies and some of those bytes
         differed, that source sent wrong bytes: it is named and used no more. None once the file verifies."""
@@ -350,7 +353,7 @@ class PeerTransfer:
                     bad: list[int] = []
 
                     def compare(chunk: bytes, at: int, source: str = other.label, bad: list = bad) -> None:
-                        self._add(source, len(chunk))
+                        self._add(source, len(chunk), tally)
                         self.count(bytes_fetched=len(chunk))
                         if os.pread(job.fd, len(chunk), at) != chunk:
                             bad.append(at)
