@@ -9,7 +9,8 @@ offers a partial.
 
 PeerTransfer wraps the pull's Hub transfer (transfer.Transfer) with the same ``download``:
 
-* which peers hold the blob: a HEAD to each (at most MAX_SOURCES, in a random order so the load spreads); a host
+* which peers hold the blob: a HEAD to each in a random order, so the load spreads (up to 2 * MAX_SOURCES asked,
+  until MAX_SOURCES holders are found); a host
   that is not the seed waits for one, polling, up to ``wait`` seconds while a peer answers at all, then takes the
   Hub (a seed, the first serving host of the model, never waits);
 * the missing byte ranges (ranges.py, the same partial and sidecar as a Hub pull, so a cut resumes at the missing
