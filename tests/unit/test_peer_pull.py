@@ -44,6 +44,7 @@ class Door:
         self.corrupt: dict[str, set[int]] = {}  # blob name -> offsets
         self.cut_after: int | None = None
         self.held: set[str] = set()
+        self.pause = 0.0  # seconds after each 64 KiB sent
         self.sent = 0
         self.log: list[tuple[str, str, int]] = []  # (method, path, status)
         self.lock = threading.Lock()
@@ -59,7 +60,10 @@ class Door:
                 self.answer(body=False)
 
             def do_GET(self):
-                self.answer(body=True)
+                try:
+                    self.answer(body=True)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the pull was killed
 
             def answer(self, body: bool):
                 m = re.fullmatch(r"/blobs/([0-9a-f]{40}|[0-9a-f]{64})", self.path)
@@ -104,6 +108,8 @@ class Door:
                             return
                         door.sent += len(piece)
                     self.wfile.write(piece)
+                    if door.pause:
+                        time.sleep(door.pause)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -330,3 +336,30 @@ def test_a_peer_without_a_door_is_asked_once_and_the_hub_serves(hub, seeded, doo
     assert done.stdout.count(f"peer {gone} cannot be reached") == 1
     assert set(result["sources"]) == {"hub"}
     assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_pull_from_peers_killed_mid_file_resumes_at_the_missing_bytes(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    a.pause = 0.05
+    cache = tmp_path / "host"
+    args = [sys.executable, "-I", str(SCRIPT), "pull", "--cache-dir", str(cache / "hub"), "--records-dir",
+            str(cache / "verified"), "--repo-id", "org/fleet", "--revision", "main", "--endpoint", hub.url,
+            "--workers", "4", "--peer-key-file", key_file(tmp_path), "--peer", a.label]
+    running = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while a.sent < 1_500_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.kill()
+    running.wait()
+    blobs = cache / "hub" / "models--org--fleet" / "blobs"
+    assert [n for n in os.listdir(blobs) if n.endswith(".incomplete.ranges")]  # ranges on disk, as a Hub pull's
+    a.pause = 0.0
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a])
+    assert done.returncode == 0, done.stderr
+    total = sum(len(v) for v in seeded.values())
+    assert result["resumed_bytes"] > 500_000
+    assert result["bytes_fetched"] == result["bytes_missing"] == sum(result["sources"].values())
+    assert result["bytes_missing"] + result["resumed_bytes"] <= total  # nothing fetched twice
+    assert hub_file_bytes(hub) == 0
+    assert_cache_holds(seeded, cache)
