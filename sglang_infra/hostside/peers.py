@@ -120,6 +120,7 @@ class PeerTransfer:
         self.sources: dict[str, int] = {}
         self.lock = threading.Lock()
         self.banned: dict[Peer, str] = {}  # peers this pull uses no more, and why
+        self.waited_out = False  # a wait for a holder ran out: no other blob waits
         self.client = httpx2.Client(timeout=httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
                                     follow_redirects=False, trust_env=False)  # a LAN door: no proxy, no redirect
         self.count = counted = hub.count
@@ -198,13 +199,18 @@ class PeerTransfer:
         return found, alive
 
     def _wait_for_holders(self, blob, index: int, path: str) -> list[Peer]:
+        """The holders of ``blob``, waiting for one up to the fleet's wait; once a wait ran out, later blobs are not
+        waited for (the peers that answer evidently will not have the model in time: the Hub serves)."""
         deadline = time.monotonic() + self.fleet.wait
         said = False
         while True:
             if self.hub.stop.is_set():
                 raise Stopped()
             found, alive = self.holders(blob)
-            if found or self.fleet.seed or not alive or time.monotonic() >= deadline:
+            if found or self.fleet.seed or not alive or self.waited_out:
+                return found
+            if time.monotonic() >= deadline:
+                self.waited_out = True
                 return found
             if not said:
                 self.hub.progress.file_line(index, path, f"waiting up to {self.fleet.wait:.0f} s for a peer to "

@@ -303,10 +303,11 @@ def test_a_host_waits_for_a_peer_to_hold_a_blob_and_the_seed_does_not(hub, seede
     assert "waiting" not in done.stdout
     assert set(result["sources"]) == {"hub"}
 
-    hub.reset()  # a bounded wait: then the Hub
-    done, result = run_pull(hub, tmp_path, [a], "--peer-wait", "1", cache=tmp_path / "third")
+    hub.reset()  # a bounded wait: then the Hub, and no other file waits again (one at a time here)
+    done, result = run_pull(hub, tmp_path, [a], "--peer-wait", "1", "--workers", "1", cache=tmp_path / "third")
     assert done.returncode == 0, done.stderr
     assert set(result["sources"]) == {"hub"}
+    assert done.stdout.count("waiting up to 1 s for a peer") == 1
 
 
 def test_the_site_key_file_must_be_the_accounts_alone(tmp_path):
