@@ -162,6 +162,21 @@ sglang_tools_dir = "/var/lib/sglang-tools"
 # huggingface_hub release the pull runs with on hosts; the same pin as the control machine's requirements.txt.
 sglang_huggingface_hub_version = "2.4.0"
 
+# ---------------------------------------------------------------- Peer distribution (serving hosts)
+
+# Port of each serving host's peer door (Debian's nginx serving the host's verified model blobs to the fleet's other
+# hosts); below the gateways' 30080, so a registry that grows never reaches it.
+sglang_peer_port = 30050
+
+# Host address the peer door listens on; None: the host's fleet address as the gateways reach it (sglang_worker_address,
+# else ssh_hostname, else the inventory name), never every address: the door is for the fleet's network alone.
+sglang_peer_bind_address = None
+
+# File on the control machine holding the site's peer key (at least 32 characters of a Bearer token, e.g. `openssl rand
+# -hex 32`), which a host sends to a peer and the peer's door requires; None: no peer door, and every host pulls from
+# the Hub as before.
+sglang_peer_key_file = None
+
 # ---------------------------------------------------------------- Toolchain image
 
 # Serve a thin image built FROM sglang_image with the pins below (the runbook's fix, kept off the host's own toolkit);

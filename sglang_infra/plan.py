@@ -17,11 +17,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from . import ACCOUNT, models, plantypes, platforms, render, toolchain
+from . import ACCOUNT, models, peerdoor, plantypes, platforms, render, toolchain
 from .gpus import Derived, derive_flags, parse_snapshot
 from .groups import monitors, roles
 from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
+from .keyreasons import reasons
 from .nodegroups import check_reach
 from .plantypes import (
     LOCAL_URL,
@@ -33,6 +34,8 @@ from .plantypes import (
     NodeExporter,
     NodeGroup,
     Paths,
+    PeerDoor,
+    PeerPin,
 )
 from .refusals import Judged, check_host_state, judge, raise_if
 from .snapshot import worker_validated
@@ -62,15 +65,20 @@ def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) ->
     return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable")
 
 
-def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None
-                  ) -> dict[str, Any]:
+def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None,
+                  name: str = "") -> dict[str, Any]:
     """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too;
-    a member of ``node_group`` above rank 0 also tries to reach rank 0's dist-init address."""
+    a member of ``node_group`` above rank 0 also tries to reach rank 0's dist-init address; ``name``: the host's
+    inventory name (its fleet address when nothing else names one)."""
     paths = paths_of(data)
     spec = {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
             "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
             "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
     spec.update(metrics_spec())
+    for key, values in peerdoor.door_spec().items():
+        spec[key] = sorted({*spec.get(key, ()), *values}) if key == "system_dirs" else [*spec[key], *values]
+    if data["sglang_peer_key_file"]:
+        spec["peer_address"] = peerdoor.fleet_address(data, name)
     if report:
         spec["report"] = True
     if node_group is not None and node_group.rank > 0:
@@ -179,6 +187,24 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         if data["sglang_node_exporter"] else None
     scripts = render.scripts(plan)
     gate = replace(plan.gate, files=gate_files(paths.home, scripts, paths.docker, compose))
+    door = peer_door(plan, data, judged.peer_key, snapshot) if serves else None
     return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts, gate=gate,
+                   peer_door=door,
                    node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
                    gate_metrics_units=render.gate_metrics_units(plan) if exporter and serves else {})
+
+
+def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
+              snapshot: Mapping[str, Any]) -> PeerDoor | None:
+    """The host's peer door (peerdoor.py), with its files; None without the site's key."""
+    if key is None:
+        return None
+    address = (snapshot.get("peer") or {}).get("address")
+    assert address, "check_host_state refuses a door whose address is not the host's"
+    locked = plan.lock.models if plan.lock is not None else {}
+    pins = tuple(PeerPin(model.repo_id, model.revision, locked[key_].content if key_ in locked else None)
+                 for key_, model in sorted(plan.registry.items()) if models.is_commit(model.revision))
+    door = PeerDoor(address=address, port=data["sglang_peer_port"], group=plan.account,
+                    hub=plan.paths.hub, pins=pins, key=key)
+    config, key_conf, dropin = peerdoor.render(door, reasons()["sglang_peer_bind_address"])
+    return replace(door, config=config, key_conf=key_conf, dropin=dropin)

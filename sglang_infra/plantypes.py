@@ -58,6 +58,7 @@ class Paths:
     results: str             # the benchmark's results
     verified: str            # the pull's records of what it verified (the account's alone, outside hf-cache)
     token: str               # the Hub token, in the tools directory's private secret/
+    peer_key: str            # the site's peer key, beside it (the pull sends it to the fleet's peer doors)
     secrets: str             # the server's private config (the API key), mounted read-only into the container
     server_config: str
     toolchain_context: str
@@ -69,7 +70,7 @@ class Paths:
         return cls(home=home, tools=tools, docker=docker, dockerfile=f"{docker}/{names.DOCKERFILE}",
                    hf_cache=f"{home}/{names.HF_CACHE_DIR}", hub=f"{home}/{names.HUB_DIR}",
                    results=f"{home}/{names.RESULTS_DIR}", verified=f"{home}/{names.VERIFIED_DIR}",
-                   token=f"{tools}/secret/hf-token", secrets=secrets,
+                   token=f"{tools}/secret/hf-token", peer_key=f"{tools}/secret/{names.PEER_KEY}", secrets=secrets,
                    server_config=f"{secrets}/{names.SERVER_CONFIG}",
                    toolchain_context=f"{home}/{names.TOOLCHAIN_DIR}", gateways=f"{home}/{gateway_dir}")
 
@@ -209,6 +210,40 @@ class NodeExporter:
     @property
     def listen(self) -> str:
         return f"[{self.bind_address}]:{self.port}" if ":" in self.bind_address else f"{self.bind_address}:{self.port}"
+
+
+class PeerSources(NamedTuple):
+    """Where a serving host's pull looks for one model's blobs (peering.py): the other serving hosts' peer doors
+    (ADDRESS:PORT), whether this host is the model's seed (it takes the Hub for a blob no peer holds, first), and how
+    long its pull waits for a peer to hold a blob."""
+
+    peers: tuple[str, ...]
+    seed: bool
+    wait: int
+
+
+class PeerPin(NamedTuple):
+    """A registry model's pinned revision, as the peer door checks it: its repo, commit and (with a lock) the
+    lock's content digest."""
+
+    repo_id: str
+    commit: str
+    content: str | None
+
+
+@dataclass(frozen=True)
+class PeerDoor:
+    """A serving host's peer door (peerdoor.py): nginx serving its verified blobs to the fleet's other hosts."""
+
+    address: str             # the IP address it listens on (the snapshot resolved the fleet address)
+    port: int                # sglang_peer_port
+    group: str               # the account's group, the nginx workers' group: they read the group's cache
+    hub: str                 # hf-cache/hub on the host
+    pins: tuple[PeerPin, ...]
+    key: bytes = field(repr=False)
+    config: str = field(default="", repr=False)     # nginx.conf
+    key_conf: str = field(default="", repr=False)   # key.conf (0600)
+    dropin: str = field(default="", repr=False)     # nginx.service's drop-in
 
 
 @dataclass(frozen=True)
@@ -371,6 +406,10 @@ class HostPlan:
     monitor_settings: MonitorSettings | None = None
     monitor: Monitor | None = None
     node_group: NodeGroup | None = None   # sglang_node_group: this host's multi-node group, its rank and members
+    # peer distribution: the door (None: sglang_peer_key_file is None, or the host serves no model)
+    peer_door: PeerDoor | None = None
+    # where the pull looks for each kept model's blobs first, by model key (set by preflight, peering.py)
+    peer_sources: Mapping[str, PeerSources] = field(default_factory=dict)
 
     @property
     def keep(self) -> list[str]:

@@ -5,7 +5,8 @@ At the top of deploy.py, the first host's load reads every host's snapshot in
 parallel (one gevent job each, one pass per run, joined by every later
 host's load), judges and resolves each into its plan (plan.py), then gives
 the gateway hosts their gateways (gateways.fleet) and the monitor hosts their
-scrape targets (monitoring.with_monitors). Any problem on any host
+scrape targets (monitoring.with_monitors) and each serving host with a peer door
+the peers its pull looks to first (peering.with_sources). Any problem on any host
 refuses the run (refusals.py). In the status report's mode (statusrows.py) a
 refused or unreadable host becomes a row of the report instead, and its
 tasks are skipped. Tasks read their host's plan with plan_of(host).
@@ -23,6 +24,7 @@ from .groups import groups_of
 from .inventoryfile import inventory_file
 from .monitoring import with_monitors
 from .nodegroups import check_groups, membership, not_serving, with_members
+from .peering import with_sources
 from .plan import resolve_judged, snapshot_spec
 from .plantypes import HostPlan, NodeGroup
 from .refusals import DeployDataError, judge, raise_if
@@ -40,8 +42,8 @@ def _resolve_host(host, report: bool = False, node_group: NodeGroup | None = Non
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
-    snapshot = factcache.get(host, Snapshot, spec=json.dumps(snapshot_spec(judged.data, report, node_group),
-                                                             sort_keys=True))
+    spec = snapshot_spec(judged.data, report, node_group=node_group, name=host.name)
+    snapshot = factcache.get(host, Snapshot, spec=json.dumps(spec, sort_keys=True))
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
@@ -110,6 +112,7 @@ def preflight(host, inventory) -> bool:
         if not report:   # a group's refusals, once every member's plan is known
             raise_if(refused + check_groups(resolved, members, [h.name for h, _ in jobs]))
         plans = fleet(resolved, inventory, refuse=not report)
+        plans = with_sources(plans, inventory_roles(inventory, inventory_file()))
         _plans[key] = with_monitors(plans, inventory, inventory_file(), refuse=not report)
     return _plans[key].get(host.name) is not None
 

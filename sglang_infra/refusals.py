@@ -26,7 +26,7 @@ import click
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 
-from . import ACCOUNT, lockfile, models, platforms, toolchain
+from . import ACCOUNT, lockfile, models, peerdoor, platforms, toolchain
 from .gpus import Derived, GpuInventory, derive_flags, plan_problems
 from .groups import MONITOR_GROUP, ROUTER_GROUP
 from .hostside import names
@@ -106,6 +106,7 @@ class Judged:
     ca_bundle: bytes | None = field(default=None, repr=False)
     token: bytes | None = field(default=None, repr=False)
     api_key: bytes | None = field(default=None, repr=False)
+    peer_key: bytes | None = field(default=None, repr=False)   # the site's peer key (sglang_peer_key_file)
 
 
 def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
@@ -200,6 +201,15 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             err("sglang_api_key_file", f"{data['sglang_api_key_file']} does not hold one API key of 16-512 "
                 "letters, digits or ._~+/=- (a client sends it in an HTTP header)",
                 "put only the key in the file, e.g. from `openssl rand -hex 32`")
+    peer_key = models.read_secret(data["sglang_peer_key_file"]) if data["sglang_peer_key_file"] else None
+    if data["sglang_peer_key_file"]:
+        bad = peerdoor.key_problem(peer_key)
+        if bad:
+            err("sglang_peer_key_file", f"{data['sglang_peer_key_file']} {bad}: the peer door would take it as the "
+                "site's key", f"put only the key in the file, {peerdoor.KEY_MIN}-{peerdoor.KEY_MAX} characters, "
+                "e.g. from `openssl rand -hex 32`")
+        for key, what, fix in peerdoor.port_problems(data):
+            err(key, what, fix)
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
     for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
         shared = system_dir_problem(path)
@@ -210,7 +220,7 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
     if data["sglang_docker_source"] == "docker" and not data["sglang_docker_apt_url"]:
         err("sglang_docker_apt_url", "empty while sglang_docker_source='docker'", "set Docker's repository URL")
-    return Judged(errors, data, lock, pins, ca_bundle, token, api_key)
+    return Judged(errors, data, lock, pins, ca_bundle, token, api_key, peer_key)
 
 
 
@@ -291,6 +301,13 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
     if want_gid is not None and not group and gid_owner:
         err("sglang_gid", f"gid {want_gid} already belongs to the group {gid_owner!r}",
             "choose a free gid for the fleet, or None")
+    if serves and data["sglang_peer_key_file"]:
+        wanted = peerdoor.fleet_address(data, host_name)
+        bad_bind = peerdoor.bind_problem(host_name, wanted, snapshot.get("peer"))
+        if bad_bind:
+            err("sglang_peer_bind_address", f"{bad_bind} (the peer door's address; None means the host's fleet "
+                "address: sglang_worker_address, else ssh_hostname)", "set sglang_peer_bind_address to the address "
+                "the fleet's other hosts reach this host on")
     for admin in data["sglang_admins"]:
         if admin not in preflight.get("admins_present", ()):
             err("sglang_admins", f"the user {admin!r} does not exist on this host",

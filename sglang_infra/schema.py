@@ -269,6 +269,15 @@ SCHEMA: dict[str, Key] = {
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
+    # peer distribution: the peer door (sglang_infra/peerdoor.py; its key is judged in refusals.judge)
+    "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 30050"),
+    "sglang_peer_bind_address": Key("None or an IP address", _optional(_ip),
+                                    "use the address the fleet's other hosts reach this host on, or None for its "
+                                    "fleet address"),
+    "sglang_peer_key_file": Key("None or a readable file on the control machine",
+                                _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
+                                          and os.access(v, os.R_OK)),
+                                "point at a file holding only the site's peer key, or None for no peer door"),
     "sglang_tools_dir": Key("an absolute path outside sglang_home", _abs_path,
                             "use e.g. '/var/lib/sglang-tools'"),
     "sglang_huggingface_hub_version": Key("a release such as '2.4.0'", _release,

@@ -6,16 +6,18 @@ venv under sglang_tools_dir (never under the home), through
 sglang_infra/hostside/hfpull.py: resumable, verified against the Hub's sizes
 and hashes (and, with a lock, the lock's sha256 of every file), a snapshot
 marked complete only when every file is. A revision that is already complete
-costs no request to the Hub.
+costs no request to the Hub. With peer distribution on (sglang_peer_key_file),
+the seed of each model pulls here, the Hub's bytes for the site; the fleet's
+other hosts pull in tasks/models_from_peers.py, from the seeds' doors.
 """
 
 from pyinfra import host, logger
 from pyinfra.operations import apt
 
 from sglang_infra import ship
-from sglang_infra.hostside import names
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.models import model_pulled, pull_tools
+from sglang_infra.peering import after_seeds, pull_arguments
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
@@ -48,19 +50,15 @@ secret_file(
     user=plan.account,
 )
 
+secret_file(
+    name=f"Ensure {plan.paths.peer_key} holds the site's peer key (0600, {plan.account} only), or is absent",
+    dest=plan.paths.peer_key,
+    content=plan.peer_door.key if plan.peer_door is not None and plan.peer_sources else None,
+    user=plan.account,
+)
+
+# A model some peer may serve this host later (peering.py) is pulled after the seeds' doors list it:
+# tasks/models_from_peers.py.
 for model in plan.kept:
-    model_pulled(
-        name=f"Ensure {model.key} ({model.pinned}) is complete and verified in {names.HUB_DIR}",
-        hub=plan.paths.hub,
-        verified=plan.paths.verified,
-        repo_id=model.repo_id,
-        revision=model.revision,
-        tools_dir=tools,
-        lock_wait=plan.pull_lock_wait,
-        workers=plan.pull_workers,
-        endpoint=plan.hf_endpoint,
-        token_file=token if plan.token else None,
-        locked=plan.locked.get(model.key),
-        _sudo=True,
-        _sudo_user=plan.account,
-    )
+    if not after_seeds(plan, model):
+        model_pulled(**pull_arguments(plan, model))

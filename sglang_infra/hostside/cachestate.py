@@ -66,8 +66,10 @@ def _verified(repo_fd, data, budget):
         content = manifest.content_digest(data["files"])
     except (KeyError, TypeError, ValueError):
         content = None
+    blobs = sorted({item["blob"] for item in data["files"]
+                    if isinstance(item, dict) and isinstance(item.get("blob"), str)})
     return {"complete": not found, "verified": not found, "files": len(data["files"]),
-            "size": manifest.size(data), "problems": found, "content": content}
+            "size": manifest.size(data), "problems": found, "content": content, "blobs": blobs}
 
 
 def _check_unverified(repo_fd, commit, budget):

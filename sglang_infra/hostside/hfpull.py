@@ -11,6 +11,7 @@ pull_errors.py.
 
     python hfpull.py pull  --cache-dir DIR --records-dir DIR --repo-id ORG/NAME --revision REV
                            [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N]
+                           [--peer ADDR:PORT ... --peer-key-file PATH [--peer-seed] [--peer-wait S]]
     python hfpull.py prune --cache-dir DIR --records-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
 
 Why not `hf download`: huggingface_hub writes every download to a temp file
@@ -34,6 +35,9 @@ adds what a fleet needs:
   where no member of the group can write (manifest.py). A later pull whose
   record still matches the disk (inode, size and ctime of every blob) makes no
   request at all;
+* for a model the fleet serves, each file from the peers of the fleet that
+  already hold it verified, byte ranges from several at once, verified as a Hub
+  file is, the Hub as the fallback (peers.py);
 * the same per-blob lock file as huggingface_hub (`<cache>/.locks/<repo
   folder>/<etag>.lock`, flock), so a hand pull by an admin and this script never
   write the same blob at once, plus a per-repo lock for whole pulls.
@@ -53,7 +57,7 @@ import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingfa
 from huggingface_hub import set_client_factory
 from huggingface_hub.errors import HfHubHTTPError
 
-from . import manifest, prune, pull, transfer
+from . import manifest, peers, prune, pull, transfer
 from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
 from .pull_locks import DEFAULT_LOCK_WAIT
 
@@ -96,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the lock's record of this revision (JSON) from stdin and verify every file against it")
     p.add_argument("--workers", type=_workers, default=pull.DEFAULT_WORKERS,
                    help=f"files and connections at once (default {pull.DEFAULT_WORKERS}, at most {pull.MAX_WORKERS})")
+    p.add_argument("--peer", action="append", default=[], metavar="ADDR:PORT",
+                   help="a peer door that may hold this model's blobs (repeat); needs --peer-key-file")
+    p.add_argument("--peer-key-file", default=None, help="the site key, in a file of this account's alone (0600)")
+    p.add_argument("--peer-seed", action="store_true", help="take the Hub at once for a blob no peer holds")
+    p.add_argument("--peer-wait", type=float, default=600.0,
+                   help="seconds to wait for a peer to hold a blob before the Hub takes it (default 600)")
     q = sub.add_parser("prune", help="delete every cached model revision not kept")
     q.add_argument("--cache-dir", required=True)
     q.add_argument("--records-dir", required=True, help="the pull's records; those of removed revisions go too")
@@ -129,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         token = read_token(args.token_file)
         puller = pull.Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait,
                              args.workers, records_dir=args.records_dir)
+        if args.peer and args.peer_key_file:
+            puller.fleet = peers.Fleet([peers.parse_peer(a) for a in args.peer], peers.read_key(args.peer_key_file),
+                                       args.peer_seed, args.peer_wait)
         if args.locked_stdin:
             try:
                 puller.expect_lock(json.loads(sys.stdin.read(manifest.MAX_BYTES)))

@@ -68,6 +68,9 @@ GATE_METRICS_FILE = "sglang_gate.prom"
 # script (and its swap's candidate and previous copies, named after it). An existing tools directory holding
 # anything else is someone else's, never adopted.
 TOOLS_ENTRIES = ("venv", "secret", "hfpull.py")
+# In sglang_tools_dir/secret/: the site's peer key as the pull reads it (the account's alone, 0600, in its private
+# secret/ beside the Hub token), passed to the pull by its path, never on a command line or in an environment.
+PEER_KEY = "peer-key"
 # How many entries of an existing directory the snapshot names (enough to tell the deploy's from another's).
 EXISTING_ENTRIES_SHOWN = 64
 

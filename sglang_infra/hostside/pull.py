@@ -21,7 +21,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 
-from . import hublimits, manifest, ranges, transfer
+from . import hublimits, manifest, peers, ranges, transfer
 from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
@@ -58,8 +58,7 @@ def say(line: str) -> None:
         print(printable(line), flush=True)
 
 
-def hash_file(path: str, lfs: bool) -> str:
-    """sha256 of the content for LFS files; git's blob sha1 for regular files."""
+def hash_file(path: str, lfs: bool) -> str:  # sha256 of the content for LFS files; git's blob sha1 for others
     return hashes(path, lfs)[0]
 
 
@@ -181,7 +180,8 @@ class Puller:
         self.progress: Progress | None = None
         self.expect: dict | None = None  # the lock's files ({path: {"size", "sha256", ...}}), see expect_lock()
         self.expect_digest: str | None = None
-        self.transfer: transfer.Transfer | None = None  # the revision's HTTP, once its commit is known
+        self.transfer: transfer.Transfer | peers.PeerTransfer | None = None  # the revision's HTTP, once known
+        self.fleet: peers.Fleet | None = None  # the peers that may hold this model's blobs (peers.py), or None
 
     def _count(self, **amounts: int) -> None:
         with self.stats_lock:
@@ -251,6 +251,7 @@ class Puller:
             "orphans_reclaimed": s.orphans_reclaimed,
             "orphan_bytes": s.orphan_bytes,
             "changed": s.changed,
+            "sources": dict(getattr(self.transfer, "sources", {"hub": s.bytes_fetched} if s.bytes_fetched else {})),
         }
 
     def expect_lock(self, locked: dict) -> None:
@@ -388,8 +389,9 @@ class Puller:
         rest at once: a Hub error (gated, not found) is the same for every file."""
         label = f"{self.repo_id}@{commit[:12]}"
         self.progress = Progress(label, self.stats.files, self.stats.bytes_total)
-        self.transfer = transfer.Transfer(self.repo_id, commit, self.endpoint, self.token, self.workers,
-                                          self.progress, self.stop, self._count)
+        hub = transfer.Transfer(self.repo_id, commit, self.endpoint, self.token, self.workers, self.progress,
+                                self.stop, self._count)
+        self.transfer = peers.PeerTransfer(hub, self.fleet) if self.fleet and self.fleet.peers else hub
         trust = self.records.trusted_blobs(self.folder)
         self._reclaim_stale_partials({b.name for b in blobs})
         indexed, index = [], 1

@@ -11,9 +11,10 @@ own output, parsed on the control side), layout (the managed directories and
 the drifted entries below the home), files (owner, mode and sha256 of the
 files the deploy writes, the home's and root's system_dirs), models (cachestate.py), tools (the pull's venv),
 stack (stack.py), gate (stamp.py), services and packages (the fleet
-metrics' systemd units and Debian packages), and routers: each gateway in
-router/<slug>/ (its stack, stamp and the worker set in its workers.json);
-with "report": true in the spec also report (report.py), what
+metrics' and the peer door's systemd units and Debian packages), routers: each
+gateway in router/<slug>/ (its stack, stamp and the worker set in its
+workers.json), and, with "peer_address" in the spec, peer: the peer door's
+address resolved and whether it is the host's; with "report": true in the spec also report (report.py), what
 scripts/status.sh shows beyond the deploy's needs.
 """
 
@@ -299,6 +300,23 @@ def kernel(protected_hardlinks=PROTECTED_HARDLINKS):
     return {"protected_hardlinks": value}
 
 
+def peer_address(wanted):
+    """The peer door's address: ``wanted`` (an IP address, or a name this host resolves) as an IP address, and
+    whether it is one of this host's (a socket binds to it; every address binds too). Nothing listens."""
+    try:
+        infos = socket.getaddrinfo(wanted, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return {"address": None, "local": False}
+    for family, _, _, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((sockaddr[0], 0))
+        except OSError:
+            continue
+        return {"address": sockaddr[0], "local": True}
+    return {"address": infos[0][4][0] if infos else None, "local": False}
+
+
 def files(directory):
     """Owner, group, mode and sha256 of each regular file directly in ``directory``; False for anything else."""
     out = {}
@@ -478,6 +496,8 @@ def read(spec):
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
     }
+    if spec.get("peer_address"):
+        found["peer"] = peer_address(spec["peer_address"])
     if spec.get("report"):
         found["report"] = report.read(home, engine)
     return found

@@ -12,6 +12,7 @@ from pyinfra.api import FunctionCommand
 from .. import ship
 from ..hostside.printable import printable
 from ..hostside.units import human
+from ..plantypes import PeerSources
 from ..snapshot import current
 from ..toolchain import pip_index_options
 from .base import diff_wanted, q, run_streamed, snapshot_operation
@@ -49,7 +50,8 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
 
 
 def pull_command(tools_dir: str, hub: str, verified: str, repo_id: str, revision: str, endpoint: str | None,
-                 token_file: str | None, lock_wait: int, workers: int, locked: bool = False) -> str:
+                 token_file: str | None, lock_wait: int, workers: int, locked: bool = False,
+                 peers: PeerSources | None = None, peer_key_file: str | None = None) -> str:
     args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
             "--records-dir", verified, "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait),
             "--workers", str(workers)]
@@ -59,6 +61,11 @@ def pull_command(tools_dir: str, hub: str, verified: str, repo_id: str, revision
         args += ["--endpoint", endpoint]
     if token_file:
         args += ["--token-file", token_file]
+    if peers is not None and peers.peers and peer_key_file:  # the key itself never on the command line
+        args += ["--peer-key-file", peer_key_file, "--peer-wait", str(peers.wait)]
+        args += ["--peer-seed"] if peers.seed else []
+        for door in peers.peers:
+            args += ["--peer", door]
     # umask 002: files the pull creates stay group-writable, so admins can pull by hand too.
     return "cd / && umask 002 && " + " ".join(q(a) for a in args)
 
@@ -72,7 +79,8 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 @snapshot_operation
 def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
-                 endpoint: str | None = None, token_file: str | None = None, locked=None):
+                 endpoint: str | None = None, token_file: str | None = None, locked=None,
+                 peers: PeerSources | None = None, peer_key_file: str | None = None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
     cache ``hub``, as the pull's records in ``verified`` (the account's
@@ -83,7 +91,8 @@ def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir
     file matches the Hub's size and hash, and with ``locked`` (the lock's
     record, lock.LockedModel) the lock's sha256 of every file too: until then
     a complete revision whose content digest is not the lock's counts as not
-    pulled.
+    pulled. With ``peers`` (peering.py), each file from the fleet's peers
+    that hold it verified first, the site key read from ``peer_key_file``.
     """
     cache = current(host)["models"]
     found = _revision_state(cache, repo_id, revision)
@@ -97,7 +106,7 @@ def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir
             f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
     command = pull_command(tools_dir, hub, verified, repo_id, revision, endpoint, token_file, lock_wait, workers,
-                           locked is not None)
+                           locked is not None, peers, peer_key_file)
     stdin = {"_stdin": json.dumps(locked.record())} if locked is not None else {}
     yield FunctionCommand(run_streamed, (command,), stdin)
 

@@ -138,8 +138,14 @@ class Target:
         from sglang_infra.plan import snapshot_spec
         from sglang_infra.snapshot import Snapshot
 
-        command = Snapshot().command(spec=json.dumps(snapshot_spec(self.data), sort_keys=True))
+        spec = snapshot_spec(self.data, node_group=self.node_group, name=self.name)
+        command = Snapshot().command(spec=json.dumps(spec, sort_keys=True))
         return Snapshot().process(self.run(command).stdout.splitlines())
+
+    @cached_property
+    def node_group(self):
+        """This host's multi-node group as the deploy works it out from the inventory (None: not a member)."""
+        return nodegroups.membership(gateways.inventory_roles(self.inventory, self.inventory_path)).get(self.name)
 
     @cached_property
     def plan(self):
@@ -147,8 +153,7 @@ class Target:
         gateway host's with its gateways, whose workers are the inventory's serving hosts."""
         from sglang_infra.plan import resolve
 
-        node_group = nodegroups.membership(gateways.inventory_roles(self.inventory, self.inventory_path)).get(self.name)
-        plan = resolve(self.name, self.data, self.snapshot, self.groups, node_group)
+        plan = resolve(self.name, self.data, self.snapshot, self.groups, self.node_group)
         if plan.runs_gateways:
             plan = gateways.fleet({self.name: plan}, self.inventory, refuse=False,
                                   inventory_path=self.inventory_path)[self.name]

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from sglang_infra import ACCOUNT, groupstatus, ship
+from sglang_infra import ACCOUNT, groupstatus, peerdoor, ship
 from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
 from sglang_infra.plantypes import (
@@ -318,6 +318,19 @@ def test_the_node_exporter_runs_with_the_deploys_flags(target):
     assert _sha(target, dropin) == names.text_digest(exporter.dropin), f"{dropin} is not the rendered drop-in"
     assert target.run(f"systemctl is-active {NODE_EXPORTER_SERVICE}").stdout.strip() == "active"
     assert f"{exporter.listen}" in target.run("ss -Hltn").stdout
+
+
+def test_the_peer_door_runs_its_config_on_its_address_alone(serving):
+    door = serving.plan.peer_door
+    if door is None:
+        pytest.skip(f"{serving.name}: sglang_peer_key_file is None, no peer door")
+    for path, text in ((peerdoor.CONFIG, door.config), (peerdoor.dropin(), door.dropin)):
+        assert _sha(serving, path) == names.text_digest(text), f"{path} is not the rendering of the data"
+    assert serving.run(f"stat -c '%U %G %a' {peerdoor.KEY_CONF}").stdout.split() == ["root", "root", "600"]
+    assert serving.run(f"systemctl is-active {peerdoor.SERVICE}").stdout.strip() == "active"
+    port = f":{door.port}"
+    listening = [w for w in serving.run(f"ss -Hltn 'sport = {port}'").stdout.split() if w.endswith(port)]
+    assert listening == [peerdoor.listen(door.address, door.port)], listening
 
 
 def test_prometheus_runs_the_rendered_config_and_rules(monitoring):

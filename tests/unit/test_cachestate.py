@@ -103,9 +103,11 @@ def test_verified_revision_and_ignored_entries(tmp_path):
     # The content digest a lock records (sglang_infra/lockfile.py): path, size and sha256 of each file, in path order.
     content = hashlib.sha256(b"".join(b"%s\0%d\0%s\n" % (p.encode(), len(FILES[p]), hashlib.sha256(
         FILES[p]).hexdigest().encode()) for p in sorted(FILES))).hexdigest()
+    # The blobs the record names (what a peer door may serve), by their cache names.
+    blobs = sorted(blob_name(data, path.endswith(".safetensors")) for path, data in FILES.items())
     assert entry["revisions"] == {C1: {"complete": True, "verified": True, "files": 3,
                                        "size": sum(len(d) for d in FILES.values()), "problems": [],
-                                       "content": content}}
+                                       "content": content, "blobs": blobs}}
     assert entry["partials"] == [{"name": "a" * 64 + ".0badf00d.incomplete", "size": 10}]
 
 
@@ -198,9 +200,9 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in ship.HOSTSIDE.glob("*.py") if p.stem != "__init__"))
 def test_host_programs_fit_the_target_hosts(name):
-    """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, pull_errors.py, prune.py and
-    hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image, whose
-    Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
+    """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, peers.py, pull_errors.py,
+    prune.py and hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image,
+    whose Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
     source = (ship.HOSTSIDE / f"{name}.py").read_text()
     tree = ast.parse(source, feature_version=(3, 9))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
@@ -210,6 +212,7 @@ def test_host_programs_fit_the_target_hosts(name):
     allowed = set(sys.stdlib_module_names) | {"hfpull": {"huggingface_hub", "httpx2"},
                                               "pull": {"huggingface_hub", "httpx2"},
                                               "transfer": {"huggingface_hub", "httpx2"},
+                                              "peers": {"httpx2"},
                                               "hublimits": {"httpx2"},
                                               "pull_errors": {"huggingface_hub", "httpx2"},
                                               "prune": {"huggingface_hub"},

@@ -366,7 +366,7 @@ def test_first_pull_matches_huggingface_hub_then_second_pull_is_offline(hub, tmp
     assert res == {"repo_id": "org/small", "commit": commit, "files": 5, "files_fetched": 5,
                    "bytes_total": sum(sizes), "bytes_missing": sum(sizes), "bytes_fetched": sum(sizes),
                    "bytes_refetched": 0, "resumed_bytes": 0, "orphans_reclaimed": 0, "orphan_bytes": 0,
-                   "changed": True}
+                   "changed": True, "sources": {"hub": sum(sizes)}}
     assert f"pull org/small@{commit[:12]}: file " in first.out
 
     hand_pull(theirs, "org/small", commit, hub)

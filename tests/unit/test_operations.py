@@ -45,6 +45,12 @@ def _arguments(op: str, args: dict) -> dict:
         group = args["group"]
         args = {**args, "group": NodeGroup(**{**group, "members": tuple(group["members"]),
                                               "member_plans": tuple(GroupMember(**m) for m in group["member_plans"])})}
+    if op == "blobs_listed":
+        from sglang_infra.plantypes import PeerDoor, PeerPin
+
+        door = args["door"]
+        args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
+                                            "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
     return args
 
 

@@ -1,0 +1,50 @@
+"""The peer door on a serving host (sglang_infra/peerdoor.py): its list of
+verified blobs, worked out from the host as it is when the operation runs
+(after this run's pulls), and a door left behind removed once the data has
+none."""
+
+from __future__ import annotations
+
+from pyinfra import host
+
+from .. import peerdoor
+from ..plantypes import PeerDoor
+from ..snapshot import current
+from .base import q, snapshot_operation
+from .files import swap_in
+
+
+@snapshot_operation
+def blobs_listed(door: PeerDoor):
+    """
+    Ensure the door's list (peerdoor.BLOBS_CONF, root's, 0644) names exactly
+    the blobs of the registry's verified revisions the host holds now, as
+    its snapshot reads them when this operation runs.
+    """
+    content = peerdoor.blobs_conf(door, current(host)["models"])
+    yield from swap_in(peerdoor.BLOBS_CONF, content.encode(), "root", "root", "644", None)
+
+
+@snapshot_operation
+def door_absent():
+    """
+    Ensure no peer door is left on the host: nginx.service stopped and
+    disabled when the deploy's drop-in runs it, the drop-in and the door's
+    directory (its config, key and list) removed. Debian's nginx package
+    stays installed, stopped and disabled.
+    """
+    snapshot = current(host)
+    dropin_dir, _, dropin_name = peerdoor.dropin().rpartition("/")
+    ours = dropin_name in snapshot["files"].get(dropin_dir, {})
+    door_dir = snapshot["system_dirs"].get(peerdoor.DOOR_DIR)
+    if not ours and not door_dir:
+        host.noop("no peer door on this host")
+        return
+    commands = []
+    if ours:
+        unit = f"{peerdoor.SERVICE}.service"
+        commands += [f"systemctl disable --now {q(unit)}", f"rm -f {q(peerdoor.dropin())}",
+                     "systemctl daemon-reload"]
+    if door_dir:
+        commands.append(f"rm -rf {q(peerdoor.DOOR_DIR)}")
+    yield " && ".join(commands)

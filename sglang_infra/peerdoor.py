@@ -1,0 +1,163 @@
+"""The peer door, control side: what each serving host's nginx serves to the
+fleet's other hosts, and the rules for its data.
+
+A host with `sglang_peer_key_file` set runs Debian's nginx (its
+nginx.service, through a drop-in that makes it read only the door's own
+config under DOOR_DIR). It answers `GET /blobs/<blob name>` (and HEAD, and
+ranges) on one address and port, only to a request carrying
+`Authorization: Bearer <site key>`, and only for a blob of a verified
+revision of a model in the registry: the list of those blobs (BLOBS_CONF,
+exact locations, one per blob) is worked out here from the host's snapshot
+when the operation runs, after this run's pulls. Every other path is 404;
+a request without the key is 401; a method other than GET or HEAD is 405;
+nginx refuses a file with a link anywhere on its path (disable_symlinks).
+
+The key reaches the host only inside KEY_CONF (root's, 0600, written
+through stdin), which nginx's master process (root) includes; the workers
+(www-data, with the account's group, to read the group's cache) never read
+it. The snapshot's part is in plan.snapshot_spec (door_spec) and
+hostside/snapshot.py (peer_address); the task is tasks/peer_door.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from .plantypes import PeerDoor, dropin_dir
+from .templating import render_template
+
+DOOR_DIR = "/etc/nginx/sglang-peer-door"    # root's: the door's config, its key and its list of blobs
+CONFIG = f"{DOOR_DIR}/nginx.conf"
+KEY_CONF = f"{DOOR_DIR}/key.conf"           # 0600, root's: the one line that holds the site's key
+BLOBS_CONF = f"{DOOR_DIR}/blobs.conf"       # the verified blobs nginx serves, one exact location each
+SERVICE = "nginx"
+PACKAGE = "nginx"
+WORKER_USER = "www-data"                    # Debian's nginx workers' user
+URL_PREFIX = "/blobs/"
+# A Bearer token as RFC 6750 spells one (its b64token), long enough that guessing it is hopeless.
+KEY_MIN, KEY_MAX = 32, 512
+_KEY_RE = re.compile(rb"[A-Za-z0-9._~+/-]+=*")
+# The HF cache's blob names: a git blob's sha1 (small files) or an LFS file's sha256.
+_BLOB_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# A path nginx reads literally inside double quotes: no quote, backslash, `$` (a variable), space or `;`.
+_PATH_RE = re.compile(r"/[A-Za-z0-9._/-]+")
+
+
+def dropin() -> str:
+    """Where nginx.service's drop-in is."""
+    return f"{dropin_dir(SERVICE)}/sglang.conf"
+
+
+def door_spec() -> dict[str, list[str]]:
+    """What the snapshot reads of the door's files, unit and package on every host (also where the door is off:
+    a door left from an earlier run is found and removed)."""
+    return {"system_dirs": [DOOR_DIR, dropin_dir(SERVICE)], "services": [f"{SERVICE}.service"],
+            "packages": [PACKAGE]}
+
+
+def key_problem(key: bytes | None) -> str | None:
+    """Why ``key`` (the key file's content, stripped) is not a site key, or None."""
+    if not key:
+        return "is empty"
+    if not _KEY_RE.fullmatch(key):
+        return "holds characters a Bearer token cannot carry (only letters, digits and ._~+/- then any '=')"
+    if not KEY_MIN <= len(key) <= KEY_MAX:
+        return f"holds a key of {len(key)} characters, not {KEY_MIN}-{KEY_MAX}"
+    return None
+
+
+def fleet_address(data: Mapping[str, Any], name: str) -> str:
+    """The address the door listens on: sglang_peer_bind_address, else the host's fleet address as the gateways
+    reach it (sglang_worker_address, else ssh_hostname, else the inventory name)."""
+    return data["sglang_peer_bind_address"] or data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+
+
+def host_ports(data: Mapping[str, Any]) -> dict[int, str]:
+    """Every other port this host's data gives a listener of the project's (or ssh), by the key that sets it."""
+    ports: dict[int, str] = {int(data.get("ssh_port") or 22): "ssh_port", data["sglang_port"]: "sglang_port"}
+    if data["sglang_node_exporter"]:
+        ports[data["sglang_node_exporter_port"]] = "sglang_node_exporter_port"
+    listen = str(data["sglang_prometheus_listen_address"]).rpartition(":")[2]
+    if listen.isdigit():
+        ports[int(listen)] = "sglang_prometheus_listen_address"
+    for key in ("sglang_router_port", "sglang_router_prometheus_port"):
+        for offset in range(len(data["sglang_models"])):
+            ports.setdefault(data[key] + offset, key)
+    return ports
+
+
+def port_problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(key, what, fix) when the door's port is one the host's data gives to another listener."""
+    port = data["sglang_peer_port"]
+    other = host_ports(data).get(port)
+    if other is None:
+        return []
+    return [("sglang_peer_port", f"{port} is the port {other} gives another listener of this host",
+             f"set sglang_peer_port to a free port, e.g. {port + 1 if port < 65535 else 30050}")]
+
+
+def listen(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def render(door: PeerDoor, reason: str) -> tuple[str, str, str]:
+    """(nginx.conf, key.conf, nginx.service's drop-in) of ``door``."""
+    config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER, group=door.group,
+                             listen=listen(door.address, door.port), key_conf=KEY_CONF, blobs_conf=BLOBS_CONF,
+                             reason=reason)
+    service = render_template("templates/nginx/peer-door-service.conf.j2", config=CONFIG)
+    return config, key_conf(door.key), service
+
+
+def key_conf(key: bytes) -> str:
+    """The door's key check: anything but this exact Authorization header is answered 401 (a string compare in
+    nginx's `if` is case-sensitive, unlike a map's)."""
+    assert key_problem(key) is None, "refusals.judge refuses any other key"
+    return ("# Written by the sglang deploy: the site's peer key (root's alone, 0600).\n"
+            f'if ($http_authorization != "Bearer {key.decode()}") {{\n    return 401;\n}}\n')
+
+
+def _repo(models: Mapping[str, Any], repo_id: str) -> Mapping[str, Any]:
+    for found, repo in (models.get("repos") or {}).items():
+        if found.lower() == repo_id.lower():
+            return repo
+    return {}
+
+
+def served_blobs(door: PeerDoor, models: Mapping[str, Any]) -> dict[str, str]:
+    """Blob name -> its file, for every blob the door serves: those of each registry model's pinned revision that
+    the host's own records say is verified and unchanged (and, with a lock, whose content is the lock's), in that
+    repo's own blobs/; a name that is not a blob's (40 or 64 hex) is never listed."""
+    out: dict[str, str] = {}
+    for pin in door.pins:
+        revision = (_repo(models, pin.repo_id).get("revisions") or {}).get(pin.commit) or {}
+        if not revision.get("verified") or revision.get("problems"):
+            continue
+        if pin.content is not None and revision.get("content") != pin.content:
+            continue
+        folder = "models--" + pin.repo_id.replace("/", "--")
+        for blob in revision.get("blobs") or ():
+            path = f"{door.hub}/{folder}/blobs/{blob}"
+            if isinstance(blob, str) and _BLOB_RE.fullmatch(blob) and _PATH_RE.fullmatch(path):
+                out.setdefault(blob, path)
+    return out
+
+
+def blobs_conf(door: PeerDoor, models: Mapping[str, Any]) -> str:
+    """The door's list: one exact location per served blob (no prefix, no pattern, so no other path matches)."""
+    lines = ["# Written by the sglang deploy: the verified blobs this host's peer door serves, one each.\n"]
+    for blob, path in sorted(served_blobs(door, models).items()):
+        lines.append(f'location = {URL_PREFIX}{blob} {{\n    alias "{path}";\n}}\n')
+    return "".join(lines)
+
+
+def bind_problem(host_name: str, wanted: str, peer: Mapping[str, Any] | None) -> str | None:
+    """Why the door cannot listen on ``wanted`` on this host (the snapshot's `peer`), or None."""
+    peer = peer or {}
+    if peer.get("local"):
+        return None
+    address = peer.get("address")
+    if address is None:
+        return f"{wanted} does not resolve to an address on {host_name}"
+    return f"{wanted} ({address}) is not an address of {host_name}, so the door could not listen on it"

@@ -1,0 +1,29 @@
+"""The models a serving host takes from the fleet's peers (peering.py), once the
+seeds' peer doors list what they pulled from the Hub (tasks/peer_door.py ran
+just before): each file from every peer that holds it verified, checked
+against the lock (or the Hub's digest) before it enters the cache, the Hub
+for what no peer holds. Then this host's own door lists what it now holds,
+for the hosts after it."""
+
+from pyinfra import host
+
+from sglang_infra import peerdoor
+from sglang_infra.operations.models import model_pulled
+from sglang_infra.operations.peerdoor import blobs_listed
+from sglang_infra.operations.system import service_running
+from sglang_infra.peering import after_seeds, pull_arguments
+from sglang_infra.preflight import plan_of
+
+plan = plan_of(host)
+door = plan.peer_door
+later = [model for model in plan.kept if after_seeds(plan, model)]
+
+for model in later:
+    model_pulled(**pull_arguments(plan, model))
+
+if door is not None and later:
+    listen = peerdoor.listen(door.address, door.port)
+    blobs = blobs_listed(name=f"Ensure {peerdoor.BLOBS_CONF} lists the blobs this host took from its peers",
+                         door=door)
+    service_running(name=f"Ensure the peer door on {listen} serves them", unit=f"{peerdoor.SERVICE}.service",
+                    reload_if=blobs.did_change)

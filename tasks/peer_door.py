@@ -1,0 +1,40 @@
+"""A serving host's peer door: Debian's nginx serving the host's verified
+model blobs, read-only, to the fleet's other hosts holding the site's key
+(sglang_infra/peerdoor.py says what it serves and refuses). Its files come
+before the package, so nginx's first start already runs the door's config,
+never Debian's default site. Without sglang_peer_key_file, no door, and one
+left from an earlier run is removed."""
+
+from pyinfra import host
+
+from sglang_infra import peerdoor
+from sglang_infra.operations.files import checked_file, secret_file
+from sglang_infra.operations.peerdoor import blobs_listed, door_absent
+from sglang_infra.operations.system import packages_installed, root_directory, service_running
+from sglang_infra.plantypes import dropin_dir
+from sglang_infra.preflight import plan_of
+
+plan = plan_of(host)
+door = plan.peer_door
+
+if door is None:
+    door_absent(name="Ensure no peer door is left (sglang_peer_key_file is None)")
+else:
+    listen = peerdoor.listen(door.address, door.port)
+    root_directory(name=f"Ensure {peerdoor.DOOR_DIR} exists", path=peerdoor.DOOR_DIR)
+    key = secret_file(name=f"Ensure {peerdoor.KEY_CONF} holds the site's peer key (0600, root only)",
+                      dest=peerdoor.KEY_CONF, content=door.key_conf.encode(), user="root")
+    blobs = blobs_listed(name=f"Ensure {peerdoor.BLOBS_CONF} lists the verified blobs the door serves", door=door)
+    config = checked_file(
+        name=f"Ensure {peerdoor.CONFIG} is the peer door on {listen}, accepted by nginx",
+        dest=peerdoor.CONFIG, content=door.config, user="root", group="root",
+        check="! command -v nginx >/dev/null || nginx -t -q -c {candidate}",
+    )
+    root_directory(name=f"Ensure {dropin_dir(peerdoor.SERVICE)} exists", path=dropin_dir(peerdoor.SERVICE))
+    dropin = checked_file(name=f"Ensure {peerdoor.SERVICE}.service runs the peer door's config (its drop-in)",
+                          dest=peerdoor.dropin(), content=door.dropin, user="root", group="root")
+    # After its files: the package's first start already runs the door, never Debian's default site.
+    packages_installed(name=f"Ensure {peerdoor.PACKAGE} is installed", packages=[peerdoor.PACKAGE])
+    service_running(name=f"Ensure the peer door listens on {listen} with its current config and list",
+                    unit=f"{peerdoor.SERVICE}.service", restart_if=dropin.did_change,
+                    reload_if=lambda: key.did_change() or blobs.did_change() or config.did_change())

@@ -1,0 +1,148 @@
+"""The peer door on two real hosts (sglang_infra/peerdoor.py): each serving host's nginx hands its verified blobs
+to the other host with the site's key (ranges answered 206, the bytes the lock's), and nothing else: 401 without
+the key or with another, 404 for a blob an admin dropped into the cache, for a path outside blobs/ and for a
+snapshot's file; a link in place of a listed blob is refused; nothing listens on another address; the key is in
+no log. A second run changes nothing; with sglang_peer_key_file None the door is gone."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from harness import run_deploy, run_host_checks
+from sglang_infra import peerdoor
+from testbed import hub as standin_hub
+
+PORT = 30050
+KEY = hashlib.sha256(b"the site's peer key, for this test only").hexdigest()
+HUB = "/opt/sglang/hf-cache/hub"
+TINY = "standin-org/tiny-chat"
+BLOBS = f"{HUB}/models--standin-org--tiny-chat/blobs"
+SHARD = "model-00001-of-00002.safetensors"
+HEADER = "/root/peer-key.header"
+
+
+def shard() -> tuple[str, bytes]:
+    commit = standin_hub.commits()[TINY]["main"]
+    data = standin_hub.file_bytes(TINY, commit, SHARD)
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def curl(client, url: str, *args: str, key: bool = True) -> tuple[str, str]:
+    """(HTTP status, or curl's exit code when it got none; the first 64 bytes of the body as hex) from ``client``."""
+    auth = f"-H @{HEADER}" if key else ""
+    out = client.exec(f"curl -s --path-as-is --max-time 10 {auth} {' '.join(args)} -o /tmp/body -w '%{{http_code}}' "
+                      f"{url}; echo \" $?\"; head -c 64 /tmp/body 2>/dev/null | od -An -tx1 | tr -d ' \\n'",
+                      check=False).stdout.split("\n", 1)
+    code, _, exit_code = out[0].strip().partition(" ")
+    return (code if code != "000" else f"curl exit {exit_code.strip()}"), (out[1] if len(out) > 1 else "")
+
+
+@pytest.fixture(scope="module")
+def fleet(testbed, workdir):
+    hosts = [testbed.host("sg-door-1"), testbed.host("sg-door-2")]
+    key_file = workdir / "peer.key"
+    key_file.write_text(KEY + "\n")
+    door = {"sglang_peer_key_file": str(key_file), "sglang_benchmark_min_fraction": 0.05}
+    inventory = testbed.inventory(workdir / "door.py", {"production": [(h, door) for h in hosts]})
+    first = run_deploy(inventory)
+    assert first.returncode == 0, first.why()
+    # Run again before any test plants a file or a link in the cache (a renamed blob is hashed again, rightly).
+    again = run_deploy(inventory)
+    for each in hosts:
+        each.exec(f"printf 'Authorization: Bearer %s\\n' {KEY} > {HEADER} && chmod 600 {HEADER}")
+    return hosts, inventory, key_file, first, again
+
+
+def url(host, path: str) -> str:
+    return f"http://{host.address}:{PORT}{path}"
+
+
+def test_a_peer_with_the_key_gets_ranges_of_a_verified_blob(fleet):
+    (one, two), _, _, _, _ = fleet
+    name, data = shard()
+    assert curl(two, url(one, f"/blobs/{name}"), "-r 100-163") == ("206", data[100:164].hex())
+    assert curl(one, url(two, f"/blobs/{name}"), "-I")[0] == "200"
+
+
+def test_without_the_key_or_with_another_nothing_is_served(fleet):
+    (one, two), _, _, _, _ = fleet
+    name, _ = shard()
+    assert curl(two, url(one, f"/blobs/{name}"), key=False)[0] == "401"
+    assert curl(two, url(one, f"/blobs/{name}"), "-H 'Authorization: Bearer " + "0" * 64 + "'", key=False)[0] \
+        == "401"
+    assert curl(two, url(one, f"/blobs/{name}"), "-H 'Authorization: bearer " + KEY + "'", key=False)[0] == "401"
+    assert curl(two, url(one, "/blobs/nothing-here"), key=False)[0] == "401"   # nothing said about what exists
+
+
+def test_only_listed_blobs_never_a_path_outside_blobs_or_another_method(fleet):
+    (one, two), _, _, _, _ = fleet
+    name, _ = shard()
+    dropped = "f" * 64   # an admin's file in the shared cache, named like a blob: never verified, never listed
+    one.exec(f"printf dropped > {BLOBS}/{dropped} && chown sglang:sglang {BLOBS}/{dropped} && "
+             f"chmod 664 {BLOBS}/{dropped}")
+    assert curl(two, url(one, f"/blobs/{dropped}"))[0] == "404"
+    commit = standin_hub.commits()[TINY]["main"]
+    for path in ("/", "/blobs/", "/blobs/../blobs/../../../../etc/passwd", "/etc/passwd",
+                 f"/snapshots/{commit}/config.json", f"{BLOBS}/{name}", f"/blobs/{name}/", f"/blobs/{name}%2f.."):
+        assert curl(two, url(one, path))[0] in ("400", "404"), path
+    assert curl(two, url(one, f"/blobs/{name}"), "-X PUT --data x")[0] == "405"
+    assert curl(two, url(one, f"/blobs/{name}"), "-X DELETE")[0] == "405"
+
+
+def test_a_link_in_place_of_a_listed_blob_is_refused(fleet):
+    (one, two), _, _, _, _ = fleet
+    name, _ = shard()
+    one.exec(f"mv {BLOBS}/{name} {BLOBS}/{name}.kept && ln -s {name}.kept {BLOBS}/{name}")
+    try:
+        assert curl(two, url(one, f"/blobs/{name}"))[0] in ("403", "404")
+    finally:
+        one.exec(f"rm {BLOBS}/{name} && mv {BLOBS}/{name}.kept {BLOBS}/{name}")
+    assert curl(two, url(one, f"/blobs/{name}"), "-I")[0] == "200"
+
+
+def test_the_door_is_only_on_the_address_named(fleet):
+    (one, _), _, _, _, _ = fleet
+    name, _ = shard()
+    assert curl(one, f"http://127.0.0.1:{PORT}/blobs/{name}")[0] == "curl exit 7"   # refused: nothing listens
+    listening = one.exec(f"ss -Hltn 'sport = :{PORT}'").stdout.split()
+    assert [word for word in listening if word.endswith(f":{PORT}")] == [f"{one.address}:{PORT}"]
+    assert one.exec("ss -Hltn 'sport = :80'").stdout.strip() == ""   # Debian's default site never started
+
+
+def test_the_key_is_root_only_and_in_no_log(fleet):
+    (one, _), _, _, first, _ = fleet
+    assert one.exec(f"stat -c '%U %G %a' {peerdoor.KEY_CONF}").stdout.split() == ["root", "root", "600"]
+    assert one.exec(f"grep -rl {KEY} /var/log/nginx/ /etc/nginx/nginx.conf {peerdoor.CONFIG} "
+                    f"{peerdoor.BLOBS_CONF}", check=False).stdout == ""
+    assert KEY not in one.exec("journalctl --no-pager -q", check=False).stdout
+    assert KEY not in first.output
+    assert one.exec(f"runuser -u www-data -- cat {peerdoor.KEY_CONF}", check=False).returncode != 0
+
+
+def test_the_operators_check_reports_the_door(fleet, workdir):
+    (one, two), inventory, _, _, _ = fleet
+    report = run_host_checks(inventory, workdir)
+    for each in (one, two):
+        assert "test_the_peer_door_runs_its_config_on_its_address_alone" in report.passed(each.name), \
+            report.output[-3000:]
+
+
+def test_a_second_run_changes_nothing_and_no_key_removes_the_door(fleet):
+    (one, two), inventory, key_file, _, again = fleet
+    assert again.returncode == 0, again.why()
+    assert again.changed(one.name) == [] and again.changed(two.name) == [], again.why()
+
+    off = inventory.parent / "door-off.py"
+    off.write_text(inventory.read_text().replace(repr(str(key_file)), "None"))
+    closed = run_deploy(off)
+    assert closed.returncode == 0, closed.why()
+    name, _ = shard()
+    for each in (one, two):
+        assert each.exec(f"test -e {peerdoor.DOOR_DIR} || test -e {peerdoor.dropin()}", check=False).returncode != 0
+        assert each.exec("systemctl is-active nginx.service", check=False).stdout.strip() != "active"
+        assert each.exec("systemctl is-enabled nginx.service", check=False).stdout.strip() != "enabled"
+    assert curl(two, url(one, f"/blobs/{name}"))[0] == "curl exit 7"
+    still = run_deploy(off)
+    assert still.returncode == 0 and still.changed(one.name) == [], still.why()

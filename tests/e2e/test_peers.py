@@ -1,0 +1,187 @@
+"""The Hub once per site (issue #33), on four real serving hosts of one model (standin-org/tiny-chat: a 12 MiB and a
+3 MiB shard and small files): the model's seed pulls it from the stand-in Hub, the other three from the seed's peer
+door, so the Hub serves each file's bytes once; every host holds the lock's bytes and says where they came from. A
+second run pulls nothing and touches no door. Then pulls run by hand on a host, as the deploy runs them: a peer that
+sends wrong bytes is named and its ranges fetched from another peer; a peer that disappears mid-transfer leaves its
+ranges to the others; a host without the site's key gets nothing from a peer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import threading
+import time
+
+import pytest
+
+from harness import run_deploy
+from testbed import hub as standin_hub
+
+PORT = 30050
+KEY = hashlib.sha256(b"the site's peer key, for the peers test only").hexdigest()
+TINY = "standin-org/tiny-chat"
+SHARD = "model-00001-of-00002.safetensors"
+HUB = "/opt/sglang/hf-cache/hub"
+TOOLS = "/var/lib/sglang-tools"
+ACCESS_LOG = "/var/log/nginx/access.log"
+MiB = 1 << 20
+
+
+def commit() -> str:
+    return standin_hub.commits()[TINY]["main"]
+
+
+def model_files() -> dict[str, bytes]:
+    return {path: standin_hub.file_bytes(TINY, commit(), path) for path in
+            ("config.json", "tokenizer/tokenizer.json", SHARD, "model-00002-of-00002.safetensors")}
+
+
+def results_by_host(output: str) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for host, text in re.findall(r"\[([^\]\s]+)\][^\n]*?SGLANG_PULL_RESULT (\{.*\})", output):
+        found.setdefault(host, []).append(json.loads(text))
+    return found
+
+
+def hub_file_bytes(requests: list[dict]) -> int:
+    """Body bytes the stand-in Hub sent for tiny-chat's files (not its metadata)."""
+    return sum(r["bytes_sent"] for r in requests
+               if r["method"] == "GET" and "/resolve/" in r["path"] and "tiny-chat/" in r["path"]
+               or r["method"] == "GET" and "/lfs/" in r["path"])
+
+
+def door(host) -> str:
+    return f"{host.address}:{PORT}"
+
+
+def hand_pull(host, hub, peers, cache: str, key_file: str = f"{TOOLS}/secret/peer-key", background=False):
+    """A pull on ``host`` as the deploy runs it (the account, the tools' venv), into a fresh ``cache``."""
+    args = [f"{TOOLS}/venv/bin/python", "-I", f"{TOOLS}/hfpull.py", "pull", "--cache-dir", f"{cache}/hub",
+            "--records-dir", f"{cache}/verified", "--repo-id", TINY, "--revision", commit(), "--endpoint", hub.url,
+            "--workers", "8", "--peer-key-file", key_file, "--peer-wait", "5"]
+    for peer in peers:
+        args += ["--peer", door(peer)]
+    return host.exec(f"install -d -o sglang -g sglang {cache} && cd / && sudo -u sglang "
+                     + " ".join(shlex.quote(a) for a in args), check=False, timeout=300)
+
+
+def pulled_result(done) -> dict:
+    found = re.findall(r"SGLANG_PULL_RESULT (\{.*\})", done.stdout)
+    assert done.returncode == 0 and found, done.stdout[-3000:] + done.stderr[-2000:]
+    return json.loads(found[-1])
+
+
+def assert_holds_the_model(host, hub_dir: str = HUB) -> None:
+    snapshot = f"{hub_dir}/models--standin-org--tiny-chat/snapshots/{commit()}"
+    for path, data in model_files().items():
+        assert host.exec(f"sha256sum {snapshot}/{path}").stdout.split()[0] == hashlib.sha256(data).hexdigest(), path
+
+
+def door_requests(host) -> int:
+    return int(host.exec(f"wc -l < {ACCESS_LOG} 2>/dev/null || echo 0", check=False).stdout.strip() or 0)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    return standin_hub.ensure_hub()
+
+
+@pytest.fixture(scope="module")
+def fleet(testbed, workdir, hub):
+    hosts = [testbed.host(f"sg-peers-{n}") for n in range(1, 5)]
+    key_file = workdir / "peer.key"
+    key_file.write_text(KEY + "\n")
+    data = {"sglang_peer_key_file": str(key_file), "sglang_benchmark_min_fraction": 0.05}
+    inventory = testbed.inventory(workdir / "peers.py", {"production": [(h, data) for h in hosts]})
+    hub.reset()
+    first = run_deploy(inventory)
+    assert first.returncode == 0, first.why()
+    return hosts, inventory, first, hub.requests()
+
+
+def test_four_hosts_the_hub_serves_each_file_once_and_every_host_holds_the_locks_bytes(fleet):
+    hosts, _, first, requests = fleet
+    total = sum(len(data) for data in model_files().values())
+    assert total <= hub_file_bytes(requests) <= 1.05 * total
+    results = results_by_host(first.output)
+    seed, *others = hosts
+    tiny = {h.name: [r for r in results[h.name] if r["repo_id"] == TINY][0] for h in hosts}
+    assert tiny[seed.name]["sources"].get("hub") == total
+    for each in others:
+        sources = tiny[each.name]["sources"]
+        assert "hub" not in sources, (each.name, sources)
+        assert sum(sources.values()) == total and door(seed) in sources, (each.name, sources)
+    assert re.search(r"\[sg-peers-[234]\].*from peers .*\(verified\)", first.output)
+    for each in hosts:
+        assert_holds_the_model(each)
+    assert KEY not in first.output
+
+
+def test_a_second_run_pulls_nothing_and_touches_no_peer(fleet, hub):
+    hosts, inventory, _, _ = fleet
+    before = [door_requests(h) for h in hosts]
+    hub.reset()
+    again = run_deploy(inventory)
+    assert again.returncode == 0, again.why()
+    changed = {h.name: again.changed(h.name) for h in hosts}
+    assert all(ops == [] for ops in changed.values()), changed
+    assert "SGLANG_PULL_RESULT" not in again.output
+    assert hub_file_bytes(hub.requests()) == 0
+    assert [door_requests(h) for h in hosts] == before
+
+
+def test_a_peer_that_sends_wrong_bytes_is_named_and_its_ranges_fetched_from_another(fleet, hub):
+    (one, two, _, four), _, _, _ = fleet
+    blob = f"{HUB}/models--standin-org--tiny-chat/blobs/{hashlib.sha256(model_files()[SHARD]).hexdigest()}"
+    flip = ("import sys\nwith open(sys.argv[1], 'r+b') as f:\n    for at in range(0, 12 << 20, 1 << 20):\n"
+            "        f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0xFF]))\n")
+    one.exec(f"python3 -c {shlex.quote(flip)} {blob}")   # in place: the door still lists it, its bytes are wrong
+    try:
+        hub.reset()
+        done = hand_pull(four, hub, [one, two], "/tmp/peers-corrupt")
+        result = pulled_result(done)
+        assert re.search(rf"peer {re.escape(door(one))} sent wrong bytes in \d+-\d+", done.stdout), done.stdout
+        assert f"peer {door(two)} sent wrong" not in done.stdout
+        assert hub_file_bytes(hub.requests()) == 0 and "hub" not in result["sources"]
+        assert_holds_the_model(four, "/tmp/peers-corrupt/hub")
+    finally:
+        one.exec(f"python3 -c {shlex.quote(flip)} {blob}")   # the same bytes flipped back
+
+
+def test_a_peer_that_disappears_mid_transfer_leaves_its_ranges_to_the_others(fleet, hub):
+    (one, two, _, four), _, _, _ = fleet
+    one.exec("tc qdisc replace dev eth0 root tbf rate 8mbit burst 32kbit latency 400ms")  # 1 MB/s out of one
+    try:
+        stopper = threading.Timer(2.0, lambda: one.exec("systemctl stop nginx.service"))
+        stopper.start()
+        hub.reset()
+        started = time.monotonic()
+        done = hand_pull(four, hub, [one, two], "/tmp/peers-gone")
+        stopper.join()
+        result = pulled_result(done)
+        assert time.monotonic() - started > 2.0
+        assert re.search(rf"peer {re.escape(door(one))} (failed|stopped sending)", done.stdout), done.stdout
+        assert 0 < result["sources"][door(one)] < 12 * MiB and result["sources"][door(two)] > 0
+        assert "hub" not in result["sources"] and hub_file_bytes(hub.requests()) == 0
+        assert_holds_the_model(four, "/tmp/peers-gone/hub")
+    finally:
+        one.exec("tc qdisc del dev eth0 root", check=False)
+        one.exec("systemctl start nginx.service")
+
+
+def test_a_host_without_the_site_key_gets_nothing_from_a_peer(fleet, hub):
+    (one, two, _, four), _, _, _ = fleet
+    wrong = "/tmp/peers-wrong.key"
+    four.exec(f"install -o sglang -g sglang -m 600 /dev/null {wrong} && printf %s {'0' * 64} > {wrong}")
+    before = one.exec(f"cat {ACCESS_LOG}").stdout
+    hub.reset()
+    done = hand_pull(four, hub, [one, two], "/tmp/peers-nokey", key_file=wrong)
+    result = pulled_result(done)
+    assert f"peer {door(one)} refused the site key (HTTP 401)" in done.stdout
+    assert set(result["sources"]) == {"hub"}
+    answered = one.exec(f"cat {ACCESS_LOG}").stdout[len(before):].splitlines()
+    assert answered and all(re.search(r'"HEAD /blobs/[0-9a-f]+ HTTP/1.1" 401 \d+$', line) for line in answered), \
+        answered   # asked whether it holds a blob, refused, never a byte of one
+    assert_holds_the_model(four, "/tmp/peers-nokey/hub")

@@ -1,0 +1,366 @@
+"""The pull's peer side (hostside/peers.py): a host takes a model's files from peer doors that hold them verified,
+byte ranges from several at once, with the stand-in Hub as the fallback. The doors here are Python's http.server on
+127.0.0.1 (tests only), serving blobs by name with ranges to a request with the site key, as the fleet's nginx does;
+one can flip a byte, cut its answers and vanish, refuse the key, or hold a blob back for a while."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from hfstandin import StandinHub
+from sglang_infra import ship
+from sglang_infra.hostside import peers, pull_errors
+from sglang_infra.hostside.pull import Puller
+
+SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-peers-")) / "hfpull.py"
+SCRIPT.write_text(ship.program("hfpull"))
+KEY = "site-key-0123456789abcdef"
+MiB = 1 << 20
+SPEC = {"repos": [{"repo_id": "org/fleet", "commits": [{"branch": "main", "files": [
+    {"path": "config.json", "text": '{"fleet": true}'},
+    {"path": "model-1.safetensors", "size": 3 * MiB + 12345, "seed": 11, "lfs": True},
+    {"path": "model-2.safetensors", "size": 2 * MiB + 777, "seed": 12, "lfs": True},
+    {"path": "tokenizer.json", "text": '{"vocab": ["x"]}'}]}]}]}
+
+
+class Door:
+    """A peer door on 127.0.0.1: GET/HEAD /blobs/<name>, ranges answered 206, the site key required.
+    ``corrupt``: the offsets of a blob whose byte it flips; ``cut_after``: after that many body bytes in all it cuts
+    the answer and stops listening (the peer disappears); ``held``: names answered 404 until released."""
+
+    def __init__(self, blobs: dict[str, bytes], key: str = KEY):
+        self.blobs, self.key = blobs, key
+        self.corrupt: dict[str, set[int]] = {}  # blob name -> offsets
+        self.cut_after: int | None = None
+        self.held: set[str] = set()
+        self.pause = 0.0  # seconds after each 64 KiB sent
+        self.sent = 0
+        self.log: list[tuple[str, str, int]] = []  # (method, path, status)
+        self.lock = threading.Lock()
+        door = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self.answer(body=False)
+
+            def do_GET(self):
+                try:
+                    self.answer(body=True)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the pull was killed
+
+            def answer(self, body: bool):
+                m = re.fullmatch(r"/blobs/([0-9a-f]{40}|[0-9a-f]{64})", self.path)
+                status, data = 200, b""
+                if self.headers.get("Authorization") != f"Bearer {door.key}":
+                    status = 401
+                elif not m or m.group(1) not in door.blobs or m.group(1) in door.held:
+                    status = 404
+                with door.lock:
+                    door.log.append((self.command, self.path, status))
+                if status != 200:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = door.blobs[m.group(1)]
+                start, end = 0, len(data)
+                rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+                if rng:
+                    start, end = int(rng.group(1)), min(len(data), int(rng.group(2) or len(data) - 1) + 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(end - start))
+                self.end_headers()
+                if not body:
+                    return
+                out = bytearray(data[start:end])
+                for at in door.corrupt.get(m.group(1), ()):
+                    if start <= at < end:
+                        out[at - start] ^= 0xFF
+                for i in range(0, len(out), 64 * 1024):
+                    piece = bytes(out[i:i + 64 * 1024])
+                    with door.lock:
+                        if door.cut_after is not None and door.sent + len(piece) > door.cut_after:
+                            self.wfile.write(piece[:max(0, door.cut_after - door.sent)])
+                            self.wfile.flush()
+                            door.sent = door.cut_after
+                            self.close_connection = True
+                            threading.Thread(target=door.server.shutdown).start()
+                            return
+                        door.sent += len(piece)
+                    self.wfile.write(piece)
+                    if door.pause:
+                        time.sleep(door.pause)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.label = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def gets(self) -> int:
+        return sum(1 for method, _, status in self.log if method == "GET")
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with StandinHub(SPEC, access_log=False) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def seeded(hub, tmp_path_factory):
+    """The model pulled once from the Hub: {blob name: bytes}, as a peer holds it verified."""
+    cache = tmp_path_factory.mktemp("seed")
+    Puller(str(cache / "hub"), "org/fleet", "main", hub.url, None, lock_wait=5,
+           records_dir=str(cache / "verified")).run()
+    blobs = cache / "hub" / "models--org--fleet" / "blobs"
+    return {name: (blobs / name).read_bytes() for name in os.listdir(blobs)}
+
+
+@pytest.fixture
+def doors(seeded):
+    made: list[Door] = []
+
+    def make(n: int = 2, key: str = KEY) -> list[Door]:
+        new = [Door(dict(seeded), key) for _ in range(n)]
+        made.extend(new)
+        return new
+    yield make
+    for door in made:
+        try:
+            door.close()
+        except Exception:
+            pass
+
+
+def key_file(tmp_path: Path, mode: int = 0o600) -> str:
+    path = tmp_path / "peer.key"
+    path.write_text(KEY + "\n")
+    path.chmod(mode)
+    return str(path)
+
+
+def hub_file_bytes(hub) -> int:
+    """Body bytes the stand-in Hub sent for files (resolve and LFS answers), not metadata."""
+    return sum(e["bytes_sent"] for e in hub.requests() if e["method"] == "GET" and "/resolve/" in e["path"])
+
+
+def run_pull(hub, tmp_path: Path, door_list: list[Door], *extra: str, cache: Path | None = None):
+    cache = cache or tmp_path / "host"
+    args = [sys.executable, "-I", str(SCRIPT), "pull", "--cache-dir", str(cache / "hub"), "--records-dir",
+            str(cache / "verified"), "--repo-id", "org/fleet", "--revision", "main", "--endpoint", hub.url,
+            "--lock-wait", "5", "--workers", "4", "--peer-key-file", key_file(tmp_path), *extra]
+    for door in door_list:
+        args += ["--peer", door.label]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    result = None
+    for line in done.stdout.splitlines():
+        if line.startswith("SGLANG_PULL_RESULT "):
+            import json
+            result = json.loads(line.split(" ", 1)[1])
+    return done, result
+
+
+def assert_cache_holds(seeded: dict, cache: Path) -> None:
+    blobs = cache / "hub" / "models--org--fleet" / "blobs"
+    names = sorted(os.listdir(blobs))
+    assert names == sorted(seeded), names  # no partial, no sidecar left
+    for name in names:
+        data = (blobs / name).read_bytes()
+        assert data == seeded[name]
+        if len(name) == 64:
+            assert hashlib.sha256(data).hexdigest() == name
+
+
+def test_a_host_takes_every_file_from_two_peers_and_none_from_the_hub(hub, seeded, doors, tmp_path):
+    a, b = doors(2)
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a, b])
+    assert done.returncode == 0, done.stderr
+    assert hub_file_bytes(hub) == 0
+    assert a.gets() and b.gets()  # ranges from both at once
+    total = sum(len(v) for v in seeded.values())
+    assert result["sources"].get("hub", 0) == 0
+    assert result["sources"][a.label] + result["sources"][b.label] == total
+    assert re.search(r"file 1/4 config.json from peers 127\.0\.0\.1:\d+ 15 B \(verified\)", done.stdout), done.stdout
+    assert re.search(r"file 4/4 tokenizer.json from peers 127\.0\.0\.1:\d+ 16 B \(verified\)", done.stdout)
+    assert_cache_holds(seeded, tmp_path / "host")
+
+    # A second run pulls nothing and touches no peer.
+    a.log.clear()
+    b.log.clear()
+    hub.reset()
+    again, result = run_pull(hub, tmp_path, [a, b])
+    assert again.returncode == 0, again.stderr
+    assert a.log == [] and b.log == []
+    assert hub_file_bytes(hub) == 0
+    assert result["files_fetched"] == 0 and result["sources"] == {}
+
+
+def test_a_peer_that_sends_a_wrong_byte_is_named_and_its_range_fetched_elsewhere(hub, seeded, doors, tmp_path):
+    a, b = doors(2)
+    big = max(seeded, key=lambda n: len(seeded[n]))
+    a.corrupt = {big: {len(seeded[big]) // 2 + i * (len(seeded[big]) // 4) for i in (-2, -1, 0, 1)}}
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a, b])
+    assert done.returncode == 0, done.stderr
+    assert re.search(rf"peer {re.escape(a.label)} sent wrong bytes in \d+-\d+", done.stdout), done.stdout
+    assert f"peer {b.label} sent wrong" not in done.stdout
+    assert hub_file_bytes(hub) == 0  # the other peer had the right bytes
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_lone_peer_sending_a_wrong_byte_leaves_the_file_to_the_hub(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    big = max(seeded, key=lambda n: len(seeded[n]))
+    a.corrupt = {big: {5}}
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a], "--workers", "1")  # one file at a time: the big one first
+    assert done.returncode == 0, done.stderr
+    assert f"peer {a.label} sent a file that failed verification" in done.stdout
+    assert hub_file_bytes(hub) == result["sources"]["hub"] >= len(seeded[big])
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_peer_that_disappears_mid_transfer_the_others_finish(hub, seeded, doors, tmp_path):
+    a, b = doors(2)
+    a.cut_after = 700_000
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a, b])
+    assert done.returncode == 0, done.stderr
+    assert f"peer {a.label}" in done.stdout
+    assert hub_file_bytes(hub) == 0
+    assert 0 < result["sources"][a.label] <= 700_000  # what it sent before it went is kept, not fetched again
+    assert result["bytes_fetched"] == sum(len(v) for v in seeded.values())
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_every_peer_gone_mid_transfer_the_hub_fetches_only_what_is_missing(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    a.cut_after = 1_500_000
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a])
+    assert done.returncode == 0, done.stderr
+    total = sum(len(v) for v in seeded.values())
+    assert 0 < result["sources"][a.label] <= 1_500_000
+    assert result["sources"]["hub"] == hub_file_bytes(hub)
+    assert result["sources"]["hub"] + result["sources"][a.label] == total  # nothing fetched twice
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_host_without_the_site_key_gets_nothing_from_a_peer(hub, seeded, doors, tmp_path):
+    (a,) = doors(1, key="another-site-key")
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a])
+    assert done.returncode == 0, done.stderr
+    assert f"peer {a.label} refused the site key (HTTP 401)" in done.stdout
+    assert a.gets() == 0  # no body ever asked for, none sent
+    assert set(result["sources"]) == {"hub"}
+    assert KEY not in done.stdout + done.stderr
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_host_waits_for_a_peer_to_hold_a_blob_and_the_seed_does_not(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    a.held = set(seeded)
+    threading.Timer(2.5, a.held.clear).start()
+    hub.reset()
+    started = time.monotonic()
+    done, result = run_pull(hub, tmp_path, [a], "--peer-wait", "60")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started >= 2.5
+    assert "waiting up to 60 s for a peer" in done.stdout
+    assert hub_file_bytes(hub) == 0 and result["sources"][a.label] == sum(len(v) for v in seeded.values())
+
+    a.held = set(seeded)  # the seed takes the Hub at once
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a], "--peer-seed", cache=tmp_path / "seed")
+    assert done.returncode == 0, done.stderr
+    assert "waiting" not in done.stdout
+    assert set(result["sources"]) == {"hub"}
+
+    hub.reset()  # a bounded wait: then the Hub, and no other file waits again (one at a time here)
+    done, result = run_pull(hub, tmp_path, [a], "--peer-wait", "1", "--workers", "1", cache=tmp_path / "third")
+    assert done.returncode == 0, done.stderr
+    assert set(result["sources"]) == {"hub"}
+    assert done.stdout.count("waiting up to 1 s for a peer") == 1
+
+
+def test_the_site_key_file_must_be_the_accounts_alone(tmp_path):
+    with pytest.raises(pull_errors.PullError, match="mode 0600"):
+        peers.read_key(key_file(tmp_path, 0o640))
+    os.symlink(key_file(tmp_path), tmp_path / "link")
+    with pytest.raises(pull_errors.PullError, match="cannot read"):
+        peers.read_key(str(tmp_path / "link"))
+    assert peers.read_key(key_file(tmp_path)) == KEY
+
+
+def test_peer_addresses_are_parsed_strictly():
+    assert peers.parse_peer("10.0.0.2:8090").url("ab" * 20) == f"http://10.0.0.2:8090/blobs/{'ab' * 20}"
+    assert peers.parse_peer("[fd00::2]:8090").label == "[fd00::2]:8090"
+    for bad in ("10.0.0.2", "10.0.0.2:0", "a/b:80", "10.0.0.2:99999", "x:80/../"):
+        with pytest.raises(pull_errors.PullError):
+            peers.parse_peer(bad)
+
+
+def test_a_peer_without_a_door_is_asked_once_and_the_hub_serves(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    gone = a.label
+    a.close()
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(f"peer {gone} cannot be reached") == 1
+    assert set(result["sources"]) == {"hub"}
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_pull_from_peers_killed_mid_file_resumes_at_the_missing_bytes(hub, seeded, doors, tmp_path):
+    (a,) = doors(1)
+    a.pause = 0.05
+    cache = tmp_path / "host"
+    args = [sys.executable, "-I", str(SCRIPT), "pull", "--cache-dir", str(cache / "hub"), "--records-dir",
+            str(cache / "verified"), "--repo-id", "org/fleet", "--revision", "main", "--endpoint", hub.url,
+            "--workers", "4", "--peer-key-file", key_file(tmp_path), "--peer", a.label]
+    running = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while a.sent < 1_500_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.kill()
+    running.wait()
+    blobs = cache / "hub" / "models--org--fleet" / "blobs"
+    assert [n for n in os.listdir(blobs) if n.endswith(".incomplete.ranges")]  # ranges on disk, as a Hub pull's
+    a.pause = 0.0
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a])
+    assert done.returncode == 0, done.stderr
+    total = sum(len(v) for v in seeded.values())
+    assert result["resumed_bytes"] > 500_000
+    assert result["bytes_fetched"] == result["bytes_missing"] == sum(result["sources"].values())
+    assert result["bytes_missing"] + result["resumed_bytes"] <= total  # nothing fetched twice
+    assert hub_file_bytes(hub) == 0
+    assert_cache_holds(seeded, cache)

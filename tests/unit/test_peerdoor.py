@@ -1,0 +1,239 @@
+"""The peer door (sglang_infra/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and its
+place in the plan and the snapshot. The door itself, answering on a real host: tests/e2e/test_peer_door.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import converged_snapshot, pinned_defaults, plan_for
+
+from sglang_infra import peerdoor
+from sglang_infra.hostside import snapshot as host_snapshot
+from sglang_infra.plan import resolve, snapshot_spec
+from sglang_infra.plantypes import PeerDoor, PeerPin
+from sglang_infra.refusals import DeployDataError, check_data, check_host_state
+
+DEFAULTS = pinned_defaults()
+KEY = "0123456789abcdef" * 4
+LFS, SMALL = "a" * 64, "b" * 40
+HUB = "/opt/sglang/hf-cache/hub"
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    path = tmp_path / "peer.key"
+    path.write_text(KEY + "\n")
+    return str(path)
+
+
+def door_data(key_file, **overrides):
+    return {**DEFAULTS, "sglang_peer_key_file": key_file, "ssh_hostname": "10.0.0.11", **overrides}
+
+
+PEER = {"peer": {"address": "10.0.0.11", "local": True}}
+
+
+def door_of(key_file, **overrides) -> PeerDoor:
+    door = plan_for(door_data(key_file, **overrides), **PEER).peer_door
+    assert door is not None
+    return door
+
+
+def revision(blobs, verified=True, problems=(), content=None):
+    return {"verified": verified, "complete": verified, "problems": list(problems), "content": content,
+            "blobs": list(blobs)}
+
+
+def cache(**repos):
+    """A snapshot's models section: repo id (with / as __) -> {commit: revision}."""
+    return {"repos": {repo.replace("__", "/"): {"revisions": revisions} for repo, revisions in repos.items()}}
+
+
+# ---------------------------------------------------------------- the rendered door
+
+
+def test_the_door_listens_on_its_one_address_and_port(key_file):
+    door = door_of(key_file, sglang_peer_port=30051)
+    assert (door.address, door.port) == ("10.0.0.11", 30051)
+    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["10.0.0.11:30051"]
+    assert "sites-enabled" not in door.config and "conf.d" not in door.config   # Debian's default site is not read
+
+
+def test_an_ipv6_address_is_bracketed(key_file):
+    door = plan_for(door_data(key_file, sglang_peer_bind_address="fd00::11"),
+                    peer={"address": "fd00::11", "local": True}).peer_door
+    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["[fd00::11]:30050"]
+
+
+def test_the_door_never_follows_a_link_serves_read_only_and_refuses_what_it_does_not_list(key_file):
+    config = door_of(key_file).config
+    assert re.search(r"^\s*disable_symlinks on;$", config, re.M)
+    assert re.search(r'if \(\$request_method !~ \^\(GET\|HEAD\)\$\) \{\s*return 405;', config)
+    assert re.search(r"location / \{\s*return 404;\s*\}", config)
+    assert "autoindex off;" in config
+    # The only other locations are the list's exact ones (included), never a prefix or a pattern of blobs/.
+    assert re.findall(r"^\s*location\s+(\S+)", config, re.M) == ["/"]
+    assert f"include {peerdoor.BLOBS_CONF};" in config
+
+
+def test_the_key_is_checked_before_any_location_and_only_in_roots_file(key_file):
+    door = door_of(key_file)
+    assert KEY not in door.config and KEY not in door.dropin
+    server = door.config[door.config.index("server {"):]
+    assert server.index(f"include {peerdoor.KEY_CONF};") < server.index("location")
+    assert door.key_conf.endswith(f'if ($http_authorization != "Bearer {KEY}") {{\n    return 401;\n}}\n')
+
+
+def test_no_log_carries_the_authorization_header(key_file):
+    config = door_of(key_file).config
+    assert "$http_authorization" not in config
+    formats = re.findall(r"^\s*log_format\s+(\S+)\s+'([^']*)';", config, re.M)
+    assert formats and all("authorization" not in fmt.lower() for _, fmt in formats)
+    assert re.findall(r"^\s*access_log\s+\S+\s+(\S+);", config, re.M) == [formats[0][0]]
+    assert re.search(r"^error_log \S+ warn;", config, re.M)   # never debug, which logs request headers
+
+
+def test_the_workers_read_the_cache_as_the_accounts_group(key_file):
+    assert re.search(r"^user www-data sglang;$", door_of(key_file).config, re.M)
+
+
+def test_nginx_service_runs_the_doors_config_alone(key_file):
+    dropin = door_of(key_file).dropin
+    for directive in ("ExecStartPre", "ExecStart", "ExecReload"):
+        lines = re.findall(rf"^{directive}=(.*)$", dropin, re.M)
+        assert lines[0] == "" and len(lines) == 2, directive   # the packaged command cleared, then ours
+        assert f"-c {peerdoor.CONFIG}" in lines[1]
+
+
+# ---------------------------------------------------------------- what the door lists
+
+
+def list_door(pins):
+    return PeerDoor(address="10.0.0.11", port=30050, group="sglang", hub=HUB, key=KEY.encode(),
+                    pins=tuple(PeerPin(*pin) for pin in pins))
+
+
+def test_only_verified_revisions_of_the_registrys_pins_are_served():
+    door = list_door([("org/m", "1" * 40, None), ("org/other", "3" * 40, None)])
+    found = cache(org__m={"1" * 40: revision([LFS, SMALL]), "2" * 40: revision(["c" * 64])},   # not the pin
+                  org__other={"3" * 40: revision(["d" * 64], verified=False)},               # not verified
+                  org__stranger={"4" * 40: revision(["e" * 64])})                            # not in the registry
+    assert peerdoor.served_blobs(door, found) == {LFS: f"{HUB}/models--org--m/blobs/{LFS}",
+                                                  SMALL: f"{HUB}/models--org--m/blobs/{SMALL}"}
+
+
+def test_a_revision_with_problems_or_not_the_locks_content_is_not_served():
+    door = list_door([("org/m", "1" * 40, "f" * 64), ("org/n", "2" * 40, None)])
+    found = cache(org__m={"1" * 40: revision([LFS], content="0" * 64)},
+                  org__n={"2" * 40: revision([SMALL], problems=["blob of x changed"])})
+    assert peerdoor.served_blobs(door, found) == {}
+    found["repos"]["org/m"]["revisions"]["1" * 40]["content"] = "f" * 64
+    assert list(peerdoor.served_blobs(door, found)) == [LFS]
+
+
+@pytest.mark.parametrize("name", ["../../../etc/shadow", "A" * 64, "a" * 63, "a" * 64 + ".incomplete",
+                                  "a" * 40 + "/x", 'a" ; x', "$uri"])
+def test_a_recorded_name_that_is_not_a_blob_name_is_never_listed(name):
+    door = list_door([("org/m", "1" * 40, None)])
+    assert peerdoor.served_blobs(door, cache(org__m={"1" * 40: revision([name, LFS])})) == {
+        LFS: f"{HUB}/models--org--m/blobs/{LFS}"}
+
+
+def test_the_list_is_one_exact_location_per_blob():
+    door = list_door([("org/m", "1" * 40, None)])
+    text = peerdoor.blobs_conf(door, cache(org__m={"1" * 40: revision([SMALL, LFS])}))
+    assert re.findall(r"^location (\S+) (\S+) \{$", text, re.M) == [("=", f"/blobs/{LFS}"), ("=", f"/blobs/{SMALL}")]
+    assert f'alias "{HUB}/models--org--m/blobs/{LFS}";' in text
+    assert peerdoor.blobs_conf(door, {"repos": {}}).count("location") == 0
+
+
+# ---------------------------------------------------------------- refusals, before any change
+
+
+@pytest.mark.parametrize("content,why", [
+    ("", "is empty"),
+    ("\n", "is empty"),
+    ("short-key", "holds a key of 9 characters, not 32-512"),
+    ("x" * 31, "holds a key of 31 characters"),
+    ("a b" * 20, "holds characters a Bearer token cannot carry"),
+    ('"' + "a" * 40, "holds characters a Bearer token cannot carry"),
+])
+def test_a_bad_key_file_is_refused(tmp_path, content, why):
+    path = tmp_path / "peer.key"
+    path.write_text(content)
+    errors = check_data("gpu-01", door_data(str(path)))
+    assert len(errors) == 1 and errors[0].startswith(f"host gpu-01: sglang_peer_key_file: {path} {why}")
+    assert "openssl rand -hex 32" in errors[0]
+
+
+def test_a_missing_key_file_is_refused(tmp_path):
+    errors = check_data("gpu-01", door_data(str(tmp_path / "nope")))
+    assert len(errors) == 1 and errors[0].startswith("host gpu-01: sglang_peer_key_file: ")
+    assert "None or a readable file on the control machine" in errors[0]
+
+
+@pytest.mark.parametrize("overrides,other", [
+    ({"sglang_peer_port": 30000}, "sglang_port"),
+    ({"sglang_peer_port": 9100}, "sglang_node_exporter_port"),
+    ({"sglang_peer_port": 9090}, "sglang_prometheus_listen_address"),
+    ({"sglang_peer_port": 30081}, "sglang_router_port"),
+    ({"sglang_peer_port": 29000}, "sglang_router_prometheus_port"),
+    ({"sglang_peer_port": 22}, "ssh_port"),
+    ({"sglang_peer_port": 2222, "ssh_port": 2222}, "ssh_port"),
+])
+def test_a_port_another_listener_of_the_host_has_is_refused(key_file, overrides, other):
+    errors = check_data("gpu-01", door_data(key_file, **overrides))
+    assert errors == [f"host gpu-01: sglang_peer_port: {overrides['sglang_peer_port']} is the port {other} gives "
+                      f"another listener of this host. Fix: set sglang_peer_port to a free port, e.g. "
+                      f"{overrides['sglang_peer_port'] + 1}."]
+
+
+def test_ports_are_not_judged_without_the_door():
+    assert check_data("gpu-01", {**DEFAULTS, "sglang_peer_port": 30000}) == []
+
+
+def test_an_address_that_is_not_the_hosts_is_refused(key_file):
+    data = door_data(key_file, sglang_peer_bind_address="10.9.9.9")
+    errors = [e for e in check_host_state("gpu-01", data, converged_snapshot(peer={"address": "10.9.9.9",
+                                                                                    "local": False}))
+              if "sglang_peer" in e]
+    assert len(errors) == 1 and errors[0].startswith(
+        "host gpu-01: sglang_peer_bind_address: 10.9.9.9 (10.9.9.9) is not an address of gpu-01")
+    with pytest.raises(DeployDataError):
+        resolve("gpu-01", data, converged_snapshot(peer={"address": "10.9.9.9", "local": False}))
+    unresolved = [e for e in check_host_state("gpu-01", door_data(key_file, ssh_hostname="nowhere.invalid"),
+                                  converged_snapshot(peer={"address": None, "local": False})) if "peer" in e]
+    assert "nowhere.invalid does not resolve to an address on gpu-01" in unresolved[0]
+
+
+# ---------------------------------------------------------------- the plan and the snapshot
+
+
+def test_no_door_without_the_key_or_on_a_host_that_serves_nothing(key_file):
+    assert plan_for(DEFAULTS).peer_door is None
+    gateway_only = resolve("gw-1", door_data(key_file), converged_snapshot(None, **PEER), ("router",))
+    assert gateway_only.peer_door is None
+
+
+def test_the_door_lists_the_registrys_pins(key_file):
+    door = door_of(key_file)
+    assert {(pin.repo_id, pin.commit) for pin in door.pins} == {
+        (entry["repo_id"], entry["revision"]) for entry in DEFAULTS["sglang_models"].values()}
+
+
+def test_the_snapshot_resolves_the_fleet_address_only_with_the_door(key_file):
+    assert "peer_address" not in snapshot_spec(DEFAULTS, name="gpu-01")
+    spec = snapshot_spec(door_data(key_file, ssh_hostname=None), name="gpu-01")
+    assert spec["peer_address"] == "gpu-01"
+    assert snapshot_spec(door_data(key_file, sglang_worker_address="10.0.0.7"))["peer_address"] == "10.0.0.7"
+    assert snapshot_spec(door_data(key_file, sglang_peer_bind_address="10.0.0.8"))["peer_address"] == "10.0.0.8"
+    # The door's files, unit and package are read on every host, so a door left from an earlier run is found.
+    assert peerdoor.DOOR_DIR in snapshot_spec(DEFAULTS)["system_dirs"]
+    assert "nginx.service" in snapshot_spec(DEFAULTS)["services"]
+
+
+def test_the_host_says_whether_an_address_is_its_own():
+    assert host_snapshot.peer_address("127.0.0.1") == {"address": "127.0.0.1", "local": True}
+    assert host_snapshot.peer_address("192.0.2.1") == {"address": "192.0.2.1", "local": False}   # TEST-NET-1
+    assert host_snapshot.peer_address("nowhere.invalid") == {"address": None, "local": False}

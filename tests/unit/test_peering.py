@@ -1,0 +1,91 @@
+"""Where each serving host's pull looks for a model's blobs (peering.py): the seed rule, the peers of each host, and
+the pull's command line (the site key by its path alone)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conftest import converged_snapshot, pinned_defaults
+
+from sglang_infra import peering
+from sglang_infra.gateways import InventoryHost
+from sglang_infra.hostside import names
+from sglang_infra.operations.models import pull_command
+from sglang_infra.plan import resolve
+from sglang_infra.plantypes import PeerDoor
+
+DEFAULTS = pinned_defaults()
+PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
+KEY = b"k" * 40
+
+
+def host(name, address, model=PROD, key_file="/ctl/peer.key", cached=()):
+    data = {**DEFAULTS, "sglang_model": model, "ssh_hostname": address, "sglang_peer_key_file": key_file,
+            "sglang_cached_models": list(cached)}
+    return InventoryHost(name, data, ("production",), True, False)
+
+
+def plan_of(each: InventoryHost, door=True):
+    plan = resolve(each.name, {**each.data, "sglang_peer_key_file": None}, converged_snapshot())
+    if door and each.data["sglang_peer_key_file"]:
+        plan = replace(plan, peer_door=PeerDoor(address=each.data["ssh_hostname"], port=30050, group="sglang",
+                                                hub=plan.paths.hub, pins=(), key=KEY))
+    return plan
+
+
+def test_the_first_host_of_a_model_in_this_run_is_its_seed_and_every_other_one_pulls_from_its_peers():
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13"),
+             host("gpu-04", "10.0.0.14", QUALITY, cached=[PROD]), host("gpu-05", "10.0.0.15", QUALITY)]
+    plans = {h.name: plan_of(h) for h in hosts if h.name != "gpu-01"}  # gpu-01 is not in this run
+    out = peering.with_sources(plans, hosts)
+    prod = {name: out[name].peer_sources[PROD] for name in ("gpu-02", "gpu-03", "gpu-04")}
+    assert prod["gpu-02"].seed and not prod["gpu-03"].seed and not prod["gpu-04"].seed
+    assert prod["gpu-02"].peers == ("10.0.0.11:30050", "10.0.0.13:30050", "10.0.0.14:30050")  # inventory order
+    assert prod["gpu-03"].peers == ("10.0.0.11:30050", "10.0.0.12:30050", "10.0.0.14:30050")
+    assert (prod["gpu-02"].wait, prod["gpu-03"].wait) == (0, peering.SETTLE)
+    quality = out["gpu-04"].peer_sources[QUALITY]
+    assert quality.seed and quality.peers == ("10.0.0.15:30050",)
+    assert not out["gpu-05"].peer_sources[QUALITY].seed
+    assert set(out["gpu-05"].peer_sources) == {QUALITY}
+    # the seed pulls in tasks/models.py, the others after the seeds' doors list what they hold
+    assert not peering.after_seeds(out["gpu-02"], out["gpu-02"].kept[0])
+    assert peering.after_seeds(out["gpu-03"], out["gpu-03"].kept[0])
+
+
+def test_a_host_without_the_site_key_has_no_peers_and_is_no_peer():
+    hosts = [host("gpu-01", "10.0.0.11", key_file=None), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13")]
+    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, hosts)
+    assert out["gpu-01"].peer_sources == {}
+    assert not peering.after_seeds(out["gpu-01"], out["gpu-01"].kept[0])
+    assert out["gpu-02"].peer_sources[PROD].seed
+    assert out["gpu-02"].peer_sources[PROD].peers == ("10.0.0.13:30050",)
+    args = peering.pull_arguments(out["gpu-01"], out["gpu-01"].kept[0])
+    assert args["peers"] is None and args["peer_key_file"] is None
+
+
+def test_a_fleet_of_one_pulls_from_the_hub_as_before():
+    (only,) = hosts = [host("gpu-01", "10.0.0.11")]
+    out = peering.with_sources({only.name: plan_of(only)}, hosts)
+    sources = out["gpu-01"].peer_sources[PROD]
+    assert sources.seed and sources.peers == ()
+    args = peering.pull_arguments(out["gpu-01"], out["gpu-01"].kept[0])
+    assert args["peers"] is None
+
+
+def test_the_pull_gets_its_peers_and_the_key_file_path_never_the_key():
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12")]
+    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, hosts)
+    plan = out["gpu-02"]
+    args = peering.pull_arguments(plan, plan.kept[0])
+    assert args["peer_key_file"] == f"{plan.paths.tools}/secret/{names.PEER_KEY}"
+    command = pull_command(args["tools_dir"], args["hub"], args["verified"], args["repo_id"], args["revision"],
+                           None, None, 1800, 8, False, args["peers"], args["peer_key_file"])
+    assert f"--peer-key-file {plan.paths.tools}/secret/peer-key" in command
+    assert "--peer 10.0.0.11:30050" in command and "--peer-seed" not in command
+    assert f"--peer-wait {peering.SETTLE}" in command
+    assert KEY.decode() not in command
+    seed = out["gpu-01"]
+    seed_args = peering.pull_arguments(seed, seed.kept[0])
+    assert "--peer-seed" in pull_command(seed_args["tools_dir"], seed_args["hub"], seed_args["verified"],
+                                         seed_args["repo_id"], seed_args["revision"], None, None, 1800, 8, False,
+                                         seed_args["peers"], seed_args["peer_key_file"])
