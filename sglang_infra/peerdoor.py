@@ -56,6 +56,18 @@ def door_spec() -> dict[str, list[str]]:
             "packages": [PACKAGE]}
 
 
+def foreign_nginx(snapshot: Mapping[str, Any]) -> str | None:
+    """How an nginx.service that is not the door's runs on the host ("active", "enabled"), None when there is none
+    (not installed, or stopped and disabled) or the door's drop-in is already there (the door's own nginx)."""
+    unit = snapshot.get("services", {}).get(f"{SERVICE}.service") or {}
+    folder, _, name = dropin().rpartition("/")
+    if name in (snapshot.get("files", {}).get(folder) or {}):
+        return None
+    states = [state for state, on in (("active", unit.get("active") in ("active", "activating", "reloading")),
+                                      ("enabled", unit.get("enabled") in ("enabled", "enabled-runtime"))) if on]
+    return " and ".join(states) or None
+
+
 def key_problem(key: bytes | None) -> str | None:
     """Why ``key`` (the key file's content, stripped) is not a site key, or None."""
     if not key:

@@ -308,6 +308,12 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
             err("sglang_peer_bind_address", f"{bad_bind} (the peer door's address; None means the host's fleet "
                 "address: sglang_worker_address, else ssh_hostname)", "set sglang_peer_bind_address to the address "
                 "the fleet's other hosts reach this host on")
+        taken = peerdoor.foreign_nginx(snapshot)
+        if taken:
+            err("sglang_peer_key_file", f"nginx.service is already {taken} on this host without the peer door's "
+                "drop-in: the door would take that nginx over and its sites would stop answering",
+                "run the peer door on hosts without an nginx of their own (stop and disable that one first), or set "
+                "sglang_peer_key_file = None for this host")
     for admin in data["sglang_admins"]:
         if admin not in preflight.get("admins_present", ()):
             err("sglang_admins", f"the user {admin!r} does not exist on this host",

@@ -207,6 +207,27 @@ def test_an_address_that_is_not_the_hosts_is_refused(key_file):
     assert "nowhere.invalid does not resolve to an address on gpu-01" in unresolved[0]
 
 
+def test_an_nginx_of_the_hosts_own_is_never_taken_over(key_file):
+    """A host whose nginx.service runs (or starts at boot) without the door's drop-in serves something else: the
+    door would replace its config, so the run is refused; the door's own nginx (drop-in present) is not."""
+    folder, _, name = peerdoor.dropin().rpartition("/")
+    running = {"nginx.service": {"loaded": True, "active": "active", "enabled": "enabled", "reload_needed": False}}
+    stopped = {"nginx.service": {"loaded": True, "active": "inactive", "enabled": "disabled", "reload_needed": False}}
+
+    def refused(services, files=None):
+        snapshot = converged_snapshot(services=services, files=files or {}, **PEER)
+        return [e for e in check_host_state("gpu-01", door_data(key_file), snapshot) if "nginx.service" in e]
+
+    errors = refused(running)
+    assert len(errors) == 1 and errors[0].startswith("host gpu-01: sglang_peer_key_file: nginx.service is already "
+                                                     "active and enabled on this host")
+    assert refused({"nginx.service": {**stopped["nginx.service"], "enabled": "enabled"}})   # starts at boot
+    assert refused(stopped) == [] and refused({}) == []
+    assert refused(running, {folder: {name: {}}}) == []   # the door's own nginx
+    assert [e for e in check_host_state("gpu-01", DEFAULTS, converged_snapshot(services=running))
+            if "nginx" in e] == []   # no door, no judgement
+
+
 # ---------------------------------------------------------------- the plan and the snapshot
 
 
