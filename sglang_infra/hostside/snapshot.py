@@ -431,6 +431,7 @@ def read(spec):
         "files": {d: files(d) for d in (home, docker_dir, os.path.join(home, names.TOOLCHAIN_DIR),
                                         os.path.join(home, names.SECRETS_DIR), tools_dir,
                                         os.path.join(tools_dir, "secret"), *gateways.values(),
+                                        os.path.join(home, names.GATEWAY_SECRETS_DIR),
                                         *spec.get("system_dirs", ()))},
         "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},
         "services": services(spec.get("services", [])),
