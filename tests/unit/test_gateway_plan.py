@@ -474,3 +474,51 @@ def test_the_old_trusted_network_key_is_refused_in_one_line_naming_the_new_one()
     assert problem == ("host gw-1: sglang_router_trusted_network: no longer a key of this project: "
                        "sglang_trusted_network took its place. Fix: set sglang_trusted_network instead "
                        "(docs/variables.md says what it covers now) and remove sglang_router_trusted_network.")
+
+
+# ---------------------------------------------------------------- a sole gateway's restart is said aloud
+
+def gateways_of(count):
+    """gw-1's gateways as gateways.fleet() plans them, with ``count`` gateway hosts in front of gpu-01."""
+    from sglang_infra.gateways import fleet as fleet_of
+
+    gateway = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL,
+               "sglang_trusted_network": True}
+    hosts = [InventoryHost("gpu-01", ["production"], {**DEFAULTS, "ssh_hostname": "10.0.0.11",
+                                                      "sglang_trusted_network": True}),
+             *(InventoryHost(f"gw-{n}", ["router"], gateway) for n in range(1, count + 1))]
+    plans = {each.name: resolve(each.name, each.values, converged_snapshot(
+        None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
+    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
+        return fleet_of(plans, hosts)["gw-1"].gateways
+
+
+def test_a_gateway_is_the_sole_front_only_when_no_other_gateway_host_fronts_its_model():
+    assert [g.sole_front for g in gateways_of(1)] == [True]
+    assert [g.sole_front for g in gateways_of(2)] == [False]
+
+
+def sole_front_run(running: bool, sole: bool):
+    from sglang_infra.operations import stack as stack_ops
+
+    container = {"state": "running", "labels": {}, "image_id": "x"} if running else None
+    fake = FakeHost({"Snapshot": {"routers": {"m": {"stack": {"container": container, "record": None,
+                                                              "current": False}}},
+                                  "files": {}, "docker": {"images": {}}}})
+    try:
+        with on_host(fake), mock.patch.object(stack_ops.logger, "warning") as warned:
+            fake.state.is_executing = True
+            commands = list(stack_ops.stack_up._inner(project_dir="/opt/sglang/router/m", image="i", model=None,
+                                                      compose_sha="new", gateway="m", sole_front=sole))
+    finally:
+        factcache.invalidate(fake)
+    return commands, [call.args[0] for call in warned.call_args_list]
+
+
+def test_the_run_says_clients_see_a_sole_gateways_restart():
+    commands, said = sole_front_run(running=True, sole=True)
+    assert commands and len(said) == 1
+    assert "the gateway m restarts (compose.yaml changes) and no other gateway host fronts its model: its clients " \
+        "see errors until it is back" in said[0]
+    assert sole_front_run(running=True, sole=False)[1] == []    # another gateway host serves meanwhile
+    assert sole_front_run(running=False, sole=True)[1] == []    # nothing serves yet: no one sees a restart
