@@ -402,12 +402,18 @@ def routers(home, engine_api):
     return out
 
 
+def layout_dirs(spec, home, gateways):
+    """The directories whose owner and mode the layout reads: the spec's, and on a gateway host router/, its
+    router/.secrets/ (the control-plane key) and each gateway's router/<slug>/, which the plan's layout names too."""
+    routers = [os.path.join(home, names.GATEWAY_DIR), os.path.join(home, names.GATEWAY_SECRETS_DIR)] if gateways else []
+    return [*spec.get("dirs", ()), *routers, *gateways.values()]
+
+
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, names.DOCKER_DIR)
     gateways = stack.gateway_dirs(home)
-    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, names.GATEWAY_DIR)] if gateways else []),
-                            *gateways.values()])
+    spec = dict(spec, dirs=layout_dirs(spec, home, gateways))
     engine = docker()
     running = {"container": None, "record": None, "current": False}
     if engine["api"]:

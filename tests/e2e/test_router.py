@@ -213,7 +213,8 @@ def test_with_a_worker_stopped_the_gateway_keeps_answering_and_the_next_deploy_r
                         "every worker of its model"),
     ("no_admin_key", f"host {GW}: sglang_router_admin_key_file: None on a gateway host"),
     ("empty_admin_key", f"host {GW}: sglang_router_admin_key_file: "),
-    ("unpinned_image", f"host {GW}: sglang_router_image: 'sglang-smg-gateway:latest' uses the floating 'latest' tag"),
+    ("unpinned_image", f"host {GW}: sglang_router_image: 'sglang-smg-gateway:latest' is not None or a pinned image "
+                       "reference. Fix:"),
 ])
 def test_bad_input_is_refused_before_any_change(fleet, workdir, case, line):
     hosts, inventory, _, _ = fleet
