@@ -62,7 +62,8 @@ def gateway_files(host) -> list[str]:
 
 def containers(host) -> list[str]:
     """Every container on the gateway host, running or not, with its image."""
-    return sorted(host.exec("docker ps -a --format '{{.Names}} {{.Image}}'").stdout.split("\n"))
+    return sorted(line for line in host.exec("docker ps -a --format '{{.Names}} {{.Image}}'").stdout.split("\n")
+                  if line.strip())
 
 
 @pytest.fixture(scope="module")
