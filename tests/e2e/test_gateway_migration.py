@@ -116,7 +116,7 @@ def test_nothing_of_the_old_gateway_is_left_behind(migrated):
     assert set(gateway_files(hosts[GW])) - set(old["files"]) == {"./.secrets", "./.secrets/control-plane.yaml"}
     assert set(old["files"]) <= set(gateway_files(hosts[GW]))   # the same files, rewritten in place
     assert hosts[GW].exec("stat -c '%a %U' /opt/sglang/router/.secrets /opt/sglang/router/.secrets/control-plane.yaml"
-                          ).stdout.split("\n") == ["700 sglang", "600 sglang"]
+                          ).stdout.split() == ["700", "sglang", "600", "sglang"]
 
 
 def test_a_second_run_changes_nothing(migrated):
