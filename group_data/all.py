@@ -251,8 +251,8 @@ sglang_router_models = None
 sglang_router_policy = "cache_aware"
 
 # Host address the gateways publish their ports on; None: every address. Without sglang_api_key_file a gateway is
-# refused unless this is loopback or sglang_trusted_network is True: anyone who reaches its port could add a worker of
-# theirs (POST /workers) and receive every prompt.
+# refused unless this is loopback or sglang_trusted_network is True: anyone who reaches its port could use every worker
+# of its model (the worker API, POST /workers, takes only the control-plane key).
 sglang_router_bind_address = None
 
 # Host address the gateways' Prometheus ports are published on; loopback, because the metrics name every worker and its
