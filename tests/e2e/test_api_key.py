@@ -2,8 +2,10 @@
 0600 file, a client without it gets 401, and the key is in no command line, compose.yaml, docker inspect or
 pyinfra output; a server that never becomes ready has its log (which carries the key, as SGLang's does) shown
 without it. Without the key again, the file goes and the API is open. Across the test network, a keyed worker's
-routes that change a running server (POST /flush_cache) and a keyed gateway's worker API (POST /workers) refuse
-a request from another host without the key."""
+routes that change a running server (POST /flush_cache) refuse a request from another host without the key; the SMG
+gateway's worker API (/workers) answers 401 without its control-plane key or with the clients' key, from another host
+and from the gateway host itself (loopback included), 2xx with it; a client with its key gets completions through the
+gateway, none without."""
 
 from __future__ import annotations
 
