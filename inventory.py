@@ -11,9 +11,10 @@ Add your servers to the groups below. Each entry is a hostname, or a
 Groups:
 - production: serves the runbook's production model (group_data/production.py)
 - quality:    serves the quality-comparison model (group_data/quality.py)
-- router:     the fleet's front door: one SGLang Model Gateway per model, in
-              front of the hosts above that passed their gate (docs/front-door.md);
-              a host only here serves no model
+- router:     the fleet's front door: one Shepherd Model Gateway (SMG) per model,
+              in front of the hosts above that passed their gate (docs/front-door.md);
+              a host only here serves no model; it needs sglang_router_image and
+              sglang_router_admin_key_file
 
 With both groups empty, the inventory targets the local sandbox host that
 `scripts/sandbox.sh` starts (see README.md; real servers: docs/real-servers.md).

@@ -239,21 +239,35 @@ sglang_retry_failed = False
 # Address the gateways use to reach this host's API (sglang_port); None uses its ssh_hostname, else its inventory name.
 sglang_worker_address = None
 
-# Image of the gateway (sglang-router's Model Gateway); None runs the pinned sglang_image, which carries sglang-router.
-# Set it apart only to pin the gateway separately, and pin it: a floating tag would change the front door on a restart.
+# Image of the gateway, Shepherd Model Gateway (PyPI smg 1.13.0), an image of its own: sglang-router's line ended and
+# a current SGLang image no longer carries it. No default: no public SMG image is pinned here, so a gateway host is
+# refused until it is set. Build it from a pinned Debian base with templates/gateway-requirements.txt (smg==1.13.0
+# and each dependency with its sha256) and name it by digest (repo@sha256:...) or by a release tag with
+# sglang_router_image_archive; 'latest' or no tag is refused, as it would change the front door on a restart.
 sglang_router_image = None
+
+# Image archive (`docker save`, gzipped or not) on the control machine holding sglang_router_image, loaded on gateway
+# hosts that lack it; None pulls sglang_router_image from its registry.
+sglang_router_image_archive = None
+
+# File on the control machine holding the gateway's control-plane key (SMG role admin): the deploy alone sends it, to
+# add and remove workers (/workers) and to read their health for status. Required on gateway hosts: without it SMG's
+# worker API would take the client key. It is kept apart from sglang_api_key_file (clients' key, which the gateway also
+# sends to its workers: SMG's --api-key is both), so no client can change the worker set.
+sglang_router_admin_key_file = None
 
 # Registry keys this gateway host fronts, one gateway (container and port) each; None fronts every model some host of
 # the inventory serves.
 sglang_router_models = None
 
 # How the gateway picks a worker: cache_aware sends a prompt to the worker whose RadixAttention cache already holds its
-# prefix, and balances by load once the workers are uneven; also random, round_robin, power_of_two or manual.
+# prefix, and balances by load once the workers are uneven; also SMG 1.13's random, round_robin, passthrough,
+# power_of_two, least_load, manual, consistent_hashing or prefix_hash.
 sglang_router_policy = "cache_aware"
 
 # Host address the gateways publish their ports on; None: every address. Without sglang_api_key_file a gateway is
-# refused unless this is loopback or sglang_trusted_network is True: anyone who reaches its port could add a worker of
-# theirs (POST /workers) and receive every prompt.
+# refused unless this is loopback or sglang_trusted_network is True: anyone who reaches its port could use every worker
+# of its model (the worker API, POST /workers, takes only the control-plane key).
 sglang_router_bind_address = None
 
 # Host address the gateways' Prometheus ports are published on; loopback, because the metrics name every worker and its

@@ -2,7 +2,7 @@
 the workers of each model, and each gateway host's gateways.
 
 A host in any inventory group but `router` serves a model; a host in
-`router` runs one gateway (sglang-router) per model it fronts, each in its
+`router` runs one gateway (Shepherd Model Gateway, SMG) per model it fronts, each in its
 own compose project under router/<slug>/, with ports that follow the model's
 position in the registry. preflight.py calls `fleet()` once every host's plan
 is known; the rules are in refusals.check_fleet, the rendering in render.py,
@@ -81,7 +81,8 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
         gate = replace(gateway.gate, files=gate_files(gateway.dir, scripts, gateway.dir, compose))
         gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts,
                                 gate=gate))
-    layout = dict(plan.layout, **{plan.paths.gateways: "755"}, **{g.dir: "755" for g in gateways})
+    layout = dict(plan.layout, **{plan.paths.gateways: "755", plan.paths.gateway_secrets: "700"},
+                  **{g.dir: "755" for g in gateways})
     return replace(plan, gateways=tuple(gateways), layout=layout)
 
 
@@ -101,7 +102,7 @@ def fronts(gateway_hosts, workers: Mapping[str, list[Worker]]) -> dict[str, tupl
                 gateway_host=gateway_host.name, slug=spot.slug, url=own_url(settings.published_on, spot.port),
                 metrics=own_url(settings.prometheus_bind_address, spot.prometheus_port) + "/metrics",
                 directory=f"{paths.gateways}/{spot.slug}",
-                key_file=paths.server_config if data.get("sglang_api_key_file") else None))
+                key_file=paths.control_plane_config))
     return {key: tuple(found) for key, found in out.items()}
 
 
@@ -162,6 +163,10 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
             except DeployDataError as error:
                 errors += error.problems
     every_front = fronts(gateway_hosts, workers)
+    for name, plan in out.items():
+        if plan is not None and plan.gateways:
+            out[name] = replace(plan, gateways=tuple(replace(g, sole_front=len(every_front.get(g.key, ())) == 1)
+                                                     for g in plan.gateways))
     fronting = every_front if not errors else {}
     for key, behind in fronting.items():
         for worker in workers.get(key, ()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-# The inventory group whose hosts run the gateway (sglang-router), one per model.
+# The inventory group whose hosts run the gateway (SMG, the Shepherd Model Gateway), one per model.
 ROUTER_GROUP = "router"
 # The inventory group whose hosts run Prometheus, scraping every host of the inventory.
 MONITOR_GROUP = "monitor"

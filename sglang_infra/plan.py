@@ -37,7 +37,7 @@ from .plantypes import (
     PeerDoor,
     PeerPin,
 )
-from .refusals import Judged, check_host_state, judge, raise_if
+from .refusals import Judged, check_gateway_host, check_host_state, judge, raise_if
 from .snapshot import worker_validated
 
 
@@ -123,7 +123,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
     raise_if(check_host_state(name, data, snapshot, gpus, serves, derived)
-             + (check_reach(name, node_group, snapshot) if node_group and serves else []))
+             + (check_reach(name, node_group, snapshot) if node_group and serves else [])
+             + (check_gateway_host(name, data) if runs_gateways else []))
     derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)
     served = models.served(data)
@@ -174,7 +175,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
                   turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
         compose_template=data["sglang_compose_template"],
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
-        serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or image,
+        serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or "",
+        gateway_image_archive=data["sglang_router_image_archive"],
+        control_plane_config=server_config(models.read_secret(data["sglang_router_admin_key_file"]))
+        if runs_gateways else None,
         gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
         bind_address=data["sglang_bind_address"], trusted_network=data["sglang_trusted_network"],
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],

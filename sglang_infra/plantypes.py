@@ -63,6 +63,8 @@ class Paths:
     server_config: str
     toolchain_context: str
     gateways: str            # router/, where each gateway has its directory
+    gateway_secrets: str     # router/.secrets/ (0700): the control-plane key, mounted into the gateways alone
+    control_plane_config: str
 
     @classmethod
     def of(cls, home: str, tools: str, gateway_dir: str) -> "Paths":
@@ -72,7 +74,9 @@ class Paths:
                    results=f"{home}/{names.RESULTS_DIR}", verified=f"{home}/{names.VERIFIED_DIR}",
                    token=f"{tools}/secret/hf-token", peer_key=f"{tools}/secret/{names.PEER_KEY}", secrets=secrets,
                    server_config=f"{secrets}/{names.SERVER_CONFIG}",
-                   toolchain_context=f"{home}/{names.TOOLCHAIN_DIR}", gateways=f"{home}/{gateway_dir}")
+                   toolchain_context=f"{home}/{names.TOOLCHAIN_DIR}", gateways=f"{home}/{gateway_dir}",
+                   gateway_secrets=f"{home}/{names.GATEWAY_SECRETS_DIR}",
+                   control_plane_config=f"{home}/{names.GATEWAY_SECRETS_DIR}/{names.CONTROL_PLANE_CONFIG}")
 
     def layout(self, toolchain_image: bool) -> dict[str, str]:
         """Each managed directory and its mode."""
@@ -124,7 +128,7 @@ class Front:
     url: str                  # the gateway's API, where the gateway host itself reaches it (gateways.own_url)
     metrics: str              # its Prometheus endpoint, on the gateway host (smg_worker_requests_active)
     directory: str            # router/<slug>/ there (workers.json)
-    key_file: str | None      # the gateway host's server config holding the key the gateway requires
+    key_file: str | None      # the gateway host's control-plane key file (router/.secrets/), for its worker API
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,7 @@ class Gateway:
     compose: str = field(default="", repr=False)
     compose_sha: str = ""
     scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
+    sole_front: bool = False   # no other gateway host of the inventory fronts its model: its restart is an outage
 
 
 @dataclass(frozen=True)
@@ -387,7 +392,10 @@ class HostPlan:
     # the fleet front door: a host in any group but `router` serves a model; one in `router` runs its gateways
     serves: bool = True
     runs_gateways: bool = False
-    gateway_image: str = ""
+    gateway_image: str = ""         # sglang_router_image ("" when unset: refused on a gateway host)
+    gateway_image_archive: str | None = None
+    # router/.secrets/control-plane.yaml (the control-plane admin key), or None: no key (refused on a gateway host)
+    control_plane_config: bytes | None = field(default=None, repr=False)
     gateway_settings: GatewaySettings | None = None
     # who may call this host's ports without a key (refusals.check_open_worker, check_fleet)
     bind_address: str = "0.0.0.0"   # sglang_bind_address: where the worker's API is published

@@ -197,7 +197,7 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             "use the mirror's https URL, or run without a token for it")
     api_key = models.read_secret(data["sglang_api_key_file"]) if data["sglang_api_key_file"] else None
     if data["sglang_api_key_file"]:
-        if not re.fullmatch(rb"[A-Za-z0-9._~+/=-]{16,512}", api_key or b""):
+        if not re.fullmatch(API_KEY_SHAPE, api_key or b""):
             err("sglang_api_key_file", f"{data['sglang_api_key_file']} does not hold one API key of 16-512 "
                 "letters, digits or ._~+/=- (a client sends it in an HTTP header)",
                 "put only the key in the file, e.g. from `openssl rand -hex 32`")
@@ -334,6 +334,37 @@ def raise_if(errors: list[str]) -> None:
         raise _refusal()(_summary(errors), errors)
 
 
+API_KEY_SHAPE = rb"[A-Za-z0-9._~+/=-]{16,512}"   # a key a client sends in an HTTP header
+
+
+def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
+    """A gateway host's own data: the gateway's image (SMG, its own image: schema.image_problem judged it pinned
+    when set) and the control-plane key the deploy alone sends to its worker API."""
+    errors: list[str] = []
+    if not data["sglang_router_image"]:
+        errors.append(problem(name, "sglang_router_image", "None on a gateway host: the gateway (Shepherd Model "
+                              "Gateway, smg 1.13.0) runs from an image of its own, which no default pins",
+                              "build it from a pinned Debian base with templates/gateway-requirements.txt and set "
+                              "its digest (repo@sha256:...), or its release tag with sglang_router_image_archive"))
+    path = data["sglang_router_admin_key_file"]
+    if not path:
+        errors.append(problem(name, "sglang_router_admin_key_file", "None on a gateway host: the gateway's worker "
+                              "API (/workers) takes only the control-plane key, so the deploy could not add or "
+                              "remove its workers", "point it at a file holding one key, e.g. from "
+                              "`openssl rand -hex 32`, kept apart from sglang_api_key_file"))
+        return errors
+    key = models.read_secret(path)
+    if not re.fullmatch(API_KEY_SHAPE, key or b""):
+        errors.append(problem(name, "sglang_router_admin_key_file", f"{path} is empty or does not hold one key of "
+                              "16-512 letters, digits or ._~+/=- (sent in an HTTP header)",
+                              "put only the key in the file, e.g. from `openssl rand -hex 32`"))
+    elif data["sglang_api_key_file"] and key == models.read_secret(data["sglang_api_key_file"]):
+        errors.append(problem(name, "sglang_router_admin_key_file", f"{path} holds the same key as "
+                              "sglang_api_key_file: every client could then add and remove the gateway's workers",
+                              "use a key of its own, e.g. from `openssl rand -hex 32`"))
+    return errors
+
+
 def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: list[Placement]) -> list[str]:
     """A gateway host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
     gateways.place() worked out for it."""
@@ -385,8 +416,8 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
         where = "every address" if ipaddress.ip_address(settings.published_on).is_unspecified else \
             settings.published_on
         err("sglang_api_key_file", f"None, and this host's gateways would be published on {where} "
-            "(sglang_router_bind_address): anyone who reaches a gateway's port could add a worker of their own "
-            "(POST /workers) and receive every prompt", "set sglang_api_key_file (clients then send its key), or "
+            "(sglang_router_bind_address): anyone who reaches a gateway's port could use every worker of its "
+            "model", "set sglang_api_key_file (clients then send its key), or "
             "sglang_router_bind_address = '127.0.0.1' when every client runs on this host, or, on a network where "
             "everyone who reaches the port may call it, sglang_trusted_network = True")
     if settings.health_check_timeout >= settings.health_check_interval:

@@ -19,6 +19,8 @@ from .templating import render_template, template_text
 # Where the container sees docker/secrets (the server's private config, with the API key), and its config file.
 SECRETS_IN_CONTAINER = "/etc/sglang-secrets"
 SERVER_CONFIG_IN_CONTAINER = f"{SECRETS_IN_CONTAINER}/{names.SERVER_CONFIG}"
+# Where a gateway sees router/.secrets/ (the control-plane key), read-only; no worker container mounts it.
+GATEWAY_SECRETS_IN_CONTAINER = "/etc/sglang-gateway-secrets"
 
 # (data key, SGLang flag), in the runbook's order. A None or False value
 # leaves the flag out; True renders the bare switch.
@@ -140,7 +142,7 @@ def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
     return {**scripts(plan, gateway), names.LAUNCHER: ship.program("gateway_launch")}
 
 
-# (data key, sglang-router 0.3.2 flag) of the gateway, each rendered with its reason from group_data/all.py.
+# (data key, SMG 1.13.0 flag, smg/router_args.py) of the gateway, each rendered with its reason from group_data/all.py.
 GATEWAY_FLAGS = (
     ("sglang_router_policy", "--policy"),
     ("sglang_router_health_check_interval", "--health-check-interval-secs"),
@@ -164,6 +166,8 @@ def gateway_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         server_config=SERVER_CONFIG_IN_CONTAINER,
+        control=(plan.paths.gateway_secrets, GATEWAY_SECRETS_IN_CONTAINER),
+        control_config=f"{GATEWAY_SECRETS_IN_CONTAINER}/{names.CONTROL_PLANE_CONFIG}",
     )
 
 

@@ -192,8 +192,9 @@ def _https_url(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
 
-# sglang-router 0.3.2's --policy choices (sglang_router/router_args.py).
-GATEWAY_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two", "manual")
+# SMG 1.13.0's --policy choices (smg/router_args.py, COMMON_POLICY_CHOICES).
+GATEWAY_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load", "manual",
+                    "consistent_hashing", "prefix_hash")
 
 
 def _host_address(value: Any) -> bool:
@@ -332,12 +333,20 @@ SCHEMA: dict[str, Key] = {
     "sglang_worker_address": Key("None or an IP address or DNS name", _optional(_host_address),
                                  "use the address the gateway hosts reach this host on, e.g. '10.0.0.11', or None"),
     "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),
-                               "pin a release tag such as 'lmsysorg/sglang:v0.5.16', or None for sglang_image"),
+                               "name the SMG gateway image by digest (repo@sha256:...) or by a release tag"),
+    "sglang_router_image_archive": Key("None or a readable file on the control machine",
+                                       _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
+                                                 and os.access(v, os.R_OK)),
+                                       "point at a `docker save` archive of sglang_router_image, or None to pull it"),
+    "sglang_router_admin_key_file": Key("None or a readable file on the control machine",
+                                        _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
+                                                  and os.access(v, os.R_OK)),
+                                        "point at a file holding only the gateway's control-plane key"),
     "sglang_router_models": Key("None or a list of distinct registry keys",
                                 _optional(lambda v: isinstance(v, (list, tuple)) and bool(v)
                                           and all(isinstance(k, str) and k for k in v) and len(set(v)) == len(v)),
                                 "use e.g. ['qwen3.6-35b-a3b-awq'], or None for every served model"),
-    "sglang_router_policy": Key(f"one of {', '.join(GATEWAY_POLICIES)} (sglang-router 0.3.2's policies)",
+    "sglang_router_policy": Key(f"one of {', '.join(GATEWAY_POLICIES)} (SMG 1.13.0's policies)",
                                 _one_of(*GATEWAY_POLICIES), "use 'cache_aware'"),
     "sglang_router_bind_address": Key("None or an IP address", _optional(_ip),
                                       "use None, the address clients reach this host on, or '127.0.0.1'"),

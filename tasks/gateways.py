@@ -1,5 +1,5 @@
-"""The fleet's front door, on hosts in the `router` group: one SGLang Model
-Gateway (sglang-router, `sglang_router.launch_router`) per model, each in its
+"""The fleet's front door, on hosts in the `router` group: one Shepherd Model
+Gateway (SMG 1.13.0, `smg.launch_router`) per model, each in its
 own compose stack under router/<slug>/, in front of the serving hosts of that
 model whose gate passed.
 
@@ -32,12 +32,18 @@ if plan.runs_gateways:
     image_present(
         name=f"Ensure the gateway image {plan.gateway_image} is on the host",
         image=plan.gateway_image,
-        archive=plan.image_archive if plan.gateway_image == plan.image else None,
+        archive=plan.gateway_image_archive,
     )
     secrets = secret_file(
         name=f"Ensure {plan.paths.server_config} holds the API key the gateways send and require, or is absent",
         dest=plan.paths.server_config,
         content=plan.server_config,
+        user=plan.account,
+    )
+    control = secret_file(
+        name=f"Ensure {plan.paths.control_plane_config} holds the gateways' control-plane key (role admin)",
+        dest=plan.paths.control_plane_config,
+        content=plan.control_plane_config,
         user=plan.account,
     )
 
@@ -60,7 +66,7 @@ for gateway in plan.gateways:
         gateway=gateway.slug,
         url=gateway.gate.url,
         workers=gateway.workers,
-        key_file=gateway.gate.api_key_file,
+        key_file=plan.paths.control_plane_config,
     )
     stack_up(
         name=f"Ensure the {gateway.key} gateway runs its current compose.yaml (no restart when nothing changed)",
@@ -68,7 +74,8 @@ for gateway in plan.gateways:
         image=plan.gateway_image,
         model=None,
         compose_sha=compose_sha,
-        recreate_if=secrets.did_change,
+        recreate_if=lambda: secrets.did_change() or control.did_change(),
+        sole_front=gateway.sole_front,
         gateway=gateway.slug,
     )
     validated(

@@ -4,7 +4,7 @@ Standard library only (python3 >= 3.9), except hfpull.py and the pull's
 modules it imports (pull.py, transfer.py, prune.py, pull_errors.py, and
 pull_locks.py through the last), which run in the pull's venv with huggingface_hub;
 toolchain_check.py runs inside the serving image, gateway_launch.py inside the
-gateway's image with sglang-router. None of them imports anything outside
+gateway's image with SMG (smg). None of them imports anything outside
 this folder; what they share (the manifest format, the gate's digest, the
 Docker Engine API) is defined once here and imported relatively. The control
 side ships them with sglang_infra/ship.py, which bundles a program and the
@@ -37,6 +37,6 @@ modules it imports into one self-contained source.
     names.py            the names host programs and the control side share (directories, files, labels,
                         scripts), the stamp comparison and the rendered-file digest: defined once
     gateway_workers.py   a gateway's worker set: workers.json, then the gateway's /workers API
-    gateway_launch.py    starts sglang-router inside the gateway's image, worker set and API key from files
+    gateway_launch.py    starts SMG inside the gateway's image, worker set and keys from files
     toolchain_check.py  the pins inside the toolchain image
 """

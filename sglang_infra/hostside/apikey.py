@@ -48,7 +48,7 @@ def use_api_key_file(path, holds=None):
     """Send the key in ``path`` (the server's config file, see read_key) with every request to a URL that
     ``holds(url)`` says the project's own running container publishes (stack.holds), asked again for each
     request; without ``holds`` the key is sent nowhere (loaded to be redacted). Nothing without a path or a key
-    in it."""
+    in it. A second call sends its key instead of the first one's, and redacts both."""
     if not path:
         return
     _HOLDS[:] = [holds or (lambda url: False)]
@@ -56,8 +56,8 @@ def use_api_key_file(path, holds=None):
     if secret is None:
         return
     _HEADERS["Authorization"] = "Bearer " + secret
-    _SECRETS[:] = sorted({secret, urllib.parse.quote(secret, safe=""),
-                          urllib.parse.quote_plus(secret, safe="")} - {""}, key=len, reverse=True)
+    _SECRETS[:] = sorted(set(_SECRETS) | {secret, urllib.parse.quote(secret, safe=""),
+                                          urllib.parse.quote_plus(secret, safe="")} - {""}, key=len, reverse=True)
 
 
 def loaded():

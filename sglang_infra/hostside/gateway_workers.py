@@ -11,12 +11,16 @@ the gateway reports it healthy. workers.json follows, when the gateway has one.
 
 1. workers.json in GATEWAY_DIR becomes the wanted list (atomically, owned
    like compose.yaml): the gateway's launcher reads it when it starts;
-2. when the gateway answers, its worker API (sglang-router 0.3.2: GET
-   /workers, POST /workers {"url"}, DELETE /workers/{id}) adds the missing
-   workers and removes the others, without a restart; both are queued by the
-   gateway, so the list is read again until it matches (bounded).
-Prints one line saying what changed. The key, when there is one, is read
-from the server's config file and sent as a Bearer header, never printed,
+2. when the gateway answers, its worker API (SMG 1.13.0: GET /workers,
+   POST /workers {"url"}, DELETE /workers/{id}) adds the missing workers and
+   removes the others, without a restart; both are queued by the gateway, so
+   the list is read again until it matches (bounded). SMG's DELETE puts a
+   worker in its `draining` state first (routed no new request) and drops it
+   from the list a few seconds later (drain_settle_secs, 5 by default), so a
+   worker taken out for a roll is "out" once it is no longer listed.
+Prints one line saying what changed. The key is the gateways' control-plane
+key (KEY_FILE, router/.secrets/control-plane.yaml, role admin: SMG's worker API
+takes no other), sent as a Bearer header, never printed,
 and only to a URL the gateway's own running container publishes (the
 Engine API says so): a port no container holds is anyone's to listen on.
 """
@@ -69,6 +73,11 @@ def sync(base, wanted):
     return added, removed
 
 
+def routable(worker):
+    """Whether the gateway sends this listed worker requests: healthy, and not in SMG's draining state."""
+    return worker.get("is_healthy") is True and worker.get("status") != "draining"
+
+
 def view(directory, base):
     """What the gateway lists now, as one JSON line: the roll counts the pool's workers out of service from it."""
     answers, found = False, []
@@ -79,7 +88,7 @@ def view(directory, base):
         except (urllib.error.URLError, OSError, ValueError, AttributeError):
             found = []
     print(json.dumps({"answers": answers, "listed": sorted(str(w.get("url")) for w in found),
-                      "healthy": sorted(str(w.get("url")) for w in found if w.get("is_healthy") is True)}))
+                      "healthy": sorted(str(w.get("url")) for w in found if routable(w))}))
     return 0
 
 

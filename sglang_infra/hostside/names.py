@@ -36,6 +36,13 @@ GATEWAY_SERVICE = "router"
 WORKERS_FILE = "workers.json"
 # A gateway's launcher, beside its compose.yaml.
 LAUNCHER = "launch.py"
+# Below the home: the gateways' private files (0700), mounted read-only into the gateway containers alone; in it the
+# control-plane key (SMG role admin, apikey.py's format) that the launcher gives the gateway and the deploy sends.
+# A dot name: no gateway's slug begins with a dot (gateways.gateway_slug), so it is never taken for a gateway's.
+GATEWAY_SECRETS_DIR = GATEWAY_DIR + "/.secrets"
+CONTROL_PLANE_CONFIG = "control-plane.yaml"
+# The id and name the gateway knows the deploy's control-plane key by (--control-plane-api-keys 'id:name:role:key').
+CONTROL_PLANE_KEY_ID = "sglang-deploy"
 # The stack's files, in docker/ (a worker) or router/<slug>/ (a gateway).
 COMPOSE_FILE = "compose.yaml"
 # Every `docker compose` the deploy and the gate run names its file: without -f, compose also loads a

@@ -112,13 +112,17 @@ def last_gate(home):
 
 
 def use_key(home):
-    """Read the API key (the server's config file), when there is one: sent to the gateways (only to a port one of
-    their own running containers publishes, asked for every request), redacted from everything the report
-    carries."""
+    """Read the API key (the server's config file) and the gateways' control-plane key, when there are: both are
+    redacted from everything the report carries; the control-plane key alone is sent, to the gateways' worker API
+    (/workers takes no other key), only to a port one of their own running containers publishes, asked for every
+    request."""
     key_file = os.path.join(home, names.SECRETS_DIR, names.SERVER_CONFIG)
     if os.path.isfile(key_file) and not os.path.islink(key_file):
-        apikey.use_api_key_file(key_file, lambda url: any(stack.holds(url, *stack.gateway(slug))
-                                                          for slug in stack.gateway_dirs(home)))
+        apikey.use_api_key_file(key_file)   # redacted, sent nowhere
+    control_file = os.path.join(home, names.GATEWAY_SECRETS_DIR, names.CONTROL_PLANE_CONFIG)
+    if os.path.isfile(control_file) and not os.path.islink(control_file):
+        apikey.use_api_key_file(control_file, lambda url: any(stack.holds(url, *stack.gateway(slug))
+                                                              for slug in stack.gateway_dirs(home)))
 
 
 def gateways(home):

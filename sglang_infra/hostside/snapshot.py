@@ -453,14 +453,18 @@ def reach(target):
     except (OSError, ValueError) as error:
         return {"ok": False, "said": f"port {port} refused, and port {answering} did not answer either "
                                      f"({str(error) or type(error).__name__}): no host answers there"}
+def layout_dirs(spec, home, gateways):
+    """The directories whose owner and mode the layout reads: the spec's, and on a gateway host router/, its
+    router/.secrets/ (the control-plane key) and each gateway's router/<slug>/, which the plan's layout names too."""
+    routers = [os.path.join(home, names.GATEWAY_DIR), os.path.join(home, names.GATEWAY_SECRETS_DIR)] if gateways else []
+    return [*spec.get("dirs", ()), *routers, *gateways.values()]
 
 
 def read(spec):
     home, tools_dir = spec["home"], spec["tools_dir"]
     docker_dir = os.path.join(home, names.DOCKER_DIR)
     gateways = stack.gateway_dirs(home)
-    spec = dict(spec, dirs=[*spec.get("dirs", ()), *([os.path.join(home, names.GATEWAY_DIR)] if gateways else []),
-                            *gateways.values()])
+    spec = dict(spec, dirs=layout_dirs(spec, home, gateways))
     engine = docker()
     running = {"container": None, "record": None, "current": False}
     if engine["api"]:
@@ -484,6 +488,7 @@ def read(spec):
         "files": {d: files(d) for d in (home, docker_dir, os.path.join(home, names.TOOLCHAIN_DIR),
                                         os.path.join(home, names.SECRETS_DIR), tools_dir,
                                         os.path.join(tools_dir, "secret"), *gateways.values(),
+                                        os.path.join(home, names.GATEWAY_SECRETS_DIR),
                                         *spec.get("system_dirs", ()))},
         "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},
         "services": services(spec.get("services", [])),

@@ -36,12 +36,13 @@ def gateway(slug):
 
 
 def gateway_dirs(home):
-    """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink."""
+    """{slug: directory} of every gateway's directory below the home (router/<slug>/), never a symlink, nor
+    router/.secrets/ (names.GATEWAY_SECRETS_DIR: a slug never begins with a dot)."""
     top = os.path.join(home, names.GATEWAY_DIR)
     if os.path.islink(top) or not os.path.isdir(top):
         return {}
     return {entry.name: entry.path for entry in sorted(os.scandir(top), key=lambda e: e.name)
-            if entry.is_dir(follow_symlinks=False)}
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")}
 
 
 def container(project=PROJECT, service=SERVICE):

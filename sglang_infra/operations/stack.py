@@ -4,7 +4,7 @@ config."""
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 
 from .. import ship
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
@@ -26,7 +26,7 @@ def stack_section(gateway: str | None) -> dict:
 
 @snapshot_operation
 def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
-             gateway: str | None = None):
+             gateway: str | None = None, sole_front: bool = False):
     """
     Ensure the stack runs the current compose.yaml (``compose_sha``) from
     ``image``: `docker compose up -d` only when the service has no running
@@ -37,11 +37,17 @@ def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, 
     cannot see a file's content). Otherwise nothing is restarted.
 
     + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
+    + sole_front: that gateway is the only one in front of its model: a restart of a running one is said aloud
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if, gateway)
     if not reasons:
         host.noop("the stack already runs the current compose.yaml")
         return
+    running = stack_section(gateway)["stack"]["container"]
+    if sole_front and running is not None and running["state"] == "running" and host.state.is_executing:
+        logger.warning(f"[{host.name}] the gateway {gateway} restarts ({'; '.join(reasons)}) and no other gateway "
+                       "host fronts its model: its clients see errors until it is back (run two gateway hosts "
+                       "behind the site's load balancer and change them one at a time with --limit)")
     yield command
 
 

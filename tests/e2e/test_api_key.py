@@ -2,11 +2,14 @@
 0600 file, a client without it gets 401, and the key is in no command line, compose.yaml, docker inspect or
 pyinfra output; a server that never becomes ready has its log (which carries the key, as SGLang's does) shown
 without it. Without the key again, the file goes and the API is open. Across the test network, a keyed worker's
-routes that change a running server (POST /flush_cache) and a keyed gateway's worker API (POST /workers) refuse
-a request from another host without the key."""
+routes that change a running server (POST /flush_cache) refuse a request from another host without the key; the SMG
+gateway's worker API (/workers) answers 401 without its control-plane key or with the clients' key, from another host
+and from the gateway host itself (loopback included), 2xx with it; a client with its key gets completions through the
+gateway, none without."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -23,15 +26,20 @@ SERVER_INFO = ("python3 -c \"import json, urllib.request as u; k = json.loads(op
                ".split(':', 1)[1]); print(u.urlopen(u.Request('http://127.0.0.1:30000/server_info', "
                "headers={'Authorization': 'Bearer ' + k}), timeout=10).read().decode())\"")
 PROBE = "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:30000/v1/models').status)\""
-# One request from a test host: python3 -c CALL METHOD URL key|none [body]; with "key", the key is read from that
-# host's own server.yaml (never on a command line). Prints the status code, or with "body" the answer's text.
+# The gateway host's control-plane key (sglang_router_admin_key_file), 0600 in router/.secrets/.
+ADMIN_CONFIG = "/opt/sglang/router/.secrets/control-plane.yaml"
+# One request from a test host: python3 -c CALL METHOD URL key|admin|none [body|JSON]; with "key", the clients' key is
+# read from that host's own server.yaml, with "admin" the control-plane key from its router/.secrets/ (never on a
+# command line). Prints the status code, or with "body" the answer's text; a JSON argument is the request's body.
 CALL = "\n".join([
     "import json, sys, urllib.request as u, urllib.error as e",
     "m, url, w = sys.argv[1:4]",
     "h = {'Content-Type': 'application/json'}",
-    "if w == 'key': h['Authorization'] = 'Bearer ' + json.loads(open('" + CONFIG + "').read().split(':', 1)[1])",
+    "f = {'key': '" + CONFIG + "', 'admin': '" + ADMIN_CONFIG + "'}.get(w)",
+    "if f: h['Authorization'] = 'Bearer ' + json.loads(open(f).read().split(':', 1)[1])",
+    "d = sys.argv[4].encode() if sys.argv[4:5] and sys.argv[4].startswith('{') else b'{}'",
     "try:",
-    "    r = u.urlopen(u.Request(url, data=b'{}' if m == 'POST' else None, method=m, headers=h), timeout=20)",
+    "    r = u.urlopen(u.Request(url, data=d if m == 'POST' else None, method=m, headers=h), timeout=20)",
     "    print(r.read().decode() if sys.argv[4:] == ['body'] else r.status)",
     "except e.HTTPError as x:",
     "    print(x.code)",
@@ -144,8 +152,9 @@ def keyed_fleet(testbed, workdir):
     return hosts
 
 
-def call(host, method: str, url: str, key: bool, *extra: str) -> str:
-    return host.exec(shlex.join(["python3", "-c", CALL, method, url, "key" if key else "none", *extra])).stdout.strip()
+def call(host, method: str, url: str, key: bool | str, *extra: str) -> str:
+    who = key if isinstance(key, str) else "key" if key else "none"
+    return host.exec(shlex.join(["python3", "-c", CALL, method, url, who, *extra])).stdout.strip()
 
 
 def test_from_another_host_a_keyed_workers_mutating_route_wants_the_key(keyed_fleet):
@@ -157,13 +166,41 @@ def test_from_another_host_a_keyed_workers_mutating_route_wants_the_key(keyed_fl
     assert call(client, "GET", f"http://{worker.address}:30000/health", key=False) == "200"
 
 
-def test_from_another_host_a_keyed_gateways_worker_api_wants_the_key(keyed_fleet):
+def test_the_gateways_worker_api_wants_the_control_plane_key_from_anywhere_loopback_included(keyed_fleet):
+    """SMG 1.13.0's worker API takes only the control-plane key (role admin): without a key, or with the clients'
+    key, 401 from another host and from the gateway host itself, on its address and on loopback."""
     gateway, client = keyed_fleet[FLEET_GATEWAY], keyed_fleet[FLEET_WORKER]
     url = f"http://{gateway.address}:30080/workers"
-    assert call(client, "POST", url, key=False) == "401"
-    assert call(client, "GET", url, key=False) == "401"
-    assert call(client, "GET", url, key=True) == "200"
-    listed = call(client, "GET", url, True, "body")
+    for host, base in ((client, url), (gateway, url), (gateway, "http://127.0.0.1:30080/workers")):
+        for who in ("none", "key"):
+            assert (host.name, base, who, call(host, "POST", base, who)) == (host.name, base, who, "401")
+            assert (host.name, base, who, call(host, "GET", base, who)) == (host.name, base, who, "401")
+    assert call(gateway, "GET", url, "admin") == "200"
+    listed = call(gateway, "GET", url, "admin", "body")
     assert f"http://{keyed_fleet[FLEET_WORKER].address}:30000" in listed   # the fleet's worker, none added
     assert "127.0.0.1" not in listed
+
+
+def test_a_client_with_its_key_gets_completions_through_the_gateway_and_none_without(keyed_fleet):
+    gateway, client = keyed_fleet[FLEET_GATEWAY], keyed_fleet[FLEET_WORKER]
+    url = f"http://{gateway.address}:30080/v1/chat/completions"
+    body = json.dumps({"model": "qwen3.6-35b-a3b", "messages": [{"role": "user", "content": "Say hello."}],
+                       "max_tokens": 8})
+    assert call(client, "POST", url, "none", body) == "401"
+    assert call(client, "POST", url, "key", body) == "200"
+    assert json.loads(call_body(client, url, body))["choices"][0]["message"]["content"]
+
+
+def call_body(host, url: str, body: str) -> str:
+    """A completion's answer text, asked with the clients' key read from the host's own server.yaml."""
+    script = CALL.replace("sys.argv[4:] == ['body']", "True")
+    return host.exec(shlex.join(["python3", "-c", script, "POST", url, "key", body])).stdout.strip()
+
+
+def test_the_control_plane_key_adds_a_worker_through_the_api(keyed_fleet):
+    """With the control-plane key, POST /workers is accepted (2xx); the next deploy sets the worker set back."""
+    gateway = keyed_fleet[FLEET_GATEWAY]
+    url = f"http://{gateway.address}:30080/workers"
+    spare = json.dumps({"url": f"http://{gateway.address}:30999"})   # nothing listens there: never healthy
+    assert call(gateway, "POST", url, "admin", spare) in ("200", "201", "202")
 

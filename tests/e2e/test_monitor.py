@@ -1,5 +1,5 @@
 """The fleet's metrics on real hosts (issue 25): a monitor-only host runs Debian's Prometheus, scraping two stand-in
-workers (one reached as root, one through sudo) behind the REAL gateway (sglang-router 0.3.2) and every host's
+workers (one reached as root, one through sudo) behind the REAL gateway (SMG 1.13.0) and every host's
 node exporter. Prometheus lists exactly the inventory's targets, all up; a re-run changes nothing anywhere; after a
 burst through the gateway every dashboard panel's query returns data and the gateway's request counter grew by
 exactly what was sent; a stopped worker fires the target-down alert within its `for` plus two scrapes, and the next

@@ -1,4 +1,4 @@
-"""Rolling, drained restarts behind the REAL gateway (sglang-router 0.3.2) (issues 23 and 35): one router host and
+"""Rolling, drained restarts behind the REAL gateway (SMG 1.13.0) (issues 23 and 35): one router host and
 four stand-in workers of one model, under steady load from this test through the gateway (6 clients, half
 streaming, each request a short generation).
 

@@ -1,8 +1,9 @@
-"""The fleet front door with the REAL gateway (sglang-router 0.3.2, from PyPI, in the stand-in image) in front of
+"""The fleet front door with the REAL gateway (SMG 1.13.0, from its PyPI wheel, in its own image) in front of
 stand-in workers: a completion through it, concurrent load reaching both workers, a re-run that changes nothing;
 a worker whose gate fails is never added, one rolled back keeps serving its last good config in the gateway; a stopped
 worker is dropped by the gateway's health checks while it keeps answering, and the next deploy restores it; the
-four refusals (an open front door among them), before any change."""
+refusals (an open front door, a missing or empty control-plane key, an unpinned gateway image among them), before
+any change."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 import harness
 from harness import PROJECT_DIR, run_deploy, run_host_checks
+from testbed.hosts import ADMIN_KEY
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
 GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"  # production model (tests/support/testbed/hub.py: tiny-chat)
@@ -51,7 +53,9 @@ def gateway_url(hosts) -> str:
 
 
 def get(url: str):
-    with urllib.request.urlopen(url, timeout=10) as reply:
+    """GET ``url``; the gateway's worker API with the tests' control-plane key (the deploy's, role admin)."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"} if url.rstrip("/").endswith("/workers") else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as reply:
         return json.loads(reply.read() or b"{}")
 
 
@@ -203,12 +207,16 @@ def test_with_a_worker_stopped_the_gateway_keeps_answering_and_the_next_deploy_r
                    "host would have no workers. Fix:"),
     ("port_clash", f"host {W1}: sglang_router_port: the gateway of qwen3.6-35b-a3b-awq would listen on 30000, the "
                    "port this host's own server already publishes (sglang_port). Fix:"),
-    ("unknown_policy", f"host {GW}: sglang_router_policy: 'fastest' is not one of cache_aware"),
+    ("unknown_policy", f"host {GW}: sglang_router_policy: 'fastest' is not one of random, round_robin"),
     ("open_front_door", f"host {GW}: sglang_api_key_file: None, and this host's gateways would be published on "
-                        "every address (sglang_router_bind_address): anyone who reaches a gateway's port could add a "
-                        "worker of their own (POST /workers)"),
+                        "every address (sglang_router_bind_address): anyone who reaches a gateway's port could use "
+                        "every worker of its model"),
+    ("no_admin_key", f"host {GW}: sglang_router_admin_key_file: None on a gateway host"),
+    ("empty_admin_key", f"host {GW}: sglang_router_admin_key_file: "),
+    ("unpinned_image", f"host {GW}: sglang_router_image: 'sglang-smg-gateway:latest' is not None or a pinned image "
+                       "reference. Fix:"),
 ])
-def test_bad_input_is_refused_before_any_change(fleet, case, line):
+def test_bad_input_is_refused_before_any_change(fleet, workdir, case, line):
     hosts, inventory, _, _ = fleet
     if case == "no_workers":
         args, file = (), inventory("refuse-empty.py", production=())
@@ -217,6 +225,14 @@ def test_bad_input_is_refused_before_any_change(fleet, case, line):
     elif case == "open_front_door":
         args, file = (), inventory("refuse-open.py", data={GW: {"sglang_router_bind_address": "0.0.0.0",
                                                                 "sglang_trusted_network": False}})
+    elif case == "no_admin_key":
+        args, file = (), inventory("refuse-admin.py", data={GW: {"sglang_router_admin_key_file": None}})
+    elif case == "empty_admin_key":
+        (workdir / "empty-admin.key").write_text("\n")
+        args, file = (), inventory("refuse-admin-empty.py", data={
+            GW: {"sglang_router_admin_key_file": str(workdir / "empty-admin.key")}})
+    elif case == "unpinned_image":
+        args, file = (), inventory("refuse-image.py", data={GW: {"sglang_router_image": "sglang-smg-gateway:latest"}})
     else:
         args, file = ("--data", "sglang_router_policy=fastest"), inventory("refuse-policy.py")
     before = (started(hosts[GW]), hosts[GW].exec(f"sha256sum {GATEWAY_DIR}/compose.yaml").stdout)

@@ -10,15 +10,20 @@ import time
 import urllib.error
 import urllib.request
 
+from testbed.hosts import ADMIN_KEY
+
 LOAD_LIMIT = 900   # seconds: the load stops by itself even if its caller forgets to stop it
 CLIENTS = 6
 
 
-def gateway_workers(gateway: str) -> dict[str, bool] | None:
-    """{worker URL: is_healthy} as the gateway lists them, None when it does not answer."""
+def gateway_workers(gateway: str, key: str = ADMIN_KEY) -> dict[str, bool] | None:
+    """{worker URL: routable} as the gateway lists them (healthy and not in SMG's draining state), None when it
+    does not answer; asked with the test bed's control-plane key (SMG's worker API takes no other)."""
+    request = urllib.request.Request(gateway + "/workers", headers={"Authorization": f"Bearer {key}"})
     try:
-        with urllib.request.urlopen(gateway + "/workers", timeout=5) as reply:
-            return {w["url"]: w["is_healthy"] for w in json.loads(reply.read())["workers"]}
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return {w["url"]: w["is_healthy"] is True and w.get("status") != "draining"
+                    for w in json.loads(reply.read())["workers"]}
     except (OSError, ValueError):
         return None
 

@@ -100,7 +100,13 @@ def pinned_defaults() -> dict:
             if k.startswith("sglang_")}
     data["sglang_models"] = {key: {**entry, "revision": hashlib.sha1(key.encode()).hexdigest()}
                              for key, entry in data["sglang_models"].items()}
+    # A gateway host needs both (refusals.check_gateway_host): the SMG image, pinned, and the control-plane key.
+    data["sglang_router_image"] = GATEWAY_IMAGE
+    data["sglang_router_admin_key_file"] = str(FIXTURES / "router-admin.key")
     return data
+
+
+GATEWAY_IMAGE = "registry.example.net/smg-gateway@sha256:" + "ab" * 32
 
 
 def nvidia_smi(case: str | None) -> dict | None:

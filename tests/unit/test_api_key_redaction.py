@@ -30,6 +30,7 @@ from sglang_infra.hostside import (
 
 KEY = "apikey-0123456789abcdef+/=0123"
 SLUG = "m"
+CONTROL = "control-plane-0123456789abcdef"
 
 
 @pytest.fixture
@@ -135,7 +136,12 @@ def gateway_dir(home, port):
 
 
 def test_the_status_report_sends_the_key_only_to_the_gateways_own_published_port(keyed, listener, monkeypatch):
+    """The key the report sends to a gateway's /workers is the control-plane key (SMG's worker API takes no
+    other), from router/.secrets/."""
     gateway_dir(keyed, listener.port)
+    (keyed / "router" / ".secrets").mkdir()
+    (keyed / "router" / ".secrets" / "control-plane.yaml").write_text(f'api-key: "{CONTROL}"\n')
+    report.use_key(str(keyed))
     engine(monkeypatch, None)                       # no gateway container: someone else may hold the port
     [found] = report.gateways(str(keyed))
     assert listener.seen == [] and found["workers"] is None and "nothing was sent" in found["error"]
@@ -143,7 +149,7 @@ def test_the_status_report_sends_the_key_only_to_the_gateways_own_published_port
     assert report.gateways(str(keyed))[0]["workers"] is None and listener.seen == []
     engine(monkeypatch, ("0.0.0.0", listener.port))
     assert report.gateways(str(keyed))[0]["workers"] == []
-    assert listener.seen == [("GET", f"Bearer {KEY}")]
+    assert listener.seen == [("GET", f"Bearer {CONTROL}")]
 
 
 def test_the_worker_set_is_sent_with_the_key_only_to_the_gateways_own_published_port(keyed, listener,

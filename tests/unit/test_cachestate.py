@@ -217,7 +217,7 @@ def test_host_programs_fit_the_target_hosts(name):
                                               "pull_errors": {"huggingface_hub", "httpx2"},
                                               "prune": {"huggingface_hub"},
                                               "toolchain_check": {"pip"},
-                                              "gateway_launch": {"sglang_router"}}.get(name, set())
+                                              "gateway_launch": {"smg"}}.get(name, set())
     assert imported <= allowed
 
 

@@ -137,8 +137,60 @@ def test_the_same_port_on_a_gateway_only_host_is_no_clash():
 
 def test_an_unknown_policy_is_refused_naming_the_choices():
     [problem] = check_data("gw-1", {**DEFAULTS, "sglang_router_policy": "fastest"})
-    assert problem.startswith("host gw-1: sglang_router_policy: 'fastest' is not one of cache_aware, round_robin")
+    assert problem.startswith("host gw-1: sglang_router_policy: 'fastest' is not one of random, round_robin, "
+                              "passthrough, cache_aware, power_of_two, least_load, manual, consistent_hashing, "
+                              "prefix_hash (SMG 1.13.0's policies)")
     assert problem.endswith("Fix: use 'cache_aware'.")
+    # SMG's own policies that sglang-router 0.3.2 lacked are accepted.
+    assert not check_data("gw-1", {**DEFAULTS, "sglang_router_policy": "least_load"})
+
+
+def test_the_policies_are_smgs_own_list():
+    """The accepted policies are exactly COMMON_POLICY_CHOICES of smg 1.13.0's smg/router_args.py."""
+    from sglang_infra.schema import GATEWAY_POLICIES
+
+    assert GATEWAY_POLICIES == ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load",
+                                "manual", "consistent_hashing", "prefix_hash")
+
+
+def gateway_refusals(**data):
+    with pytest.raises(DeployDataError) as caught:
+        gateway_host(**data)
+    return caught.value.problems
+
+
+def test_a_gateway_host_without_the_smg_image_is_refused_before_any_change():
+    [problem] = gateway_refusals(sglang_router_image=None)
+    assert problem.startswith("host gw-1: sglang_router_image: None on a gateway host")
+    assert "templates/gateway-requirements.txt" in problem
+    # A host that serves only needs neither.
+    assert resolve("gpu-1", {**DEFAULTS, "sglang_router_image": None, "sglang_router_admin_key_file": None},
+                   converged_snapshot()).gateway_image == ""
+
+
+@pytest.mark.parametrize("image", ["smg-gateway", "smg-gateway:latest"])
+def test_a_gateway_image_that_is_not_pinned_is_refused(image):
+    [problem] = check_data("gw-1", {**DEFAULTS, "sglang_router_image": image})
+    assert problem.startswith("host gw-1: sglang_router_image: ")
+
+
+@pytest.mark.parametrize("content", [None, "", "\n", "short", "two words-0123456789abcdef"])
+def test_a_control_plane_key_file_missing_or_empty_or_malformed_is_refused(tmp_path, content):
+    path = None
+    if content is not None:
+        path = tmp_path / "admin.key"
+        path.write_text(content)
+    [problem] = gateway_refusals(sglang_router_admin_key_file=str(path) if path else None)
+    assert problem.startswith("host gw-1: sglang_router_admin_key_file: ")
+    assert "Fix: " in problem
+
+
+def test_a_control_plane_key_equal_to_the_client_key_is_refused(tmp_path):
+    (tmp_path / "a").write_text("same-key-0123456789abcdef\n")
+    (tmp_path / "b").write_text("same-key-0123456789abcdef")
+    [problem] = gateway_refusals(sglang_api_key_file=str(tmp_path / "a"),
+                                 sglang_router_admin_key_file=str(tmp_path / "b"))
+    assert "holds the same key as sglang_api_key_file" in problem
 
 
 def test_a_health_timeout_not_below_the_interval_is_refused():
@@ -151,7 +203,7 @@ def test_a_gateway_without_a_key_off_loopback_is_refused_unless_the_network_is_t
     [problem] = refusals(gateway_host(sglang_router_bind_address=address, sglang_trusted_network=False), TWO)
     assert problem.startswith("host gw-1: sglang_api_key_file: None, and this host's gateways would be published on "
                               f"{'every address' if address in (None, '0.0.0.0', '::') else address} ")
-    assert "could add a worker of their own (POST /workers) and receive every prompt" in problem
+    assert "could use every worker of its model" in problem
     assert "Fix: set sglang_api_key_file" in problem and "sglang_trusted_network = True." in problem
     assert with_gateways(gateway_host(sglang_router_bind_address=address, sglang_trusted_network=True), TWO).gateways
 
@@ -178,7 +230,8 @@ def test_the_front_door_is_open_on_every_address_only_with_a_key_or_by_decision(
 
 def test_the_shipped_defaults_publish_no_gateway_port_on_every_address_without_a_key():
     shipped = {k: v for k, v in runpy.run_path(str(PROJECT_DIR / "group_data" / "all.py")).items()
-               if k.startswith("sglang_router_") or k == "sglang_trusted_network"}
+               if k.startswith("sglang_router_") and k not in ("sglang_router_image", "sglang_router_admin_key_file")
+               or k == "sglang_trusted_network"}
     assert shipped["sglang_router_bind_address"] is None and shipped["sglang_trusted_network"] is False
     assert shipped["sglang_router_prometheus_bind_address"] == "127.0.0.1"
     assert refusals(gateway_host(**shipped), TWO)
@@ -188,22 +241,35 @@ def compose(**data):
     return yaml.safe_load(with_gateways(gateway_host(**data), TWO).gateways[0].compose)
 
 
-def test_the_compose_runs_sglang_routers_launcher_with_the_fleets_health_settings():
+def test_the_compose_runs_smgs_launcher_with_the_fleets_health_settings():
     service = compose()["services"]["router"]
     command = service["command"]
-    assert command[:4] == ["python3", "/etc/sglang-router/launch.py", "/etc/sglang-router/workers.json", "-"]
+    assert command[:5] == ["python3", "/etc/sglang-router/launch.py", "/etc/sglang-router/workers.json", "-",
+                           "/etc/sglang-gateway-secrets/control-plane.yaml"]
     for flag in ("--port=30080", "--prometheus-port=29000", "--policy=cache_aware",
                  "--health-check-interval-secs=5", "--health-failure-threshold=2", "--health-success-threshold=1",
                  "--health-check-timeout-secs=3", "--request-timeout-secs=1800", "--worker-startup-timeout-secs=120"):
         assert flag in command
     assert service["ports"] == [f"{INTERNAL}:30080:30080", "127.0.0.1:29000:29000"]
-    assert service["image"] == DEFAULTS["sglang_image"]
+    assert service["image"] == DEFAULTS["sglang_router_image"] != DEFAULTS["sglang_image"]
     assert not any("--worker-urls" in arg for arg in command)   # the worker set lives in workers.json
+    # The control-plane key: its directory (router/.secrets, 0700) mounted read-only, into the gateway alone.
+    assert "/opt/sglang/router/.secrets:/etc/sglang-gateway-secrets:ro" in service["volumes"]
+    assert not any("control-plane" in arg and "admin" in arg for arg in command)
 
 
-def test_the_gateway_image_can_be_pinned_apart():
-    assert compose(sglang_router_image="lmsysorg/sglang:v0.5.17")["services"]["router"]["image"] == \
-        "lmsysorg/sglang:v0.5.17"
+def test_the_control_plane_key_is_written_0700_dir_and_never_into_compose_or_scripts():
+    key = (PROJECT_DIR / "tests" / "unit" / "fixtures" / "router-admin.key").read_text().strip()
+    plan = with_gateways(gateway_host(), TWO)
+    assert plan.layout["/opt/sglang/router/.secrets"] == "700"
+    assert plan.paths.control_plane_config == "/opt/sglang/router/.secrets/control-plane.yaml"
+    assert plan.control_plane_config == f'api-key: "{key}"\n'.encode()
+    assert key not in plan.gateways[0].compose + "".join(plan.gateways[0].scripts.values())
+
+
+def test_the_gateway_image_is_its_own():
+    assert compose(sglang_router_image="registry.example.net/smg:1.13.0")["services"]["router"]["image"] == \
+        "registry.example.net/smg:1.13.0"
 
 
 def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path):
@@ -230,12 +296,28 @@ def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
     assert "--baseline 985" in gateway.scripts["benchmark.sh"]
 
 
-def test_the_launcher_reads_workers_and_key_from_files(tmp_path):
+def test_the_launcher_reads_workers_and_both_keys_from_files(tmp_path):
     (tmp_path / "workers.json").write_text(json.dumps(["http://10.0.0.11:30000"]))
     (tmp_path / "server.yaml").write_text('api-key: "k3y-0123456789abcdef"\n')
-    args = gateway_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"), "--port=1"])
-    assert args == ["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--api-key", "k3y-0123456789abcdef"]
-    assert gateway_launch.arguments([str(tmp_path / "missing.json"), "-"]) == ["--worker-urls"]
+    (tmp_path / "control.yaml").write_text('api-key: "adm1n-0123456789abcdef"\n')
+    args = gateway_launch.arguments([str(tmp_path / "workers.json"), str(tmp_path / "server.yaml"),
+                                     str(tmp_path / "control.yaml"), "--port=1"])
+    assert args == ["--port=1", "--worker-urls", "http://10.0.0.11:30000",
+                    "--control-plane-api-keys", "sglang-deploy:sglang-deploy:admin:adm1n-0123456789abcdef",
+                    "--api-key", "k3y-0123456789abcdef"]
+    assert gateway_launch.arguments([str(tmp_path / "missing.json"), "-", str(tmp_path / "control.yaml")]) == \
+        ["--worker-urls", "--control-plane-api-keys", "sglang-deploy:sglang-deploy:admin:adm1n-0123456789abcdef"]
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(SystemExit):   # never started with a worker API that would take another key
+        gateway_launch.arguments([str(tmp_path / "workers.json"), "-", str(tmp_path / "empty.yaml")])
+
+
+def test_smgs_own_parser_takes_the_launchers_arguments():
+    """The arguments launch.py builds, through smg 1.13.0's own parser when the wheel is at hand (skipped else)."""
+    smg = pytest.importorskip("smg.launch_router")
+    parsed = smg.parse_router_args(["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--control-plane-api-keys",
+                                    "sglang-deploy:sglang-deploy:admin:adm1n-0123456789abcdef"])
+    assert parsed.control_plane_api_keys == [("sglang-deploy", "sglang-deploy", "adm1n-0123456789abcdef", "admin")]
 
 
 # ---------------------------------------------------------------- the worker-set operation
@@ -392,3 +474,51 @@ def test_the_old_trusted_network_key_is_refused_in_one_line_naming_the_new_one()
     assert problem == ("host gw-1: sglang_router_trusted_network: no longer a key of this project: "
                        "sglang_trusted_network took its place. Fix: set sglang_trusted_network instead "
                        "(docs/variables.md says what it covers now) and remove sglang_router_trusted_network.")
+
+
+# ---------------------------------------------------------------- a sole gateway's restart is said aloud
+
+def gateways_of(count):
+    """gw-1's gateways as gateways.fleet() plans them, with ``count`` gateway hosts in front of gpu-01."""
+    from sglang_infra.gateways import fleet as fleet_of
+
+    gateway = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL,
+               "sglang_trusted_network": True}
+    hosts = [InventoryHost("gpu-01", ["production"], {**DEFAULTS, "ssh_hostname": "10.0.0.11",
+                                                      "sglang_trusted_network": True}),
+             *(InventoryHost(f"gw-{n}", ["router"], gateway) for n in range(1, count + 1))]
+    plans = {each.name: resolve(each.name, each.values, converged_snapshot(
+        None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
+    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
+        return fleet_of(plans, hosts)["gw-1"].gateways
+
+
+def test_a_gateway_is_the_sole_front_only_when_no_other_gateway_host_fronts_its_model():
+    assert [g.sole_front for g in gateways_of(1)] == [True]
+    assert [g.sole_front for g in gateways_of(2)] == [False]
+
+
+def sole_front_run(running: bool, sole: bool):
+    from sglang_infra.operations import stack as stack_ops
+
+    container = {"state": "running", "labels": {}, "image_id": "x"} if running else None
+    fake = FakeHost({"Snapshot": {"routers": {"m": {"stack": {"container": container, "record": None,
+                                                              "current": False}}},
+                                  "files": {}, "docker": {"images": {}}}})
+    try:
+        with on_host(fake), mock.patch.object(stack_ops.logger, "warning") as warned:
+            fake.state.is_executing = True
+            commands = list(stack_ops.stack_up._inner(project_dir="/opt/sglang/router/m", image="i", model=None,
+                                                      compose_sha="new", gateway="m", sole_front=sole))
+    finally:
+        factcache.invalidate(fake)
+    return commands, [call.args[0] for call in warned.call_args_list]
+
+
+def test_the_run_says_clients_see_a_sole_gateways_restart():
+    commands, said = sole_front_run(running=True, sole=True)
+    assert commands and len(said) == 1
+    assert "the gateway m restarts (compose.yaml changes) and no other gateway host fronts its model: its clients " \
+        "see errors until it is back" in said[0]
+    assert sole_front_run(running=True, sole=False)[1] == []    # another gateway host serves meanwhile
+    assert sole_front_run(running=False, sole=True)[1] == []    # nothing serves yet: no one sees a restart

@@ -133,8 +133,8 @@ def test_the_gateways_worker_calls_follow_no_redirect(key_file, hop, monkeypatch
 def test_the_status_probe_follows_no_redirect(key_file, hop, monkeypatch, tmp_path):
     code, source, target = hop
     home = tmp_path / "home"
-    (home / "docker" / "secrets").mkdir(parents=True)
-    os.replace(key_file, home / "docker" / "secrets" / "server.yaml")
+    (home / "router" / ".secrets").mkdir(parents=True)   # the control-plane key: /workers takes no other
+    os.replace(key_file, home / "router" / ".secrets" / "control-plane.yaml")
     (home / "router" / "m").mkdir(parents=True)
     (home / "router" / "m" / "compose.yaml").write_text(f"--port={source.url.rsplit(':', 1)[1]}\n")
     report.use_key(str(home))
@@ -248,3 +248,29 @@ def test_a_huge_file_is_not_hashed_past_its_bound(tmp_path):
         handle.truncate(safefs.MAX_HASHED_BYTES + 1)
     assert safefs.sha256_regular(str(docker / "compose.yaml")) is None
     assert stamp.digest(str(tmp_path), None) == small   # a file past the bound counts as no file
+
+
+def test_the_status_probe_sends_the_control_plane_key_not_the_client_key(key_file, monkeypatch, tmp_path):
+    """SMG's worker API takes only the control-plane key: the report sends that one to /workers, never the clients'
+    key (server.yaml), and redacts both."""
+    gateway = Server(body={"workers": [{"id": "w1", "url": "http://10.0.0.11:30000", "is_healthy": True}]})
+    monkeypatch.setattr(stack, "holds", lambda url, *a: True)
+    home = tmp_path / "home"
+    (home / "docker" / "secrets").mkdir(parents=True)
+    os.replace(key_file, home / "docker" / "secrets" / "server.yaml")
+    (home / "router" / "m").mkdir(parents=True)
+    (home / "router" / "m" / "compose.yaml").write_text(f"--port={gateway.url.rsplit(':', 1)[1]}\n")
+    monkeypatch.setattr(stack, "published", lambda port, *a: ["127.0.0.1"])
+    try:
+        report.use_key(str(home))
+        report.gateways(str(home))
+        assert [auth for _m, _p, auth in gateway.seen] == [None]   # no control-plane key yet: the client key stays
+        (home / "router" / ".secrets").mkdir()
+        (home / "router" / ".secrets" / "control-plane.yaml").write_text('api-key: "adm1n-0123456789abcdef"\n')
+        report.use_key(str(home))
+        [found] = report.gateways(str(home))
+    finally:
+        gateway.close()
+    assert [auth for _m, _p, auth in gateway.seen][-1] == "Bearer adm1n-0123456789abcdef"
+    assert found["workers"] == [{"url": "http://10.0.0.11:30000", "healthy": True}]
+    assert apikey.redact(f"{KEY} adm1n-0123456789abcdef") == "<redacted> <redacted>"

@@ -59,4 +59,4 @@ def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name
 
 
 def test_the_gateways_launcher_reads_the_key_with_the_one_reader():
-    assert ship.carried("gateway_launch") == ["safefs", "apikey"]   # read_key opens the file as safefs does
+    assert ship.carried("gateway_launch") == ["safefs", "apikey", "names"]   # read_key opens as safefs does

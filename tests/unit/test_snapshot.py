@@ -370,3 +370,13 @@ def test_the_kernels_hard_link_protection_is_read(tmp_path):
     assert hostsnapshot.kernel(str(setting)) == {"protected_hardlinks": "0"}
     assert hostsnapshot.kernel(str(tmp_path / "absent")) == {"protected_hardlinks": None}
     assert read(tmp_path / "home")["kernel"]["protected_hardlinks"] in ("0", "1", "2")  # this machine's, as read
+
+
+def test_a_gateway_hosts_layout_reads_router_secrets_as_the_plan_names_it():
+    """router/.secrets/ (0700, the control-plane key) is in the plan's layout: the snapshot reads its mode, or every
+    re-run would 'repair' it again."""
+    from sglang_infra.hostside import snapshot as hostside_snapshot
+
+    dirs = hostside_snapshot.layout_dirs({"dirs": ["/h/docker"]}, "/h", {"m": "/h/router/m"})
+    assert dirs == ["/h/docker", "/h/router", "/h/router/.secrets", "/h/router/m"]
+    assert hostside_snapshot.layout_dirs({"dirs": ["/h/docker"]}, "/h", {}) == ["/h/docker"]

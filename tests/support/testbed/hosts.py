@@ -246,17 +246,56 @@ def ensure_standin_image() -> tuple[str, Path]:
     return tag, archive
 
 
+GATEWAY_REQUIREMENTS = HERE.parent.parent.parent / "templates" / "gateway-requirements.txt"
+# The control-plane key the tests' gateways take (sglang_router_admin_key_file): a test value, not a secret.
+ADMIN_KEY = "testbed-control-plane-admin-key-0123456789"
+
+
+def ensure_gateway_image() -> tuple[str, Path]:
+    """The gateway image (SMG 1.13.0 from its wheels, hashes checked) and its archive; built once, then reused.
+    Its tag names the build script and the pinned requirements, so an edit of either rebuilds."""
+    digest = hashlib.sha256()
+    for path in (HERE / "build-gateway-image.sh", GATEWAY_REQUIREMENTS):
+        digest.update(path.read_bytes())
+    tag = f"sglang-smg-gateway:1.13.0-{digest.hexdigest()[:12]}"
+    archive = CACHE_DIR / f"{tag.replace(':', '-')}.tar.gz"
+    if archive.exists() and _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+        return tag, archive
+    with _machine_lock("gateway-image"):
+        if archive.exists() and _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+            return tag, archive
+        proc = subprocess.run(["bash", str(HERE / "build-gateway-image.sh"), tag, str(archive)], timeout=1200)
+        if proc.returncode != 0:
+            raise TestbedError(f"building the gateway image {tag} failed")
+    return tag, archive
+
+
+def admin_key_file() -> Path:
+    """The tests' control-plane key file on the control machine (sglang_router_admin_key_file)."""
+    path = CACHE_DIR / "router-admin.key"
+    if not path.exists() or path.read_text().strip() != ADMIN_KEY:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(ADMIN_KEY + "\n")
+        path.chmod(0o600)
+    return path
+
+
 def standin_data() -> dict:
     """Host data for the stand-in profile: no GPU, the stand-in image loaded from its archive, models pulled
     from the stand-in Hub (this run's own one; the unprefixed one outside a test run)."""
     from testbed import hub
 
     tag, archive = ensure_standin_image()
+    gateway_tag, gateway_archive = ensure_gateway_image()
     endpoint = hub.ensure_hub().url
     return {
         "sglang_require_gpu": False,
         "sglang_image": tag,
         "sglang_image_archive": str(archive),
+        # The gateway: the real SMG 1.13.0 in its own image, and the control-plane key the deploy alone holds.
+        "sglang_router_image": gateway_tag,
+        "sglang_router_image_archive": str(gateway_archive),
+        "sglang_router_admin_key_file": str(admin_key_file()),
         "sglang_extra_env": {"STANDIN_LOAD_SECONDS": "2"},
         "sglang_ready_timeout": 60,
         # Short benchmark requests keep test runs quick; the stand-in decodes 400 tok/s per request.
