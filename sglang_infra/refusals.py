@@ -344,8 +344,10 @@ def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
     if not data["sglang_router_image"]:
         errors.append(problem(name, "sglang_router_image", "None on a gateway host: the gateway (Shepherd Model "
                               "Gateway, smg 1.13.0) runs from an image of its own, which no default pins",
-                              "build it from a pinned Debian base with templates/gateway-requirements.txt and set "
-                              "its digest (repo@sha256:...), or its release tag with sglang_router_image_archive"))
+                              "build it with scripts/build-gateway-image.sh TAG ARCHIVE (Debian trixie and "
+                              "templates/gateway-requirements.txt, hashes checked) and set it with "
+                              "sglang_router_image_archive, or name an image of your registry by digest "
+                              "(repo@sha256:...); docs/front-door.md has the steps"))
     path = data["sglang_router_admin_key_file"]
     if not path:
         errors.append(problem(name, "sglang_router_admin_key_file", "None on a gateway host: the gateway's worker "

@@ -313,8 +313,14 @@ def test_the_launcher_reads_workers_and_both_keys_from_files(tmp_path):
 
 
 def test_smgs_own_parser_takes_the_launchers_arguments():
-    """The arguments launch.py builds, through smg 1.13.0's own parser when the wheel is at hand (skipped else)."""
-    smg = pytest.importorskip("smg.launch_router")
+    """The arguments launch.py builds, through smg 1.13.0's own parser (requirements-test.txt installs the wheel),
+    and the policies the schema accepts are exactly the ones SMG's parser offers."""
+    import smg.launch_router as smg
+    from smg.router_args import COMMON_POLICY_CHOICES
+
+    from sglang_infra.schema import GATEWAY_POLICIES
+
+    assert sorted(GATEWAY_POLICIES) == sorted(COMMON_POLICY_CHOICES)
     parsed = smg.parse_router_args(["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--control-plane-api-keys",
                                     "sglang-deploy:sglang-deploy:admin:adm1n-0123456789abcdef"])
     assert parsed.control_plane_api_keys == [("sglang-deploy", "sglang-deploy", "adm1n-0123456789abcdef", "admin")]

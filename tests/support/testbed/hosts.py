@@ -247,6 +247,8 @@ def ensure_standin_image() -> tuple[str, Path]:
 
 
 GATEWAY_REQUIREMENTS = HERE.parent.parent.parent / "templates" / "gateway-requirements.txt"
+# The operator's build of the gateway image (scripts/build-gateway-image.sh), which the tests run as it is.
+GATEWAY_BUILD = HERE.parent.parent.parent / "scripts" / "build-gateway-image.sh"
 # The control-plane key the tests' gateways take (sglang_router_admin_key_file): a test value, not a secret.
 ADMIN_KEY = "testbed-control-plane-admin-key-0123456789"
 
@@ -255,7 +257,7 @@ def ensure_gateway_image() -> tuple[str, Path]:
     """The gateway image (SMG 1.13.0 from its wheels, hashes checked) and its archive; built once, then reused.
     Its tag names the build script and the pinned requirements, so an edit of either rebuilds."""
     digest = hashlib.sha256()
-    for path in (HERE / "build-gateway-image.sh", GATEWAY_REQUIREMENTS):
+    for path in (GATEWAY_BUILD, GATEWAY_REQUIREMENTS):
         digest.update(path.read_bytes())
     tag = f"sglang-smg-gateway:1.13.0-{digest.hexdigest()[:12]}"
     archive = CACHE_DIR / f"{tag.replace(':', '-')}.tar.gz"
@@ -264,7 +266,7 @@ def ensure_gateway_image() -> tuple[str, Path]:
     with _machine_lock("gateway-image"):
         if archive.exists() and _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
             return tag, archive
-        proc = subprocess.run(["bash", str(HERE / "build-gateway-image.sh"), tag, str(archive)], timeout=1200)
+        proc = subprocess.run(["bash", str(GATEWAY_BUILD), tag, str(archive)], timeout=1200)
         if proc.returncode != 0:
             raise TestbedError(f"building the gateway image {tag} failed")
     return tag, archive

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Builds the GATEWAY image the tests deploy (sglang_router_image): the REAL Shepherd Model Gateway, PyPI smg 1.13.0,
-# on a minimal Debian trixie root (debootstrap, python3 and python3-pip from Debian's mirror), its wheels installed
+# Builds the gateway image (sglang_router_image), for operators and the tests alike: the Shepherd Model Gateway,
+# PyPI smg 1.13.0, on a minimal Debian trixie root (debootstrap, python3 and python3-pip from Debian's mirror), its wheels installed
 # with the hashes of templates/gateway-requirements.txt (pip refuses any wheel whose bytes differ). Also writes the
 # image as a gzip archive that the deploy loads on gateway hosts (sglang_router_image_archive).
 #
-# usage: build-gateway-image.sh IMAGE_TAG ARCHIVE
+# usage (as root, on a Debian machine with debootstrap and Docker): build-gateway-image.sh IMAGE_TAG ARCHIVE
 set -euo pipefail
 tag=${1:?usage: build-gateway-image.sh IMAGE_TAG ARCHIVE}
 archive=${2:?usage: build-gateway-image.sh IMAGE_TAG ARCHIVE}
 here=$(cd "$(dirname "$0")" && pwd)
-requirements="$here/../../../templates/gateway-requirements.txt"
+requirements="$here/../templates/gateway-requirements.txt"
 work=$(mktemp -d /var/tmp/sglang-gateway.XXXXXX)
 root="$work/root"
 trap 'rm -rf "$work"' EXIT
