@@ -29,7 +29,7 @@ if preflight(host, inventory):
         local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
         local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
         local.include("tasks/peer_door.py")      # 5b. the peer door: verified blobs to the fleet (or none left)
-        local.include("tasks/models_from_peers.py")  # 5c. the fleet's other hosts: models from the seeds' doors
+        local.include("tasks/models_from_peers.py")  # 5c. models from the peers' doors (a swarm's round 2)
         local.include("tasks/image.py")          # 6. the pinned serving image
         local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack and its gate
     local.include("tasks/gateways.py")      # 8. gateway hosts: a gateway per model, in front of the workers that passed

@@ -139,17 +139,22 @@ def _repo(models: Mapping[str, Any], repo_id: str) -> Mapping[str, Any]:
 
 def served_blobs(door: PeerDoor, models: Mapping[str, Any]) -> dict[str, str]:
     """Blob name -> its file, for every blob the door serves: those of each registry model's pinned revision that
-    the host's own records say is verified and unchanged (and, with a lock, whose content is the lock's), in that
-    repo's own blobs/; a name that is not a blob's (40 or 64 hex) is never listed."""
+    the host's own records say is verified and unchanged (and, with a lock, whose content is the lock's); of a
+    revision pulled in part (a swarm's first round), each file its record of the files verified so far lists that
+    is still the very inode verified (and, with a lock, whose sha256 is one of the lock's files'); in that repo's
+    own blobs/; a name that is not a blob's (40 or 64 hex) is never listed."""
     out: dict[str, str] = {}
     for pin in door.pins:
         revision = (_repo(models, pin.repo_id).get("revisions") or {}).get(pin.commit) or {}
-        if not revision.get("verified") or revision.get("problems"):
-            continue
-        if pin.content is not None and revision.get("content") != pin.content:
-            continue
+        if revision.get("verified") and not revision.get("problems"):
+            if pin.content is not None and revision.get("content") != pin.content:
+                continue
+            blobs = revision.get("blobs") or ()
+        else:
+            part = revision.get("verified_blobs") or {}
+            blobs = [blob for blob, sha256 in part.items() if pin.content is None or sha256 in pin.sha256s]
         folder = "models--" + pin.repo_id.replace("/", "--")
-        for blob in revision.get("blobs") or ():
+        for blob in blobs:
             path = f"{door.hub}/{folder}/blobs/{blob}"
             if isinstance(blob, str) and _BLOB_RE.fullmatch(blob) and _PATH_RE.fullmatch(path):
                 out.setdefault(blob, path)

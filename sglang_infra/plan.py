@@ -206,7 +206,8 @@ def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
     address = (snapshot.get("peer") or {}).get("address")
     assert address, "check_host_state refuses a door whose address is not the host's"
     locked = plan.lock.models if plan.lock is not None else {}
-    pins = tuple(PeerPin(model.repo_id, model.revision, locked[key_].content if key_ in locked else None)
+    pins = tuple(PeerPin(model.repo_id, model.revision, locked[key_].content if key_ in locked else None,
+                         frozenset(f["sha256"] for f in locked[key_].files) if key_ in locked else frozenset())
                  for key_, model in sorted(plan.registry.items()) if models.is_commit(model.revision))
     door = PeerDoor(address=address, port=data["sglang_peer_port"], group=plan.account,
                     hub=plan.paths.hub, pins=pins, key=key)

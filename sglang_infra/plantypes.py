@@ -219,21 +219,24 @@ class NodeExporter:
 
 class PeerSources(NamedTuple):
     """Where a serving host's pull looks for one model's blobs (peering.py): the other serving hosts' peer doors
-    (ADDRESS:PORT), whether this host is the model's seed (it takes the Hub for a blob no peer holds, first), and how
-    long its pull waits for a peer to hold a blob."""
+    (ADDRESS:PORT), whether this host is the model's seed (it takes the Hub for a blob no peer holds, first), how
+    long its pull waits for a peer to hold a blob, and in a swarm (peering.split) the lock's paths this host takes
+    in the first round (None: no swarm)."""
 
     peers: tuple[str, ...]
     seed: bool
     wait: int
+    share: tuple[str, ...] | None = None
 
 
 class PeerPin(NamedTuple):
     """A registry model's pinned revision, as the peer door checks it: its repo, commit and (with a lock) the
-    lock's content digest."""
+    lock's content digest and the sha256 of each of its files."""
 
     repo_id: str
     commit: str
     content: str | None
+    sha256s: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,11 @@ sglang_infra/hostside/hfpull.py: resumable, verified against the Hub's sizes
 and hashes (and, with a lock, the lock's sha256 of every file), a snapshot
 marked complete only when every file is. A revision that is already complete
 costs no request to the Hub. With peer distribution on (sglang_peer_key_file),
-the seed of each model pulls here, the Hub's bytes for the site; the fleet's
-other hosts pull in tasks/models_from_peers.py, from the seeds' doors.
+a model pulled as a swarm (sglang_infra/peering.py) is pulled here in part:
+each host its share of the lock's files, the Hub's bytes for the site, the
+rest in tasks/models_from_peers.py from the peers' doors; without a swarm,
+the seed of each model pulls here and the fleet's other hosts pull in
+tasks/models_from_peers.py, from the seeds' doors.
 """
 
 from pyinfra import host, logger
@@ -17,7 +20,7 @@ from pyinfra.operations import apt
 from sglang_infra import ship
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.models import model_pulled, pull_tools
-from sglang_infra.peering import after_seeds, pull_arguments
+from sglang_infra.peering import after_seeds, in_swarm, pull_arguments
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
@@ -58,7 +61,9 @@ secret_file(
 )
 
 # A model some peer may serve this host later (peering.py) is pulled after the seeds' doors list it:
-# tasks/models_from_peers.py.
+# tasks/models_from_peers.py; in a swarm, this host's share of it here (round 1), the rest there (round 2).
 for model in plan.kept:
-    if not after_seeds(plan, model):
+    if in_swarm(plan, model):
+        model_pulled(**pull_arguments(plan, model, first_round=True))
+    elif not after_seeds(plan, model):
         model_pulled(**pull_arguments(plan, model))

@@ -1,6 +1,8 @@
 """The models a serving host takes from the fleet's peers (peering.py), once the
 seeds' peer doors list what they pulled from the Hub (tasks/peer_door.py ran
-just before): each file from every peer that holds it verified, checked
+just before), or in a swarm the rest of each model once every door lists the
+share its host verified in round 1: each file from every peer that holds it
+verified, checked
 against the lock (or the Hub's digest) before it enters the cache, the Hub
 for what no peer holds. Then this host's own door lists what it now holds,
 for the hosts after it."""

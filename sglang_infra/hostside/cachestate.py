@@ -72,6 +72,18 @@ def _verified(repo_fd, data, budget):
             "size": manifest.size(data), "problems": found, "content": content, "blobs": blobs}
 
 
+def _verified_blobs(repo_fd, part, budget):
+    """blob -> content sha256 of each file a record of a revision verified in part (manifest.PARTIAL) lists whose
+    snapshot link still names its blob and whose blob is still the very inode the pull verified, unchanged (the
+    same check as a whole record's, file by file): what the peer door may list of a revision pulled in part."""
+    out = {}
+    for item in part["files"]:
+        if isinstance(item, dict) and isinstance(item.get("blob"), str) and isinstance(item.get("sha256"), str) \
+                and not manifest.problems(repo_fd, {"commit": part["commit"], "files": [item]}, budget):
+            out[item["blob"]] = item["sha256"]
+    return out
+
+
 def _check_unverified(repo_fd, commit, budget):
     """A snapshot without a manifest: its files counted, each link's blob looked up in the repo's own blobs/
     (lstat, never through the link); a link that leads anywhere else is a problem."""
@@ -190,6 +202,9 @@ def _repo_with(repo_fd, folder, records, rdir, budget):
                 revisions[commit] = _verified(repo_fd, data, budget)
             elif _is_dir(snaps, commit):
                 revisions[commit] = _check_unverified(repo_fd, commit, budget)
+                part = records.load_in(rdir, commit, part=True) if rdir is not None else None
+                if part is not None:
+                    revisions[commit]["verified_blobs"] = _verified_blobs(repo_fd, part, budget)
         partials = []
         for name in _names(blobs, budget):
             if name.endswith(".incomplete"):

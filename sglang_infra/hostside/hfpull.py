@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-wait", type=float, default=DEFAULT_LOCK_WAIT,
                    help="seconds to wait for another pull of the same repo (default 1800)")
     p.add_argument("--locked-stdin", action="store_true",
-                   help="read the lock's record of this revision (JSON) from stdin and verify every file against it")
+                   help="read the lock's record of this revision (JSON) from stdin and verify every file against it; "
+                        "with a \"share\" list of paths in it, pull only those (a swarm's first round), recorded as "
+                        "verified in part")
     p.add_argument("--workers", type=_workers, default=pull.DEFAULT_WORKERS,
                    help=f"files and connections at once (default {pull.DEFAULT_WORKERS}, at most {pull.MAX_WORKERS})")
     p.add_argument("--peer", action="append", default=[], metavar="ADDR:PORT",

@@ -33,6 +33,9 @@ from . import safefs
 
 MAX_BYTES = 64 << 20  # far above any real repo's file list
 SUFFIX = ".json"
+# `<commit>.partial.json`: a revision verified in part (a swarm's first round, peering.py): the same entries as a
+# record, for the files the pull verified so far alone; never a complete revision, only what the peer door may list.
+PARTIAL = ".partial"
 
 
 def safe_name(name):
@@ -99,26 +102,28 @@ class Records:
             if fd is not None:
                 os.close(fd)
 
-    def load_in(self, fd, commit):
+    def load_in(self, fd, commit, part=False):
         """The record of ``commit`` in the folder open as ``fd`` (from folder()), or None when there is none or it
-        is not one to trust: a link, not a regular file, another owner, group- or other-writable, too large."""
+        is not one to trust: a link, not a regular file, another owner, group- or other-writable, too large.
+        ``part``: its record of the files verified so far (PARTIAL) instead."""
         if fd is None or not safe_name(commit):
             return None
         try:
-            found = safefs.read_regular_with_stat(commit + SUFFIX, MAX_BYTES, dir_fd=fd)
+            found = safefs.read_regular_with_stat(commit + (PARTIAL if part else "") + SUFFIX, MAX_BYTES, dir_fd=fd)
         except OSError:
             return None
         if found is None or not self.trusted(found[1], stat.S_ISREG):
             return None
         return _parse(found[0], commit)
 
-    def load(self, folder, commit):
+    def load(self, folder, commit, part=False):
         with self.folder(folder) as fd:
-            return self.load_in(fd, commit)
+            return self.load_in(fd, commit, part)
 
     def commits(self, fd, names):
         """The commits of the records among ``names`` (entries of the folder open as ``fd``)."""
-        return [n[:-len(SUFFIX)] for n in names if fd is not None and n.endswith(SUFFIX)]
+        return [n[:-len(SUFFIX)] for n in names if fd is not None and n.endswith(SUFFIX)
+                and not n.endswith(PARTIAL + SUFFIX)]
 
     def folders(self):
         """The repo folders that have records (names only), when the records dir is one to trust."""
@@ -148,10 +153,11 @@ class Records:
             raise safefs.Refused(f"{path} is not the account's alone (another owner, or writable by its group or "
                                  f"others): nothing verified is recorded there; make it the account's, mode 0755")
 
-    def write(self, folder, commit, data):
+    def write(self, folder, commit, data, part=False):
         """``data`` as the record of ``commit``: the records dir and the repo's folder made 0755 when missing, the
         record created anew 0644 and renamed into place. Refused (nothing written) when either folder is a link
-        or not the account's alone."""
+        or not the account's alone. ``part``: the record of a revision verified in part (PARTIAL); a whole
+        record replaces it (the partial one goes)."""
         if not (safe_name(folder) and safe_name(commit)):
             raise safefs.Refused(f"refusing a record named {folder!r}/{commit!r}")
         here = os.path.join(self.directory, folder)
@@ -169,9 +175,13 @@ class Records:
             raise safefs.Refused(f"{here} is not a directory (a symlink?); refusing to record into it")
         try:
             self._own(fd, here)
-            tmp = f"{commit}{SUFFIX}.{os.getpid()}.tmp"
+            name = commit + (PARTIAL if part else "") + SUFFIX
+            tmp = f"{name}.{os.getpid()}.tmp"
             st = safefs.create_new(fd, tmp, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
-            safefs.rename_new(fd, tmp, commit + SUFFIX, st)
+            safefs.rename_new(fd, tmp, name, st)
+            if not part:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(commit + PARTIAL + SUFFIX, dir_fd=fd)
         finally:
             os.close(fd)
 
@@ -186,10 +196,11 @@ class Records:
             if fd is None:
                 return
             try:
-                for commit in self.commits(fd, safefs.listdir_fd(fd)):
-                    if commit not in present:
+                for name in safefs.listdir_fd(fd):
+                    commit = name[:-len(SUFFIX)].removesuffix(PARTIAL) if name.endswith(SUFFIX) else None
+                    if commit is not None and commit not in present:
                         with contextlib.suppress(OSError):
-                            os.unlink(commit + SUFFIX, dir_fd=fd)
+                            os.unlink(name, dir_fd=fd)
                 left = safefs.listdir_fd(fd)
             finally:
                 os.close(fd)

@@ -37,11 +37,7 @@ DEFAULT_WORKERS = 8  # files and connections at once, as huggingface_hub's snaps
 MAX_WORKERS = 64
 MAX_TREE_ENTRIES = hublimits.MAX_TREE_ENTRIES
 STALE_PARTIAL_AGE = 24 * 3600
-
 MiB = 1024 * 1024
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def mib(n: float) -> str:
@@ -95,9 +91,6 @@ def safe_relpath(path: str) -> str:
     if parts is None:
         raise VerifyError(f"refusing unsafe path in repo tree: {path!r}")
     return os.path.join(*parts)
-
-
-# --------------------------------------------------------------------------- pull
 
 
 @dataclasses.dataclass
@@ -182,6 +175,7 @@ class Puller:
         self.expect_digest: str | None = None
         self.transfer: transfer.Transfer | peers.PeerTransfer | None = None  # the revision's HTTP, once known
         self.fleet: peers.Fleet | None = None  # the peers that may hold this model's blobs (peers.py), or None
+        self.share: set[str] | None = None  # a swarm's round 1 (peering.split): the paths this host pulls, or None
 
     def _count(self, **amounts: int) -> None:
         with self.stats_lock:
@@ -261,6 +255,7 @@ class Puller:
             raise PullError(f"the lock records commit {locked.get('commit')}, the pull asks for {self.revision}",
                             EXIT_USAGE)
         self.expect = {f["path"]: f for f in locked["files"]}
+        self.share = set(locked["share"]) if locked.get("share") is not None else None
         self.expect_digest = manifest.content_digest(locked["files"])
 
     def _fast_path(self, commit: str) -> bool:
@@ -328,6 +323,8 @@ class Puller:
             b.paths.sort()
         if self.expect is not None:
             self._against_lock(blobs)
+        if self.share is not None:  # this host's share alone; _write_manifest records it as verified in part
+            blobs = [b for b in blobs if self.share & set(b.paths)]
         self.stats.files = sum(len(b.paths) for b in blobs)
         self.stats.bytes_total = sum(b.size * len(b.paths) for b in blobs)
         return blobs
@@ -579,10 +576,10 @@ class Puller:
             for p in blob.paths:
                 files.append(manifest.entry(p, blob.name, st, blob.lfs, blob.sha256))
         data = manifest.document(self.repo_id, commit, files, int(time.time()))
-        old = self.records.load(self.folder, commit)
+        old = self.records.load(self.folder, commit, self.share is not None)
         if old is not None and old.get("files") == data["files"] and old.get("repo_id") == self.repo_id:
             return
-        self.records.write(self.folder, commit, data)
+        self.records.write(self.folder, commit, data, self.share is not None)
         self.stats.changed = True
 
     def _write_ref(self, commit: str) -> None:

@@ -80,7 +80,8 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 @snapshot_operation
 def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
                  endpoint: str | None = None, token_file: str | None = None, locked=None,
-                 peers: PeerSources | None = None, peer_key_file: str | None = None):
+                 peers: PeerSources | None = None, peer_key_file: str | None = None,
+                 share: tuple[str, ...] | None = None):
     """
     Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
     cache ``hub``, as the pull's records in ``verified`` (the account's
@@ -93,6 +94,8 @@ def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir
     a complete revision whose content digest is not the lock's counts as not
     pulled. With ``peers`` (peering.py), each file from the fleet's peers
     that hold it verified first, the site key read from ``peer_key_file``.
+    With ``share`` (a swarm's round 1, peering.split; needs ``locked``), only
+    the files of those paths, recorded as a revision verified in part.
     """
     cache = current(host)["models"]
     found = _revision_state(cache, repo_id, revision)
@@ -101,13 +104,21 @@ def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir
         host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache"
                   + (" (as the lock records it)" if locked is not None else ""))
         return
+    assert share is None or locked is not None, "peering.with_sources gives a share only with a lock"
+    if share is not None and found and {f["sha256"] for f in locked.files if f["path"] in share} <= set(
+            (found.get("verified_blobs") or {}).values()):
+        host.noop(f"this host's share of {repo_id}@{revision[:12]} is already verified in the cache")
+        return
     if diff_wanted():
         state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
             f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
     command = pull_command(tools_dir, hub, verified, repo_id, revision, endpoint, token_file, lock_wait, workers,
                            locked is not None, peers, peer_key_file)
-    stdin = {"_stdin": json.dumps(locked.record())} if locked is not None else {}
+    record = locked.record() if locked is not None else None
+    if record is not None and share is not None:
+        record["share"] = list(share)  # the paths, on stdin: never on a command line
+    stdin = {"_stdin": json.dumps(record)} if record is not None else {}
     yield FunctionCommand(run_streamed, (command,), stdin)
 
 

@@ -452,3 +452,29 @@ def test_the_snapshot_trusts_the_records_of_the_account_it_names_and_roots_only(
     os.chown(tmp_path / "verified", 0, 0)
     assert revision("nobody-here")["verified"] is False   # root's records dir, the account's record: still none
     assert revision(account)["verified"] is True
+
+
+def test_a_record_in_part_is_never_a_revision_and_goes_with_the_whole_record_or_a_prune(tmp_path):
+    """A swarm's round 1 records the files it verified as <commit>.partial.json: the scan reports them as the
+    revision's verified_blobs (the revision stays unverified), a forged one in a writable folder counts as none, a
+    whole record replaces it, and drop_stale removes one of a commit that goes."""
+    repo = make_revision(tmp_path, "org/m", C1, FILES, manifest=False)
+    folder = records_of(tmp_path) / "models--org--m"
+    records = manifest.Records(str(records_of(tmp_path)), manifest.owners())
+    data = FILES["model.safetensors"]
+    name = blob_name(data, True)
+    part = [manifest.entry("model.safetensors", name, os.lstat(repo / "blobs" / name), True,
+                           hashlib.sha256(data).hexdigest())]
+    records.write("models--org--m", C1, {"repo_id": "org/m", "commit": C1, "files": part}, part=True)
+    assert sorted(os.listdir(folder)) == [f"{C1}.partial.json"]
+    assert records.load("models--org--m", C1) is None and records.trusted_blobs("models--org--m") == {}
+    found = scan(tmp_path)["repos"]["org/m"]["revisions"][C1]
+    assert found["verified"] is False and found["verified_blobs"] == {part[0]["blob"]: part[0]["sha256"]}
+    folder.chmod(0o775)   # a folder a member could write: its records count as none
+    assert "verified_blobs" not in scan(tmp_path)["repos"]["org/m"]["revisions"][C1]
+    folder.chmod(0o755)
+    records.drop_stale("models--org--m", {C2})
+    assert not folder.exists()
+    records.write("models--org--m", C1, {"repo_id": "org/m", "commit": C1, "files": part}, part=True)
+    records.write("models--org--m", C1, {"repo_id": "org/m", "commit": C1, "files": part})
+    assert sorted(os.listdir(folder)) == [f"{C1}.json"]

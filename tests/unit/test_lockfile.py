@@ -278,6 +278,20 @@ def test_a_complete_revision_with_other_content_than_the_lock_is_pulled_again(hu
     commands, fake = run(facts)
     assert commands == [] and "as the lock records it" in fake.noops[0]
 
+    # a swarm's round 1 (peering.split): the share's paths on stdin beside the lock's record, never on the command
+    # line; nothing to do once the snapshot says the share's files are verified (the revision still in part)
+    share = (locked.files[0]["path"],)
+    args["share"] = share
+    state.update(complete=False, verified=False, content=None)
+    commands, _ = run(facts)
+    assert json.loads(commands[0].kwargs["_stdin"]) == {**locked.record(), "share": list(share)}
+    assert share[0] not in command_text(commands[0])
+    state["verified_blobs"] = {"c" * 64: locked.files[1]["sha256"]}   # another file of the revision
+    assert len(run(facts)[0]) == 1
+    state["verified_blobs"] = {"b" * 64: locked.files[0]["sha256"]}
+    commands, fake = run(facts)
+    assert commands == [] and "share" in fake.noops[0]
+
 
 def test_the_image_build_requires_the_locked_wheel_hashes():
     data = pinned_defaults()

@@ -364,3 +364,86 @@ def test_a_pull_from_peers_killed_mid_file_resumes_at_the_missing_bytes(hub, see
     assert result["bytes_missing"] + result["resumed_bytes"] <= total  # nothing fetched twice
     assert hub_file_bytes(hub) == 0
     assert_cache_holds(seeded, cache)
+
+
+def lock_of(cache: Path) -> dict:
+    """The lock's record of org/fleet (commit, files with their sha256), from a verified pull's record."""
+    from sglang_infra.hostside import manifest
+    records = manifest.Records(str(cache / "verified"), manifest.owners())
+    (commit,) = [name[:-5] for name in os.listdir(cache / "verified" / "models--org--fleet")]
+    found = records.load("models--org--fleet", commit)
+    return {"commit": commit, "files": [{"path": e["path"], "size": e["size"], "sha256": e["sha256"]}
+                                        for e in found["files"]]}
+
+
+def served(cache: Path, lock: dict) -> dict[str, str]:
+    """What the door of a host whose cache is ``cache`` lists, from its snapshot (cachestate) as the deploy reads it."""
+    from sglang_infra import peerdoor
+    from sglang_infra.hostside import cachestate, manifest
+    from sglang_infra.plantypes import PeerDoor, PeerPin
+    found = cachestate.scan(str(cache / "hub"), manifest.Records(str(cache / "verified"), manifest.owners()))
+    pin = PeerPin("org/fleet", lock["commit"], manifest.content_digest(lock["files"]),
+                  frozenset(f["sha256"] for f in lock["files"]))
+    door = PeerDoor(address="127.0.0.1", port=1, group="g", hub=str(cache / "hub"), pins=(pin,), key=KEY.encode())
+    return peerdoor.served_blobs(door, found)
+
+
+def test_a_swarm_each_host_its_share_from_the_hub_then_the_rest_from_the_peer_and_its_door_lists_each_file(
+        hub, seeded, tmp_path_factory):
+    """Round 1: each host pulls only its share (peering.split) from the Hub, recorded as verified in part, and its
+    door lists those files alone; a file an admin drops or rewrites, or one no pull verified, is never listed.
+    Round 2: the rest from the other host's door, the Hub not at all; the whole record replaces the partial one."""
+    from sglang_infra import peering
+    from sglang_infra.hostside import manifest
+    lock = lock_of(tmp_path_factory.getbasetemp() / "seed0")   # the `seeded` fixture's cache
+    shares = peering.split(lock["files"], ["h1", "h2"])
+    blob_of = {f["path"]: f["sha256"] for f in lock["files"]}
+    name_of = {f["path"]: next(n for n, data in seeded.items() if hashlib.sha256(data).hexdigest() == f["sha256"])
+               for f in lock["files"]}
+    caches = {h: tmp_path_factory.mktemp(h) for h in shares}
+    for h, share in shares.items():
+        hub.reset()
+        puller = Puller(str(caches[h] / "hub"), "org/fleet", lock["commit"], hub.url, None, lock_wait=5,
+                        records_dir=str(caches[h] / "verified"))
+        puller.expect_lock({**lock, "share": list(share)})
+        result = puller.run()
+        assert result["bytes_fetched"] == sum(f["size"] for f in lock["files"] if f["path"] in share)
+        assert hub_file_bytes(hub) == result["bytes_fetched"]
+        assert sorted(os.listdir(caches[h] / "hub/models--org--fleet/blobs")) == sorted(name_of[p] for p in share)
+        records = manifest.Records(str(caches[h] / "verified"), manifest.owners())
+        assert records.load("models--org--fleet", lock["commit"]) is None            # never a whole revision
+        assert sorted(served(caches[h], lock)) == sorted(name_of[p] for p in share)
+    assert {blob_of[p] for p in shares["h1"]} & {blob_of[p] for p in shares["h2"]} == set()
+    one, big = caches["h1"], max(shares["h1"], key=lambda p: len(seeded[name_of[p]]))
+    blobs = one / "hub/models--org--fleet/blobs"
+    # a file of the other share put there by hand (right bytes, right link): no pull verified it, never listed
+    stray = shares["h2"][0]
+    (blobs / name_of[stray]).write_bytes(seeded[name_of[stray]])
+    link = one / "hub/models--org--fleet/snapshots" / lock["commit"] / stray
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(os.path.relpath(blobs / name_of[stray], link.parent))
+    assert name_of[stray] not in served(one, lock)
+    (blobs / name_of[stray]).unlink()
+    # an admin rewrites a verified file in place (same bytes): no longer the inode verified, not listed; drops it: gone
+    data = (blobs / name_of[big]).read_bytes()
+    (blobs / name_of[big]).unlink()
+    assert name_of[big] not in served(one, lock)
+    (blobs / name_of[big]).write_bytes(data)
+    assert name_of[big] not in served(one, lock)
+    # round 2 on h2: h1's share from h1's door (its blobs as listed there), the Hub not at all
+    door = Door({name_of[p]: seeded[name_of[p]] for p in shares["h1"]})
+    try:
+        hub.reset()
+        two = caches["h2"]
+        puller = Puller(str(two / "hub"), "org/fleet", lock["commit"], hub.url, None, lock_wait=5,
+                        records_dir=str(two / "verified"))
+        puller.expect_lock(lock)
+        puller.fleet = peers.Fleet([peers.parse_peer(door.label)], KEY, seed=True, wait=0)
+        result = puller.run()
+    finally:
+        door.close()
+    assert result["sources"] == {door.label: sum(f["size"] for f in lock["files"] if f["path"] in shares["h1"])}
+    assert hub_file_bytes(hub) == 0
+    assert_cache_holds(seeded, two)
+    assert sorted(os.listdir(two / "verified/models--org--fleet")) == [lock["commit"] + ".json"]   # partial gone
+    assert sorted(served(two, lock)) == sorted(seeded)

@@ -258,3 +258,16 @@ def test_the_host_says_whether_an_address_is_its_own():
     assert host_snapshot.peer_address("127.0.0.1") == {"address": "127.0.0.1", "local": True}
     assert host_snapshot.peer_address("192.0.2.1") == {"address": "192.0.2.1", "local": False}   # TEST-NET-1
     assert host_snapshot.peer_address("nowhere.invalid") == {"address": None, "local": False}
+
+
+def test_a_revision_pulled_in_part_lists_only_the_files_its_pull_verified():
+    """A swarm's first round (peering.split): the snapshot's verified_blobs (cachestate, from the pull's record of
+    the files it verified, each still the very inode verified) are listed file by file; with a lock, only a file
+    whose sha256 is one of the lock's; a revision pulled in part without such a record lists nothing."""
+    part = {"verified": False, "complete": False, "problems": ["missing blob for model-2.safetensors"],
+            "verified_blobs": {LFS: LFS, SMALL: "9" * 64}, "blobs": ["c" * 64]}
+    found = cache(org__m={"1" * 40: part}, org__n={"2" * 40: revision(["d" * 64], verified=False)})
+    door = list_door([("org/m", "1" * 40, None), ("org/n", "2" * 40, None)])
+    assert sorted(peerdoor.served_blobs(door, found)) == [LFS, SMALL]          # never the revision's other blobs
+    door = list_door([("org/m", "1" * 40, "f" * 64, frozenset({LFS}))])
+    assert list(peerdoor.served_blobs(door, found)) == [LFS]   # the small file's sha256 is not the lock's

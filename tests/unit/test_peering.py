@@ -10,6 +10,7 @@ from conftest import converged_snapshot, pinned_defaults
 from sglang_infra import peering
 from sglang_infra.gateways import InventoryHost
 from sglang_infra.hostside import names
+from sglang_infra.lockfile import LockedModel
 from sglang_infra.operations.models import pull_command
 from sglang_infra.plan import resolve
 from sglang_infra.plantypes import PeerDoor
@@ -89,3 +90,51 @@ def test_the_pull_gets_its_peers_and_the_key_file_path_never_the_key():
     assert "--peer-seed" in pull_command(seed_args["tools_dir"], seed_args["hub"], seed_args["verified"],
                                          seed_args["repo_id"], seed_args["revision"], None, None, 1800, 8, False,
                                          seed_args["peers"], seed_args["peer_key_file"])
+
+
+def f(path, size, sha=None):
+    return {"path": path, "size": size, "sha256": sha or path.ljust(64, "0")[:64]}
+
+
+def test_the_split_gives_each_content_once_largest_first_to_the_host_with_the_fewest_bytes():
+    files = [f("c", 5), f("a", 10), f("e", 1), f("b", 7), f("d", 3), f("a-copy", 10, f("a", 10)["sha256"])]
+    shares = peering.split(files, ["h1", "h2", "h3"])
+    # 10 -> h1; 7 -> h2; 5 -> h3; 3 -> h3 (5 is least); 1 -> h2 (7 < 8 < 10); a copy of a's content goes with a
+    assert shares == {"h1": ("a", "a-copy"), "h2": ("b", "e"), "h3": ("c", "d")}
+    assert peering.split(list(reversed(files)), ["h1", "h2", "h3"]) == shares   # the lock's order does not matter
+    assert peering.split(files, ["h1"]) == {"h1": ("a", "a-copy", "b", "c", "d", "e")}
+    even = peering.split([f(str(n), 100) for n in range(8)], ["h1", "h2", "h3", "h4"])
+    assert [len(share) for share in even.values()] == [2, 2, 2, 2]              # ties: inventory order, in turn
+
+
+def locked_plan(each: InventoryHost, door=True):
+    plan = plan_of(each, door)
+    model = plan.kept[0]
+    files = (f("config.json", 600), f("model-1.safetensors", 12 << 20), f("model-2.safetensors", 3 << 20))
+    return replace(plan, locked={model.key: LockedModel(model.key, model.repo_id, model.revision, files)})
+
+
+def test_with_a_lock_every_host_of_the_model_in_this_run_pulls_its_share_then_the_rest_from_its_peers():
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13"),
+             host("gpu-04", "10.0.0.14")]
+    plans = {h.name: locked_plan(h) for h in hosts if h.name != "gpu-01"}   # gpu-01 is not in this run
+    out = peering.with_sources(plans, hosts)
+    sources = {name: out[name].peer_sources[PROD] for name in plans}
+    assert {name: s.share for name, s in sources.items()} == {
+        "gpu-02": ("model-1.safetensors",), "gpu-03": ("model-2.safetensors",), "gpu-04": ("config.json",)}
+    assert all(s.seed and s.wait == 0 for s in sources.values())   # round 2: the Hub at once for what no peer has
+    assert sources["gpu-03"].peers == ("10.0.0.11:30050", "10.0.0.12:30050", "10.0.0.14:30050")  # gpu-01 holds it all
+    plan = out["gpu-03"]
+    assert peering.in_swarm(plan, plan.kept[0]) and peering.after_seeds(plan, plan.kept[0])
+    first = peering.pull_arguments(plan, plan.kept[0], first_round=True)
+    assert first["share"] == ("model-2.safetensors",) and "1 of 3 files" in first["name"]
+    assert "share" not in peering.pull_arguments(plan, plan.kept[0])
+
+
+def test_with_a_lock_a_fleet_of_one_in_this_run_pulls_as_before():
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12")]
+    out = peering.with_sources({"gpu-02": locked_plan(hosts[1])}, hosts)   # a host joining: gpu-01 holds it all
+    sources = out["gpu-02"].peer_sources[PROD]
+    assert sources.seed and sources.share is None and sources.peers == ("10.0.0.11:30050",)
+    assert not peering.in_swarm(out["gpu-02"], out["gpu-02"].kept[0])
+    assert not peering.after_seeds(out["gpu-02"], out["gpu-02"].kept[0])
