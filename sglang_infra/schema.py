@@ -169,6 +169,11 @@ def system_dir_problem(path: str) -> str | None:
     return None
 
 
+def _readable_file(value: Any) -> bool:
+    """A path on the control machine to a file the deploy can read (a key, a token, an image archive)."""
+    return isinstance(value, str) and os.path.isfile(value) and os.access(value, os.R_OK)
+
+
 def _http_url(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^https?://[^\s/]+(/[^\s]*)?$", value) is not None
 
@@ -254,12 +259,10 @@ SCHEMA: dict[str, Key] = {
     "sglang_hf_endpoint": Key("None or an http(s) URL", _optional(_http_url),
                               "use the mirror's base URL, e.g. 'https://hub.example.internal', or None for the Hub"),
     "sglang_api_key_file": Key("None or a readable file on the control machine",
-                               _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
-                                         and os.access(v, os.R_OK)),
+                               _optional(_readable_file),
                                "point at a file holding only the API key, or None for an open API"),
     "sglang_hf_token_file": Key("None or a readable file on the control machine",
-                                _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
-                                          and os.access(v, os.R_OK)),
+                                _optional(_readable_file),
                                 "point at a file holding only the token, or None to use HF_TOKEN"),
     "sglang_prune_models": Key("True or False", lambda v: isinstance(v, bool),
                                "use True to remove unreferenced revisions, False to keep everything"),
@@ -276,8 +279,7 @@ SCHEMA: dict[str, Key] = {
                                     "use the address the fleet's other hosts reach this host on, or None for its "
                                     "fleet address"),
     "sglang_peer_key_file": Key("None or a readable file on the control machine",
-                                _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
-                                          and os.access(v, os.R_OK)),
+                                _optional(_readable_file),
                                 "point at a file holding only the site's peer key, or None for no peer door"),
     "sglang_tools_dir": Key("an absolute path outside sglang_home", _abs_path,
                             "use e.g. '/var/lib/sglang-tools'"),
@@ -335,12 +337,10 @@ SCHEMA: dict[str, Key] = {
     "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),
                                "name the SMG gateway image by digest (repo@sha256:...) or by a release tag"),
     "sglang_router_image_archive": Key("None or a readable file on the control machine",
-                                       _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
-                                                 and os.access(v, os.R_OK)),
+                                       _optional(_readable_file),
                                        "point at a `docker save` archive of sglang_router_image, or None to pull it"),
     "sglang_router_admin_key_file": Key("None or a readable file on the control machine",
-                                        _optional(lambda v: isinstance(v, str) and os.path.isfile(v)
-                                                  and os.access(v, os.R_OK)),
+                                        _optional(_readable_file),
                                         "point at a file holding only the gateway's control-plane key"),
     "sglang_router_models": Key("None or a list of distinct registry keys",
                                 _optional(lambda v: isinstance(v, (list, tuple)) and bool(v)

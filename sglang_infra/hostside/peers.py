@@ -42,7 +42,7 @@ import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingfa
 from . import ranges
 from .pull_errors import EXIT_USAGE, PullError
 from .safefs import read_regular, unlink_if_present
-from .transfer import Stopped, _Job, _pwrite_all, _single_name, gather, pause
+from .transfer import Stopped, _Job, _pwrite_all, _single_name, gather, open_partial, pause
 from .units import human
 
 CONNECT_TIMEOUT = 5.0  # seconds: a peer is on the fleet's LAN
@@ -227,12 +227,7 @@ class PeerTransfer:
         if not holders:
             self.hub.progress.file_line(index, path, "no peer holds it verified; from the Hub")
             return None
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
-        try:
-            _single_name(fd, partial)
-        except PullError:
-            os.close(fd)
-            raise
+        fd = open_partial(partial)
         sidecar = _read_sidecar(partial)
         spans = ranges.resume(blob.size, os.fstat(fd).st_size, sidecar, max(self.hub.workers, len(holders)))
         got = ranges.done(spans)

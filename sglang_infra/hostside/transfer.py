@@ -266,12 +266,7 @@ class Transfer:
         """Fetch the missing part of every range, each on a connection of its own, into `partial`."""
         assert self.ranges is not None  # the puller's pool, open for the revision's whole fetch
         location, headers = self.location(path, blob)  # errors (gated, ...) surface before any write
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
-        try:
-            _single_name(fd, partial)
-        except PullError:
-            os.close(fd)
-            raise
+        fd = open_partial(partial)
         job = _Job(self, blob, partial, fd, spans, index, path, location, headers)
         try:
             job.grow()
@@ -380,6 +375,18 @@ def _single_name(fd: int, path: str) -> None:
     if links > 1:
         raise PullError(f"{path} has {links} hard links, which the pull never makes; it is neither written nor "
                         f"re-moded. Remove it (rm {path}) and run again")
+
+
+def open_partial(partial: str) -> int:
+    """The partial file of a blob open for writing (created 0664 when missing, never through a link), once it has
+    one name (_single_name); the caller closes it."""
+    fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+    try:
+        _single_name(fd, partial)
+    except PullError:
+        os.close(fd)
+        raise
+    return fd
 
 
 class _Restart(Exception):

@@ -129,14 +129,14 @@ def start_deploy(inventory: Path, log: Path, *args: str) -> subprocess.Popen:
     )
 
 
-def wait_for(predicate, seconds: float):
-    """Poll ``predicate`` once a second, at most ``seconds``; its last value."""
+def wait_for(predicate, seconds: float, every: float = 1):
+    """Poll ``predicate`` every ``every`` seconds, at most ``seconds``; its last value."""
     deadline = time.monotonic() + seconds
     while True:
         value = predicate()
         if value or time.monotonic() > deadline:
             return value
-        time.sleep(1)
+        time.sleep(every)
 
 
 def wait_for_text(log: Path, text: str, timeout: float = 300) -> bool:

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from harness import PROJECT_DIR
+from harness import PROJECT_DIR, wait_for
 
 STANDIN = PROJECT_DIR / "tests" / "support" / "standin"
 sys.path.insert(0, str(STANDIN))
@@ -88,12 +88,8 @@ def statuses(base: str) -> tuple:
 
 
 def until(check, seconds: float = 15):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
+    """``check`` polled every 0.2 s for at most ``seconds``; its last value."""
+    return wait_for(check, seconds, every=0.2)
 
 
 def test_rank0_serves_only_once_every_rank_has_joined(ranks):
