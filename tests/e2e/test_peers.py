@@ -91,8 +91,11 @@ def hub():
 
 
 @pytest.fixture(scope="module")
-def fleet(testbed, workdir, hub):
+def fleet(testbed, tmp_path_factory, hub):
     hosts = [testbed.host(f"sg-peers-{n}") for n in range(1, 5)]
+    # A directory of its own: the lock lies beside the inventory (sglang_lock's default), where the session's
+    # shared workdir would hand it to every later module's inventory.
+    workdir = tmp_path_factory.mktemp("peers")
     key_file = workdir / "peer.key"
     key_file.write_text(KEY + "\n")
     data = {"sglang_peer_key_file": str(key_file), "sglang_benchmark_min_fraction": 0.05}
