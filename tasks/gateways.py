@@ -18,6 +18,7 @@ from sglang_infra.operations.docker import image_present
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.gate import not_failed_before, validated
 from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
+from sglang_infra.operations.gateway_turns import GatewayTurn
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.preflight import plan_of
 from sglang_infra.taskhelpers import compose_file, scripts_in_place
@@ -77,6 +78,9 @@ for gateway in plan.gateways:
         recreate_if=lambda: secrets.did_change() or control.did_change(),
         sole_front=gateway.sole_front,
         gateway=gateway.slug,
+        turn=GatewayTurn(model=gateway.key, slug=gateway.slug, directory=where, url=gateway.gate.url,
+                         key_file=plan.paths.control_plane_config,
+                         ready_within=plan.template_values["sglang_router_worker_startup_timeout"]),
     )
     validated(
         name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",

@@ -8,6 +8,9 @@ gateway that does not answer fronts nobody); and, for one worker of a rolling re
 {"remove": WORKER_URL} takes it out (and waits until the gateway no longer lists
 it); {"add": WORKER_URL, "healthy_within": SECONDS} puts it back and waits until
 the gateway reports it healthy. workers.json follows, when the gateway has one.
+For a gateway recreated in its turn (operations/stack.py), {"ready_within": SECONDS,
+"healthy": [WORKER_URL, ...]} waits until it answers /health and lists each of those
+workers (what it served before the restart) routable; exit code 1 saying why when not.
 
 1. workers.json in GATEWAY_DIR becomes the wanted list (atomically, owned
    like compose.yaml): the gateway's launcher reads it when it starts;
@@ -137,6 +140,32 @@ def one_worker(directory, base, change):
         time.sleep(0.5)
 
 
+def ready(base, change):
+    """A gateway just recreated: wait until /health answers 200 and it lists every worker of ``change["healthy"]``
+    routable, at most ``change["ready_within"]`` seconds; exit code 0 when it does."""
+    wanted = set(change.get("healthy") or ())
+    deadline = time.monotonic() + float(change["ready_within"])
+    why = "it does not answer /health"
+    while True:
+        try:
+            started = time.monotonic()
+            with bounded.open_url(urllib.request.Request(base.rstrip("/") + "/health"), TIMEOUT, key=False) as reply:
+                bounded.read_bounded(reply, started + TIMEOUT, bounded.MAX_GATEWAY_BYTES)
+            found = call(base, "GET", "/workers").get("workers", [])
+            missing = wanted - {w.get("url") for w in found if isinstance(w, dict) and routable(w)}
+            if not missing:
+                print(f"gateway_workers: the gateway at {base} answers and lists its {len(wanted)} worker(s) healthy")
+                return 0
+            why = f"it does not list {', '.join(sorted(missing))} healthy"
+        except (urllib.error.URLError, OSError, ValueError, AttributeError) as error:
+            why = f"it does not answer ({printable(error)})"
+        if time.monotonic() > deadline:
+            print(printable(f"gateway_workers: the gateway at {base} is not ready after {change['ready_within']} s: "
+                            f"{why}"), file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     directory, base = argv[0], argv[1]
@@ -152,6 +181,8 @@ def main(argv=None):
     if isinstance(wanted, dict):
         if wanted.get("view"):
             return view(directory, base)
+        if "ready_within" in wanted:
+            return ready(base, wanted)
         return one_worker(directory, base, wanted)
     stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                         os.path.join(directory, names.COMPOSE_FILE))

@@ -5,6 +5,7 @@ config."""
 from __future__ import annotations
 
 from pyinfra import host, logger
+from pyinfra.api import FunctionCommand
 
 from .. import ship
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
@@ -12,6 +13,7 @@ from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
 from ..snapshot import current
 from .base import file_entry, q, snapshot_operation
 from .docker import image_id
+from .gateway_turns import GatewayTurn, gateway_turn
 
 
 def stack_section(gateway: str | None) -> dict:
@@ -26,7 +28,7 @@ def stack_section(gateway: str | None) -> dict:
 
 @snapshot_operation
 def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
-             gateway: str | None = None, sole_front: bool = False):
+             gateway: str | None = None, sole_front: bool = False, turn: GatewayTurn | None = None):
     """
     Ensure the stack runs the current compose.yaml (``compose_sha``) from
     ``image``: `docker compose up -d` only when the service has no running
@@ -38,16 +40,22 @@ def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, 
 
     + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
     + sole_front: that gateway is the only one in front of its model: a restart of a running one is said aloud
+    + turn: another gateway host fronts its model too: a running one restarts in the model's turn, one gateway
+      host at a time (operations/gateway_turns.py)
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if, gateway)
     if not reasons:
         host.noop("the stack already runs the current compose.yaml")
         return
     running = stack_section(gateway)["stack"]["container"]
-    if sole_front and running is not None and running["state"] == "running" and host.state.is_executing:
+    serving = running is not None and running["state"] == "running"
+    if sole_front and serving and host.state.is_executing:
         logger.warning(f"[{host.name}] the gateway {gateway} restarts ({'; '.join(reasons)}) and no other gateway "
-                       "host fronts its model: its clients see errors until it is back (run two gateway hosts "
-                       "behind the site's load balancer and change them one at a time with --limit)")
+                       "host fronts its model: its clients see errors until it is back (with two gateway hosts "
+                       "behind the site's load balancer, the run restarts them one at a time)")
+    if turn is not None and not sole_front and serving:
+        yield FunctionCommand(gateway_turn, (turn, command, "; ".join(reasons)), {})
+        return
     yield command
 
 

@@ -528,3 +528,118 @@ def test_the_run_says_clients_see_a_sole_gateways_restart():
         "see errors until it is back" in said[0]
     assert sole_front_run(running=True, sole=False)[1] == []    # another gateway host serves meanwhile
     assert sole_front_run(running=False, sole=True)[1] == []    # nothing serves yet: no one sees a restart
+
+
+def turn_run(running: bool, sole: bool):
+    """stack_up's commands for gateway m (compose.yaml changes) with a turn among its model's gateways."""
+    from sglang_infra.operations import stack as stack_ops
+    from sglang_infra.operations.gateway_turns import GatewayTurn
+
+    container = {"state": "running", "labels": {}, "image_id": "x"} if running else None
+    fake = FakeHost({"Snapshot": {"routers": {"m": {"stack": {"container": container, "record": None,
+                                                              "current": False}}},
+                                  "files": {}, "docker": {"images": {}}}})
+    turn = GatewayTurn(model="m-key", slug="m", directory="/opt/sglang/router/m", url="http://127.0.0.1:30080",
+                       key_file=None, ready_within=120)
+    try:
+        with on_host(fake), mock.patch.object(stack_ops.logger, "warning"):
+            fake.state.is_executing = True
+            return list(stack_ops.stack_up._inner(project_dir="/opt/sglang/router/m", image="i", model=None,
+                                                  compose_sha="new", gateway="m", sole_front=sole, turn=turn))
+    finally:
+        factcache.invalidate(fake)
+
+
+def test_a_running_gateway_another_host_also_fronts_restarts_in_its_models_turn():
+    from pyinfra.api import FunctionCommand
+
+    from sglang_infra.operations.gateway_turns import gateway_turn
+
+    [command] = turn_run(running=True, sole=False)
+    assert isinstance(command, FunctionCommand) and command.function is gateway_turn
+    assert command.args[0].model == "m-key" and "up -d" in command.args[1]
+    # a new gateway (nothing serves yet) and a sole front (no other to serve meanwhile) take no turn
+    for running, sole in ((False, False), (True, True)):
+        [plain] = turn_run(running=running, sole=sole)
+        assert not isinstance(plain, FunctionCommand) and "up -d" in command_text(plain)
+
+
+class TurnHost:
+    """A gateway host: records (host, step) in the shared log and yields to the other greenlets on each command."""
+
+    def __init__(self, name, log, up_fails=False, not_ready=False):
+        self.name, self.log, self.up_fails, self.not_ready = name, log, up_fails, not_ready
+        self.current_op_global_arguments, self.messages = {}, []
+
+    def log_styled(self, message, log_func=None, **_):
+        self.messages.append(message)
+
+    def run_shell_command(self, command, print_output=False, _stdin=None, **_):
+        import gevent
+
+        class Output:
+            def __init__(self, out=(), err=()):
+                self.stdout_lines, self.stderr_lines = list(out), list(err)
+
+        text = str(command)
+        gevent.sleep(0.02)
+        if "# gateway_workers.py from sglang_infra/hostside" in text:
+            change = json.loads(_stdin)
+            if change.get("view"):
+                self.log.append((self.name, "view"))
+                return True, Output([json.dumps({"answers": True, "listed": ["w1"], "healthy": ["w1"]})])
+            assert change == {"ready_within": 120, "healthy": ["w1"]}
+            gevent.sleep(0.1)
+            self.log.append((self.name, "ready" if not self.not_ready else "not ready"))
+            if self.not_ready:
+                return False, Output(err=["gateway_workers: the gateway at x is not ready after 120 s: it does not "
+                                          "list w1 healthy"])
+            return True, Output(["gateway_workers: ready"])
+        assert text == "up", text
+        self.log.append((self.name, "up"))
+        return (not self.up_fails), Output(err=["compose: no such image"])
+
+
+def turns(hosts, models=None):
+    import gevent
+
+    from sglang_infra.operations import gateway_turns
+    from sglang_infra.operations.gateway_turns import GatewayTurn
+
+    state = object()
+    models = models or ["m-key"] * len(hosts)
+    try:
+        jobs = [gevent.spawn(gateway_turns.gateway_turn, state, each, GatewayTurn(
+            model=model, slug="m", directory="/opt/sglang/router/m", url="http://127.0.0.1:30080", key_file=None,
+            ready_within=120), "up", "compose.yaml changes") for each, model in zip(hosts, models)]
+        gevent.joinall(jobs, raise_error=True)
+        return [job.value for job in jobs]
+    finally:
+        gateway_turns._models.clear()
+
+
+def test_two_gateways_of_one_model_are_never_recreated_at_the_same_time():
+    log: list = []
+    assert turns([TurnHost("gw-1", log), TurnHost("gw-2", log)]) == [True, True]
+    first = log[0][0]
+    second = "gw-2" if first == "gw-1" else "gw-1"
+    # the second one's turn starts only once the first one answers and lists its workers healthy again
+    assert log == [(first, "view"), (first, "up"), (first, "ready"), (second, "view"), (second, "up"),
+                   (second, "ready")]
+
+
+def test_gateways_of_other_models_restart_in_parallel():
+    log: list = []
+    assert turns([TurnHost("gw-1", log), TurnHost("gw-2", log)], models=["a", "b"]) == [True, True]
+    assert [step for _, step in log[:2]] == ["view", "view"]
+
+
+@pytest.mark.parametrize("failing", [{"up_fails": True}, {"not_ready": True}])
+def test_a_failed_turn_stops_the_models_later_turns_and_names_the_gateway(failing):
+    log: list = []
+    bad, good = TurnHost("gw-1", log, **failing), TurnHost("gw-2", log)
+    assert turns([bad, good]) == [False, False]
+    assert [name for name, _ in log] == ["gw-1"] * len(log)   # gw-2's gateway was never touched
+    assert any("gw-1/m failed" in line for line in bad.messages)
+    assert any("not restarted" in line and "stopped at gw-1/m: " in line and "keeps serving its old config" in line
+               for line in good.messages), good.messages

@@ -86,3 +86,16 @@ def test_a_key_file_not_written_yet_is_no_error(tmp_path, monkeypatch):
     with redirect_stdout(out):
         code = gateway_workers.main([str(tmp_path / "m"), "http://127.0.0.1:9", str(tmp_path / "missing.yaml")])
     assert code == 0 and "does not answer" in out.getvalue()
+
+
+def test_a_recreated_gateway_is_ready_once_it_lists_what_it_served_healthy(gateway, capsys):
+    base, listed = gateway
+    assert gateway_workers.ready(base, {"ready_within": 5, "healthy": [A, B]}) == 0
+    listed["w2"]["is_healthy"] = False
+    assert gateway_workers.ready(base, {"ready_within": 1, "healthy": [A, B]}) == 1
+    assert f"is not ready after 1 s: it does not list {B} healthy" in capsys.readouterr().err
+
+
+def test_a_gateway_that_does_not_answer_is_not_ready(capsys):
+    assert gateway_workers.ready("http://127.0.0.1:9", {"ready_within": 0.5, "healthy": []}) == 1
+    assert "is not ready after 0.5 s: it does not answer" in capsys.readouterr().err
