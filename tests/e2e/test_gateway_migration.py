@@ -2,14 +2,20 @@
 gateway from the SGLang image, checked out from git at MIGRATE_FROM) moves to SMG 1.13.0 by one ordinary run of this
 checkout: the gateway's container is replaced in place (same directory, same compose project), its workers are
 registered again from workers.json, nothing of the old gateway is left behind, the run says that clients see the
-restart (one gateway host fronts the model), and a second run changes nothing. One worker and one gateway host."""
+restart (one gateway host fronts the model), and a second run changes nothing. One worker and one gateway host; then
+a second gateway host for the same model, and a gateway flag change that recreates both under load through a client
+that alternates between them and retries on the other on a connection error (as a site balancer does): the run
+restarts them one at a time and no request fails."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import tarfile
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -19,7 +25,7 @@ import harness
 from harness import PROJECT_DIR, PYINFRA, DeployResult, parse_output, run_deploy, write_inventory
 from testbed.hosts import ADMIN_KEY
 
-W1, GW = "sg-mig-w1", "sg-mig-gw"
+W1, GW, GW2 = "sg-mig-w1", "sg-mig-gw", "sg-mig-gw2"
 GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"
 PORT = 30080
 # The project before SMG: the commit this change was made on (override with TEST_MIGRATE_FROM=<commit>).
@@ -129,3 +135,124 @@ def test_a_second_run_changes_nothing(migrated):
     assert again.returncode == 0, again.why(3000)
     assert {name: again.changed(name) for name in (W1, GW)} == {W1: [], GW: []}
     assert "restarts" not in again.output
+
+
+def complete(address: str) -> None:
+    body = json.dumps({"model": "qwen3.6-35b-a3b", "messages": [{"role": "user", "content": "Say hello."}],
+                       "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        json.loads(reply.read())
+
+
+class Balancer:
+    """Steady load as a site balancer sends it: each request to the next gateway in turn, and to the other one when
+    that one refuses or drops the connection. An HTTP error, or both gateways down, is a failed request."""
+
+    def __init__(self, addresses: list[str], threads: int = 3):
+        self.addresses, self.stop = addresses, threading.Event()
+        self.sent = 0
+        self.failed: list[str] = []
+        self.not_ready: list[str] = []
+        self.down: dict[str, list[float]] = {a: [] for a in addresses}   # when each refused or dropped a connection
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(n,), daemon=True) for n in range(threads)]
+
+    def run(self, n: int) -> None:
+        turn = n
+        while not self.stop.is_set():
+            first = self.addresses[turn % 2]
+            turn += 1
+            for address in (first, *(a for a in self.addresses if a != first)):
+                try:
+                    complete(address)
+                    break
+                except urllib.error.HTTPError as error:
+                    if error.code not in (404, 503):
+                        with self.lock:
+                            self.failed.append(f"{address}: HTTP {error.code}")
+                        break
+                    # a gateway just started answers 404/503 until its workers are registered: the balancer's
+                    # next-upstream rule sends the request to the other one
+                    with self.lock:
+                        self.down[address].append(time.time())
+                        self.not_ready.append(f"{address}: HTTP {error.code}")
+                    if address != first:
+                        with self.lock:
+                            self.failed.append(f"both gateways down (HTTP {error.code})")
+                except (OSError, http.client.HTTPException) as error:   # refused, reset, cut short
+                    with self.lock:
+                        self.down[address].append(time.time())
+                    if address != first:
+                        with self.lock:
+                            self.failed.append(f"both gateways down ({error})")
+                except Exception as error:   # anything else is a failed request, never a silent thread's end
+                    with self.lock:
+                        self.failed.append(f"{address}: {error!r}")
+                    break
+            with self.lock:
+                self.sent += 1
+            time.sleep(0.05)
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(90)
+
+
+def started_at(host) -> float:
+    """When the gateway's container started (seconds since the epoch)."""
+    out = host.exec(f"cd {GATEWAY_DIR} && date -d \"$(docker inspect -f '{{{{.State.StartedAt}}}}' "
+                    "$(docker compose ps -q))\" +%s.%N").stdout.strip()
+    return float(out)
+
+
+def test_two_gateway_hosts_of_one_model_restart_one_at_a_time_and_no_request_fails(migrated, testbed, workdir):
+    hosts, _, _, _ = migrated
+    hosts[GW2] = testbed.host(GW2)
+
+    def two(extra: dict) -> dict:
+        return {"production": [(hosts[W1], {})],
+                "router": [(hosts[name], {"sglang_router_bind_address": hosts[name].address, **extra})
+                           for name in (GW, GW2)]}
+
+    added = run_deploy(testbed.inventory(workdir / "two-gateways.py", two({})))
+    (workdir / "two-gateways.log").write_text(added.output)
+    assert added.returncode == 0, added.why(3000)
+    assert added.changed(GW) == [], added.changed(GW)   # the first gateway is left alone: nothing of it changed
+    worker = f"http://{hosts[W1].address}:30000"
+    for name in (GW, GW2):
+        assert harness.wait_for(lambda: listed(hosts[name].address, ADMIN_KEY) == {worker: True}, 60), name
+    before = {name: started_at(hosts[name]) for name in (GW, GW2)}
+    # a new gateway flag (a request timeout one second shorter) recreates both gateways
+    inventory = testbed.inventory(workdir / "two-gateways-flag.py", two({"sglang_router_request_timeout": 1799}))
+    with Balancer([hosts[GW].address, hosts[GW2].address]) as load:
+        time.sleep(3)
+        changed = run_deploy(inventory)
+        time.sleep(3)
+    (workdir / "two-gateways-flag.log").write_text(changed.output)
+    assert changed.returncode == 0, changed.why(3000)
+    print(f"balancer: {load.sent} requests, {len(load.not_ready)} retried on the other gateway after a 404/503, "
+          f"{sum(map(len, load.down.values()))} retried in all")
+    assert load.failed == [] and load.sent > 20, (load.sent, load.failed[:10])
+    after = {name: started_at(hosts[name]) for name in (GW, GW2)}
+    assert all(after[name] > before[name] for name in (GW, GW2)), (before, after)   # both were recreated
+    first, second = sorted((GW, GW2), key=lambda name: after[name])
+    # one after the other: the second gateway went down only after the first answered again
+    down = {name: load.down[hosts[name].address] for name in (GW, GW2)}
+    if down[first] and down[second]:
+        assert max(down[first]) < min(down[second]), down
+    turns = [line for line in changed.output.splitlines() if "gateway turn:" in line]
+    order = [(name, step) for line in turns for name in (GW, GW2) if f"[{name}]" in line
+             for step in ("restarts now", "is back") if step in line]
+    assert order == [(first, "restarts now"), (first, "is back"), (second, "restarts now"), (second, "is back")], turns
+    assert "no other gateway host fronts its model" not in changed.output
+    again = run_deploy(inventory)
+    assert again.returncode == 0, again.why(3000)
+    assert {name: again.changed(name) for name in (W1, GW, GW2)} == {W1: [], GW: [], GW2: []}
