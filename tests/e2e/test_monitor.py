@@ -74,10 +74,19 @@ def expected(serving=(W1, W2)) -> set[tuple[str, str]]:
             *(("node", name) for name in (*serving, GW, MON))}
 
 
+def answering_targets(hosts) -> dict[tuple[str, str], str] | None:
+    """targets(), or None while Prometheus does not take connections yet: the deploy leaves its unit started, and
+    a Prometheus just (re)started opens its port only once its storage is ready, seconds later on a loaded host."""
+    try:
+        return targets(hosts)
+    except OSError:   # urllib's URLError is an OSError: refused, reset
+        return None
+
+
 def test_prometheus_scrapes_exactly_the_inventorys_targets_and_all_are_up(fleet):
     hosts = fleet[0]
-    found = wait_for(lambda: (lambda t: t if set(t) == expected() and set(t.values()) == {"up"} else None)(
-        targets(hosts)), 2 * SCRAPE + 30)
+    found = wait_for(lambda: (lambda t: t if t and set(t) == expected() and set(t.values()) == {"up"} else None)(
+        answering_targets(hosts)), 2 * SCRAPE + 30)
     assert found, targets(hosts)
     labels = {(t["labels"]["job"], t["labels"]["host"]): t["labels"] for t in api(hosts, "targets")["activeTargets"]}
     assert {k: labels[("sglang", W1)][k] for k in ("group", "model", "role")} == \
