@@ -105,6 +105,7 @@ def parse_snapshot(section: Mapping[str, Any] | None) -> GpuInventory:
 class Derived:
     value: Any
     source: str
+    each: Derived | None = None   # a multi-node group's member: this host's own count, of which value is the group's
 
 
 def derive_flags(data: Mapping[str, Any], inventory: GpuInventory) -> dict[str, Derived]:

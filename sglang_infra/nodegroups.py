@@ -93,13 +93,35 @@ def host_ports(plan: HostPlan) -> dict[str, int]:
     return ports
 
 
+# The group's own keys every member must have alike (rank 0's decide the group's ports and interface).
+_TEMPLATE_KEYS = ("sglang_dist_init_port", "sglang_dist_init_ports", "sglang_node_interface")
+# Launch flags compared under a key of their own (the per-host GPU count) or the same on every member by design.
+_NOT_A_FLAG_DIFFERENCE = ("sglang_tp_size", "sglang_node_rank", "sglang_node_group", "sglang_dist_init_port")
+
+
 def _same(plan: HostPlan) -> dict[str, Any]:
-    """What every member must have alike, by the key a difference is named under."""
+    """What every member must have alike, by the key the operator sets it with: the per-host GPU count under
+    sglang_tp_size (a member's --tp-size is it times the members), each launch flag under its own key (a flag of
+    the served model's registry entry under sglang_models)."""
+    tp = plan.derived["sglang_tp_size"]
+    flags: dict[str, tuple[str, ...]] = {}
+    for flag in plan.flags:
+        if flag["key"] not in _NOT_A_FLAG_DIFFERENCE:
+            key = flag["key"] if flag["key"].startswith("sglang_") else "sglang_models"
+            flags[key] = flags.get(key, ()) + (flag["arg"],)
     return {"sglang_model": plan.served.pinned, "sglang_image": plan.serving_image,
-            "sglang_gpus": plan.derived["sglang_tp_size"].value,
-            "launch flags": tuple(f["arg"] for f in plan.flags if f.get("key") != "sglang_node_rank"),
-            **{key: plan.template_values.get(key)
-               for key in ("sglang_dist_init_port", "sglang_dist_init_ports", "sglang_node_interface")}}
+            "sglang_tp_size": (tp.each or tp).value, **flags,
+            **{key: plan.template_values.get(key) for key in _TEMPLATE_KEYS}}
+
+
+def _shown(plan: HostPlan, key: str, value: Any) -> str:
+    """A member's value of ``key`` as a difference names it: the GPU count per host with where it came from."""
+    if key == "sglang_tp_size":
+        tp = plan.derived["sglang_tp_size"]
+        return f"{value} GPU(s) per host ({(tp.each or tp).source})"
+    if isinstance(value, tuple):
+        return " ".join(value)
+    return "no such flag" if value is None and key not in _TEMPLATE_KEYS else repr(value)
 
 
 def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, NodeGroup],
@@ -133,12 +155,14 @@ def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, Node
             plan = plans.get(member)
             if plan is None:
                 continue
-            for key, value in _same(plan).items():
-                if value != wanted[key]:
+            found = _same(plan)
+            for key in dict.fromkeys([*wanted, *found]):
+                if found.get(key) != wanted.get(key):
                     errors.append(problem(member, key, f"differs from rank 0 ({members[0]}) of group {group.name!r}: "
-                                          f"{value!r} here, {wanted[key]!r} there; every member runs the same "
-                                          "model, image, flags and GPU count", f"set the same {key} on every member "
-                                          f"of {group.name!r}"))
+                                          f"{_shown(plan, key, found.get(key))} here, "
+                                          f"{_shown(head, key, wanted.get(key))} on rank 0; every member runs the "
+                                          "same model, image, flags and GPU count", f"set the same {key} on every "
+                                          f"member of {group.name!r}"))
     for host, group in groups.items():
         plan = plans.get(host)
         if plan is None:

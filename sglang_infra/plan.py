@@ -112,7 +112,7 @@ def group_tp(derived: dict[str, Derived], group: NodeGroup | None) -> dict[str, 
         return derived
     each = derived["sglang_tp_size"]
     return {**derived, "sglang_tp_size": Derived(each.value * group.nnodes, f"{each.value} per host "
-                                                 f"({each.source}) x {group.nnodes} members of {group.name}")}
+                                                 f"({each.source}) x {group.nnodes} members of {group.name}", each)}
 
 
 def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], groups=(),

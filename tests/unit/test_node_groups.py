@@ -95,12 +95,32 @@ def test_members_with_different_models_images_flags_or_gpus_are_refused():
     base = [host("gpu-01", "10.0.0.11")]
     cases = {"sglang_model": {"sglang_model": "qwen3.6-27b-awq-int4"},
              "sglang_image": {"sglang_image": "lmsysorg/sglang:v0.5.15"},
-             "launch flags": {"sglang_context_length": 4096},
-             "sglang_gpus": {"sglang_tp_size": 1},
+             "sglang_context_length": {"sglang_context_length": 4096},
+             "sglang_tp_size": {"sglang_tp_size": 1},
              "sglang_dist_init_port": {"sglang_dist_init_port": 29600}}
     for key, data in cases.items():
         lines = refused(base + [host("gpu-02", "10.0.0.12", **data)])
         assert any(key in line and "gpu-02" in line and "rank 0 (gpu-01)" in line for line in lines), (key, lines)
+
+
+def test_a_member_with_another_gpu_count_is_refused_once_naming_sglang_tp_size_and_each_members_own_count():
+    """sglang_tp_size = 1 on one member, 2 on the others: the key the operator set, the counts per host (not the
+    group's totals, 3 and 6, nor sglang_gpus, the container's reservation), and no second line for --tp-size."""
+    lines = refused([host("gpu-01", "10.0.0.11", sglang_tp_size=2), host("gpu-02", "10.0.0.12", sglang_tp_size=1),
+                     host("gpu-03", "10.0.0.13", sglang_tp_size=2)])
+    assert lines == ["host gpu-02: sglang_tp_size: differs from rank 0 (gpu-01) of group 'ds-a': 1 GPU(s) per host "
+                     "(set in data) here, 2 GPU(s) per host (set in data) on rank 0; every member runs the same model, "
+                     "image, flags and GPU count. Fix: set the same sglang_tp_size on every member of 'ds-a'."]
+
+
+def test_a_derived_gpu_count_is_named_with_where_it_came_from_and_a_flag_by_its_own_key():
+    lines = refused([host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12", sglang_tp_size=1,
+                                                        sglang_enable_metrics=False)])
+    assert [line.split(": differs")[0] for line in lines] == ["host gpu-02: sglang_tp_size",
+                                                              "host gpu-02: sglang_enable_metrics"]
+    assert "1 GPU(s) per host (set in data) here, 2 GPU(s) per host (derived: 2 GPUs found by nvidia-smi) on rank 0" \
+        in lines[0]
+    assert "no such flag here, --enable-metrics on rank 0" in lines[1]
 
 
 def test_a_group_off_a_trusted_network_or_with_an_api_key_is_refused():
