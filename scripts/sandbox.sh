@@ -5,7 +5,7 @@
 # against it, then the read-only host checks.
 #   scripts/sandbox.sh          reuse the sandbox host if it is running
 #   scripts/sandbox.sh --fresh  start from a new, bare host
-#   scripts/sandbox.sh --down   remove the sandbox host
+#   scripts/sandbox.sh --down   remove the sandbox host, the stand-in Hub and the stand-in wheel index
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-machine.sh

@@ -309,7 +309,7 @@ def standin_data() -> dict:
     }
 
 
-def _networks() -> list[str]:
+def network_ids() -> list[str]:
     """IDs of the networks named exactly NETWORK (Docker allows more than one)."""
     listed = _run(["docker", "network", "ls", "--no-trunc", "--filter", f"name=^{NETWORK}$",
                    "--format", "{{.ID}} {{.Name}}"], check=False).stdout.split("\n")
@@ -318,10 +318,10 @@ def _networks() -> list[str]:
 
 def ensure_network() -> None:
     """The test network, shared by every run on this machine (and the sandbox); never removed by a run."""
-    if len(_networks()) == 1:
+    if len(network_ids()) == 1:
         return
     with _machine_lock("network"):
-        ids = _networks()
+        ids = network_ids()
         if not ids:
             _run(["docker", "network", "create", "--label", LABEL, NETWORK])
         elif len(ids) > 1:
