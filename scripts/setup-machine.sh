@@ -39,9 +39,9 @@ if [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -
     || echo "setup: could not raise fs.inotify.max_user_instances; many test hosts at once may not boot" >&2
 fi
 
-# The control side's pins (requirements.txt) and the tests' on top (requirements-test.txt: pytest, testinfra for
-# the host checks, the stand-in wheel index, ruff and mypy); the venv is stamped with both files' hashes, so a
-# change to either reinstalls.
+# The control side's pins (requirements.txt, the host checks' pytest and testinfra included) and the tests' on top
+# (requirements-test.txt: the stand-in wheel index, smg's parser, ruff and mypy); the venv is stamped with both
+# files' hashes, so a change to either reinstalls.
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt requirements-test.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

@@ -4,10 +4,13 @@ converge again and require zero changes, then verify with the host checks."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
 
-from harness import run_deploy, run_dry, run_host_checks, with_trust
+from harness import PROJECT_DIR, run_deploy, run_dry, run_host_checks, with_trust
 
 PRODUCTION = ("sg-prod-1", "sg-prod-2")
 QUALITY = ("sg-qual-1",)
@@ -69,6 +72,33 @@ def checks(fleet, workdir):
 def test_host_checks_pass(checks, name):
     assert checks.passed(name), checks.output[-3000:]
     assert checks.failed(name) == set(), checks.output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def control_side(tmp_path_factory):
+    """The project as an operator installs the control side: a copy of the checkout with a FRESH .venv made from
+    requirements.txt alone (pip's cache may serve the wheels), nothing of requirements-test.txt."""
+    root = tmp_path_factory.mktemp("operator") / "sglang-hosts"
+    shutil.copytree(PROJECT_DIR, root, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".sandbox", ".lanes", "bench", "__pycache__", ".*_cache"))
+    subprocess.run(["python3", "-m", "venv", str(root / ".venv")], check=True, timeout=300)
+    pip = subprocess.run([str(root / ".venv" / "bin" / "pip"), "install", "-q", "-r", "requirements.txt"], cwd=root,
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return root
+
+
+def test_check_sh_runs_from_a_venv_of_the_control_side_alone(fleet, control_side):
+    """scripts/check.sh, from that copy and its venv, against the converged fleet: every host's checks pass."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run(["bash", "scripts/check.sh", str(fleet[1])], cwd=control_side, env=env,
+                          capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    outcomes = [line.split()[0] for line in output.splitlines() if line.startswith(("PASSED ", "FAILED ", "ERROR "))]
+    assert outcomes and set(outcomes) == {"PASSED"}, output[-3000:]
+    for name in (*PRODUCTION, *QUALITY):
+        assert any(line.startswith("PASSED ") and f"[{name}]" in line for line in output.splitlines()), name
 
 
 @pytest.mark.parametrize("name", PRODUCTION)
