@@ -17,6 +17,12 @@ exited, not started from its files, or the group is stale, then
    and puts its last known-good one back, all are stopped and started again,
    and rank 0 validates again. Every member ends on the same config.
 
+A group recreated with every member's config unchanged (its last known-good
+one: a member restarted alone, a container gone) is gated with
+--group-step revalidate: a failure then is the group's state, not a config's,
+so no config is kept as *.failed, nothing is rolled back, and the run fails
+for the group saying so.
+
 Commands on the other members run through their own connections
 (base.run_on with their connector arguments), as operations/roll.py reaches a
 gateway host.
@@ -29,7 +35,7 @@ from pyinfra.api import FunctionCommand
 
 from .. import factcache, ship
 from ..hostside import names
-from ..hostside.gate import GROUP_NOT_ROLLED_BACK
+from ..hostside.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAILED
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..nodegroups import member_reasons, stale
 from ..plantypes import NodeGroup
@@ -63,6 +69,18 @@ def restart_reasons(state, group: NodeGroup) -> list[str]:
     return reasons or stale(snapshots, group)
 
 
+def unchanged(snapshots: dict, group: NodeGroup) -> bool:
+    """Whether every member's compose.yaml and .env are its last known-good ones (*.good, kept by its last passing
+    gate): the group's gate then judges the group's state, not a config change."""
+    for member in group.member_plans:
+        files = ((snapshots.get(member.name) or {}).get("files") or {}).get(member.docker) or {}
+        for name in CONFIG:
+            now, good = files.get(name), files.get(name + ".good")
+            if (now or good) and not (now and good and now.get("sha256") == good.get("sha256")):
+                return False
+    return True
+
+
 @snapshot_operation
 def group_up(group: NodeGroup, files: dict[str, str], always: bool = False):
     """
@@ -74,19 +92,21 @@ def group_up(group: NodeGroup, files: dict[str, str], always: bool = False):
     """
     assert group.member_plans, "preflight gives every member's plan its group's members"
     reasons = restart_reasons(host.state, group)
+    snapshots = member_snapshots(host.state, group)
     due = always or not gate_passed(group.member_plans[0].image, files) or \
-        not all(worker_validated(s) for s in member_snapshots(host.state, group).values())
+        not all(worker_validated(s) for s in snapshots.values())
     if not reasons and not due:
         host.noop(f"every member of group {group.name} runs the current compose.yaml, which passed the gate")
         return
     why = "; ".join(reasons) or "the gate is due"
-    yield FunctionCommand(group_turn, (group, bool(reasons), why), {})
+    yield FunctionCommand(group_turn, (group, bool(reasons), why, not unchanged(snapshots, group)), {})
 
 
-def group_turn(state, host, group: NodeGroup, restart: bool, why: str) -> bool:
-    """The group's restart (when ``restart``) and its gate through rank 0, with the group's rollback; False fails
-    rank 0 (the run's failure for the group). pyinfra passes ``state`` and ``host`` by these names."""
-    failure = restart_and_gate(state, host, group, restart, why)
+def group_turn(state, host, group: NodeGroup, restart: bool, why: str, changed: bool = True) -> bool:
+    """The group's restart (when ``restart``) and its gate through rank 0, with the group's rollback when
+    ``changed`` (a member's config is not its last good one); False fails rank 0 (the run's failure for the group).
+    pyinfra passes ``state`` and ``host`` by these names."""
+    failure = restart_and_gate(state, host, group, restart, why, changed)
     if failure:
         host.log_styled(f"group {group.name}: {failure}", log_func=logger.error)
     return failure is None
@@ -143,19 +163,24 @@ def keep_members(state, host, group: NodeGroup) -> str | None:
     return None
 
 
-def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> str | None:
+def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, changed: bool = True) -> str | None:
     """The group's turn (the module's docstring): None when it passed, else why it failed."""
     if restart:
         say(host, f"{why}: every member of {group.name} ({', '.join(group.members)}) is stopped, then started")
         failure = recreate(state, group)
         if failure:
             return failure
-    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
+    step = "validate" if changed else "revalidate"
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, step))
     for line in output.stderr_lines[-6:]:
         say(host, line)
     if ok:
         return keep_members(state, host, group)
     said = next((line.split("FAILED: ", 1)[1] for line in reversed(output.stderr_lines) if "FAILED: " in line), "")
+    if GROUP_STATE_FAILED in said:
+        return f"rank 0's gate failed with every member on its last good config, recreated together " \
+               f"({said.replace(GROUP_STATE_FAILED, '').strip(' .')}); no config is marked failed: the group's " \
+               "hosts need a look (status.sh, the members' logs)"
     if GROUP_NOT_ROLLED_BACK not in said:
         return f"rank 0's gate failed ({last_line(output)})"
     failed = said.replace(GROUP_NOT_ROLLED_BACK, "").strip(" .")
