@@ -92,21 +92,19 @@ def group_up(group: NodeGroup, files: dict[str, str], always: bool = False):
     """
     assert group.member_plans, "preflight gives every member's plan its group's members"
     reasons = restart_reasons(host.state, group)
-    snapshots = member_snapshots(host.state, group)
     due = always or not gate_passed(group.member_plans[0].image, files) or \
-        not all(worker_validated(s) for s in snapshots.values())
+        not all(worker_validated(s) for s in member_snapshots(host.state, group).values())
     if not reasons and not due:
         host.noop(f"every member of group {group.name} runs the current compose.yaml, which passed the gate")
         return
     why = "; ".join(reasons) or "the gate is due"
-    yield FunctionCommand(group_turn, (group, bool(reasons), why, not unchanged(snapshots, group)), {})
+    yield FunctionCommand(group_turn, (group, bool(reasons), why), {})
 
 
-def group_turn(state, host, group: NodeGroup, restart: bool, why: str, changed: bool = True) -> bool:
-    """The group's restart (when ``restart``) and its gate through rank 0, with the group's rollback when
-    ``changed`` (a member's config is not its last good one); False fails rank 0 (the run's failure for the group).
-    pyinfra passes ``state`` and ``host`` by these names."""
-    failure = restart_and_gate(state, host, group, restart, why, changed)
+def group_turn(state, host, group: NodeGroup, restart: bool, why: str) -> bool:
+    """The group's restart (when ``restart``) and its gate through rank 0, with the group's rollback; False fails
+    rank 0 (the run's failure for the group). pyinfra passes ``state`` and ``host`` by these names."""
+    failure = restart_and_gate(state, host, group, restart, why)
     if failure:
         host.log_styled(f"group {group.name}: {failure}", log_func=logger.error)
     return failure is None
@@ -163,8 +161,13 @@ def keep_members(state, host, group: NodeGroup) -> str | None:
     return None
 
 
-def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, changed: bool = True) -> str | None:
-    """The group's turn (the module's docstring): None when it passed, else why it failed."""
+def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, changed: bool | None = None
+                     ) -> str | None:
+    """The group's turn (the module's docstring): None when it passed, else why it failed. ``changed``: whether a
+    member's config is not its last good one (None: read from the members now; the group's own operation and its
+    turn in a rolling restart both come here)."""
+    if changed is None:
+        changed = not unchanged(member_snapshots(state, group), group)
     if restart:
         say(host, f"{why}: every member of {group.name} ({', '.join(group.members)}) is stopped, then started")
         failure = recreate(state, group)
