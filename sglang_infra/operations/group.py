@@ -21,7 +21,8 @@ A group recreated with every member's config unchanged (its last known-good
 one: a member restarted alone, a container gone) is gated with
 --group-step revalidate: a failure then is the group's state, not a config's,
 so no config is kept as *.failed, nothing is rolled back, and the run fails
-for the group saying so.
+for the group saying so. A group whose gate was only due (not recreated) and
+that fails so is first recreated and gated once more.
 
 Commands on the other members run through their own connections
 (base.run_on with their connector arguments), as operations/roll.py reaches a
@@ -161,6 +162,14 @@ def keep_members(state, host, group: NodeGroup) -> str | None:
     return None
 
 
+def gate_rank_0(state, host, group: NodeGroup, step: str):
+    """Rank 0's gate as the group's ``step`` (validate or revalidate): (ok, output), its last lines said."""
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, step))
+    for line in output.stderr_lines[-6:]:
+        say(host, line)
+    return ok, output
+
+
 def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, changed: bool | None = None
                      ) -> str | None:
     """The group's turn (the module's docstring): None when it passed, else why it failed. ``changed``: whether a
@@ -174,9 +183,16 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, cha
         if failure:
             return failure
     step = "validate" if changed else "revalidate"
-    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, step))
-    for line in output.stderr_lines[-6:]:
-        say(host, line)
+    ok, output = gate_rank_0(state, host, group, step)
+    if not ok and not changed and not restart:
+        # the good config failed on a group that was not recreated: a member may have restarted alone unseen (its
+        # gate's record, written before records kept the container, cannot tell); recreated as one unit, gated again
+        say(host, f"the group's last good config failed its gate: every member of {group.name} is stopped, then "
+                  "started, and rank 0 gated once more", logger.warning)
+        failure = recreate(state, group)
+        if failure:
+            return failure
+        ok, output = gate_rank_0(state, host, group, step)
     if ok:
         return keep_members(state, host, group)
     said = next((line.split("FAILED: ", 1)[1] for line in reversed(output.stderr_lines) if "FAILED: " in line), "")

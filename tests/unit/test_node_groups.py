@@ -199,7 +199,7 @@ class Output:
         self.stderr_lines, self.stdout_lines = list(stderr), []
 
 
-def turn(monkeypatch, gate_results, changed=True):
+def turn(monkeypatch, gate_results, changed=True, restart=True):
     """The group's turn with every member's commands recorded; ``gate_results``: rank 0's gate answers in order."""
     from types import SimpleNamespace
 
@@ -219,7 +219,7 @@ def turn(monkeypatch, gate_results, changed=True):
 
     monkeypatch.setattr(group_ops, "on_member", on_member)
     host = SimpleNamespace(log_styled=lambda *a, **k: None)
-    return group_ops.restart_and_gate(None, host, group, True, "compose.yaml changes", changed), ran
+    return group_ops.restart_and_gate(None, host, group, restart, "compose.yaml changes", changed), ran
 
 
 def test_the_group_stops_every_member_then_starts_rank_0_last_and_gates_through_rank_0_only(monkeypatch):
@@ -258,6 +258,21 @@ def test_a_group_recreated_on_its_good_config_is_gated_so_that_a_failure_marks_n
     assert failure is not None and "the server did not become ready" in failure and "no config is marked failed" \
         in failure, failure
     assert [what for _, what in ran if what not in ("stop", "up")] == ["revalidate"]   # no failed, no rolled-back
+
+
+def test_a_good_config_that_fails_on_a_group_not_recreated_is_recreated_and_gated_once_more(monkeypatch):
+    """A member restarted alone that no record can show (one written before records kept the container): the gate,
+    due, fails with every config its last good one; the group is recreated (rank 0 last) and gated once more."""
+    from sglang_infra.hostside.gate import GROUP_STATE_FAILED
+
+    failed = (False, Output([f"gate[gpu-01]: FAILED: the server did not become ready. {GROUP_STATE_FAILED}"]))
+    healed, ran = turn(monkeypatch, [failed, (True, Output())], changed=False, restart=False)
+    assert healed is None
+    assert ran == [("gpu-01", "revalidate"), ("gpu-01", "stop"), ("gpu-02", "stop"), ("gpu-02", "up"),
+                   ("gpu-01", "up"), ("gpu-01", "revalidate"), ("gpu-02", "keep")]
+    failure, ran = turn(monkeypatch, [failed, failed], changed=False, restart=False)
+    assert failure is not None and "no config is marked failed" in failure
+    assert [what for _, what in ran if what not in ("stop", "up")] == ["revalidate", "revalidate"]
 
 
 def member_snapshots(found, compose=None, good=None, env=None, env_good=None, started=None, gate_saw=None):
