@@ -93,7 +93,8 @@ def node_groups(rows: list[dict]) -> list[dict]:
             group = groupstatus.of_row(row["node_group"])
             containers = {name: by_host[name]["container"] for name in group.members
                           if by_host.get(name, {}).get("reachable") and "container" in by_host[name]}
-            found = groupstatus.problems(group, containers)
+            gated = {name: (by_host[name].get("gate") or {}).get("started_at") for name in containers}
+            found = groupstatus.problems(group, containers, gated)
             out[group.name] = {"name": group.name, "members": list(group.members), "head": group.head_name,
                                "problems": found, "verdict": "failing" if found else "ok"}
     return list(out.values())

@@ -213,20 +213,50 @@ def _started(container: Mapping[str, Any] | None) -> datetime | None:
 
 def stale(snapshots: Mapping[str, Mapping[str, Any] | None], group: NodeGroup) -> list[str]:
     """Why the group's running members are not one group (one restarted alone), from each member's snapshot: a
-    member started after rank 0, or rank 0 started more than START_WINDOW after a member. One line each."""
-    head = _started(((snapshots.get(group.head_name) or {}).get("stack") or {}).get("container"))
+    member started after rank 0, rank 0 started more than START_WINDOW after a member, or a member (rank 0 too)
+    whose container started since the group's last gate while another member still runs the container its gate
+    saw (the gate's record: snapshot's gate.started_at). One line each."""
+    head = _started(_container(snapshots, group.head_name))
     if head is None:
         return []
-    out = []
+    out, named = [], set()
     for member in group.members[1:]:
-        started = _started(((snapshots.get(member) or {}).get("stack") or {}).get("container"))
+        started = _started(_container(snapshots, member))
         if started is None:
             continue
         if started > head:
             out.append(f"{member}: started after rank 0 ({group.head_name}), against a group that already formed")
+            named.add(member)
         elif (head - started).total_seconds() > START_WINDOW:
             out.append(f"{member}: rank 0 ({group.head_name}) restarted after it, alone")
+    restarted = {member: _restarted(snapshots.get(member)) for member in group.members}
+    if False not in restarted.values():   # no member runs the container the group's last gate saw (or not known)
+        return out
+    for rank, member in enumerate(group.members):
+        if restarted[member] and member not in named:
+            now = (_container(snapshots, member) or {}).get("started_at")
+            out.append(f"{member} (rank {rank}): restarted alone at {now}, since the group's last gate (its container "
+                       f"then started at {_gated(snapshots.get(member))}); the other members never join it again, so "
+                       "the group serves nothing until every member restarts together")
     return out
+
+
+def _container(snapshots: Mapping[str, Mapping[str, Any] | None], member: str) -> Mapping[str, Any] | None:
+    return ((snapshots.get(member) or {}).get("stack") or {}).get("container")
+
+
+def _gated(snapshot: Mapping[str, Any] | None) -> str | None:
+    """When the container the member's last gate stamped had started (its record), or None: not known."""
+    return ((snapshot or {}).get("gate") or {}).get("started_at")
+
+
+def _restarted(snapshot: Mapping[str, Any] | None) -> bool | None:
+    """Whether the member's running container started since its last gate stamped one; None: not known (no record
+    of a start, or no container started)."""
+    gated, now = _gated(snapshot), ((snapshot or {}).get("stack") or {}).get("container")
+    if gated is None or _started(now) is None:
+        return None
+    return (now or {}).get("started_at") != gated
 
 
 def member_reasons(name: str, snapshot: Mapping[str, Any] | None, compose_sha: str, image_id: str | None,

@@ -182,7 +182,9 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
             # whether what runs now is what the gate last passed (the stamp, hostside/stamp.py)
             "current": stamp_current((snapshot.get("gate") or {}).get("stamp"),
-                                     (snapshot.get("gate") or {}).get("digest"))},
+                                     (snapshot.get("gate") or {}).get("digest")),
+            # when the container it stamped had started (a group's member started since restarted alone)
+            "started_at": (snapshot.get("gate") or {}).get("started_at")},
         "drift": {"operations": len(drift), "names": drift},
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},

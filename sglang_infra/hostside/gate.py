@@ -73,6 +73,7 @@ class Gate:
         self.home = args.home
         self.benchmark = None   # benchmark.sh's summary in the last validate(), if it got that far
         self.tool_call_ok = None   # whether test_tool_calling.sh passed in the last validate(); None: never ran
+        self.stamped = None   # the container stamp() last stamped (its id and start), for the record
         gateway = getattr(args, "gateway", None)   # gate.sh always passes it; a caller of Gate may not
         self.gateway = gateway
         if gateway:
@@ -156,6 +157,7 @@ class Gate:
         stack.write_private(os.path.join(self.docker_dir, stamp.STAMP),
                             stamp.digest(self.scripts_dir, found, self.docker_dir, self.extra) + "\n",
                             os.path.join(self.docker_dir, names.COMPOSE_FILE))
+        self.stamped = {key: (found or {}).get(key) for key in stamp.GATED_CONTAINER}
 
     def record(self, failed, benchmark, rolled_back=None, tool_call_ok=None):
         """The outcome in docker/.last-gate, for the status report and the metrics: ``benchmark`` (benchmark.sh's
@@ -163,7 +165,8 @@ class Gate:
         the gate tried. A failure to write it fails nothing."""
         text = apikey.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                          "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
-                                         "tool_call_ok": tool_call_ok, "benchmark": benchmark}, sort_keys=True))
+                                         "tool_call_ok": tool_call_ok, "benchmark": benchmark,
+                                         "container": self.stamped}, sort_keys=True))
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
                                 os.path.join(self.docker_dir, names.COMPOSE_FILE))
@@ -210,6 +213,11 @@ class Gate:
             self.record(None, tried, tool_call_ok=tool_call_ok)
             say("passed; this config is now the last known-good one")
             return 0
+        if step == "revalidate":
+            # a multi-node group's rank 0, every member's config its last known-good one: the group's state failed
+            say(f"FAILED: {failed}. {GROUP_STATE_FAILED}")
+            self.record(failed, tried, tool_call_ok=tool_call_ok)
+            return GROUP_FAILED
         try:
             self.keep(names.FAILED_SUFFIX)
         except OSError as error:
@@ -238,9 +246,10 @@ class Gate:
         self.compose("up", "-d", "--force-recreate", "--remove-orphans")
         stack.record(self.docker_dir, self.project, self.service)
         again = self.validate()
-        self.record(failed, tried, rolled_back=again is None, tool_call_ok=tool_call_ok)
         if again is None:
             self.stamp()
+        self.record(failed, tried, rolled_back=again is None, tool_call_ok=tool_call_ok)
+        if again is None:
             say(f"FAILED: {failed}. Rolled back to the last known-good config, which serves and validates again; "
                 "the failed config is kept as compose.yaml.failed and .env.failed")
             return 1
@@ -255,9 +264,10 @@ class Gate:
         the rollback's, not the new config's). 0 when it serves again, 2 when the rollback failed too."""
         failed = "the group's new config failed its gate (kept as compose.yaml.failed); rolled back"
         again = self.validate()
-        self.record(failed, None, rolled_back=again is None)
         if again is None:
             self.stamp()
+        self.record(failed, None, rolled_back=again is None)
+        if again is None:
             say("the group's last known-good config serves and validates again")
             return 0
         say(f"FAILED: the rollback to the group's last known-good config ALSO failed ({again}); the group needs a "
@@ -304,6 +314,9 @@ class Gate:
 # its exit code, and the words that end its FAILED line.
 GROUP_FAILED = 3
 GROUP_NOT_ROLLED_BACK = "Not rolled back here: the group's members are rolled back together"
+# gate.py --group-step revalidate (the group recreated with every member's config unchanged): a failure is the
+# group's state, not a config's; nothing is kept as *.failed and nothing is rolled back (it is the good config).
+GROUP_STATE_FAILED = "The config is every member's last known-good one, unchanged: nothing is marked failed"
 
 
 def benchmark_fields(line):
@@ -325,10 +338,13 @@ def main(argv=None):
     parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
-    parser.add_argument("--group-step", default=None, choices=("validate", "keep", "failed", "rolled-back"),
-                        help="a multi-node group's: validate (rank 0, no rollback), keep (a member after rank 0 "
-                             "passed), failed (a member after it failed: *.failed, the known-good config back), "
-                             "rolled-back (rank 0 once every member is back: validate, stamp, record the failure)")
+    parser.add_argument("--group-step", default=None,
+                        choices=("validate", "revalidate", "keep", "failed", "rolled-back"),
+                        help="a multi-node group's: validate (rank 0, no rollback), revalidate (rank 0, every "
+                             "member's config its last good one: a failure marks nothing failed), keep (a member "
+                             "after rank 0 passed), failed (a member after it failed: *.failed, the known-good config "
+                             "back), rolled-back (rank 0 once every member is back: validate, stamp, record the "
+                             "failure)")
     args = parser.parse_args(argv)
     owner = stack.gateway(args.gateway) if args.gateway else (stack.PROJECT, stack.SERVICE)
     apikey.use_api_key_file(args.api_key_file, lambda url: stack.holds(url, *owner))

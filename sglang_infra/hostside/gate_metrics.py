@@ -4,10 +4,10 @@ One file, names.GATE_METRICS_FILE in the collector's directory
 (names.TEXTFILE_DIR), in Prometheus' text exposition format: when the last
 gate ended, whether it passed, whether its tool-calling check passed, its
 benchmark's tok/s and the model's baseline, whether the config running now is
-the one the gate stamped, whether the worker's container runs and since when,
-and the room left where hf-cache lives. gate.py
-writes it at the end of every worker gate; a systemd timer the deploy
-installs refreshes it every minute, so a container restarted or a
+the one the gate stamped, whether the worker's container runs, since when and
+whether it is the one the gate stamped, and the room left where hf-cache
+lives. gate.py writes it at the end of every worker gate; a systemd timer
+the deploy installs refreshes it every minute, so a container restarted or a
 compose.yaml edited since the gate shows as not validated before the next
 deploy looks.
 
@@ -48,6 +48,8 @@ METRICS = (
                                  "the engine does not answer."),
     ("sglang_container_started_timestamp_seconds", "When the running worker container last started, in Unix "
                                                    "seconds (a multi-node group's members are compared by it)."),
+    ("sglang_container_gated", "1 when the running worker container is the one the last gate stamped, 0 when it "
+                               "started since (a multi-node group's member restarted alone)."),
     ("sglang_hf_cache_avail_bytes", "Bytes free for unprivileged users on the filesystem holding hf-cache."),
     ("sglang_hf_cache_size_bytes", "Size in bytes of the filesystem holding hf-cache."),
     ("sglang_gate_metrics_written_timestamp_seconds", "When this file was written, in Unix seconds."),
@@ -110,8 +112,9 @@ def config_values(home):
 
 def container_values(home):
     """Whether the worker's container runs and, when it does, when it started (Docker's StartedAt, nanoseconds cut
-    to microseconds). The alert rules judge a multi-node group from its members' (a member gone, or restarted after
-    rank 0: sglang-alerts.yml)."""
+    to microseconds) and whether it is the one the last gate stamped. The alert rules judge a multi-node group from
+    its members' (a member gone, restarted after rank 0, or restarted alone since the group's gate:
+    sglang-alerts.yml)."""
     found = running_container(home)
     if found is None or found.get("state") != "running":
         return {"sglang_container_running": 0}
@@ -121,6 +124,9 @@ def container_values(home):
         head, dot, rest = started.rstrip("Z").partition(".")
         values["sglang_container_started_timestamp_seconds"] = _seconds(
             head + (dot + rest[:6] if dot else "") + "Z")
+        gated = report.gated_start(home)
+        if gated is not None:   # a record written before the gate kept the container says nothing about it
+            values["sglang_container_gated"] = int(gated == started)
     return {name: value for name, value in values.items() if value is not None}
 
 

@@ -111,6 +111,14 @@ def last_gate(home):
     return found if isinstance(found, dict) else None
 
 
+def gated_start(home):
+    """When the container the last gate stamped had started (its record, stamp.LAST), or None: a multi-node group's
+    member running a container started since restarted alone (nodegroups.stale, gate_metrics.py)."""
+    found = (last_gate(home) or {}).get("container")
+    started = found.get("started_at") if isinstance(found, dict) else None
+    return started if isinstance(started, str) else None
+
+
 def use_key(home):
     """Read the API key (the server's config file) and the gateways' control-plane key, when there are: both are
     redacted from everything the report carries; the control-plane key alone is sent, to the gateways' worker API

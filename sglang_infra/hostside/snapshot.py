@@ -497,7 +497,8 @@ def read(spec):
         "tools": tools(tools_dir),
         "stack": running,
         "gate": {"stamp": stamp.read(home),
-                 "digest": stamp.digest(home, container)},
+                 "digest": stamp.digest(home, container),
+                 "started_at": report.gated_start(home)},
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
     }

@@ -20,8 +20,12 @@ from . import names, safefs
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
-# {"time": UTC, "passed", "reason", "rolled_back", "benchmark": benchmark.sh's summary or None}.
+# {"time": UTC, "passed", "reason", "rolled_back", "benchmark": benchmark.sh's summary or None, "container": the
+# GATED_CONTAINER fields of the container this gate stamped, or None when it stamped none}.
 LAST = ".last-gate"
+# What the last gate's record keeps of the container it stamped (gate.py): a multi-node group's member whose running
+# container started since is one that restarted alone (nodegroups.stale, gate_metrics.py).
+GATED_CONTAINER = ("id", "started_at")
 # Besides compose.yaml and .env, what a gateway's digest covers (router/<slug>/).
 GATEWAY_FILES = (names.WORKERS_FILE, names.LAUNCHER)
 

@@ -17,6 +17,13 @@ exited, not started from its files, or the group is stale, then
    and puts its last known-good one back, all are stopped and started again,
    and rank 0 validates again. Every member ends on the same config.
 
+A group recreated with every member's config unchanged (its last known-good
+one: a member restarted alone, a container gone) is gated with
+--group-step revalidate: a failure then is the group's state, not a config's,
+so no config is kept as *.failed, nothing is rolled back, and the run fails
+for the group saying so. A group whose gate was only due (not recreated) and
+that fails so is first recreated and gated once more.
+
 Commands on the other members run through their own connections
 (base.run_on with their connector arguments), as operations/roll.py reaches a
 gateway host.
@@ -29,7 +36,7 @@ from pyinfra.api import FunctionCommand
 
 from .. import factcache, ship
 from ..hostside import names
-from ..hostside.gate import GROUP_NOT_ROLLED_BACK
+from ..hostside.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAILED
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..nodegroups import member_reasons, stale
 from ..plantypes import NodeGroup
@@ -61,6 +68,18 @@ def restart_reasons(state, group: NodeGroup) -> list[str]:
         reasons += member_reasons(member.name, snapshot, member.compose_sha,
                                   (images.get(member.image) or {}).get("id"), member.docker)
     return reasons or stale(snapshots, group)
+
+
+def unchanged(snapshots: dict, group: NodeGroup) -> bool:
+    """Whether every member's compose.yaml and .env are its last known-good ones (*.good, kept by its last passing
+    gate): the group's gate then judges the group's state, not a config change."""
+    for member in group.member_plans:
+        files = ((snapshots.get(member.name) or {}).get("files") or {}).get(member.docker) or {}
+        for name in CONFIG:
+            now, good = files.get(name), files.get(name + ".good")
+            if (now or good) and not (now and good and now.get("sha256") == good.get("sha256")):
+                return False
+    return True
 
 
 @snapshot_operation
@@ -143,19 +162,44 @@ def keep_members(state, host, group: NodeGroup) -> str | None:
     return None
 
 
-def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str) -> str | None:
-    """The group's turn (the module's docstring): None when it passed, else why it failed."""
+def gate_rank_0(state, host, group: NodeGroup, step: str):
+    """Rank 0's gate as the group's ``step`` (validate or revalidate): (ok, output), its last lines said."""
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, step))
+    for line in output.stderr_lines[-6:]:
+        say(host, line)
+    return ok, output
+
+
+def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, changed: bool | None = None
+                     ) -> str | None:
+    """The group's turn (the module's docstring): None when it passed, else why it failed. ``changed``: whether a
+    member's config is not its last good one (None: read from the members now; the group's own operation and its
+    turn in a rolling restart both come here)."""
+    if changed is None:
+        changed = not unchanged(member_snapshots(state, group), group)
     if restart:
         say(host, f"{why}: every member of {group.name} ({', '.join(group.members)}) is stopped, then started")
         failure = recreate(state, group)
         if failure:
             return failure
-    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "validate"))
-    for line in output.stderr_lines[-6:]:
-        say(host, line)
+    step = "validate" if changed else "revalidate"
+    ok, output = gate_rank_0(state, host, group, step)
+    if not ok and not changed and not restart:
+        # the good config failed on a group that was not recreated: a member may have restarted alone unseen (its
+        # gate's record, written before records kept the container, cannot tell); recreated as one unit, gated again
+        say(host, f"the group's last good config failed its gate: every member of {group.name} is stopped, then "
+                  "started, and rank 0 gated once more", logger.warning)
+        failure = recreate(state, group)
+        if failure:
+            return failure
+        ok, output = gate_rank_0(state, host, group, step)
     if ok:
         return keep_members(state, host, group)
     said = next((line.split("FAILED: ", 1)[1] for line in reversed(output.stderr_lines) if "FAILED: " in line), "")
+    if GROUP_STATE_FAILED in said:
+        return f"rank 0's gate failed with every member on its last good config, recreated together " \
+               f"({said.replace(GROUP_STATE_FAILED, '').strip(' .')}); no config is marked failed: the group's " \
+               "hosts need a look (status.sh, the members' logs)"
     if GROUP_NOT_ROLLED_BACK not in said:
         return f"rank 0's gate failed ({last_line(output)})"
     failed = said.replace(GROUP_NOT_ROLLED_BACK, "").strip(" .")

@@ -8,6 +8,9 @@ with the REAL gateway in front of both (the group is one worker: rank 0's URL).
   last), no failed request, no cut stream.
 - A config whose gate fails on the group leaves both members on the last good config, started again together.
 - rank 1's container killed: the next ordinary run recreates both members and the group serves again.
+- rank 0's container restarted alone (issue 40): its /health answers 503 for good (the stand-in, as SGLang), status.sh
+  and check.sh name the group failing within 60 s; the next ordinary run recreates both members (rank 0 last), gates
+  the group, exits 0 and marks no config failed; a run after it changes nothing.
 """
 
 from __future__ import annotations
@@ -200,3 +203,62 @@ def test_a_killed_member_is_named_failing_by_status_check_and_metrics_within_60s
     code, report = run_status(current)
     assert report["groups"][0]["verdict"] == "ok" and report["groups"][0]["problems"] == [], report["groups"]
     assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
+
+
+# ---------------------------------------------------------------- issue 40 items 2 and 3: rank 0 restarted alone
+def health(host) -> str:
+    """The HTTP status of the member's own /health (host networking: its port on the host), from the host itself."""
+    return host.exec("curl -s -o /dev/null -m 5 -w '%{http_code}' http://127.0.0.1:30000/health").stdout.strip()
+
+
+def test_rank_0_restarted_alone_is_failing_within_60s_and_the_next_run_heals_the_group(fleet, workdir):
+    """`docker restart` of rank 0 alone: its health stays "starting" in Docker, its start is within START_WINDOW of
+    rank 1's, yet the group never serves again. status.sh and check.sh name it failing within 60 s (the gate's
+    record knows the container it stamped); the next ordinary run, with a short readiness wait in its data so a
+    wrong turn fails in seconds, recreates the group before its gate, exits 0 and marks no config failed."""
+    hosts, inventory, _ = fleet
+    for name in GROUP:   # the bad config an earlier test kept: every *.failed now is this run's
+        hosts[name].exec(f"rm -f {DOCKER}/compose.yaml.failed {DOCKER}/.env.failed")
+    before = {name: started(hosts[name]) for name in (*GROUP, SOLO)}
+    hosts[G0].exec(f"cd {DOCKER} && docker restart $(docker compose ps -q sglang)")
+    restarted = time.monotonic()
+    assert started(hosts[G0]) != before[G0] and started(hosts[G1]) == before[G1]
+
+    current = inventory("groups-b.py", env={"GROUP_MARK": "b"})
+    code, report = run_status(current)
+    status_took = time.monotonic() - restarted
+    assert code == 1, report
+    [group] = report["groups"]
+    why = f"group ds-a: member {G0} (rank 0): restarted alone at {started(hosts[G0])}, since the group's last gate"
+    assert group["verdict"] == "failing" and len(group["problems"]) == 1 and group["problems"][0].startswith(why), \
+        group
+    by_host = {row["host"]: row for row in report["hosts"]}
+    assert by_host[G0]["verdict"] == by_host[G1]["verdict"] == "failing" and by_host[SOLO]["verdict"] == "ok"
+
+    started_checks = time.monotonic()
+    checks = run_host_checks(current, workdir)
+    checks_took = time.monotonic() - started_checks
+    assert checks.outcomes.get(f"{G0}::test_the_multi_node_group_is_whole") == "failure", checks.output[-3000:]
+    assert f"group ds-a is failing: {why}" in checks.output, checks.output[-3000:]
+    assert status_took < 60 and checks_took < 60, (status_took, checks_took)
+    # the stand-in as SGLang: rank 0 never serves again (rank 1 never re-joins), rank 1's dummy health says 200
+    assert (health(hosts[G0]), health(hosts[G1])) == ("503", "200")
+
+    healed = run_deploy(inventory("groups-heal.py", env={"GROUP_MARK": "b"}, sglang_ready_timeout=30))
+    assert healed.returncode == 0, healed.why(4000)
+    assert f"{G0} (rank 0): restarted alone" in healed.output and "every member of ds-a" in healed.output
+    assert f"gate[{G0}]: passed" in healed.output and f"gate[{G1}]: passed through the group's rank 0" in healed.output
+    assert before[G1] < started(hosts[G1]) < started(hosts[G0])   # both recreated, rank 0 last
+    assert started(hosts[SOLO]) == before[SOLO]
+    for name in GROUP:
+        assert hosts[name].exec(f"ls {DOCKER}").stdout.split().count("compose.yaml.failed") == 0, name
+    assert health(hosts[G0]) == "200"
+    code, report = run_status(current)
+    assert report["groups"][0]["problems"] == [] and report["groups"][0]["verdict"] == "ok", report["groups"]
+    assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
+
+    after = {name: started(hosts[name]) for name in (*GROUP, SOLO)}
+    again = run_deploy(inventory("groups-heal.py", env={"GROUP_MARK": "b"}, sglang_ready_timeout=30))
+    assert again.returncode == 0, again.why(3000)
+    assert {name: again.changed(name) for name in hosts} == {name: [] for name in hosts}
+    assert {name: started(hosts[name]) for name in (*GROUP, SOLO)} == after

@@ -259,19 +259,21 @@ def test_the_server_reads_the_model_cache_read_only(serving):
 
 
 def test_the_multi_node_group_is_whole(serving):
-    """A member of a multi-node group: every member's container runs, all started as one group (groupstatus, the
-    judgement status.sh makes too). Checked once, on rank 0, which reads the other members' own snapshots."""
+    """A member of a multi-node group: every member's container runs, all started as one group, none restarted
+    alone since the group's last gate (groupstatus, the judgement status.sh makes too). Checked once, on rank 0,
+    which reads the other members' own snapshots."""
     group = serving.plan.node_group
     if group is None:
         pytest.skip(f"{serving.name} is in no multi-node group")
     if group.rank != 0:
         pytest.skip(f"{serving.name} is rank {group.rank} of group {group.name}: checked on rank 0 ({group.head_name})")
-    containers = {}
+    containers, gated = {}, {}
     for name in group.members:
         found = serving.member(name)
         if found is not None:
             containers[name] = found.snapshot["stack"]["container"]
-    problems = groupstatus.problems(group, containers)
+            gated[name] = found.snapshot["gate"].get("started_at")
+    problems = groupstatus.problems(group, containers, gated)
     assert not problems, f"group {group.name} is failing: " + "; ".join(problems)
 
 

@@ -106,7 +106,9 @@ def test_the_gate_record_carries_whether_the_tool_calls_passed(tmp_path, monkeyp
     assert run.run() == code
     found = json.loads((docker / stamp.LAST).read_text())
     assert found["tool_call_ok"] is expected and found["passed"] is (code == 0)
-    assert set(found) == {"time", "passed", "reason", "rolled_back", "tool_call_ok", "benchmark"}
+    assert set(found) == {"time", "passed", "reason", "rolled_back", "tool_call_ok", "benchmark", "container"}
+    # the container it stamped (a multi-node group's member started since restarted alone); none when it failed
+    assert found["container"] == ({"id": "c" * 64, "started_at": "2026-01-01T10:00:00Z"} if code == 0 else None)
 
 
 @pytest.mark.parametrize("tool_calls, passed", [(TOOL_CALLS_PASS, 1), (TOOL_CALLS_FAIL, 0)],
@@ -202,3 +204,32 @@ def test_a_groups_rank_0_after_the_rollback_records_the_failure_though_the_good_
     found = json.loads((docker / stamp.LAST).read_text())
     assert (found["passed"], found["rolled_back"]) == (False, True) and "rolled back" in found["reason"]
     assert (docker / stamp.STAMP).exists()   # what serves is the last good config, which validated again
+
+
+def test_a_groups_rank_0_recreated_on_its_good_config_that_fails_marks_nothing_failed(tmp_path, monkeypatch, capsys):
+    """Issue 40: the group recreated with every member's config unchanged (a member restarted alone): a failure is
+    the group's state, not the config's. No compose.yaml.failed (a later run would refuse the good config), no
+    rollback, nothing stamped, the failure recorded."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, ready=False)
+    (docker / "compose.yaml.good").write_text("services: {}\n")
+    calls = []
+    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
+                                                                                                          "", ""))
+    run.args.group_step = "revalidate"
+    assert run.run() == gate.GROUP_FAILED
+    assert not (docker / "compose.yaml.failed").exists() and not (docker / stamp.STAMP).exists()
+    assert (docker / "compose.yaml").read_text() == "services: {}\n"
+    assert [words for words in calls if words[0] in ("stop", "up")] == []
+    assert gate.GROUP_STATE_FAILED in capsys.readouterr().err
+    found = json.loads((docker / stamp.LAST).read_text())
+    assert found["passed"] is False and found["rolled_back"] is None, found
+
+
+def test_a_groups_rank_0_recreated_on_its_good_config_that_passes_stamps_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.group_step = "revalidate"
+    assert run.run() == 0
+    assert (docker / stamp.STAMP).exists() and (docker / "compose.yaml.good").read_text() == "services: {}\n"
+    assert json.loads((docker / stamp.LAST).read_text())["container"]["started_at"] == "2026-01-01T10:00:00Z"

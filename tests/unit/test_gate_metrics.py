@@ -202,6 +202,16 @@ def test_a_container_gone_exited_or_unknown_is_not_running_and_has_no_start(home
     assert samples["sglang_container_running"] == 0 and "sglang_container_started_timestamp_seconds" not in samples
 
 
+@pytest.mark.parametrize("gate_saw, expected", [
+    (CONTAINER["started_at"], 1),
+    ("2026-01-01T09:00:00.000000000Z", 0),     # restarted since the gate (a group's member restarted alone)
+    (None, None),                              # a record from before the gate kept its container: not known
+], ids=["the-gated-one", "restarted-since", "not-recorded"])
+def test_the_running_container_is_gated_when_its_last_gate_stamped_it(home, textfile, gate_saw, expected):
+    record(home, {**PASSED, **({"container": {"id": CONTAINER["id"], "started_at": gate_saw}} if gate_saw else {})})
+    assert written(home, textfile).get("sglang_container_gated") == expected
+
+
 # ---------------------------------------------------------------- hf-cache's filesystem
 def test_hf_cache_gives_its_filesystems_free_and_total_bytes(home, textfile):
     samples = written(home, textfile)

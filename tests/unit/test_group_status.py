@@ -33,8 +33,9 @@ def container(started=MEMBER_STARTED, state="running"):
     return {"id": "c", "state": state, "health": None, "image_id": "i", "started_at": started, "labels": {}}
 
 
-def rows(**containers):
-    """The status rows of the two members (every other field as a converged host's), with their containers."""
+def rows(gated=None, **containers):
+    """The status rows of the two members (every other field as a converged host's), with their containers;
+    ``gated``: each member's last gate record, with the start of the container it stamped (none: no record)."""
     out = []
     for each in HOSTS:
         plan = resolve(each.name, each.data, converged_snapshot(), (), GROUPS[each.name])
@@ -42,9 +43,33 @@ def rows(**containers):
         snapshot["stack"] = {"container": containers.get(each.name.replace("-", "_"), container(
             HEAD_STARTED if each.name == "gpu-01" else MEMBER_STARTED))}
         snapshot["report"] = {"now": 1767261600.0}
+        if gated is not None:
+            snapshot["gate"] = {**(snapshot.get("gate") or {}), "started_at": gated[each.name]}
+            snapshot["report"]["gate"] = {"time": "2026-01-01T10:01:00Z", "passed": True}
         row = statusrows.row(each.name, plan, snapshot, [])
-        out.append({**row, "model": {**row["model"], "complete": True, "verified": True}, "gate": None})
+        out.append({**row, "model": {**row["model"], "complete": True, "verified": True},
+                    **({} if gated is not None else {"gate": None})})
     return out
+
+
+GATED = {"gpu-01": HEAD_STARTED, "gpu-02": MEMBER_STARTED}   # the containers the group's last gate stamped
+
+
+def test_rank_0_restarted_alone_since_the_groups_gate_fails_the_group_naming_it_and_why():
+    """Issue 40: `docker restart` of rank 0 seconds after the group formed, its health still "starting": within
+    START_WINDOW of the members' start, yet not the container its gate stamped while rank 1 still is."""
+    assert fleetstatus.judged(rows(GATED))["exit"] == 0
+    restarted = container("2026-01-01T10:03:00.25Z")
+    report = fleetstatus.judged(rows(GATED, gpu_01={**restarted, "health": "starting"}))
+    line = ("group ds-a: member gpu-01 (rank 0): restarted alone at 2026-01-01T10:03:00.25Z, since the group's last "
+            "gate (its container then started at 2026-01-01T10:00:30.5Z); the other members never join it again, so "
+            "the group serves nothing until every member restarts together")
+    assert report["exit"] == 1 and report["groups"][0]["problems"] == [line], report["groups"]
+    for host in report["hosts"]:
+        assert host["verdict"] == "failing" and f"failing: {line}" in host["problems"], host["host"]
+    # every member restarted since (the deploy's recreate, rank 0 last, before its gate stamps them): not alone
+    together = rows(GATED, gpu_01=restarted, gpu_02=container("2026-01-01T10:02:59Z"))
+    assert fleetstatus.judged(together)["groups"][0]["problems"] == []
 
 
 def test_a_whole_group_is_ok_and_one_worker_with_its_members():

@@ -156,6 +156,46 @@ def test_a_member_started_after_rank_0_or_rank_0_restarted_alone_is_a_stale_grou
     assert "gpu-02: rank 0 (gpu-01) restarted after it, alone" in nodegroups.stale(alone, group)
 
 
+def gated(started, gate_saw):
+    """A member's snapshot: its running container started at ``started``, its last gate stamped one started at
+    ``gate_saw`` (None: a record from before the gate kept it)."""
+    return {**snapshot(started), "gate": {"started_at": gate_saw}}
+
+
+GATED = {"gpu-01": gated("2026-12-04T10:00:05.123456789Z", "2026-12-04T10:00:05.123456789Z"),
+         "gpu-02": gated("2026-12-04T10:00:01.5Z", "2026-12-04T10:00:01.5Z")}
+
+
+def test_rank_0_restarted_alone_since_the_groups_gate_is_a_stale_group_however_soon():
+    """Issue 40: `docker restart` of rank 0 a minute after the group formed: rank 0 started after every member, within
+    START_WINDOW, yet the others never join it again; its gate's record says it is not the container it stamped."""
+    group = nodegroups.membership(MEMBERS)["gpu-01"]
+    assert nodegroups.stale(GATED, group) == []
+    restarted = dict(GATED, **{"gpu-01": gated("2026-12-04T10:01:05.5Z", "2026-12-04T10:00:05.123456789Z")})
+    assert nodegroups.stale(restarted, group) == [
+        "gpu-01 (rank 0): restarted alone at 2026-12-04T10:01:05.5Z, since the group's last gate (its container then "
+        "started at 2026-12-04T10:00:05.123456789Z); the other members never join it again, so the group serves "
+        "nothing until every member restarts together"]
+
+
+def test_every_member_restarted_since_the_gate_or_no_record_of_it_is_not_a_restart_alone():
+    group = nodegroups.membership(MEMBERS)["gpu-01"]
+    # the deploy's recreate before its gate stamps them again: every member restarted, rank 0 last
+    together = {"gpu-01": gated("2026-12-04T11:00:09Z", "2026-12-04T10:00:05.123456789Z"),
+                "gpu-02": gated("2026-12-04T11:00:02Z", "2026-12-04T10:00:01.5Z")}
+    assert nodegroups.stale(together, group) == []
+    unknown = dict(GATED, **{"gpu-01": gated("2026-12-04T10:01:05.5Z", None),
+                             "gpu-02": gated("2026-12-04T10:00:01.5Z", None)})
+    assert nodegroups.stale(unknown, group) == []   # records from before the gate kept the container
+
+
+def test_a_member_restarted_alone_after_rank_0_is_named_once():
+    group = nodegroups.membership(MEMBERS)["gpu-01"]
+    late = dict(GATED, **{"gpu-02": gated("2026-12-04T10:30:00Z", "2026-12-04T10:00:01.5Z")})
+    assert nodegroups.stale(late, group) == ["gpu-02: started after rank 0 (gpu-01), against a group that already "
+                                             "formed"]
+
+
 def test_a_members_restart_reasons():
     found, _ = plans()
     plan = found["gpu-02"]
@@ -179,7 +219,7 @@ class Output:
         self.stderr_lines, self.stdout_lines = list(stderr), []
 
 
-def turn(monkeypatch, gate_results):
+def turn(monkeypatch, gate_results, changed=True, restart=True):
     """The group's turn with every member's commands recorded; ``gate_results``: rank 0's gate answers in order."""
     from types import SimpleNamespace
 
@@ -193,13 +233,13 @@ def turn(monkeypatch, gate_results):
         kind = "up" if " up -d " in command else "stop" if " stop --timeout " in command else \
             command.split("--group-step ")[-1]
         ran.append((name, kind))
-        if command.endswith(("--group-step validate", "--group-step rolled-back")):
+        if command.endswith(("--group-step validate", "--group-step revalidate", "--group-step rolled-back")):
             return answers.pop(0)
         return True, Output()
 
     monkeypatch.setattr(group_ops, "on_member", on_member)
     host = SimpleNamespace(log_styled=lambda *a, **k: None)
-    return group_ops.restart_and_gate(None, host, group, True, "compose.yaml changes"), ran
+    return group_ops.restart_and_gate(None, host, group, restart, "compose.yaml changes", changed), ran
 
 
 def test_the_group_stops_every_member_then_starts_rank_0_last_and_gates_through_rank_0_only(monkeypatch):
@@ -222,6 +262,85 @@ def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restar
     after = ran[ran.index(("gpu-02", "failed")) + 1:]
     kinds = [what for _, what in after if what in ("stop", "up")]
     assert kinds == ["stop", "stop", "up", "up"]
+
+
+def test_a_group_recreated_on_its_good_config_is_gated_so_that_a_failure_marks_no_config_failed(monkeypatch):
+    """Issue 40: rank 0 restarted alone, every member's config its last good one: recreated, rank 0 last, and gated
+    with revalidate; a failure then rolls nothing back and marks nothing failed on any member."""
+    from sglang_infra.hostside.gate import GROUP_STATE_FAILED
+
+    healed, ran = turn(monkeypatch, [(True, Output())], changed=False)
+    assert healed is None
+    assert ran == [("gpu-01", "stop"), ("gpu-02", "stop"), ("gpu-02", "up"), ("gpu-01", "up"),
+                   ("gpu-01", "revalidate"), ("gpu-02", "keep")]
+    failed = (False, Output([f"gate[gpu-01]: FAILED: the server did not become ready. {GROUP_STATE_FAILED}"]))
+    failure, ran = turn(monkeypatch, [failed], changed=False)
+    assert failure is not None and "the server did not become ready" in failure and "no config is marked failed" \
+        in failure, failure
+    assert [what for _, what in ran if what not in ("stop", "up")] == ["revalidate"]   # no failed, no rolled-back
+
+
+def test_a_good_config_that_fails_on_a_group_not_recreated_is_recreated_and_gated_once_more(monkeypatch):
+    """A member restarted alone that no record can show (one written before records kept the container): the gate,
+    due, fails with every config its last good one; the group is recreated (rank 0 last) and gated once more."""
+    from sglang_infra.hostside.gate import GROUP_STATE_FAILED
+
+    failed = (False, Output([f"gate[gpu-01]: FAILED: the server did not become ready. {GROUP_STATE_FAILED}"]))
+    healed, ran = turn(monkeypatch, [failed, (True, Output())], changed=False, restart=False)
+    assert healed is None
+    assert ran == [("gpu-01", "revalidate"), ("gpu-01", "stop"), ("gpu-02", "stop"), ("gpu-02", "up"),
+                   ("gpu-01", "up"), ("gpu-01", "revalidate"), ("gpu-02", "keep")]
+    failure, ran = turn(monkeypatch, [failed, failed], changed=False, restart=False)
+    assert failure is not None and "no config is marked failed" in failure
+    assert [what for _, what in ran if what not in ("stop", "up")] == ["revalidate", "revalidate"]
+
+
+def member_snapshots(found, compose=None, good=None, env=None, env_good=None, started=None, gate_saw=None):
+    """Every member's snapshot as the group's operation reads it: running its planned config, files on disk with
+    the shas given (default: the plan's), started and gated as given (default: as GATED)."""
+    out = {}
+    for name in ("gpu-01", "gpu-02"):
+        plan = found[name]
+        files = {names.COMPOSE_FILE: {"sha256": compose or plan.compose_sha},
+                 names.COMPOSE_FILE + ".good": {"sha256": good or plan.compose_sha}}
+        if env or env_good:
+            files.update({names.ENV_FILE: {"sha256": env}, names.ENV_FILE + ".good": {"sha256": env_good}})
+        container = {**GATED[name]["stack"]["container"], "image_id": "sha256:x"}
+        if started and name == "gpu-01":
+            container["started_at"] = started
+        out[name] = {"stack": {"container": container, "current": True}, "files": {plan.paths.docker: files},
+                     "docker": {"images": {plan.serving_image: {"id": "sha256:x"}}},
+                     "gate": {"started_at": gate_saw if gate_saw and name == "gpu-01" else GATED[name]["gate"]
+                              ["started_at"]}}
+    return out
+
+
+def test_the_groups_operation_recreates_a_group_whose_rank_0_restarted_alone(monkeypatch):
+    from sglang_infra.operations import group as group_ops
+
+    found, _ = plans()
+    group = nodegroups.with_members(found)["gpu-01"].node_group
+    monkeypatch.setattr(group_ops, "member_snapshots", lambda state, g: member_snapshots(found))
+    assert group_ops.restart_reasons(None, group) == []
+    restarted = member_snapshots(found, started="2026-12-04T10:01:05.5Z")
+    monkeypatch.setattr(group_ops, "member_snapshots", lambda state, g: restarted)
+    assert [line.split(":", 1)[0] for line in group_ops.restart_reasons(None, group)] == ["gpu-01 (rank 0)"]
+
+
+def test_a_config_is_unchanged_only_when_every_members_files_are_its_last_good_ones():
+    from sglang_infra.operations import group as group_ops
+
+    found, _ = plans()
+    group = nodegroups.with_members(found)["gpu-01"].node_group
+    assert group_ops.unchanged(member_snapshots(found), group)
+    assert not group_ops.unchanged(member_snapshots(found, good="sha-of-the-old-config"), group)
+    assert group_ops.unchanged(member_snapshots(found, env="e", env_good="e"), group)
+    assert not group_ops.unchanged(member_snapshots(found, env="e2", env_good="e"), group)
+    first = member_snapshots(found)
+    for each in first.values():   # a first deploy: no known-good copy yet
+        for files in each["files"].values():
+            del files[names.COMPOSE_FILE + ".good"]
+    assert not group_ops.unchanged(first, group)
 
 
 def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_path):

@@ -184,6 +184,28 @@ def test_rank_above_zero_keeps_saying_200_after_rank0_dies(ranks):
     assert statuses(one) == (200, 200, 404) and ranks.processes[1].poll() is None
 
 
+def test_rank0_restarted_alone_never_serves_until_every_rank_restarts(ranks):
+    """Issue 40: `docker restart` of rank 0 alone (SIGTERM, then the same command again): rank 1 lost it and never
+    joins again, so the new rank 0 answers 503 for good while rank 1 says 200; all restarted together, it serves."""
+    dist = free_port()
+    head = ranks(0, 2, dist)
+    one = ranks(1, 2, dist)
+    assert until(lambda: statuses(head) == (200, 200, 200))
+    ranks.processes[0].send_signal(signal.SIGTERM)
+    assert ranks.processes[0].wait(15) == 0
+    assert until(lambda: "lost rank 0" in answer_log(ranks.processes[1]))
+    again = ranks(0, 2, dist)
+    time.sleep(3)                                     # three of rank 1's retry intervals: it does not come back
+    assert statuses(again) == (503, 503, 503) and statuses(one) == (200, 200, 404)
+    assert "rank 1 joined" not in answer_log(ranks.processes[2])
+    for process in ranks.processes[1:]:
+        process.kill()
+        process.wait(10)
+    head = ranks(0, 2, dist)
+    ranks(1, 2, dist)
+    assert until(lambda: statuses(head) == (200, 200, 200))
+
+
 def test_the_flags_as_sglang_spells_them():
     args = standin_server.parse_args(["--model-path", "m", "--nnodes", "2", "--node-rank", "1",
                                       "--nccl-init-addr", "[::1]:5000"])   # SGLang's older alias, IPv6
