@@ -14,6 +14,7 @@ import sys
 
 LISTEN = "0A"   # TCP_LISTEN in /proc/net/tcp's st column
 TIMEOUT = 30    # seconds, for systemctl
+MAX_SOCKETS = 4_000_000   # lines of /proc/net/tcp read at most (a bound; far above any host's sockets)
 
 
 def _kernel_hex(address):
@@ -29,13 +30,14 @@ def listening(address, port, net="/proc/net"):
     found = []
     try:
         with open(os.path.join(net, table), encoding="ascii") as f:
-            lines = f.read(1 << 22).splitlines()[1:]
-    except OSError:
-        return found
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 9 and fields[1] == want and fields[3] == LISTEN:
-            found.append(fields[9])
+            for count, line in enumerate(f):   # one line a socket, read as it comes: a busy host has many
+                if count > MAX_SOCKETS:
+                    break
+                fields = line.split()
+                if len(fields) > 9 and fields[1] == want and fields[3] == LISTEN:
+                    found.append(fields[9])
+    except (OSError, ValueError):
+        pass
     return found
 
 
