@@ -27,9 +27,9 @@ if preflight(host, inventory):
     local.include("tasks/node_exporter.py")      # 3b. every host: the node exporter, ready for the gate's metrics
     if serves:
         local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
-        local.include("tasks/models.py")         # 5. vetted models at pinned revisions in hf-cache/hub
-        local.include("tasks/peer_door.py")      # 5b. the peer door: verified blobs to the fleet (or none left)
-        local.include("tasks/models_from_peers.py")  # 5c. models from the peers' doors (a swarm's round 2)
+        local.include("tasks/peer_door.py")      # 5. the peer door, up and checked before any pull asks it (or none)
+        local.include("tasks/models.py")         # 5b. vetted models at pinned revisions in hf-cache/hub
+        local.include("tasks/models_from_peers.py")  # 5c. the door lists them; models from the peers' doors
         local.include("tasks/image.py")          # 6. the pinned serving image
         local.include("tasks/stack.py")          # 7. docker/.env, docker/compose.yaml, the running stack and its gate
     local.include("tasks/gateways.py")      # 8. gateway hosts: a gateway per model, in front of the workers that passed

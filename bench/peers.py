@@ -54,7 +54,7 @@ TOOLS = "/var/lib/sglang-tools"
 HUB_DIR = "/opt/sglang/hf-cache/hub"
 RECORDS = "/opt/sglang/verified"
 FOLDER = "models--bench--peers"
-PORT = 30050
+PORT = 880  # group_data/all.py's sglang_peer_port
 HUB_PER_CONNECTION = 2_500_000      # bytes/s: 8 connections = 20 MB/s per host
 LAN_RATE = "800mbit"                # 100 MB/s out of each host
 SETTLE = 15

@@ -165,8 +165,9 @@ sglang_huggingface_hub_version = "2.4.0"
 # ---------------------------------------------------------------- Peer distribution (serving hosts)
 
 # Port of each serving host's peer door (Debian's nginx serving the host's verified model blobs to the fleet's other
-# hosts); below the gateways' 30080, so a registry that grows never reaches it.
-sglang_peer_port = 30050
+# hosts); below 1024, so only root can bind it: no local user can open it before nginx does and be sent the site key.
+# Not a port Debian's /etc/services names. A door moved to another port is reloaded on the new one, its list kept.
+sglang_peer_port = 880
 
 # Host address the peer door listens on; None: the host's fleet address as the gateways reach it (sglang_worker_address,
 # else ssh_hostname, else the inventory name), never every address: the door is for the fleet's network alone.

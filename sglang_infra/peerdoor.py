@@ -21,6 +21,8 @@ hostside/snapshot.py (peer_address); the task is tasks/peer_door.py.
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import re
 from typing import Any, Mapping
 
@@ -83,6 +85,39 @@ def fleet_address(data: Mapping[str, Any], name: str) -> str:
     """The address the door listens on: sglang_peer_bind_address, else the host's fleet address as the gateways
     reach it (sglang_worker_address, else ssh_hostname, else the inventory name)."""
     return data["sglang_peer_bind_address"] or data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+
+
+def address_source(data: Mapping[str, Any], name: str) -> str:
+    """Where fleet_address() took the door's address from, said as the key (or the inventory name)."""
+    for key in ("sglang_peer_bind_address", "sglang_worker_address", "ssh_hostname"):
+        if data.get(key):
+            return f"{key} {data[key]!r}"
+    return f"the inventory name {name!r}"
+
+
+def address_problem(address: str) -> str | None:
+    """Why ``address`` (an IP address) cannot be the door's, or None: every peer connects there with the site key,
+    so it must be the host's own on the fleet's network, never loopback (a peer would reach itself, where any
+    local user who took the port first would be sent the key) nor every address (the door is for the fleet's
+    network alone)."""
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        return f"{address} is every address of the host, not one on the fleet's network"
+    if ip.is_loopback:
+        return (f"{address} is a loopback address: a peer connecting there reaches itself, where whoever holds "
+                "the port would be sent the site key")
+    return None
+
+
+def key_id(key: bytes) -> str:
+    """The site key's fingerprint: what hosts compare to know they hold the same key, never the key itself (a
+    sha256 under a label of its own, so it is no other digest of the key)."""
+    return hashlib.sha256(b"sglang peer key id\0" + key).hexdigest()[:16]
 
 
 def host_ports(data: Mapping[str, Any]) -> dict[int, str]:
@@ -172,9 +207,12 @@ def blobs_conf(door: PeerDoor, models: Mapping[str, Any]) -> str:
 def bind_problem(host_name: str, wanted: str, peer: Mapping[str, Any] | None) -> str | None:
     """Why the door cannot listen on ``wanted`` on this host (the snapshot's `peer`), or None."""
     peer = peer or {}
-    if peer.get("local"):
-        return None
     address = peer.get("address")
     if address is None:
         return f"{wanted} does not resolve to an address on {host_name}"
+    bad = address_problem(address)
+    if bad:
+        return f"{wanted} resolves on {host_name} to {bad}" if wanted != address else bad
+    if peer.get("local"):
+        return None
     return f"{wanted} ({address}) is not an address of {host_name}, so the door could not listen on it"

@@ -1,8 +1,12 @@
 """Where each serving host's pull looks for a model's blobs: the fleet's peer doors (peerdoor.py), the Hub once per
 site.
 
-For each model (registry key), its peer hosts are the inventory's serving hosts that keep it (serve it, or list it in
-sglang_cached_models) with peer distribution on (sglang_peer_key_file set), in inventory order.
+For each model (registry key), its peer hosts are the serving hosts of this run (not one outside --limit, none that
+failed its preflight) that keep it (serve it, or list it in sglang_cached_models) with peer distribution on
+(sglang_peer_key_file set) and the very same site key (their keys' fingerprints, peerdoor.key_id, are equal; the keys
+themselves are never compared nor sent anywhere but to a door), in inventory order. A pull asks only those of them
+whose door this run has brought up and found held by the door's own nginx (tasks/peer_door.py, door_checked, which
+runs on every host before any pull): checked() drops the others when the pull's command is made.
 
 With a lock and two or more of them in this run, the model is pulled as a swarm by files, in two rounds that the
 deploy's order gives (every host runs an operation before any runs the next): split() gives each of them a share of
@@ -56,35 +60,50 @@ def split(files, hosts) -> dict[str, tuple[str, ...]]:
 
 def with_sources(plans: Mapping[str, HostPlan | None], hosts) -> dict[str, HostPlan | None]:
     """Every plan of a serving host with a peer door, with its peer_sources; ``hosts``: the inventory's hosts with
-    their data and roles, in inventory order (gateways.inventory_roles)."""
-    members: dict[str, list[tuple[str, str]]] = {}  # model key -> (host, its door) in inventory order
+    their data and roles, in inventory order (gateways.inventory_roles). A host without a plan here (outside the
+    run, or refused) is nobody's peer; nor is one whose site key is another."""
+    members: dict[str, list[tuple[str, str, str]]] = {}  # model key -> (host, its door, its key's id), in order
     for each in hosts:
-        data = each.data
-        if not each.serves or not data.get("sglang_peer_key_file"):
+        door = getattr(plans.get(each.name), "peer_door", None)
+        if door is None:
             continue
-        plan = plans.get(each.name)
-        address = plan.peer_door.address if plan is not None and plan.peer_door is not None \
-            else peerdoor.fleet_address(data, each.name)
-        door = peerdoor.listen(address, int(data["sglang_peer_port"]))
-        for key in kept_keys(data):
-            members.setdefault(key, []).append((each.name, door))
+        for key in kept_keys(each.data):
+            members.setdefault(key, []).append((each.name, peerdoor.listen(door.address, door.port), door.key_id))
     out = dict(plans)
     for name, plan in plans.items():
         if plan is None or plan.peer_door is None:
             continue
         sources = {}
         for model in plan.kept:
-            found = members.get(model.key, [])
-            in_run = [host for host, _ in found if getattr(plans.get(host), "peer_door", None) is not None]
+            found = [(host, door) for host, door, key_id in members.get(model.key, [])
+                     if key_id == plan.peer_door.key_id]
+            in_run = [host for host, _ in found]
             peers = tuple(door for host, door in found if host != name)
+            names = tuple(host for host, _ in found if host != name)
             locked = plan.locked.get(model.key)
             if len(in_run) > 1 and locked is not None and name in in_run:  # a swarm by files
-                sources[model.key] = PeerSources(peers, True, 0, split(locked.files, in_run)[name])
+                sources[model.key] = PeerSources(peers, True, 0, split(locked.files, in_run)[name], names)
                 continue
             seed = bool(in_run) and in_run[0] == name
-            sources[model.key] = PeerSources(peers, seed, 0 if seed else SETTLE)
+            sources[model.key] = PeerSources(peers, seed, 0 if seed else SETTLE, hosts=names)
         out[name] = replace(plan, peer_sources=sources)
     return out
+
+
+_checked: dict[int, set[str]] = {}   # per run (id of pyinfra's state): the hosts whose door was found ours
+
+
+def door_checked(state, name: str) -> None:
+    """This run found the door of host ``name`` up and held by the door's own nginx (operations.peerdoor)."""
+    _checked.setdefault(id(state), set()).add(name)
+
+
+def checked(state, sources: PeerSources) -> PeerSources:
+    """``sources`` with only the peers whose door this run has checked (door_checked): the site key goes to no
+    other door, not one still down on a fresh fleet nor one whose host failed before its door came up."""
+    ours = _checked.get(id(state), set())
+    kept = [(door, host) for door, host in zip(sources.peers, sources.hosts) if host in ours]
+    return sources._replace(peers=tuple(door for door, _ in kept), hosts=tuple(host for _, host in kept))
 
 
 def pull_arguments(plan: HostPlan, model, first_round: bool = False) -> dict[str, Any]:

@@ -210,6 +210,6 @@ def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
                          frozenset(f["sha256"] for f in locked[key_].files) if key_ in locked else frozenset())
                  for key_, model in sorted(plan.registry.items()) if models.is_commit(model.revision))
     door = PeerDoor(address=address, port=data["sglang_peer_port"], group=plan.account,
-                    hub=plan.paths.hub, pins=pins, key=key)
+                    hub=plan.paths.hub, pins=pins, key=key, key_id=peerdoor.key_id(key))
     config, key_conf, dropin = peerdoor.render(door, reasons()["sglang_peer_bind_address"])
     return replace(door, config=config, key_conf=key_conf, dropin=dropin)

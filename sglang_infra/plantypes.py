@@ -218,15 +218,16 @@ class NodeExporter:
 
 
 class PeerSources(NamedTuple):
-    """Where a serving host's pull looks for one model's blobs (peering.py): the other serving hosts' peer doors
-    (ADDRESS:PORT), whether this host is the model's seed (it takes the Hub for a blob no peer holds, first), how
-    long its pull waits for a peer to hold a blob, and in a swarm (peering.split) the lock's paths this host takes
-    in the first round (None: no swarm)."""
+    """Where a serving host's pull looks for one model's blobs (peering.py): the peer doors (ADDRESS:PORT) of the
+    other serving hosts of this run holding the same site key, whether this host is the model's seed (it takes the
+    Hub for a blob no peer holds, first), how long its pull waits for a peer to hold a blob, and in a swarm
+    (peering.split) the lock's paths this host takes in the first round (None: no swarm)."""
 
     peers: tuple[str, ...]
     seed: bool
     wait: int
     share: tuple[str, ...] | None = None
+    hosts: tuple[str, ...] = ()   # the inventory name of each peer, in the order of ``peers``
 
 
 class PeerPin(NamedTuple):
@@ -249,6 +250,7 @@ class PeerDoor:
     hub: str                 # hf-cache/hub on the host
     pins: tuple[PeerPin, ...]
     key: bytes = field(repr=False)
+    key_id: str = ""         # the key's fingerprint (peerdoor.key_id): hosts compare it, never the key
     config: str = field(default="", repr=False)     # nginx.conf
     key_conf: str = field(default="", repr=False)   # key.conf (0600)
     dropin: str = field(default="", repr=False)     # nginx.service's drop-in

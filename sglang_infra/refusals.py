@@ -305,9 +305,10 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
         wanted = peerdoor.fleet_address(data, host_name)
         bad_bind = peerdoor.bind_problem(host_name, wanted, snapshot.get("peer"))
         if bad_bind:
-            err("sglang_peer_bind_address", f"{bad_bind} (the peer door's address; None means the host's fleet "
-                "address: sglang_worker_address, else ssh_hostname)", "set sglang_peer_bind_address to the address "
-                "the fleet's other hosts reach this host on")
+            err("sglang_peer_bind_address", f"{bad_bind} (the peer door's address, from "
+                f"{peerdoor.address_source(data, host_name)}; None means the host's fleet address: "
+                "sglang_worker_address, else ssh_hostname)", "set sglang_peer_bind_address to the IP address the "
+                "fleet's other hosts reach this host on (Debian's /etc/hosts maps the host's own name to 127.0.1.1)")
         taken = peerdoor.foreign_nginx(snapshot)
         if taken:
             err("sglang_peer_key_file", f"nginx.service is already {taken} on this host without the peer door's "

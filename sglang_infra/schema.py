@@ -73,6 +73,13 @@ def _ip(value: Any) -> bool:
     return True
 
 
+def _fleet_ip(value: Any) -> bool:
+    """An IP address other hosts can reach: not loopback (127.x, ::1) and not every address (0.0.0.0, ::)."""
+    from .peerdoor import address_problem
+
+    return _ip(value) and address_problem(value) is None
+
+
 # A Prometheus duration, as its flags and rule files take it: units from ms to y, largest first, e.g. '1h30m'.
 _DURATION_RE = re.compile(r"^(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?$")
 
@@ -274,8 +281,9 @@ SCHEMA: dict[str, Key] = {
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
     # peer distribution: the peer door (sglang_infra/peerdoor.py; its key is judged in refusals.judge)
-    "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 30050"),
-    "sglang_peer_bind_address": Key("None or an IP address", _optional(_ip),
+    "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 880"),
+    "sglang_peer_bind_address": Key("None or an IP address of the fleet's network (not loopback, not every address)",
+                                    _optional(_fleet_ip),
                                     "use the address the fleet's other hosts reach this host on, or None for its "
                                     "fleet address"),
     "sglang_peer_key_file": Key("None or a readable file on the control machine",

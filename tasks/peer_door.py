@@ -2,14 +2,18 @@
 model blobs, read-only, to the fleet's other hosts holding the site's key
 (sglang_infra/peerdoor.py says what it serves and refuses). Its files come
 before the package, so nginx's first start already runs the door's config,
-never Debian's default site. Without sglang_peer_key_file, no door, and one
-left from an earlier run is removed."""
+never Debian's default site. It comes up before any pull of the run, with the
+blobs verified before it, and is then checked (its address and port held by
+the door's own nginx): only a door checked so is asked by this run's pulls
+(sglang_infra/peering.py), which tasks/models_from_peers.py lists next.
+Without sglang_peer_key_file, no door, and one left from an earlier run is
+removed."""
 
 from pyinfra import host
 
 from sglang_infra import peerdoor
 from sglang_infra.operations.files import checked_file, secret_file
-from sglang_infra.operations.peerdoor import blobs_listed, door_absent
+from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
 from sglang_infra.plantypes import dropin_dir
 from sglang_infra.preflight import plan_of
@@ -38,3 +42,4 @@ else:
     service_running(name=f"Ensure the peer door listens on {listen} with its current config and list",
                     unit=f"{peerdoor.SERVICE}.service", restart_if=dropin.did_change,
                     reload_if=lambda: key.did_change() or blobs.did_change() or config.did_change())
+    door_checked(name=f"Ensure {listen} is held by the peer door's own nginx before any peer asks it", door=door)

@@ -39,4 +39,5 @@ modules it imports into one self-contained source.
     gateway_workers.py   a gateway's worker set: workers.json, then the gateway's /workers API
     gateway_launch.py    starts SMG inside the gateway's image, worker set and keys from files
     toolchain_check.py  the pins inside the toolchain image
+    doorcheck.py        whether the peer door's address and port are held by the door's own nginx
 """

@@ -9,6 +9,12 @@ offers a partial.
 
 PeerTransfer wraps the pull's Hub transfer (transfer.Transfer) with the same ``download``:
 
+* every request to a peer is bounded (_request): a connection in CONNECT_TIMEOUT, no READ_TIMEOUT without a byte,
+  a HEAD over in HEAD_DEADLINE, a range at MIN_RATE at least once REQUEST_GRACE has passed (so over by
+  REQUEST_GRACE + its length / MIN_RATE), and every peer of one file within FILE_GRACE + its size / MIN_RATE (then the
+  Hub takes what is missing); the answer must be plain HTTP/1.x with a Content-Length, no Transfer-Encoding and no
+  Content-Encoding but identity (the request asks for identity alone). A peer that times out or answers anything
+  malformed (a HEAD too) is banned for the rest of the pull;
 * which peers hold the blob: a HEAD to each in a random order, so the load spreads (up to 2 * MAX_SOURCES asked,
   until MAX_SOURCES holders are found); a host
   that is not the seed waits for one, polling, up to ``wait`` seconds while a peer answers at all, then takes the
@@ -33,11 +39,10 @@ import dataclasses
 import os
 import random
 import re
+import socket
 import stat
 import threading
 import time
-
-import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
 
 from . import ranges
 from .pull_errors import EXIT_USAGE, PullError
@@ -46,7 +51,13 @@ from .transfer import Stopped, _Job, _pwrite_all, _single_name, gather, open_par
 from .units import human
 
 CONNECT_TIMEOUT = 5.0  # seconds: a peer is on the fleet's LAN
-READ_TIMEOUT = 30.0  # seconds without a byte before a peer's range is taken elsewhere
+READ_TIMEOUT = 10.0  # seconds without a byte before a peer's request is given up (and the peer banned)
+HEAD_DEADLINE = 10.0  # seconds for a whole HEAD, connection to last header
+REQUEST_GRACE = 10.0  # seconds a range request runs before its bytes are held to MIN_RATE
+MIN_RATE = 4 * 1024 * 1024  # bytes/s a peer's range must average: a LAN's slowest link is far above it
+FILE_GRACE = 60.0  # seconds every peer of one file has, on top of its size / MIN_RATE, before the Hub takes it
+MAX_HEADER_BYTES = 16 * 1024  # a door's answer head (nginx's is a few hundred bytes)
+RECV_BYTES = 1024 * 1024
 POLL = 1.0  # seconds between two looks for a holder while waiting
 MAX_SOURCES = 8  # peers asked for one blob (a swarm: later hosts become sources of the ones after them)
 MAX_KEY_BYTES = 4096
@@ -105,7 +116,125 @@ class Fleet:
 
 
 class _Bad(Exception):
-    """A peer failed a range (its reason); the range goes on elsewhere."""
+    """A peer failed a request (its reason: a timeout, a cut, a malformed answer); it is banned, and a range goes on
+    elsewhere."""
+
+
+_STATUS = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: [^\r\n]*)?")
+_FIELD = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*")
+_NUMBER = re.compile(r"[0-9]{1,19}")  # a byte count or offset (below 10**19): never thousands of digits
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19})")
+_SINGLE = ("content-length", "content-range", "content-encoding", "transfer-encoding")
+
+
+class _Answer:
+    """A peer's answer: its status, its head's fields (lower-case names), and its body to read, bounded by the
+    request's deadline and the minimum rate; the connection closes with it."""
+
+    def __init__(self, sock: socket.socket, status: int, fields: dict[str, str], rest: bytes, deadline: float,
+                 grace_end: float):
+        self.sock, self.status, self.fields, self.rest = sock, status, fields, rest
+        self.deadline, self.grace_end, self.received = deadline, grace_end, 0
+
+    def length(self) -> int:
+        """The body's Content-Length; _Bad when there is none or it is not a number."""
+        value = self.fields.get("content-length", "")
+        if not _NUMBER.fullmatch(value):
+            raise _Bad(f"answered a Content-Length of {_shown(value)}")
+        return int(value)
+
+    def chunks(self, n: int):
+        """The next ``n`` bytes of the body, as they arrive; _Bad on a cut, a timeout or a rate below MIN_RATE."""
+        left = n
+        while left > 0:
+            if self.rest:
+                chunk, self.rest = self.rest[:left], self.rest[left:]
+            else:
+                chunk = _recv(self.sock, self.deadline, min(left, RECV_BYTES))
+                if not chunk:
+                    raise _Bad(f"stopped sending after {self.received} bytes of {n + self.received}")
+            left -= len(chunk)
+            self.received += len(chunk)
+            now = time.monotonic()
+            if now > self.grace_end and self.received < (now - self.grace_end) * MIN_RATE:
+                raise _Bad(f"sent {self.received} bytes in {now - self.grace_end + REQUEST_GRACE:.0f} s, below "
+                           f"{human(MIN_RATE)}/s")
+            yield chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def _recv(sock: socket.socket, deadline: float, n: int) -> bytes:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Bad("did not finish its answer in time")
+    sock.settimeout(min(READ_TIMEOUT, left))
+    try:
+        return sock.recv(n)
+    except socket.timeout:
+        raise _Bad("did not finish its answer in time" if time.monotonic() >= deadline
+                   else f"sent nothing for {READ_TIMEOUT:.0f} s")
+    except OSError as e:
+        raise _Bad(f"failed ({e.strerror or type(e).__name__})")
+
+
+class _Unreachable(_Bad):
+    """No door answers at the peer's address (refused, or no connection in CONNECT_TIMEOUT)."""
+
+
+def _request(peer: "Peer", method: str, path: str, headers: dict[str, str], deadline: float,
+             grace_end: float) -> _Answer:
+    """``method`` ``path`` to ``peer`` over a connection of its own (closed with the answer), its head read within
+    ``deadline``; _Bad for a timeout or a malformed head, _Unreachable when no door answers."""
+    left = deadline - time.monotonic()
+    try:
+        sock = socket.create_connection((peer.address, peer.port), timeout=max(0.001, min(CONNECT_TIMEOUT, left)))
+    except OSError as e:
+        raise _Unreachable(f"cannot be reached (no door answers: {e.strerror or type(e).__name__})")
+    try:
+        head = [f"{method} {path} HTTP/1.1", f"Host: {peer.label}", "Connection: close",
+                *(f"{name}: {value}" for name, value in headers.items())]
+        sock.settimeout(max(0.001, min(READ_TIMEOUT, deadline - time.monotonic())))
+        try:
+            sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        except OSError as e:
+            raise _Bad(f"failed ({e.strerror or type(e).__name__})")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            if len(data) > MAX_HEADER_BYTES:
+                raise _Bad(f"sent an answer head over {MAX_HEADER_BYTES} bytes")
+            chunk = _recv(sock, deadline, MAX_HEADER_BYTES + 4)
+            if not chunk:
+                raise _Bad("closed the connection before its answer's head ended")
+            data += chunk
+        raw, _, rest = data.partition(b"\r\n\r\n")
+        lines = raw.split(b"\r\n")
+        status = _STATUS.fullmatch(lines[0])
+        if status is None:
+            raise _Bad("answered something that is not HTTP/1.x")
+        fields: dict[str, str] = {}
+        for line in lines[1:]:
+            field = _FIELD.fullmatch(line)
+            if field is None:
+                raise _Bad("answered a malformed header line")
+            name = field.group(1).decode("ascii").lower()
+            if name in _SINGLE and name in fields:
+                raise _Bad(f"answered {name} twice")
+            fields[name] = field.group(2).decode("latin-1")
+        if "transfer-encoding" in fields:
+            raise _Bad(f"answered with Transfer-Encoding {_shown(fields['transfer-encoding'])}, not a plain body")
+        encoding = fields.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            raise _Bad(f"answered with Content-Encoding {_shown(encoding)}; only identity is accepted")
+        return _Answer(sock, int(status.group(1)), fields, rest, deadline, grace_end)
+    except BaseException:
+        sock.close()
+        raise
 
 
 class _NoHolder(Exception):
@@ -121,8 +250,6 @@ class PeerTransfer:
         self.lock = threading.Lock()
         self.banned: dict[Peer, str] = {}  # peers this pull uses no more, and why
         self.waited_out = False  # a wait for a holder ran out: no other blob waits
-        self.client = httpx2.Client(timeout=httpx2.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
-                                    follow_redirects=False, trust_env=False)  # a LAN door: no proxy, no redirect
         self.count = counted = hub.count
 
         def count(**amounts: int) -> None:  # what the Hub transfer receives, counted as the Hub's
@@ -172,31 +299,41 @@ class PeerTransfer:
     def headers(self, extra: dict | None = None) -> dict:
         return {"Authorization": f"Bearer {self.fleet.key}", "Accept-Encoding": "identity", **(extra or {})}
 
-    def _redact(self, text: str) -> str:
-        return text.replace(self.fleet.key, "<site key>")
-
     # -- which peers hold a blob
     def holders(self, blob) -> tuple[list[Peer], bool]:
-        """(the peers holding ``blob`` now, whether any peer answered at all)."""
+        """(the peers holding ``blob`` now, whether any peer answered at all). A peer that refuses the key, times
+        out or answers a malformed head is banned."""
         peers = [p for p in self.fleet.peers if p not in self.banned]
         random.shuffle(peers)
         found, alive = [], False
         for peer in peers[:MAX_SOURCES * 2]:
+            if self.hub.stop.is_set():
+                raise Stopped()
             try:
-                resp = self.client.head(peer.url(blob.name), headers=self.headers())
-            except (httpx2.ConnectError, httpx2.ConnectTimeout):
-                self._ban(peer, "cannot be reached (no door answers)", blob.paths[0], quiet=True)
+                status, length = self._head(peer, blob.name)
+            except _Unreachable as e:
+                self._ban(peer, str(e), blob.paths[0], quiet=True)
                 continue
-            except httpx2.HTTPError:
+            except _Bad as e:
+                self._ban(peer, f"{e} (asked whether it holds {blob.name[:12]})", blob.paths[0], quiet=True)
                 continue
             alive = True
-            if resp.status_code in (401, 403):
-                self._ban(peer, f"refused the site key (HTTP {resp.status_code})", blob.paths[0])
-            elif resp.status_code == 200 and resp.headers.get("Content-Length") == str(blob.size):
+            if status in (401, 403):
+                self._ban(peer, f"refused the site key (HTTP {status})", blob.paths[0])
+            elif status == 200 and length == blob.size:
                 found.append(peer)
                 if len(found) >= MAX_SOURCES:
                     break
         return found, alive
+
+    def _head(self, peer: Peer, name: str) -> tuple[int, int | None]:
+        """(the status of a HEAD for blob ``name`` at ``peer``, its Content-Length when 200)."""
+        now = time.monotonic()
+        answer = _request(peer, "HEAD", f"/blobs/{name}", self.headers(), now + HEAD_DEADLINE, now + HEAD_DEADLINE)
+        try:
+            return answer.status, answer.length() if answer.status == 200 else None
+        finally:
+            answer.close()
 
     def _wait_for_holders(self, blob, index: int, path: str) -> list[Peer]:
         """The holders of ``blob``, waiting for one up to the fleet's wait; once a wait ran out, later blobs are not
@@ -239,11 +376,13 @@ class PeerTransfer:
         tally: dict[str, int] = {}  # this file's bytes by peer
         try:
             job.grow()
-            wrote = self._fetch_spans(job, holders, tally)
+            # Every peer of this file within its time (bounded by the file's size); past it the Hub takes the rest.
+            deadline = time.monotonic() + FILE_GRACE + blob.size / MIN_RATE
+            wrote = self._fetch_spans(job, holders, tally, deadline)
             os.fsync(fd)
             what = verify(blob, fd)
             if what is not None:
-                what = self._blame(job, wrote, holders, verify, what, tally)
+                what = self._blame(job, wrote, holders, verify, what, tally, deadline)
             if what is None:
                 _single_name(fd, partial)
                 os.fchmod(fd, 0o664)
@@ -266,23 +405,27 @@ class PeerTransfer:
             self.hub.progress.update(have=-ranges.done(job.spans))
         return None
 
-    def _fetch_spans(self, job: _Job, holders: list[Peer], tally: dict[str, int]) -> dict[int, list]:
+    def _fetch_spans(self, job: _Job, holders: list[Peer], tally: dict[str, int],
+                     deadline: float) -> dict[int, list]:
         """Every missing range of ``job`` from ``holders``, range k starting at holder k (mod their number);
         {range: [(peer, start, end), ...]}: who wrote which bytes."""
         wrote: dict[int, list] = {k: [] for k in range(len(job.spans))}
         todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
         assert self.hub.ranges is not None
-        gather([self.hub.ranges.submit(self._fetch_range, job, k, holders, holders[n % len(holders)], wrote[k], tally)
-                for n, k in enumerate(todo)], job.stop)
+        gather([self.hub.ranges.submit(self._fetch_range, job, k, holders, holders[n % len(holders)], wrote[k], tally,
+                                       deadline) for n, k in enumerate(todo)], job.stop)
         return wrote
 
     def _fetch_range(self, job: _Job, k: int, holders: list[Peer], first: Peer, log: list,
-                     tally: dict[str, int]) -> None:
+                     tally: dict[str, int], deadline: float) -> None:
         peer: Peer | None = first
         while True:
             start, end, done = job.span(k)
             if done >= end - start:
                 return
+            if time.monotonic() >= deadline:
+                raise _NoHolder(f"its peers took longer than {FILE_GRACE + job.blob.size / MIN_RATE:.0f} s (its size "
+                                f"at {human(MIN_RATE)}/s, and {FILE_GRACE:.0f} s)")
             if peer is None or peer in self.banned:
                 usable = [p for p in holders if p not in self.banned]
                 if not usable:
@@ -290,7 +433,7 @@ class PeerTransfer:
                 peer = usable[(k + len(self.banned)) % len(usable)]
             pos = start + done
             try:
-                self._get(job, peer, pos, end, lambda chunk, at: self._write(job, k, chunk, at))
+                self._get(job, peer, pos, end, lambda chunk, at: self._write(job, k, chunk, at), deadline)
             except _Bad as e:
                 self._ban(peer, str(e), job.path)
             finally:
@@ -305,32 +448,35 @@ class PeerTransfer:
         self.count(bytes_fetched=len(chunk))  # the pull's own count: not the Hub's
         self.hub.progress.update(have=len(chunk), fetched=len(chunk))
 
-    def _get(self, job: _Job, peer: Peer, pos: int, end: int, take) -> None:
+    def _get(self, job: _Job, peer: Peer, pos: int, end: int, take, deadline: float) -> None:
         """Bytes [pos, end) of the job's blob from ``peer``, each chunk handed to take(chunk, offset) as it
-        arrives; _Bad when the peer fails (what it sent before stays taken)."""
+        arrives, by ``deadline`` (the file's, see _from_peers) and at MIN_RATE past REQUEST_GRACE; _Bad when the
+        peer fails (what it sent before stays taken)."""
         wanted = f"bytes={pos}-{end - 1}"
+        now = time.monotonic()
+        grace_end = now + REQUEST_GRACE
+        answer = _request(peer, "GET", f"/blobs/{job.blob.name}", self.headers({"Range": wanted}),
+                          min(deadline, grace_end + (end - pos) / MIN_RATE), grace_end)
         try:
-            with self.client.stream("GET", peer.url(job.blob.name), headers=self.headers({"Range": wanted})) as r:
-                if r.status_code != 206:
-                    raise _Bad(f"answered HTTP {r.status_code} to a range request")
-                m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", r.headers.get("Content-Range", "").strip())
-                if not m or (int(m.group(1)), int(m.group(2)) + 1, int(m.group(3))) != (pos, end, job.blob.size):
-                    raise _Bad(f"answered range {r.headers.get('Content-Range')!r} to {wanted}")
-                at = pos
-                for chunk in r.iter_bytes():  # as received: what a peer sent before it failed is kept
-                    if job.stopped():
-                        raise Stopped()
-                    if at + len(chunk) > end:
-                        raise _Bad(f"sent more than {wanted}")
-                    take(chunk, at)
-                    at += len(chunk)
-                if at < end:
-                    raise _Bad(f"stopped sending at byte {at} of {wanted}")
-        except httpx2.HTTPError as e:
-            raise _Bad(f"failed ({self._redact(type(e).__name__ + (': ' + str(e) if str(e) else ''))})")
+            if answer.status != 206:
+                raise _Bad(f"answered HTTP {answer.status} to a range request")
+            given = answer.fields.get("content-range", "").strip()
+            m = _CONTENT_RANGE.fullmatch(given)
+            if not m or (int(m.group(1)), int(m.group(2)) + 1, int(m.group(3))) != (pos, end, job.blob.size):
+                raise _Bad(f"answered range {_shown(given)} to {wanted}")
+            if answer.length() != end - pos:
+                raise _Bad(f"answered {answer.length()} bytes to {wanted}")
+            at = pos
+            for chunk in answer.chunks(end - pos):  # as received: what a peer sent before it failed is kept
+                if job.stopped():
+                    raise Stopped()
+                take(chunk, at)
+                at += len(chunk)
+        finally:
+            answer.close()
 
     def _blame(self, job: _Job, wrote: dict[int, list], holders: list[Peer], verify, what: str,
-               tally: dict[str, int]) -> str | None:
+               tally: dict[str, int], deadline: float) -> str | None:
         """The file failed ``what``. One source at a time (the one that sent most first), every piece it sent is
         fetched again from another holder and written over it; when the file then verifies and some of those bytes
         differed, that source sent wrong bytes: it is named and used no more. None once the file verifies."""
@@ -361,7 +507,7 @@ class PeerTransfer:
                             bad.append(at)
                             _pwrite_all(job.fd, chunk, at)
                     try:
-                        self._get(job, other, piece[1], piece[2], compare)
+                        self._get(job, other, piece[1], piece[2], compare, deadline)
                     except _Bad as e:
                         self._ban(other, str(e), path)
                         continue

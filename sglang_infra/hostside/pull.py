@@ -25,7 +25,16 @@ from . import hublimits, manifest, peers, ranges, transfer
 from .printable import printable
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
-from .safefs import create_if_absent, unlink_if_present, write_atomic
+from .safefs import (
+    create_if_absent,
+    create_new,
+    fd_path,
+    open_below,
+    open_dir,
+    read_regular,
+    rename_new,
+    unlink_if_present,
+)
 from .transfer import LIBRARY_NAME, Stopped, gather
 from .units import human
 
@@ -176,6 +185,8 @@ class Puller:
         self.transfer: transfer.Transfer | peers.PeerTransfer | None = None  # the revision's HTTP, once known
         self.fleet: peers.Fleet | None = None  # the peers that may hold this model's blobs (peers.py), or None
         self.share: set[str] | None = None  # a swarm's round 1 (peering.split): the paths this host pulls, or None
+        self.held: dict[str, int] = {}  # while run() runs: the cache's directories open (_open_cache), by role
+        self.names: dict[str, str] = {}  # safefs.fd_path of each of them -> its path, for what the pull says
 
     def _count(self, **amounts: int) -> None:
         with self.stats_lock:
@@ -187,23 +198,65 @@ class Puller:
         return transfer.token_arg(self.token)
 
     def redact(self, text: str) -> str:
-        return transfer.redact(text, self.token)
+        """``text`` without the token, each directory the pull holds open named by its path."""
+        text = transfer.redact(text, self.token)
+        return re.sub(r"/proc/self/fd/[0-9]+(?![0-9])", lambda m: self.names.get(m.group(0), m.group(0)), text)
+
+    def _open_cache(self) -> None:
+        """hub, models--X with its blobs and snapshots, and .locks/models--X opened one directory at a time, each
+        made when missing, never through a link (safefs: a member of the group may plant one at any level, e.g.
+        blobs -> the account's docker/); then the pull finds each through its descriptor (safefs.fd_path), not its
+        path's names again."""
+        found, missing = self.cache_dir, list[str]()
+        while True:  # the deepest folder of the path there is (safefs.open_dir), then the rest made below it
+            try:
+                top = open_dir(found)
+                break
+            except FileNotFoundError:
+                found, name = os.path.split(found)
+                if not name:
+                    raise
+                missing.insert(0, name)
+        try:
+            self.held["hub"] = open_below(top, missing, found.rstrip("/"))
+        finally:
+            os.close(top)
+        shown = {"hub": self.cache_dir}
+        for role, parent, name in (("repo", "hub", self.folder), ("blobs", "repo", "blobs"),
+                                   ("snapshots", "repo", "snapshots"), ("locks_top", "hub", ".locks"),
+                                   ("locks", "locks_top", self.folder)):
+            self.held[role] = open_below(self.held[parent], [name], shown[parent])
+            shown[role] = f"{shown[parent]}/{name}"
+        self.names = {fd_path(fd): shown[role] for role, fd in self.held.items()}
+        self.cache_dir, self.repo_dir, self.blobs_dir, self.locks_dir = (
+            fd_path(self.held[role]) for role in ("hub", "repo", "blobs", "locks"))
+
+    def _close_cache(self) -> None:
+        for fd in self.held.values():
+            os.close(fd)
+        self.held = {}
+        self.cache_dir, self.repo_dir, self.blobs_dir, self.locks_dir = (
+            self.names.get(d, d) for d in (self.cache_dir, self.repo_dir, self.blobs_dir, self.locks_dir))
 
     # -- entry point
     def run(self) -> dict:
-        os.makedirs(self.cache_dir, exist_ok=True)
+        try:
+            self._open_cache()
+            return self._run_in_cache()
+        finally:
+            self._close_cache()
+
+    def _run_in_cache(self) -> dict:
         try:  # huggingface_hub's CACHEDIR.TAG, never written through a member's link there, as the library would
             from huggingface_hub._local_folder import CACHEDIR_TAG_CONTENT
             create_if_absent(os.path.join(self.cache_dir, "CACHEDIR.TAG"), CACHEDIR_TAG_CONTENT.encode())
         except (ImportError, OSError):
             pass
-        for d in (self.cache_dir, self.repo_dir, self.blobs_dir, os.path.join(self.repo_dir, "snapshots"),
-                  self.locks_dir):
-            os.makedirs(d, exist_ok=True)
         lock = FileLock(os.path.join(self.repo_dir, PULL_LOCK))
+        shown = self.redact(lock.path)
         if not lock.acquire(self.lock_wait, on_wait=lambda: say(
-                f"pull {self.repo_id}: another pull holds {lock.path}; waiting up to {self.lock_wait:.0f} s")):
-            raise PullError(f"another pull of {self.repo_id} holds {lock.path}"
+                f"pull {self.repo_id}: another pull holds {shown}; waiting up to {self.lock_wait:.0f} s")):
+            raise PullError(f"another pull of {self.repo_id} holds {shown}"
                             f"{held_by(lock.path)}; waited {self.lock_wait:.0f} s (sglang_pull_lock_wait). "
                             "Let it finish or stop it, then run again", EXIT_LOCKED)
         try:
@@ -216,17 +269,18 @@ class Puller:
 
     def _drop_if_empty(self) -> None:
         """A failed first pull (unknown repo, gated, ...) leaves no empty repo folder behind."""
+        repo, hub, locks = self.held["repo"], self.held["hub"], self.held["locks_top"]
         try:
             if os.listdir(self.blobs_dir) or os.path.isdir(os.path.join(self.repo_dir, "refs")):
                 return
             if os.listdir(os.path.join(self.repo_dir, "snapshots")):
                 return
             for d in ("snapshots", "blobs"):
-                os.rmdir(os.path.join(self.repo_dir, d))
-            os.unlink(os.path.join(self.repo_dir, PULL_LOCK))
-            os.rmdir(self.repo_dir)
+                os.rmdir(d, dir_fd=repo)
+            os.unlink(PULL_LOCK, dir_fd=repo)
+            os.rmdir(self.folder, dir_fd=hub)
             if not os.listdir(self.locks_dir):
-                os.rmdir(self.locks_dir)
+                os.rmdir(self.folder, dir_fd=locks)
         except OSError:
             pass
 
@@ -418,7 +472,7 @@ class Puller:
         lock = FileLock(os.path.join(self.locks_dir, f"{etag}.lock"))
         if not lock.acquire(self.lock_wait, on_wait=lambda: say(
                 f"pull {self.repo_id}: blob {etag[:12]} is being downloaded by another process; waiting")):
-            raise PullError(f"blob {etag} of {self.repo_id} stayed locked ({lock.path}"
+            raise PullError(f"blob {etag} of {self.repo_id} stayed locked ({self.redact(lock.path)}"
                             f"{held_by(lock.path)}) by another download for {self.lock_wait:.0f} s "
                             "(sglang_pull_lock_wait). Let it finish or stop it, then run again", EXIT_LOCKED)
         return lock
@@ -545,26 +599,32 @@ class Puller:
 
     # -- links, manifest, refs
     def _link(self, commit: str, path: str, blob_name: str) -> None:
-        safe_relpath(path)
+        parts = safe_relpath(path).split("/")
         link, rel = manifest.link_target(self.repo_dir, commit, path, blob_name)
+        shown = self.redact(link)
+        folder = open_below(self.held["snapshots"], [commit, *parts[:-1]], self.redact(
+            os.path.join(self.repo_dir, "snapshots")))  # snapshots/<commit>/<dirs>: never through a link
+        name = parts[-1]
         try:
-            if os.readlink(link) == rel:
-                return
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            if e.errno != errno.EINVAL:  # EINVAL: a regular file or dir sits there
-                raise
-            if os.path.isdir(link) and not os.path.islink(link):
-                raise VerifyError(f"{link} is a directory where a file link belongs")
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        tmp = f"{link}.{os.getpid()}.tmplink"
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        os.symlink(rel, tmp)
-        os.replace(tmp, link)
+            try:
+                if os.readlink(name, dir_fd=folder) == rel:
+                    return
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.EINVAL:  # EINVAL: a regular file or dir sits there
+                    raise
+                if stat.S_ISDIR(os.lstat(name, dir_fd=folder).st_mode):
+                    raise VerifyError(f"{shown} is a directory where a file link belongs")
+            tmp = f"{name}.{os.getpid()}.tmplink"
+            try:
+                os.unlink(tmp, dir_fd=folder)
+            except FileNotFoundError:
+                pass
+            os.symlink(rel, tmp, dir_fd=folder)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        finally:
+            os.close(folder)
         self.stats.changed = True
 
     def _write_manifest(self, blobs: list[Blob], commit: str) -> None:
@@ -584,13 +644,13 @@ class Puller:
 
     def _write_ref(self, commit: str) -> None:
         """refs/<branch> holds the bare commit id (no newline), as huggingface_hub writes it."""
-        ref = os.path.join(self.repo_dir, "refs", *self.revision.split("/"))
+        parts = self.revision.split("/")
+        folder = open_below(self.held["repo"], ["refs", *parts[:-1]], self.redact(self.repo_dir))
         try:
-            with open(ref, encoding="utf-8") as f:
-                if f.read() == commit:
-                    return
-        except OSError:
-            pass
-        os.makedirs(os.path.dirname(ref), exist_ok=True)
-        write_atomic(ref, commit.encode())
+            if read_regular(parts[-1], len(commit) + 1, dir_fd=folder) == commit.encode():
+                return
+            tmp = f"{parts[-1]}.{os.getpid()}.tmp"
+            rename_new(folder, tmp, parts[-1], create_new(folder, tmp, commit.encode(), 0o664))
+        finally:
+            os.close(folder)
         self.stats.changed = True

@@ -13,12 +13,16 @@ than root could have made; walks are bounded in entries and time (Budget).
 import errno
 import hashlib
 import os
+import re
 import stat
 import time
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | _CLOEXEC
+
+
+_HELD = re.compile(r"/proc/self/fd/([0-9]+)(/.*)?")
 
 
 class Refused(OSError):
@@ -39,20 +43,60 @@ def open_dir(path):
     naming the path) and never followed.
     """
     path = os.path.abspath(path)
-    fd = os.open("/", DIR_FLAGS)
-    walked = ""
+    held = _HELD.fullmatch(path)
+    if held:  # a directory this process holds open (fd_path): itself, never its name again
+        fd = os.open(f"/proc/self/fd/{held.group(1)}", DIR_FLAGS & ~os.O_NOFOLLOW)
+        walked, path = f"/proc/self/fd/{held.group(1)}", held.group(2) or ""
+    else:
+        fd = os.open("/", DIR_FLAGS)
+        walked = ""
     try:
         for part in [p for p in path.split("/") if p]:
             walked += "/" + part
-            flags = DIR_FLAGS & ~os.O_NOFOLLOW if _root_only(os.fstat(fd)) else DIR_FLAGS
-            try:
-                nxt = os.open(part, flags, dir_fd=fd)
-            except OSError as error:
-                if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
-                    raise Refused(f"{walked} is a symlink; refusing to follow it") from error
-                raise
-            os.close(fd)
-            fd = nxt
+            fd = _step(fd, part, walked, follow=_root_only(os.fstat(fd)))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _step(fd, part, walked, follow=False):
+    """The directory ``part`` of ``fd`` opened (``fd`` closed), through a link only when ``follow``; Refused
+    naming ``walked`` for a link."""
+    try:
+        nxt = os.open(part, DIR_FLAGS & ~os.O_NOFOLLOW if follow else DIR_FLAGS, dir_fd=fd)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
+            raise Refused(f"{walked} is a symlink; refusing to follow it") from error
+        raise
+    os.close(fd)
+    return nxt
+
+
+def fd_path(fd):
+    """A name for the directory open as ``fd`` that resolves to that very directory, whatever its path's names
+    become later (Linux's /proc/self/fd): what is opened below it is found from there, and open_dir goes on from
+    the descriptor too."""
+    return f"/proc/self/fd/{fd}"
+
+
+def open_below(dir_fd, parts, shown, create=True):
+    """The directory ``parts`` (names, one per level) below ``dir_fd``, opened one level at a time and never
+    through a link (Refused, naming ``shown`` and the levels walked); each level made (mode 0777 less the umask)
+    when missing and ``create``. The caller closes the descriptor."""
+    fd = os.dup(dir_fd)
+    walked = shown
+    try:
+        for part in parts:
+            walked = f"{walked}/{part}"
+            if part in ("", ".", "..") or "/" in part:
+                raise Refused(f"{walked} is not a directory's name")
+            if create:
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            fd = _step(fd, part, walked)
     except BaseException:
         os.close(fd)
         raise

@@ -21,6 +21,7 @@ scripts/status.sh shows beyond the deploy's needs.
 import glob
 import grp
 import importlib.util
+import ipaddress
 import json
 import os
 import platform
@@ -300,13 +301,27 @@ def kernel(protected_hardlinks=PROTECTED_HARDLINKS):
     return {"protected_hardlinks": value}
 
 
+def _nowhere(address):
+    """True for a loopback address or the wildcard (0.0.0.0, ::): a socket binds to them on any host, so binding
+    says nothing of the fleet's network; the control side refuses them as the door's (peerdoor.address_problem)."""
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+    except ValueError:
+        return False
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return ip.is_loopback or ip.is_unspecified
+
+
 def peer_address(wanted):
     """The peer door's address: ``wanted`` (an IP address, or a name this host resolves) as an IP address, and
-    whether it is one of this host's (a socket binds to it; every address binds too). Nothing listens."""
+    whether it is one of this host's (a socket binds to it). A name resolving to several gives the first of them
+    that is neither loopback nor the wildcard (Debian's /etc/hosts gives the host's own name 127.0.1.1 first),
+    else the first, which the control side then refuses. Nothing listens."""
     try:
         infos = socket.getaddrinfo(wanted, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError, ValueError):
         return {"address": None, "local": False}
+    infos.sort(key=lambda info: _nowhere(info[4][0]))  # stable: the resolver's order otherwise
     for family, _, _, _, sockaddr in infos:
         try:
             with socket.socket(family, socket.SOCK_STREAM) as probe:

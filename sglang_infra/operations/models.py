@@ -12,6 +12,7 @@ from pyinfra.api import FunctionCommand
 from .. import ship
 from ..hostside.printable import printable
 from ..hostside.units import human
+from ..peering import checked
 from ..plantypes import PeerSources
 from ..snapshot import current
 from ..toolchain import pip_index_options
@@ -93,7 +94,8 @@ def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir
     record, lock.LockedModel) the lock's sha256 of every file too: until then
     a complete revision whose content digest is not the lock's counts as not
     pulled. With ``peers`` (peering.py), each file from the fleet's peers
-    that hold it verified first, the site key read from ``peer_key_file``.
+    that hold it verified first, the site key read from ``peer_key_file``:
+    when the operation runs, only the peers whose door this run has checked.
     With ``share`` (a swarm's round 1, peering.split; needs ``locked``), only
     the files of those paths, recorded as a revision verified in part.
     """
@@ -113,6 +115,8 @@ def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir
         state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
             f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
+    if peers is not None and host.state.is_executing:  # only the doors this run has checked (peering.checked)
+        peers = checked(host.state, peers)
     command = pull_command(tools_dir, hub, verified, repo_id, revision, endpoint, token_file, lock_wait, workers,
                            locked is not None, peers, peer_key_file)
     record = locked.record() if locked is not None else None

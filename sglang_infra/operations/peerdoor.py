@@ -1,17 +1,33 @@
 """The peer door on a serving host (sglang_infra/peerdoor.py): its list of
 verified blobs, worked out from the host as it is when the operation runs
-(after this run's pulls), and a door left behind removed once the data has
+(after this run's pulls), the check that its address and port are held by
+the door's own nginx, and a door left behind removed once the data has
 none."""
 
 from __future__ import annotations
 
-from pyinfra import host
+import json
+import shlex
 
-from .. import peerdoor
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, operation
+
+from .. import peerdoor, peering, ship
 from ..plantypes import PeerDoor
 from ..snapshot import current
-from .base import q, snapshot_operation
+from .base import _failed, q, snapshot_operation
 from .files import swap_in
+
+
+class DoorHeld(FactBase):
+    """Whether every socket listening on the door's address and port is nginx.service's main process's, running
+    the door's config (hostside/doorcheck.py, as root): {"held", "pid", "why"}."""
+
+    def command(self, address: str, port: int):
+        return f"exec {ship.command('doorcheck')} {shlex.quote(address)} {int(port)} {shlex.quote(peerdoor.CONFIG)}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
 
 
 @snapshot_operation
@@ -23,6 +39,29 @@ def blobs_listed(door: PeerDoor):
     """
     content = peerdoor.blobs_conf(door, current(host)["models"])
     yield from swap_in(peerdoor.BLOBS_CONF, content.encode(), "root", "root", "644", None)
+
+
+@operation()
+def door_checked(door: PeerDoor):
+    """
+    Ensure the door's address and port are held by the door's own nginx
+    (DoorHeld), read when the operation runs, after the door's start or
+    reload. Found so, the door is one this run's pulls may ask, with the site
+    key (peering.checked); otherwise this host fails here, and no pull of
+    this run sends the key to its door.
+    """
+    listen = peerdoor.listen(door.address, door.port)
+    if not host.state.is_executing:
+        host.noop(f"the peer door on {listen} is checked when this operation runs")
+        return
+    found = host.get_fact(DoorHeld, address=door.address, port=door.port) or {}
+    if found.get("held"):
+        peering.door_checked(host.state, host.name)
+        host.noop(f"the peer door on {listen} is the door's own nginx (pid {found['pid']})")
+        return
+    yield FunctionCommand(_failed, (f"the peer door on {listen} is not the door's own nginx: "
+                                    f"{found.get('why', 'the check did not answer')}; no peer is sent the site key "
+                                    "there",), {})
 
 
 @snapshot_operation

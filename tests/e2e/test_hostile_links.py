@@ -121,6 +121,26 @@ def test_a_link_at_cachedir_tag_makes_no_file_and_compose_loads_no_override(conv
         host.exec(f"rm -f {override} {HUB}/CACHEDIR.TAG")
 
 
+def test_a_link_above_the_blobs_of_a_model_to_pull_is_refused_and_nothing_written_through_it(converged, workdir,
+                                                                                          testbed):
+    """Issue 42, item 9: a member makes models--X/blobs of a model the next run pulls a link into the account's
+    docker/: the pull (as the account) refuses it, naming it, and writes nothing there."""
+    host, _ = converged
+    repo = f"{HUB}/models--standin-org--tiny-chat-quality"
+    docker = "/opt/sglang/docker"
+    host.exec(f"rm -rf {repo} && mkdir -p {repo} && ln -s {docker} {repo}/blobs && chown -hR sglang:sglang {repo}")
+    blobs_there = f"ls -A {docker} | grep -E '^[0-9a-f]{{40}}|incomplete|tmplink' || true"
+    try:
+        pulls = testbed.inventory(workdir / "links-blobs.py", {"production": [(host, {
+            "sglang_benchmark_min_fraction": 0.05, "sglang_cached_models": ["qwen3.6-27b-awq-int4"]})]})
+        result = run_deploy(pulls)
+        assert result.returncode != 0
+        assert f"{repo}/blobs is a symlink; refusing to follow it" in result.output, result.output[-3000:]
+        assert host.exec(blobs_there).stdout.strip() == ""   # no blob, partial or link written through it
+    finally:
+        host.exec(f"rm -rf {repo}")
+
+
 MEMBER = "mallory"
 
 

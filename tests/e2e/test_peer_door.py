@@ -14,7 +14,7 @@ from harness import run_deploy, run_host_checks
 from sglang_infra import peerdoor
 from testbed import hub as standin_hub
 
-PORT = 30050
+PORT = 880  # group_data/all.py's sglang_peer_port
 KEY = hashlib.sha256(b"the site's peer key, for this test only").hexdigest()
 HUB = "/opt/sglang/hf-cache/hub"
 TINY = "standin-org/tiny-chat"
@@ -127,6 +127,64 @@ def test_the_operators_check_reports_the_door(fleet, workdir):
     for each in (one, two):
         assert "test_the_peer_door_runs_its_config_on_its_address_alone" in report.passed(each.name), \
             report.output[-3000:]
+
+
+def test_every_door_is_up_and_checked_before_any_pull_of_the_run(fleet):
+    """Issue 42, item 2: on a fresh fleet, a pull sends the key only to a door this run brought up and found held by
+    the door's own nginx; so every host's door comes up and is checked before the first pull operation."""
+    (one, two), _, _, first, _ = fleet
+    out = first.output
+    checked = out.find("is held by the peer door's own nginx before any peer asks it")
+    pulled = min(i for i in (out.find("is complete and verified in"), out.find("this host's share of")) if i >= 0)
+    assert 0 <= checked < pulled, first.why()
+    for each in (one, two):   # found so when the operation ran: it passed, changing nothing
+        assert [status for op, by_host in first.statuses.items() if "is held by the peer door's own nginx" in op
+                for host, status in by_host.items() if host == each.name] == ["No changes"], first.why()
+
+
+def test_a_door_address_resolving_to_loopback_on_the_host_is_refused_before_any_change(fleet, testbed, workdir):
+    """Issue 42, item 1: the door's address as the host resolves it (here a name /etc/hosts maps to 127.0.1.1, as
+    Debian does for the host's own name) must not be loopback: every peer would connect to itself with the key."""
+    (one, two), _, key_file, _, _ = fleet
+    one.exec("cp /etc/hosts /root/hosts.kept && echo '127.0.1.1 sg-door-self' >> /etc/hosts")
+    config = f"sha256sum {peerdoor.CONFIG} {peerdoor.BLOBS_CONF}"
+    before = one.exec(config).stdout
+    try:
+        door = {"sglang_peer_key_file": str(key_file), "sglang_benchmark_min_fraction": 0.05}
+        named = testbed.inventory(workdir / "door-loopback.py", {"production": [
+            (one, {**door, "sglang_worker_address": "sg-door-self"}), (two, door)]})
+        refused = run_deploy(named)
+    finally:
+        one.exec("cp /root/hosts.kept /etc/hosts")
+    assert refused.returncode != 0
+    assert f"host {one.name}: sglang_peer_bind_address: sg-door-self resolves on {one.name} to 127.0.1.1 is a " \
+           "loopback address" in refused.output, refused.why()
+    assert "from sglang_worker_address 'sg-door-self'" in refused.output
+    assert "refused before any change on any host" in refused.output
+    assert one.exec(config).stdout == before
+
+
+def test_the_door_moves_to_another_port_and_back_keeping_what_it_serves(fleet):
+    """Issue 42, item 2: a door whose port changes is reloaded on the new one (the old one closed), checked there,
+    and serves what it served; and back."""
+    (one, two), inventory, _, _, _ = fleet
+    name, data = shard()
+    moved = inventory.parent / "door-moved.py"
+    moved.write_text(inventory.read_text().replace("'sglang_benchmark_min_fraction': 0.05",
+                                                   "'sglang_benchmark_min_fraction': 0.05, 'sglang_peer_port': 30050"))
+    assert moved.read_text() != inventory.read_text()
+    try:
+        result = run_deploy(moved)
+        assert result.returncode == 0, result.why()
+        assert curl(two, f"http://{one.address}:30050/blobs/{name}", "-r 0-63") == ("206", data[:64].hex())
+        assert curl(two, url(one, f"/blobs/{name}"))[0] == "curl exit 7"   # the old port is closed
+        listening = one.exec("ss -Hltn").stdout
+        assert f"{one.address}:30050" in listening and f":{PORT} " not in listening
+    finally:
+        back = run_deploy(inventory)
+    assert back.returncode == 0, back.why()
+    assert curl(two, url(one, f"/blobs/{name}"), "-r 0-63") == ("206", data[:64].hex())
+    assert curl(two, f"http://{one.address}:30050/blobs/{name}")[0] == "curl exit 7"
 
 
 def test_a_second_run_changes_nothing_and_no_key_removes_the_door(fleet):

@@ -21,7 +21,7 @@ import pytest
 from harness import PROJECT_DIR, _env, run_deploy
 from testbed import hub as standin_hub
 
-PORT = 30050
+PORT = 880  # group_data/all.py's sglang_peer_port
 KEY = hashlib.sha256(b"the site's peer key, for the peers test only").hexdigest()
 TINY = "standin-org/tiny-chat"
 SHARD = "model-00001-of-00002.safetensors"

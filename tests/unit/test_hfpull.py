@@ -1161,3 +1161,44 @@ def test_records_left_in_hf_cache_by_older_pulls_are_ignored_and_the_disk_verifi
     assert [g for g in resolve_gets(hub)] == []
     assert record(pulled, "org/small", commit).exists() and old_place.read_bytes() == before
     assert scan(pulled)["repos"]["org/small"]["revisions"][commit]["verified"]
+
+
+def tree_of(folder: Path) -> dict[str, str]:
+    """Every entry under ``folder`` (not following links): its kind and content."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            full = Path(dirpath) / name
+            out[str(full.relative_to(folder))] = (f"-> {os.readlink(full)}" if full.is_symlink() else
+                                                  "dir" if full.is_dir() else full.read_text())
+    return out
+
+
+@pytest.mark.parametrize("planted", ["hub", "models--org--small", "models--org--small/blobs",
+                                     "models--org--small/snapshots/{commit}", ".locks",
+                                     ".locks/models--org--small"])
+def test_a_link_planted_at_any_level_of_the_cache_is_never_followed(hub, tmp_path, planted):
+    """A member of the group (hf-cache is group-writable, 2775 as on a host) makes a directory of the cache a link
+    into another folder the account writes (its docker/): the pull refuses, naming the link, and writes nothing
+    there."""
+    hf_cache = tmp_path / "hf-cache"
+    hf_cache.mkdir()
+    hf_cache.chmod(0o2775)
+    cache = hf_cache / "hub"
+    cache.mkdir()
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    (docker / "compose.yaml").write_text("services: {}\n")
+    before = tree_of(docker)
+    link = hf_cache / planted.format(commit=hub.commit("org/small", "main")) if planted == "hub" else \
+        cache / planted.format(commit=hub.commit("org/small", "main"))
+    if planted == "hub":
+        cache.rmdir()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(docker)
+
+    r = pull(cache, "org/small", "main", hub)
+
+    assert r.rc != 0, r
+    assert f"{link} is a symlink; refusing to follow it" in r.err and "Traceback" not in r.err, r
+    assert tree_of(docker) == before

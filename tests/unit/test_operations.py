@@ -45,7 +45,7 @@ def _arguments(op: str, args: dict) -> dict:
         group = args["group"]
         args = {**args, "group": NodeGroup(**{**group, "members": tuple(group["members"]),
                                               "member_plans": tuple(GroupMember(**m) for m in group["member_plans"])})}
-    if op == "blobs_listed":
+    if op in ("blobs_listed", "door_checked"):
         from sglang_infra.plantypes import PeerDoor, PeerPin
 
         door = args["door"]
@@ -66,7 +66,7 @@ def run(op: str, args: dict, facts: dict, executing: bool = False):
 
 @pytest.mark.parametrize("name,case", CASES, ids=[name for name, _ in CASES])
 def test_operation_yields_the_recorded_commands(name, case):
-    commands, fake = run(case["op"], case["args"], case["facts"])
+    commands, fake = run(case["op"], case["args"], case["facts"], case.get("executing", False))
     assert commands == case["commands"]
     assert bool(fake.noops) == case["noop"]
 

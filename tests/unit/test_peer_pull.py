@@ -5,9 +5,11 @@ one can flip a byte, cut its answers and vanish, refuse the key, or hold a blob 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -447,3 +449,159 @@ def test_a_swarm_each_host_its_share_from_the_hub_then_the_rest_from_the_peer_an
     assert_cache_holds(seeded, two)
     assert sorted(os.listdir(two / "verified/models--org--fleet")) == [lock["commit"] + ".json"]   # partial gone
     assert sorted(served(two, lock)) == sorted(seeded)
+
+
+class Hostile:
+    """A peer on 127.0.0.1 that holds every blob (HEAD: 200 with the right length) and answers in one bad way
+    (``mode``): "drip" sends a range's body a byte at a time, "huge-range" names a Content-Range of thousands of
+    digits, "gzip" sends the range gzip-compressed under Content-Encoding: gzip, "head-hang" answers no HEAD for
+    ``hang`` seconds (then closes). Raw sockets, so the answer is exactly what the mode says."""
+
+    def __init__(self, blobs: dict[str, bytes], mode: str, hang: float = 4.0):
+        self.blobs, self.mode, self.hang = blobs, mode, hang
+        self.requests: list[str] = []
+        self.stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.label = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            method, path = data.split(b" ")[:2]
+            self.requests.append(method.decode())
+            blob = self.blobs.get(path.decode().rpartition("/")[2])
+            if blob is None:
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                return
+            if method == b"HEAD":
+                if self.mode == "head-hang":
+                    self.stop.wait(self.hang)
+                    return
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(blob))
+                return
+            start, end = (int(x) for x in re.search(rb"Range: bytes=(\d+)-(\d+)", data).groups())
+            body = blob[start:end + 1]
+            content_range = f"bytes {start}-{end}/{len(blob)}"
+            extra = ""
+            if self.mode == "huge-range":
+                content_range = f"bytes {start}-{'9' * 5000}/{len(blob)}"
+            if self.mode == "gzip":
+                body, extra = gzip.compress(body), "Content-Encoding: gzip\r\n"
+            conn.sendall(f"HTTP/1.1 206 Partial Content\r\nContent-Range: {content_range}\r\n{extra}"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode())
+            try:
+                if self.mode == "drip":
+                    for i in range(len(body)):
+                        if self.stop.wait(0.05):
+                            return
+                        conn.sendall(body[i:i + 1])
+                else:
+                    conn.sendall(body)
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def tight(monkeypatch):
+    """Peer limits small enough for a test to see them act (raising=False: the same test runs on code without
+    them, where it shows the stall or the crash)."""
+    for name, value in (("HEAD_DEADLINE", 1.0), ("READ_TIMEOUT", 1.0), ("REQUEST_GRACE", 0.5),
+                        ("MIN_RATE", 64 * 1024), ("FILE_GRACE", 5.0)):
+        monkeypatch.setattr(peers, name, value, raising=False)
+
+
+def pull_in_thread(hub, cache: Path, peer: Hostile, limit: float,
+                   workers: int = 4) -> tuple[dict | BaseException | None, float]:
+    """The pull with ``peer`` as its only peer (this host the seed: no wait for a holder), run in a thread so a pull
+    that stalls is seen stalling: (its result or error, None when it was still running after ``limit`` s; seconds)."""
+    puller = Puller(str(cache / "hub"), "org/fleet", "main", hub.url, None, lock_wait=5, workers=workers,
+                    records_dir=str(cache / "verified"))
+    puller.fleet = peers.Fleet([peers.parse_peer(peer.label)], KEY, seed=True, wait=0)
+    out: list = [None]
+
+    def run():
+        try:
+            out[0] = puller.run()
+        except BaseException as e:
+            out[0] = e
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    return (None if thread.is_alive() else out[0]), time.monotonic() - started
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("drip", r"(sent \d+ bytes in \d+ s, below 64\.0 KiB/s|did not finish its answer in time)"),  # rate, or deadline
+    ("huge-range", r"answered range 'bytes \d+-99999"),
+    ("gzip", r"answered with Content-Encoding 'gzip'; only identity is accepted"),
+])
+def test_a_hostile_peer_is_banned_and_the_hub_serves_in_bounded_time(hub, seeded, tmp_path, tight, capsys, mode,
+                                                                    said):
+    peer = Hostile(seeded, mode)
+    try:
+        result, took = pull_in_thread(hub, tmp_path / "host", peer, limit=30)
+    finally:
+        peer.close()
+    assert isinstance(result, dict), f"the pull {'stalled' if result is None else f'failed: {result!r}'}"
+    out = capsys.readouterr().out
+    assert re.search(f"peer {peer.label} {said}", out), out
+    assert out.count(f"peer {peer.label} ") == 1  # banned once: asked nothing more
+    assert set(result["sources"]) <= {"hub", peer.label} and result["sources"].get(peer.label, 0) < 64 * 1024
+    assert took < 20
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_peer_whose_head_times_out_is_banned_after_one_head(hub, seeded, tmp_path, tight, capsys):
+    peer = Hostile(seeded, "head-hang", hang=4.0)
+    try:
+        result, took = pull_in_thread(hub, tmp_path / "host", peer, limit=60, workers=1)  # one file at a time
+    finally:
+        peer.close()
+    assert isinstance(result, dict), result
+    assert peer.requests == ["HEAD"]  # one blob asked, then never again
+    assert f"peer {peer.label} did not finish its answer in time" in capsys.readouterr().out
+    assert set(result["sources"]) == {"hub"}
+    assert took < 10
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+def test_a_peer_answer_that_is_not_plain_http_is_refused():
+    """Each malformed head is a _Bad (which bans the peer), never an uncaught error."""
+    heads = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"SSH-2.0-OpenSSH\r\n\r\n",
+             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+             b"HTTP/1.1 200 OK\r\nX" + b"y" * (40 * 1024) + b": z\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n"]
+    for head in heads:
+        server = socket.create_server(("127.0.0.1", 0))
+
+        def answer(server=server, head=head):
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(head)
+        threading.Thread(target=answer, daemon=True).start()
+        peer = peers.Peer("127.0.0.1", server.getsockname()[1])
+        with pytest.raises(peers._Bad):
+            now = time.monotonic()
+            peers._request(peer, "HEAD", "/blobs/x", {}, now + 5, now + 5).length()
+        server.close()

@@ -63,7 +63,7 @@ def test_the_door_listens_on_its_one_address_and_port(key_file):
 def test_an_ipv6_address_is_bracketed(key_file):
     door = plan_for(door_data(key_file, sglang_peer_bind_address="fd00::11"),
                     peer={"address": "fd00::11", "local": True}).peer_door
-    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["[fd00::11]:30050"]
+    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["[fd00::11]:880"]
 
 
 def test_the_door_never_follows_a_link_serves_read_only_and_refuses_what_it_does_not_list(key_file):
@@ -207,6 +207,44 @@ def test_an_address_that_is_not_the_hosts_is_refused(key_file):
     assert "nowhere.invalid does not resolve to an address on gpu-01" in unresolved[0]
 
 
+@pytest.mark.parametrize("data, address, source", [
+    ({"ssh_hostname": "gpu-01"}, "127.0.1.1", "ssh_hostname 'gpu-01'"),   # Debian's /etc/hosts for its own name
+    ({"sglang_worker_address": "localhost"}, "127.0.0.1", "sglang_worker_address 'localhost'"),
+    ({"sglang_worker_address": "0.0.0.0"}, "0.0.0.0", "sglang_worker_address '0.0.0.0'"),
+    ({"ssh_hostname": "::"}, "::", "ssh_hostname '::'"),
+    ({"ssh_hostname": "gpu-01"}, "::1", "ssh_hostname 'gpu-01'"),
+])
+def test_a_loopback_or_wildcard_door_address_is_refused_naming_where_it_came_from(key_file, data, address, source):
+    """Every peer connects to the door's address with the site key: a loopback address (a peer would reach itself,
+    where any local user holding the port first is sent the key) or every address is refused before any change,
+    though a socket binds to it (the snapshot's "local")."""
+    errors = [e for e in check_host_state("gpu-01", door_data(key_file, **data),
+                                          converged_snapshot(peer={"address": address, "local": True}))
+              if "sglang_peer" in e]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("host gpu-01: sglang_peer_bind_address: ")
+    assert ("loopback address" if address not in ("0.0.0.0", "::") else "every address of the host") in errors[0]
+    assert f"from {source}" in errors[0] and "Fix: set sglang_peer_bind_address to the IP address" in errors[0]
+    with pytest.raises(DeployDataError):
+        resolve("gpu-01", door_data(key_file, **data), converged_snapshot(peer={"address": address, "local": True}))
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1"])
+def test_sglang_peer_bind_address_is_never_loopback_nor_every_address(address):
+    errors = check_data("gpu-01", {**DEFAULTS, "sglang_peer_bind_address": address})
+    assert len(errors) == 1 and errors[0].startswith("host gpu-01: sglang_peer_bind_address: ") and \
+        "not loopback, not every address" in errors[0], errors
+    assert check_data("gpu-01", {**DEFAULTS, "sglang_peer_bind_address": "10.0.0.11"}) == []
+
+
+def test_the_host_prefers_a_name_s_address_that_is_not_loopback(monkeypatch):
+    """A name resolving to 127.0.1.1 and then to an address of the host's network gives the latter."""
+    infos = [(2, 1, 6, "", ("127.0.1.1", 0)), (2, 1, 6, "", ("127.0.0.9", 0))]
+    monkeypatch.setattr(host_snapshot.socket, "getaddrinfo", lambda *a, **k: list(infos))
+    monkeypatch.setattr(host_snapshot, "_nowhere", lambda address: address == "127.0.1.1")   # 127.0.0.9 binds here
+    assert host_snapshot.peer_address("gpu-01") == {"address": "127.0.0.9", "local": True}
+
+
 def test_an_nginx_of_the_hosts_own_is_never_taken_over(key_file):
     """A host whose nginx.service runs (or starts at boot) without the door's drop-in serves something else: the
     door would replace its config, so the run is refused; the door's own nginx (drop-in present) is not."""
@@ -271,3 +309,44 @@ def test_a_revision_pulled_in_part_lists_only_the_files_its_pull_verified():
     assert sorted(peerdoor.served_blobs(door, found)) == [LFS, SMALL]          # never the revision's other blobs
     door = list_door([("org/m", "1" * 40, "f" * 64, frozenset({LFS}))])
     assert list(peerdoor.served_blobs(door, found)) == [LFS]   # the small file's sha256 is not the lock's
+
+
+# ---------------------------------------------------------------- the door's check (hostside/doorcheck.py)
+
+
+@pytest.fixture
+def listener():
+    """A socket of this process listening on 127.0.0.1 (the check reads the real /proc)."""
+    import socket
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def test_the_door_check_finds_the_port_held_by_the_process_named(listener):
+    import os
+
+    from sglang_infra.hostside import doorcheck
+
+    mine = doorcheck.held("127.0.0.1", listener, "pytest", pid=os.getpid())
+    assert mine["held"] and mine["pid"] == os.getpid(), mine
+    other = doorcheck.held("127.0.0.1", listener, "pytest", pid=os.getppid())   # not the listener's process
+    assert not other["held"] and "held by another process than nginx.service's" in other["why"]
+    config = doorcheck.held("127.0.0.1", listener, "/etc/nginx/sglang-peer-door/nginx.conf", pid=os.getpid())
+    assert not config["held"] and "does not run /etc/nginx/sglang-peer-door/nginx.conf" in config["why"]
+    closed = doorcheck.held("127.0.0.2", listener, "pytest", pid=os.getpid())   # another address, same port
+    assert closed == {"held": False, "pid": None, "why": f"nothing listens on 127.0.0.2:{listener}"}
+
+
+def test_the_door_check_reads_the_kernels_spelling_of_an_address(tmp_path):
+    (tmp_path / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0B00000A:0370 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4711 1\n"
+        "   1: 0B00000A:0370 0C00000A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4712 1\n"
+        "   2: 00000000:0370 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4713 1\n")
+    (tmp_path / "tcp6").write_text("header\n")
+    from sglang_infra.hostside import doorcheck
+
+    assert doorcheck.listening("10.0.0.11", 880, str(tmp_path)) == ["4711"]   # LISTEN on exactly that address
+    assert doorcheck.listening("fd00::11", 880, str(tmp_path)) == []

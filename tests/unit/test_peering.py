@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra import peering
+from sglang_infra import peerdoor, peering
 from sglang_infra.gateways import InventoryHost
 from sglang_infra.hostside import names
 from sglang_infra.lockfile import LockedModel
@@ -26,11 +26,11 @@ def host(name, address, model=PROD, key_file="/ctl/peer.key", cached=()):
     return InventoryHost(name, data, ("production",), True, False)
 
 
-def plan_of(each: InventoryHost, door=True):
+def plan_of(each: InventoryHost, door=True, key: bytes = KEY):
     plan = resolve(each.name, {**each.data, "sglang_peer_key_file": None}, converged_snapshot())
     if door and each.data["sglang_peer_key_file"]:
-        plan = replace(plan, peer_door=PeerDoor(address=each.data["ssh_hostname"], port=30050, group="sglang",
-                                                hub=plan.paths.hub, pins=(), key=KEY))
+        plan = replace(plan, peer_door=PeerDoor(address=each.data["ssh_hostname"], port=880, group="sglang",
+                                                hub=plan.paths.hub, pins=(), key=key, key_id=peerdoor.key_id(key)))
     return plan
 
 
@@ -41,11 +41,13 @@ def test_the_first_host_of_a_model_in_this_run_is_its_seed_and_every_other_one_p
     out = peering.with_sources(plans, hosts)
     prod = {name: out[name].peer_sources[PROD] for name in ("gpu-02", "gpu-03", "gpu-04")}
     assert prod["gpu-02"].seed and not prod["gpu-03"].seed and not prod["gpu-04"].seed
-    assert prod["gpu-02"].peers == ("10.0.0.11:30050", "10.0.0.13:30050", "10.0.0.14:30050")  # inventory order
-    assert prod["gpu-03"].peers == ("10.0.0.11:30050", "10.0.0.12:30050", "10.0.0.14:30050")
+    # inventory order; gpu-01, outside this run, is nobody's peer (its door is not checked by this run)
+    assert prod["gpu-02"].peers == ("10.0.0.13:880", "10.0.0.14:880")
+    assert prod["gpu-03"].peers == ("10.0.0.12:880", "10.0.0.14:880")
+    assert prod["gpu-03"].hosts == ("gpu-02", "gpu-04")
     assert (prod["gpu-02"].wait, prod["gpu-03"].wait) == (0, peering.SETTLE)
     quality = out["gpu-04"].peer_sources[QUALITY]
-    assert quality.seed and quality.peers == ("10.0.0.15:30050",)
+    assert quality.seed and quality.peers == ("10.0.0.15:880",)
     assert not out["gpu-05"].peer_sources[QUALITY].seed
     assert set(out["gpu-05"].peer_sources) == {QUALITY}
     # the seed pulls in tasks/models.py, the others after the seeds' doors list what they hold
@@ -59,7 +61,7 @@ def test_a_host_without_the_site_key_has_no_peers_and_is_no_peer():
     assert out["gpu-01"].peer_sources == {}
     assert not peering.after_seeds(out["gpu-01"], out["gpu-01"].kept[0])
     assert out["gpu-02"].peer_sources[PROD].seed
-    assert out["gpu-02"].peer_sources[PROD].peers == ("10.0.0.13:30050",)
+    assert out["gpu-02"].peer_sources[PROD].peers == ("10.0.0.13:880",)
     args = peering.pull_arguments(out["gpu-01"], out["gpu-01"].kept[0])
     assert args["peers"] is None and args["peer_key_file"] is None
 
@@ -82,7 +84,7 @@ def test_the_pull_gets_its_peers_and_the_key_file_path_never_the_key():
     command = pull_command(args["tools_dir"], args["hub"], args["verified"], args["repo_id"], args["revision"],
                            None, None, 1800, 8, False, args["peers"], args["peer_key_file"])
     assert f"--peer-key-file {plan.paths.tools}/secret/peer-key" in command
-    assert "--peer 10.0.0.11:30050" in command and "--peer-seed" not in command
+    assert "--peer 10.0.0.11:880" in command and "--peer-seed" not in command
     assert f"--peer-wait {peering.SETTLE}" in command
     assert KEY.decode() not in command
     seed = out["gpu-01"]
@@ -123,7 +125,7 @@ def test_with_a_lock_every_host_of_the_model_in_this_run_pulls_its_share_then_th
     assert {name: s.share for name, s in sources.items()} == {
         "gpu-02": ("model-1.safetensors",), "gpu-03": ("model-2.safetensors",), "gpu-04": ("config.json",)}
     assert all(s.seed and s.wait == 0 for s in sources.values())   # round 2: the Hub at once for what no peer has
-    assert sources["gpu-03"].peers == ("10.0.0.11:30050", "10.0.0.12:30050", "10.0.0.14:30050")  # gpu-01 holds it all
+    assert sources["gpu-03"].peers == ("10.0.0.12:880", "10.0.0.14:880")   # gpu-01 is not in this run
     plan = out["gpu-03"]
     assert peering.in_swarm(plan, plan.kept[0]) and peering.after_seeds(plan, plan.kept[0])
     first = peering.pull_arguments(plan, plan.kept[0], first_round=True)
@@ -133,8 +135,34 @@ def test_with_a_lock_every_host_of_the_model_in_this_run_pulls_its_share_then_th
 
 def test_with_a_lock_a_fleet_of_one_in_this_run_pulls_as_before():
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12")]
-    out = peering.with_sources({"gpu-02": locked_plan(hosts[1])}, hosts)   # a host joining: gpu-01 holds it all
+    out = peering.with_sources({"gpu-02": locked_plan(hosts[1])}, hosts)   # gpu-01 outside the run: not a peer
     sources = out["gpu-02"].peer_sources[PROD]
-    assert sources.seed and sources.share is None and sources.peers == ("10.0.0.11:30050",)
+    assert sources.seed and sources.share is None and sources.peers == ()
     assert not peering.in_swarm(out["gpu-02"], out["gpu-02"].kept[0])
     assert not peering.after_seeds(out["gpu-02"], out["gpu-02"].kept[0])
+
+
+def test_a_host_holding_another_site_key_is_not_a_peer():
+    """Peers hold the very same key: compared by its fingerprint (peerdoor.key_id), never the key."""
+    other = b"o" * 40
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13")]
+    out = peering.with_sources({h.name: plan_of(h, key=other if h.name == "gpu-03" else KEY) for h in hosts}, hosts)
+    assert out["gpu-01"].peer_sources[PROD].peers == ("10.0.0.12:880",)
+    assert out["gpu-02"].peer_sources[PROD].peers == ("10.0.0.11:880",)
+    assert out["gpu-03"].peer_sources[PROD].peers == () and out["gpu-03"].peer_sources[PROD].seed
+    assert peerdoor.key_id(KEY) != peerdoor.key_id(other) and KEY.hex() not in peerdoor.key_id(KEY)
+
+
+def test_a_pull_asks_only_the_doors_this_run_checked():
+    """When the pull's command is made (the operation runs), a peer whose door this run did not find held by the
+    door's own nginx (not up yet, its host failed before it) is left out: no request, no key, goes there."""
+    from types import SimpleNamespace
+
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13")]
+    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, hosts)
+    sources = out["gpu-03"].peer_sources[PROD]
+    state = SimpleNamespace()
+    assert peering.checked(state, sources).peers == ()
+    peering.door_checked(state, "gpu-02")
+    assert peering.checked(state, sources).peers == ("10.0.0.12:880",)
+    assert peering.checked(SimpleNamespace(), sources).peers == ()   # another run checks its own doors
