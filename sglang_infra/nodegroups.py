@@ -79,20 +79,6 @@ def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> lis
                     f"{group.port} (and the {group.ports - 1} above it) from this host")]
 
 
-def host_ports(plan: HostPlan) -> dict[str, int]:
-    """The other TCP ports this host uses, by the key that sets each."""
-    ports = {"sglang_port": plan.port}
-    if plan.node_exporter is not None:
-        ports["sglang_node_exporter_port"] = plan.node_exporter.port
-    if plan.gateway_settings is not None:
-        for offset in range(len(plan.gateway_settings.registry)):
-            ports[f"sglang_router_port (+{offset})"] = plan.gateway_settings.port + offset
-            ports[f"sglang_router_prometheus_port (+{offset})"] = plan.gateway_settings.prometheus_port + offset
-    if plan.monitor_settings is not None:
-        ports["sglang_prometheus_listen_address"] = int(plan.monitor_settings.listen_address.rsplit(":", 1)[1])
-    return ports
-
-
 def _same(plan: HostPlan) -> dict[str, Any]:
     """What every member must have alike, by the key a difference is named under."""
     return {"sglang_model": plan.served.pinned, "sglang_image": plan.serving_image,
@@ -153,13 +139,6 @@ def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, Node
                                   "runs on the host's network, where the gate cannot tell that the port it sends the "
                                   "key to is the container's", "set sglang_api_key_file = None for the group's "
                                   "members (the group needs sglang_trusted_network = True anyway)"))
-        if group.rank == 0:
-            for key, port in host_ports(plan).items():
-                if port in group.port_range:
-                    errors.append(problem(host, "sglang_dist_init_port", f"group {group.name!r}'s range "
-                                          f"{group.port}-{group.port + group.ports - 1} on rank 0 holds {key}'s "
-                                          f"port {port}", "move sglang_dist_init_port (or that port) so they do "
-                                          "not overlap"))
     return errors
 
 

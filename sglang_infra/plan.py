@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from . import ACCOUNT, models, peerdoor, plantypes, platforms, render, toolchain
 from .gpus import Derived, derive_flags, parse_snapshot
 from .groups import monitors, roles
+from .hostports import clashes
 from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
 from .keyreasons import reasons
@@ -124,6 +125,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     derived = derive_flags(data, gpus)
     raise_if(check_host_state(name, data, snapshot, gpus, serves, derived)
              + (check_reach(name, node_group, snapshot) if node_group and serves else [])
+             + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
              + (check_gateway_host(name, data) if runs_gateways else []))
     derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)

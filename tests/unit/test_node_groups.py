@@ -108,12 +108,6 @@ def test_a_group_off_a_trusted_network_or_with_an_api_key_is_refused():
     assert any("gpu-02" in line and "sglang_trusted_network" in line for line in lines)
 
 
-def test_a_dist_init_range_over_another_port_of_rank_0_is_refused():
-    lines = refused([host("gpu-01", "10.0.0.11", sglang_dist_init_port=29990), host("gpu-02", "10.0.0.12")])
-    assert any("gpu-01" in line and "sglang_dist_init_port" in line and "sglang_port's port 30000" in line
-               for line in lines), lines
-
-
 def test_a_group_member_that_serves_nothing_and_a_group_deployed_in_part_are_refused():
     lines = refused(MEMBERS + [host("gw-1", "10.0.0.9", group="ds-a", serves=False)])
     assert any("gw-1" in line and "serves no model" in line for line in lines)
