@@ -222,3 +222,14 @@ def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_pat
     [line] = nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
     assert "gpu-02" in line and "10.0.0.11:29500" in line and "timed out" in line
     assert nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []
+
+
+def test_a_members_name_with_a_newline_stays_inside_its_compose_comment():
+    """Inventory names reach compose.yaml in the group flags' reasons: a newline in one started a YAML line of
+    its own (here a top-level key) in every member's file."""
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02\ninjected: true\n#", "10.0.0.12")]
+    found, _ = plans(hosts)
+    for plan in found.values():
+        assert set(yaml.safe_load(plan.compose)) == {"name", "services", "volumes"}
+        assert "\ninjected" not in plan.compose
+        assert "(gpu-01, gpu-02\\x0ainjected: true\\x0a#)." in plan.compose
