@@ -20,6 +20,7 @@ members) are worked out in plan.resolve_judged from its NodeGroup.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping
@@ -37,6 +38,25 @@ START_WINDOW = 600
 def address_of(name: str, data: Mapping[str, Any]) -> str:
     """Where the fleet reaches a host: sglang_worker_address, else its ssh_hostname, else its inventory name."""
     return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+
+
+def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> tuple[str, list[str]]:
+    """Where this host's API listens, and the refusal when it cannot be worked out. A member runs on the host's
+    network without a key, so sglang_bind_address as every address ('0.0.0.0', '::', the default) would be every
+    interface of the host: a member binds its fleet address instead (address_of), which must then be an IP
+    address. Any other host, or an address the data names: sglang_bind_address as it is."""
+    bind = data["sglang_bind_address"]
+    if group is None or not ipaddress.ip_address(bind).is_unspecified:
+        return bind, []
+    fleet = address_of(name, data)
+    try:
+        return str(ipaddress.ip_address(fleet)), []
+    except ValueError:
+        return bind, [problem(name, "sglang_bind_address", f"{bind!r} (every address) on a member of group "
+                              f"{group.name!r}, whose API answers without a key on the host's own network, and its "
+                              f"fleet address {fleet!r} is a name, not an IP address to listen on instead",
+                              "set sglang_bind_address to this member's IP address on the group's network, e.g. "
+                              "'10.0.0.12' (or set sglang_worker_address to it)")]
 
 
 def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
