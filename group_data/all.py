@@ -47,7 +47,8 @@ sglang_compose_template = "templates/compose.yaml.j2"
 sglang_port = 30000
 
 # Host address the API is published on; 0.0.0.0 serves the whole network, 127.0.0.1 only local callers. A worker the
-# gateways front needs an address they reach (docs/security.md: publishing on that address alone).
+# gateways front needs an address they reach (docs/security.md: publishing on that address alone). On a multi-node
+# group's member (the host's own network) every address means its fleet address, never every interface of the host.
 sglang_bind_address = "0.0.0.0"
 
 # GPUs reserved for the container: 'all' or a count. Hosts where nvidia-smi finds no GPU get no reservation.

@@ -22,12 +22,8 @@ from .hostside import names
 from .inventoryfile import inventory_file
 from .nodegroups import address_of, membership
 from .plan import gate_files
-from .plantypes import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker
+from .plantypes import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker, worker_url
 from .refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
-
-
-def worker_url(address: str, port: int) -> str:
-    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
 
 
 def own_url(published_on: str, port: int) -> str:

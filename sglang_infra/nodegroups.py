@@ -20,6 +20,7 @@ members) are worked out in plan.resolve_judged from its NodeGroup.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping
@@ -37,6 +38,25 @@ START_WINDOW = 600
 def address_of(name: str, data: Mapping[str, Any]) -> str:
     """Where the fleet reaches a host: sglang_worker_address, else its ssh_hostname, else its inventory name."""
     return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+
+
+def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> tuple[str, list[str]]:
+    """Where this host's API listens, and the refusal when it cannot be worked out. A member runs on the host's
+    network without a key, so sglang_bind_address as every address ('0.0.0.0', '::', the default) would be every
+    interface of the host: a member binds its fleet address instead (address_of), which must then be an IP
+    address. Any other host, or an address the data names: sglang_bind_address as it is."""
+    bind = data["sglang_bind_address"]
+    if group is None or not ipaddress.ip_address(bind).is_unspecified:
+        return bind, []
+    fleet = address_of(name, data)
+    try:
+        return str(ipaddress.ip_address(fleet)), []
+    except ValueError:
+        return bind, [problem(name, "sglang_bind_address", f"{bind!r} (every address) on a member of group "
+                              f"{group.name!r}, whose API answers without a key on the host's own network, and its "
+                              f"fleet address {fleet!r} is a name, not an IP address to listen on instead",
+                              "set sglang_bind_address to this member's IP address on the group's network, e.g. "
+                              "'10.0.0.12' (or set sglang_worker_address to it)")]
 
 
 def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
@@ -77,20 +97,6 @@ def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> lis
                     f"({group.head_name}) at {group.dist_init_addr}: {found.get('said')}",
                     f"set rank 0's sglang_worker_address to an address every member reaches, or open port "
                     f"{group.port} (and the {group.ports - 1} above it) from this host")]
-
-
-def host_ports(plan: HostPlan) -> dict[str, int]:
-    """The other TCP ports this host uses, by the key that sets each."""
-    ports = {"sglang_port": plan.port}
-    if plan.node_exporter is not None:
-        ports["sglang_node_exporter_port"] = plan.node_exporter.port
-    if plan.gateway_settings is not None:
-        for offset in range(len(plan.gateway_settings.registry)):
-            ports[f"sglang_router_port (+{offset})"] = plan.gateway_settings.port + offset
-            ports[f"sglang_router_prometheus_port (+{offset})"] = plan.gateway_settings.prometheus_port + offset
-    if plan.monitor_settings is not None:
-        ports["sglang_prometheus_listen_address"] = int(plan.monitor_settings.listen_address.rsplit(":", 1)[1])
-    return ports
 
 
 # The group's own keys every member must have alike (rank 0's decide the group's ports and interface).
@@ -177,13 +183,6 @@ def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, Node
                                   "runs on the host's network, where the gate cannot tell that the port it sends the "
                                   "key to is the container's", "set sglang_api_key_file = None for the group's "
                                   "members (the group needs sglang_trusted_network = True anyway)"))
-        if group.rank == 0:
-            for key, port in host_ports(plan).items():
-                if port in group.port_range:
-                    errors.append(problem(host, "sglang_dist_init_port", f"group {group.name!r}'s range "
-                                          f"{group.port}-{group.port + group.ports - 1} on rank 0 holds {key}'s "
-                                          f"port {port}", "move sglang_dist_init_port (or that port) so they do "
-                                          "not overlap"))
     return errors
 
 

@@ -14,8 +14,10 @@ nginx refuses a file with a link anywhere on its path (disable_symlinks).
 
 The key reaches the host only inside KEY_CONF (root's, 0600, written
 through stdin), which nginx's master process (root) includes; the workers
-(www-data, with the account's group, to read the group's cache) never read
-it. The snapshot's part is in plan.snapshot_spec (door_spec) and
+never read it. The workers run as www-data alone, never with the account's
+group (which may write in hf-cache): an ACL entry on the home
+(hostside/acl.py) lets them pass through it, and the cache's "other" bits
+let them read, never write. The snapshot's part is in plan.snapshot_spec (door_spec) and
 hostside/snapshot.py (peer_address); the task is tasks/peer_door.py.
 """
 
@@ -150,7 +152,7 @@ def listen(address: str, port: int) -> str:
 
 def render(door: PeerDoor, reason: str) -> tuple[str, str, str]:
     """(nginx.conf, key.conf, nginx.service's drop-in) of ``door``."""
-    config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER, group=door.group,
+    config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER,
                              listen=listen(door.address, door.port), key_conf=KEY_CONF, blobs_conf=BLOBS_CONF,
                              reason=reason)
     service = render_template("templates/nginx/peer-door-service.conf.j2", config=CONFIG)

@@ -20,10 +20,11 @@ from typing import Any, Mapping
 from . import ACCOUNT, models, peerdoor, plantypes, platforms, render, toolchain
 from .gpus import Derived, derive_flags, parse_snapshot
 from .groups import monitors, roles
+from .hostports import clashes
 from .hostside import apikey, names
 from .hostside.gate import CHECKS_BUDGET
 from .keyreasons import reasons
-from .nodegroups import check_reach
+from .nodegroups import check_reach, member_bind
 from .plantypes import (
     LOCAL_URL,
     AptSource,
@@ -36,6 +37,7 @@ from .plantypes import (
     Paths,
     PeerDoor,
     PeerPin,
+    worker_url,
 )
 from .refusals import Judged, check_gateway_host, check_host_state, judge, raise_if
 from .snapshot import worker_validated
@@ -79,6 +81,7 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
         spec[key] = sorted({*spec.get(key, ()), *values}) if key == "system_dirs" else [*spec[key], *values]
     if data["sglang_peer_key_file"]:
         spec["peer_address"] = peerdoor.fleet_address(data, name)
+    spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
     if report:
         spec["report"] = True
     if node_group is not None and node_group.rank > 0:
@@ -122,8 +125,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     serves, runs_gateways = roles(groups)
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
-    raise_if(check_host_state(name, data, snapshot, gpus, serves, derived)
+    bind, unbound = member_bind(name, data, node_group if serves else None)
+    raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived)
              + (check_reach(name, node_group, snapshot) if node_group and serves else [])
+             + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
              + (check_gateway_host(name, data) if runs_gateways else []))
     derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)
@@ -137,12 +142,13 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         assert judged.pins is not None  # judge() refuses the data when the toolchain image is on without them
         build = toolchain.build_context(data, judged.pins, judged.ca_bundle, image,
                                         wheel_hashes=lock.wheels if lock else None, tag_from=tag)
-    values = render.template_values(data, derived)
+    values = {**render.template_values(data, derived), "sglang_bind_address": bind}
     os_release = snapshot.get("os") or {}
     platform = platforms.lookup(os_release.get("id"), os_release.get("version"))
     engine_works = platforms.engine_works(snapshot.get("docker") or {})
     installs = platform is not None and not engine_works   # a working engine is left alone
-    url = LOCAL_URL.format(port=data["sglang_port"])   # the server, as the gate reaches it on the host
+    # The server, as the gate reaches it on the host: loopback, or the one address a member listens on.
+    url = worker_url(bind, data["sglang_port"]) if node_group and serves else LOCAL_URL.format(port=data["sglang_port"])
     plan = HostPlan(
         name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
         admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
@@ -180,7 +186,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         control_plane_config=server_config(models.read_secret(data["sglang_router_admin_key_file"]))
         if runs_gateways else None,
         gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
-        bind_address=data["sglang_bind_address"], trusted_network=data["sglang_trusted_network"],
+        bind_address=bind, trusted_network=data["sglang_trusted_network"],
         drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,

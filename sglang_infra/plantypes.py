@@ -23,6 +23,12 @@ LAYOUT = {"": "750", names.DOCKER_DIR: "755", names.SECRETS_DIR: "700", names.HF
           names.HUB_DIR: "2775", names.RESULTS_DIR: "2775", names.VERIFIED_DIR: "755"}
 # The gate's messages and the benchmark reach a server (or a gateway) on the host itself.
 LOCAL_URL = "http://127.0.0.1:{port}"
+
+
+def worker_url(address: str, port: int) -> str:
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
 # Where a gateway's port is published when sglang_router_bind_address is None.
 EVERY_ADDRESS = "0.0.0.0"
 # Fleet metrics: files root owns outside the home (Debian's packages read /etc/prometheus; systemd's drop-ins

@@ -33,7 +33,7 @@ from .hostside import names
 from .hostside.printable import printable
 from .inventoryfile import inventory_dir
 from .plantypes import HostPlan, Placement, Worker
-from .schema import RETIRED, SCHEMA, image_problem, system_dir_problem
+from .schema import RETIRED, SCHEMA, host_address, image_problem, system_dir_problem
 from .templating import template_path
 
 
@@ -65,7 +65,7 @@ def _refusal() -> type:
 
 def problem(host_name: str, key: str, what: str, fix: str) -> str:
     """The one shape of every refusal: the host, the key, what is wrong, and the fix."""
-    return f"host {host_name}: {key}: {what}. Fix: {fix}."
+    return f"host {printable(host_name)}: {key}: {what}. Fix: {fix}."
 
 
 # Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
@@ -150,6 +150,17 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
         value = data[key]
         if not spec.check(value):
             err(key, f"{value!r} is not {spec.kind}", spec.fix)
+
+    # The fleet address (sglang_worker_address, else ssh_hostname, else the inventory name) goes into
+    # --dist-init-addr, worker URLs and peer addresses: a host name or an IP address, nothing else.
+    if data.get("ssh_hostname") is not None and not host_address(data["ssh_hostname"]):
+        err("ssh_hostname", f"'{printable(data['ssh_hostname'])}' is not a host name or an IP address (it is also "
+            "the address the fleet reaches this host on, when sglang_worker_address is not set)",
+            "set it to the host's DNS name or IP address, e.g. '10.0.0.11'")
+    elif not (data.get("sglang_worker_address") or data.get("ssh_hostname")) and not host_address(host_name):
+        err("ssh_hostname", f"not set, so the inventory name '{printable(host_name)}' is the address the fleet "
+            "reaches this host on, and it is not a host name or an IP address",
+            "set ssh_hostname (or sglang_worker_address) to the host's DNS name or IP address, or rename the host")
 
     if "sglang_image" in data:
         unpinned = image_problem(data["sglang_image"])

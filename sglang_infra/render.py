@@ -117,6 +117,7 @@ def compose_yaml(plan: HostPlan) -> str:
         stop_grace_period=plan.drain_timeout + STOP_MARGIN,
         model_label=names.MODEL_LABEL,
         group=plan.node_group,
+        health_url=f"{plan.gate.url}/health",
         group_labels=(names.NODE_GROUP_LABEL, names.NODE_RANK_LABEL, names.NNODES_LABEL),
     )
 

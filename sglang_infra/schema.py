@@ -209,7 +209,7 @@ GATEWAY_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "powe
                     "consistent_hashing", "prefix_hash")
 
 
-def _host_address(value: Any) -> bool:
+def host_address(value: Any) -> bool:
     """An IP address or a DNS name."""
     return isinstance(value, str) and (_ip(value) or re.fullmatch(
         r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
@@ -340,7 +340,7 @@ SCHEMA: dict[str, Key] = {
         lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,14}", v) is not None),
         "name the interface the members reach each other on, e.g. 'eth1', or None"),
     # fleet front door (the router group; the fleet's rules are in plan.check_fleet)
-    "sglang_worker_address": Key("None or an IP address or DNS name", _optional(_host_address),
+    "sglang_worker_address": Key("None or an IP address or DNS name", _optional(host_address),
                                  "use the address the gateway hosts reach this host on, e.g. '10.0.0.11', or None"),
     "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),
                                "name the SMG gateway image by digest (repo@sha256:...) or by a release tag"),

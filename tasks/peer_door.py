@@ -13,7 +13,7 @@ from pyinfra import host
 
 from sglang_infra import peerdoor
 from sglang_infra.operations.files import checked_file, secret_file
-from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked
+from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked, home_passable
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
 from sglang_infra.plantypes import dropin_dir
 from sglang_infra.preflight import plan_of
@@ -23,6 +23,8 @@ door = plan.peer_door
 
 if door is None:
     door_absent(name="Ensure no peer door is left (sglang_peer_key_file is None)")
+    home_passable(name=f"Ensure {peerdoor.WORKER_USER} has no ACL entry on {plan.paths.home} (no peer door)",
+                  home=plan.paths.home, wanted=False)
 else:
     listen = peerdoor.listen(door.address, door.port)
     root_directory(name=f"Ensure {peerdoor.DOOR_DIR} exists", path=peerdoor.DOOR_DIR)
@@ -37,6 +39,10 @@ else:
     root_directory(name=f"Ensure {dropin_dir(peerdoor.SERVICE)} exists", path=dropin_dir(peerdoor.SERVICE))
     dropin = checked_file(name=f"Ensure {peerdoor.SERVICE}.service runs the peer door's config (its drop-in)",
                           dest=peerdoor.dropin(), content=door.dropin, user="root", group="root")
+    # Read access alone: the workers are not in the account's group (which may write in hf-cache).
+    home_passable(name=f"Ensure {peerdoor.WORKER_USER} may pass through {plan.paths.home} and nothing more "
+                       "(ACL user:www-data:--x): the door reads the cache, never writes it",
+                  home=plan.paths.home, wanted=True)
     # After its files: the package's first start already runs the door, never Debian's default site.
     packages_installed(name=f"Ensure {peerdoor.PACKAGE} is installed", packages=[peerdoor.PACKAGE])
     service_running(name=f"Ensure the peer door listens on {listen} with its current config and list",

@@ -228,6 +228,11 @@ def entry(relpath, blob, st, lfs, sha256):
             "ctime_ns": st.st_ctime_ns, "lfs": lfs, "sha256": sha256}
 
 
+def vouched(st):
+    """(size, inode, ctime_ns) of a blob's stat: what a record holds it to (recorded, still_trusted)."""
+    return st.st_size, st.st_ino, st.st_ctime_ns
+
+
 def recorded(item):
     """(size, inode, ctime_ns) a manifest entry records of its blob; None for an entry without them (written
     before they were recorded: its blob is hashed again)."""
@@ -241,7 +246,7 @@ def still_trusted(trusted, st, size):
     """Whether the blob ``st`` (its lstat) is the very inode an earlier pull verified (``trusted``, from
     trusted_blobs), unchanged since, and of ``size``."""
     return bool(trusted) and stat.S_ISREG(st.st_mode) and st.st_size == size and (
-        trusted["size"], trusted["ino"], trusted["ctime_ns"]) == (st.st_size, st.st_ino, st.st_ctime_ns)
+        trusted["size"], trusted["ino"], trusted["ctime_ns"]) == vouched(st)
 
 
 @contextlib.contextmanager

@@ -47,7 +47,7 @@ import time
 from . import ranges
 from .pull_errors import EXIT_USAGE, PullError
 from .safefs import read_regular, unlink_if_present
-from .transfer import Stopped, _Job, _pwrite_all, _single_name, gather, open_partial, pause
+from .transfer import Sealed, Stopped, _Job, _pwrite_all, gather, open_partial, pause
 from .units import human
 
 CONNECT_TIMEOUT = 5.0  # seconds: a peer is on the fleet's LAN
@@ -267,7 +267,7 @@ class PeerTransfer:
     def ranges(self, pool) -> None:
         self.hub.ranges = pool
 
-    def download(self, blob, partial: str, have: int, index: int, path: str, verify) -> tuple[int, int]:
+    def download(self, blob, partial: str, have: int, index: int, path: str, verify) -> os.stat_result:
         got = self._from_peers(blob, partial, have, index, path, verify)
         if got is not None:
             return got
@@ -357,7 +357,7 @@ class PeerTransfer:
                 raise Stopped()
 
     # -- the fetch
-    def _from_peers(self, blob, partial: str, have: int, index: int, path: str, verify) -> tuple[int, int] | None:
+    def _from_peers(self, blob, partial: str, have: int, index: int, path: str, verify) -> os.stat_result | None:
         if not self.fleet.peers or not _BLOB_NAME.fullmatch(blob.name):
             return None
         holders = self._wait_for_holders(blob, index, path)
@@ -380,16 +380,15 @@ class PeerTransfer:
             deadline = time.monotonic() + FILE_GRACE + blob.size / MIN_RATE
             wrote = self._fetch_spans(job, holders, tally, deadline)
             os.fsync(fd)
-            what = verify(blob, fd)
+            check = Sealed(verify, partial)
+            what = check(blob, fd)
             if what is not None:
-                what = self._blame(job, wrote, holders, verify, what, tally, deadline)
+                what = self._blame(job, wrote, holders, check, what, tally, deadline)
             if what is None:
-                _single_name(fd, partial)
-                os.fchmod(fd, 0o664)
-                st = os.fstat(fd)
                 self.hub.progress.file_line(index, path, "from peers " + ", ".join(
                     f"{k} {human(v)}" for k, v in sorted(tally.items())) + " (verified)")
-                return st.st_dev, st.st_ino
+                assert check.hashed is not None  # set by the hash that counted
+                return check.hashed
             self.hub.progress.file_line(index, path, f"{what}; discarding it and fetching it from the Hub")
             discard = True
         except _NoHolder as e:

@@ -110,6 +110,7 @@ class Blob:
     paths: list[str]
     locked: str | None = None  # the content sha256 the lock (sglang.lock) records for it
     sha256: str | None = None  # the content sha256, once verified
+    vouched: tuple[int, int, int] | None = None  # (size, inode, ctime_ns) of the blob as verified: what its record says
 
 
 @dataclasses.dataclass
@@ -423,15 +424,23 @@ class Puller:
         return None
 
     def _verify_path(self, blob: Blob, path: str) -> str | None:
-        """_verify() of the file at ``path``, opened without following a link."""
+        """_verify() of the blob at ``path``, opened without following a link; its mode is left as it is (it may
+        have a second name), so a hash counts only when the file did not change while it was read. The stat
+        right after is what its record vouches for (``blob.vouched``)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as e:
             return f"cannot open it ({e.strerror})"
         try:
-            return self._verify(blob, fd)
+            before = os.fstat(fd)
+            what = self._verify(blob, fd)
+            after = os.fstat(fd)
         finally:
             os.close(fd)
+        if what is None and transfer.content_key(before) != transfer.content_key(after):
+            return "it was written while it was hashed"
+        blob.vouched = manifest.vouched(after)
+        return what
 
     # -- per blob
     def _pull_blobs(self, blobs: list[Blob], commit: str) -> None:
@@ -488,7 +497,7 @@ class Puller:
             recorded = stat.S_ISREG(st.st_mode) and manifest.still_trusted(trust.get(blob.name), st, blob.size)
             content = (trust.get(blob.name) or {}).get("sha256")
             if recorded and content and blob.locked in (None, content):
-                blob.sha256 = content
+                blob.sha256, blob.vouched = content, manifest.vouched(st)
                 p.file_line(index, path, f"present {human(blob.size)} (verified by an earlier pull)")
                 p.update(have=blob.size)
                 return
@@ -504,18 +513,38 @@ class Puller:
         have = self._adopt_orphans(blob, partial, index, path)
         p.update(active=1)
         try:
-            verified = self.transfer.download(blob, partial, have, index, path, self._verify)
+            hashed = self.transfer.download(blob, partial, have, index, path, self._verify)
         finally:
             p.update(active=-1)
         os.replace(partial, blob_path)
-        now = os.lstat(blob_path)
-        if (now.st_dev, now.st_ino) != verified:
-            os.unlink(blob_path)
-            raise VerifyError(f"{path}: the verified file was replaced before it took its name; run again")
+        blob.vouched = self._share(blob_path, hashed, path)
         unlink_if_present(partial + ranges.SIDECAR)
         self._count(files_fetched=1)
         self.stats.changed = True
         p.file_line(index, path, f"fetched and verified ({human(blob.size)})")
+
+    @staticmethod
+    def _share(blob_path: str, hashed: os.stat_result, path: str) -> tuple[int, int, int]:
+        """The blob just renamed into place made group-writable (transfer.SHARED), as the cache's files are,
+        through a descriptor of the very file hashed, unwritten since (its mtime: only the account can set one
+        back); a link or another file swapped in is removed, never re-moded. What its record vouches for."""
+        replaced = VerifyError(f"{path}: the verified file was replaced or written before it took its name; "
+                               "run again")
+        try:
+            fd = os.open(blob_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            os.unlink(blob_path)
+            raise replaced from None
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != (
+                    hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime_ns):
+                os.unlink(blob_path)
+                raise replaced
+            os.fchmod(fd, transfer.SHARED)
+            return manifest.vouched(os.fstat(fd))
+        finally:
+            os.close(fd)
 
     def _adopt_orphans(self, blob: Blob, partial: str, index: int, path: str) -> int:
         """Keep the largest usable partial of this blob as `<etag>.incomplete`; delete the rest.
@@ -633,6 +662,10 @@ class Puller:
             st = os.lstat(os.path.join(self.blobs_dir, blob.name))
             if not stat.S_ISREG(st.st_mode) or st.st_size != blob.size:
                 raise VerifyError(f"blob {blob.name} changed size while pulling")
+            if blob.vouched is None or manifest.vouched(st) != blob.vouched:
+                raise VerifyError(f"{blob.paths[0]}: its blob {blob.name} changed after it was verified (its inode "
+                                  "or ctime moved): nothing is recorded for this revision; run the pull again, "
+                                  "which hashes it again")
             for p in blob.paths:
                 files.append(manifest.entry(p, blob.name, st, blob.lfs, blob.sha256))
         data = manifest.document(self.repo_id, commit, files, int(time.time()))

@@ -33,7 +33,7 @@ import stat
 import subprocess
 import sys
 
-from . import cachestate, dockerapi, manifest, names, report, safefs, stack, stamp
+from . import acl, cachestate, dockerapi, manifest, names, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -519,6 +519,8 @@ def read(spec):
     }
     if spec.get("peer_address"):
         found["peer"] = peer_address(spec["peer_address"])
+    if spec.get("door_reader"):
+        found["door_reader"] = acl.search_only(home, spec["door_reader"])
     if spec.get("report"):
         found["report"] = report.read(home, engine)
     return found

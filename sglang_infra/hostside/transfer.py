@@ -48,6 +48,10 @@ FSYNC_EVERY = 64 * 1024 * 1024
 MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts of one range without progress
 MAX_GET_ATTEMPTS = 50  # total GET attempts for one range, whatever the progress
 RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
+# A partial, and a blob until it is hashed: the account writes it, the group reads it. No member opens it for
+# writing, so the bytes hashed are the bytes recorded (manifest.py); verified, it becomes group-writable (SHARED).
+SEALED = 0o644
+SHARED = 0o664
 
 
 def token_arg(token: str | None):
@@ -226,11 +230,10 @@ class Transfer:
             headers.pop("authorization", None)
         return location, headers
 
-    def download(self, blob, partial: str, have: int, index: int, path: str, verify) -> tuple[int, int]:
+    def download(self, blob, partial: str, have: int, index: int, path: str, verify) -> os.stat_result:
         """Fetch what `partial` lacks (per its range sidecar, else everything after its first
-        `have` bytes), then verify size and hash through one descriptor and make it group-readable
-        and writable through the same descriptor (fchmod: a link swapped in after the verify
-        changes nothing); one retry from 0. The verified file's (st_dev, st_ino)."""
+        `have` bytes), then verify size and hash through one descriptor, the file writable by the
+        account alone (Sealed); one retry from 0. The verified file's stat as hashed."""
         for attempt in (1, 2):
             sidecar = read_regular(partial + ranges.SIDECAR, ranges.MAX_SIDECAR_BYTES)
             spans = ranges.resume(blob.size, have, sidecar, self.workers)
@@ -245,12 +248,11 @@ class Transfer:
                 self.fetch(blob, partial, spans, index, path)
             fd = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             try:
-                what = verify(blob, fd)
+                check = Sealed(verify, partial)
+                what = check(blob, fd)
                 if what is None:
-                    _single_name(fd, partial)
-                    os.fchmod(fd, 0o664)
-                    st = os.fstat(fd)
-                    return st.st_dev, st.st_ino
+                    assert check.hashed is not None  # set by the hash that counted
+                    return check.hashed
             finally:
                 os.close(fd)
             self.progress.update(have=-min(os.path.getsize(partial), blob.size))
@@ -378,15 +380,46 @@ def _single_name(fd: int, path: str) -> None:
 
 
 def open_partial(partial: str) -> int:
-    """The partial file of a blob open for writing (created 0664 when missing, never through a link), once it has
-    one name (_single_name); the caller closes it."""
-    fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+    """The partial file of a blob open for writing (never through a link), once it has one name (_single_name),
+    writable by the account alone (SEALED, also for one adopted group-writable); the caller closes it."""
+    fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, SEALED)
     try:
         _single_name(fd, partial)
+        os.fchmod(fd, SEALED)
     except PullError:
         os.close(fd)
         raise
     return fd
+
+
+def content_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What moves when a file's bytes change: any write sets mtime and ctime (the kernel's clock), and only the
+    owner can set an mtime back, never a ctime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+class Sealed:
+    """``verify`` (blob, fd) -> why not, or None, run on a file no member can open for writing: first it gets one
+    name (_single_name) and mode SEALED through ``fd``, then it is hashed, and a hash counts only when the file's
+    content_key is the same before and after it (a member's descriptor opened while it was group-writable
+    still writes, and moves both times). ``hashed``: the file's stat right after the hash that counted."""
+
+    def __init__(self, verify, path: str):
+        self.verify, self.path = verify, path
+        self.hashed: os.stat_result | None = None
+
+    def __call__(self, blob, fd: int) -> str | None:
+        self.hashed = None
+        _single_name(fd, self.path)
+        os.fchmod(fd, SEALED)
+        before = os.fstat(fd)
+        what = self.verify(blob, fd)
+        after = os.fstat(fd)
+        if what is None and content_key(before) != content_key(after):
+            what = "it was written while it was hashed"
+        if what is None:
+            self.hashed = after
+        return what
 
 
 class _Restart(Exception):

@@ -87,3 +87,17 @@ def door_absent():
     if door_dir:
         commands.append(f"rm -rf {q(peerdoor.DOOR_DIR)}")
     yield " && ".join(commands)
+
+
+@snapshot_operation
+def home_passable(home: str, wanted: bool):
+    """
+    Ensure the peer door's workers (peerdoor.WORKER_USER) may pass through
+    the home and nothing more, by one ACL entry (user:www-data:--x), while
+    the door is on (``wanted``); with no door, that entry removed.
+    """
+    has = current(host).get("door_reader") is True
+    if has == wanted:
+        host.noop(f"{peerdoor.WORKER_USER} {'may' if has else 'has no entry to'} pass through {home}")
+        return
+    yield f"{ship.command('acl')} {'grant' if wanted else 'revoke'} {q(home)} {q(peerdoor.WORKER_USER)}"

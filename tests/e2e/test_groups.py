@@ -86,6 +86,12 @@ def test_a_group_of_two_serves_with_twice_the_gpus_gated_through_rank_0(fleet):
         assert f"--dist-init-addr={hosts[G0].address}:29500" in args, args
         assert container(hosts[name])["HostConfig"]["NetworkMode"] == "host"
         assert container(hosts[name])["Config"]["Labels"]["sglang.node_rank"] == str(rank)
+        # on the host's network: its own address alone (never every interface), and no raw sockets
+        assert f"--host={hosts[name].address}" in args, args
+        assert [c.upper().removeprefix("CAP_") for c in container(hosts[name])["HostConfig"]["CapDrop"] or []] \
+            == ["NET_RAW"]
+        assert hosts[name].exec("curl -s -o /dev/null --max-time 5 http://127.0.0.1:30000/health",
+                                check=False).returncode == 7   # refused: nothing listens on loopback
     assert f"gate[{G0}]: passed; this config is now the last known-good one" in first.output
     assert f"gate[{G1}]: passed through the group's rank 0" in first.output
     # rank 1's own answers are never asked: its record has no benchmark, rank 0's has

@@ -121,6 +121,30 @@ def test_the_key_is_root_only_and_in_no_log(fleet):
     assert one.exec(f"runuser -u www-data -- cat {peerdoor.KEY_CONF}", check=False).returncode != 0
 
 
+def test_the_doors_workers_read_the_cache_and_cannot_write_it(fleet):
+    """nginx's workers ran as www-data with the account's group, which may write in hf-cache: a worker (or
+    whoever takes one over) could replace any blob. As the workers run now (their uid, gid and groups, read
+    from /proc), nothing under hf-cache can be created, changed or removed, while the door still serves."""
+    (one, two), _, _, _, _ = fleet
+    name, data = shard()
+    pid = one.exec("pgrep -f -o 'nginx: worker process'").stdout.strip()
+    ids = dict(line.split(":", 1) for line in one.exec(f"cat /proc/{pid}/status").stdout.splitlines()
+               if line.startswith(("Uid:", "Gid:", "Groups:")))
+    uid, gid = ids["Uid"].split()[0], ids["Gid"].split()[0]
+    groups = ",".join(ids["Groups"].split()) or "-"
+    assert one.exec(f"id -u {peerdoor.WORKER_USER}").stdout.strip() == uid
+    sglang_gid = one.exec("getent group sglang | cut -d: -f3").stdout.strip()
+    assert sglang_gid not in [gid, *ids["Groups"].split()]
+    as_worker = f"setpriv --reuid={uid} --regid={gid} " + ("--clear-groups" if groups == "-" else f"--groups={groups}")
+    for attempt in (f"touch {BLOBS}/planted", f"sh -c 'printf x >> {BLOBS}/{name}'", f"rm -f {BLOBS}/{name}",
+                    f"mkdir {HUB}/planted", f"touch {HUB}/../planted"):
+        assert one.exec(f"{as_worker} -- {attempt}", check=False).returncode != 0, attempt
+    assert one.exec(f"ls {BLOBS}/planted {HUB}/planted", check=False).returncode != 0
+    read = one.exec(f"{as_worker} -- head -c 4 {BLOBS}/{name} | od -An -tx1 | tr -d ' \\n'", check=False)
+    assert read.stdout.strip() == data[:4].hex()
+    assert curl(two, url(one, f"/blobs/{name}"), "-r 0-63") == ("206", data[:64].hex())
+
+
 def test_the_operators_check_reports_the_door(fleet, workdir):
     (one, two), inventory, _, _, _ = fleet
     report = run_host_checks(inventory, workdir)

@@ -1018,6 +1018,95 @@ def test_the_mode_is_set_on_the_verified_file_not_on_a_link_swapped_in(hub, tmp_
     assert not [n for n in os.listdir(blobs) if (blobs / n).is_symlink() and not n.endswith(".incomplete")]
 
 
+def member_flips_a_byte(path: Path, fd: int | None = None) -> None:
+    """A member's write of the same size: in place (same inode), through ``fd`` when one was opened earlier."""
+    own = fd is None
+    fd = os.open(path, os.O_RDWR) if fd is None else fd
+    try:
+        os.pwrite(fd, bytes([os.pread(fd, 1, 7)[0] ^ 0xFF]), 7)
+    finally:
+        if own:
+            os.close(fd)
+
+
+def test_a_blob_rewritten_after_its_hash_gets_no_record(hub, tmp_path, monkeypatch):
+    """A member rewrites a verified blob while the rest of the revision is still being pulled: the record, its
+    stat read only at the end, vouched for the new bytes under the old sha256 (and status said verified)."""
+    cache = tmp_path / "hub"
+    commit = hub.commit("org/other", "main")
+    blob = repo_dir(cache, "org/other") / "blobs" / etag(hub, "org/other", commit, "w.safetensors")
+    original = Puller._write_manifest
+
+    def rewritten_first(self, blobs, commit_):
+        member_flips_a_byte(blob)
+        return original(self, blobs, commit_)
+
+    monkeypatch.setattr(Puller, "_write_manifest", rewritten_first)
+    puller = Puller(str(cache), "org/other", commit, hub.url, None, lock_wait=5, records_dir=str(records_of(cache)))
+    with pytest.raises(pull_errors.VerifyError, match="w.safetensors: its blob .* changed after it was verified"):
+        puller.run()
+    assert not record(cache, "org/other", commit).exists()
+    assert not scan(cache)["repos"]["org/other"]["revisions"][commit]["verified"]
+    monkeypatch.setattr(Puller, "_write_manifest", original)
+    r = pull(cache, "org/other", commit, hub)
+    assert r.rc == 0 and "blob on disk is wrong" in r.out, r
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+    assert scan(cache)["repos"]["org/other"]["revisions"][commit]["verified"]
+
+
+def test_a_partial_is_not_group_writable_while_it_is_fetched_and_hashed(hub, tmp_path, monkeypatch):
+    """Under the group's umask (002) the partial was created 0664 (and an adopted one stayed so): any member
+    could open it for writing and change the bytes between the hash and the record."""
+    cache = tmp_path / "hub"
+    commit = hub.commit("org/other", "main")
+    modes = []
+    original = Puller._verify
+
+    def seen(self, blob, fd):
+        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return original(self, blob, fd)
+
+    monkeypatch.setattr(Puller, "_verify", seen)
+    old = os.umask(0o002)
+    try:
+        Puller(str(cache), "org/other", commit, hub.url, None, lock_wait=5,
+               records_dir=str(records_of(cache))).run()
+    finally:
+        os.umask(old)
+    assert modes and all(mode & 0o022 == 0 for mode in modes), [oct(m) for m in modes]
+    blobs = repo_dir(cache, "org/other") / "blobs"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in blobs.iterdir()} == {0o664}  # verified: the cache's mode
+    assert scan(cache)["repos"]["org/other"]["revisions"][commit]["verified"]
+
+
+def test_a_write_through_a_descriptor_opened_before_the_hash_is_caught(hub, tmp_path, monkeypatch):
+    """A member opened the partial while it was group-writable and writes through that descriptor while the pull
+    hashes it: the hash counted and the changed bytes were recorded as verified. Now the hash does not count:
+    the file is fetched again from byte 0 and what is recorded is the Hub's bytes."""
+    cache = tmp_path / "hub"
+    commit = hub.commit("org/other", "main")
+    name = etag(hub, "org/other", commit, "w.safetensors")
+    original = Puller._verify
+    writes = []
+
+    def racing(self, blob, fd):
+        partial = Path(self.blobs_dir) / (blob.name + ".incomplete")
+        held = os.open(partial, os.O_RDWR) if blob.name == name and not writes else None
+        why = original(self, blob, fd)
+        if held is not None:
+            member_flips_a_byte(partial, held)
+            os.close(held)
+            writes.append(partial)
+        return why
+
+    monkeypatch.setattr(Puller, "_verify", racing)
+    Puller(str(cache), "org/other", commit, hub.url, None, lock_wait=5, records_dir=str(records_of(cache))).run()
+    assert writes
+    blob = repo_dir(cache, "org/other") / "blobs" / name
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == name
+    assert scan(cache)["repos"]["org/other"]["revisions"][commit]["verified"]
+
+
 def test_a_hard_linked_partial_is_neither_written_nor_re_moded(hub, tmp_path):
     """A member plants, at a blob's partial name, a hard link to a file of the account's (a compose file): the
     pull (as the account) would write the blob's bytes into it and make it group-writable."""

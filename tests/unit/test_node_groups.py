@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import yaml
 from conftest import converged_snapshot, pinned_defaults
 
@@ -13,6 +14,7 @@ from sglang_infra import nodegroups
 from sglang_infra.gateways import InventoryHost
 from sglang_infra.hostside import names
 from sglang_infra.plan import resolve
+from sglang_infra.refusals import DeployDataError
 
 DEFAULTS = pinned_defaults()
 
@@ -52,7 +54,8 @@ def test_every_member_renders_the_same_command_but_its_rank_with_tp_the_groups_g
         assert f"--tp-size={2 * per_host}" in args[name]
         assert "--nnodes=2" in args[name] and f"--node-rank={rank}" in args[name]
         assert "--dist-init-addr=10.0.0.11:29500" in args[name]
-    assert [a for a in args["gpu-01"] if "node-rank" not in a] == [a for a in args["gpu-02"] if "node-rank" not in a]
+    assert [a for a in args["gpu-01"] if not a.startswith(("--node-rank", "--host="))] == \
+        [a for a in args["gpu-02"] if not a.startswith(("--node-rank", "--host="))]
     assert f"--tp-size={per_host}" in service(found["solo"])["command"]
     assert not any("nnodes" in a for a in service(found["solo"])["command"])
     # each flag keeps its reason beside it in the file
@@ -67,7 +70,7 @@ def test_a_member_runs_on_the_hosts_network_with_the_groups_labels_and_is_never_
     assert member["labels"][names.NODE_GROUP_LABEL] == "ds-a"
     assert (member["labels"][names.NODE_RANK_LABEL], member["labels"][names.NNODES_LABEL]) == ("1", "2")
     assert "network_mode" not in solo and names.NODE_GROUP_LABEL not in solo["labels"]
-    assert "--host=0.0.0.0" in member["command"]   # sglang_bind_address, on the host's network
+    assert "--host=10.0.0.12" in member["command"]   # its fleet address, not every address of the host
 
 
 def test_the_interface_key_names_nccls_and_gloos_interface():
@@ -126,12 +129,6 @@ def test_a_derived_gpu_count_is_named_with_where_it_came_from_and_a_flag_by_its_
 def test_a_group_off_a_trusted_network_or_with_an_api_key_is_refused():
     lines = refused([host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12", sglang_trusted_network=False)])
     assert any("gpu-02" in line and "sglang_trusted_network" in line for line in lines)
-
-
-def test_a_dist_init_range_over_another_port_of_rank_0_is_refused():
-    lines = refused([host("gpu-01", "10.0.0.11", sglang_dist_init_port=29990), host("gpu-02", "10.0.0.12")])
-    assert any("gpu-01" in line and "sglang_dist_init_port" in line and "sglang_port's port 30000" in line
-               for line in lines), lines
 
 
 def test_a_group_member_that_serves_nothing_and_a_group_deployed_in_part_are_refused():
@@ -367,3 +364,45 @@ def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_pat
     [line] = nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
     assert "gpu-02" in line and "10.0.0.11:29500" in line and "timed out" in line
     assert nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []
+
+
+def test_a_members_name_with_a_newline_stays_inside_its_compose_comment():
+    """Inventory names reach compose.yaml in the group flags' reasons: a newline in one started a YAML line of
+    its own (here a top-level key) in every member's file."""
+    hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02\ninjected: true\n#", "10.0.0.12")]
+    found, _ = plans(hosts)
+    for plan in found.values():
+        assert set(yaml.safe_load(plan.compose)) == {"name", "services", "volumes"}
+        assert "\ninjected" not in plan.compose
+        assert "(gpu-01, gpu-02\\x0ainjected: true\\x0a#)." in plan.compose
+
+
+def test_a_member_listens_on_its_fleet_address_not_every_address_of_the_host():
+    """A member runs on the host's network without a key: sglang_bind_address's default ('0.0.0.0') put its API on
+    every interface of the host. It binds its fleet address instead, and the gate and Docker's health check reach
+    it there; an address the data names is kept."""
+    found, _ = plans([host("gpu-01", "10.0.0.11"), host("gpu-02", "fd00::12"),
+                      host("gpu-03", "10.0.0.13", group="ds-b", sglang_worker_address="192.168.7.13"),
+                      host("gpu-04", "10.0.0.14", group="ds-b", sglang_bind_address="127.0.0.1")])
+    for name, address, url in (("gpu-01", "10.0.0.11", "http://10.0.0.11:30000"),
+                               ("gpu-02", "fd00::12", "http://[fd00::12]:30000"),
+                               ("gpu-03", "192.168.7.13", "http://192.168.7.13:30000"),
+                               ("gpu-04", "127.0.0.1", "http://127.0.0.1:30000")):
+        plan = found[name]
+        assert f"--host={address}" in service(plan)["command"], name
+        assert (plan.bind_address, plan.gate.url) == (address, url), name
+        assert f"urlopen('{url}/health'" in service(plan)["healthcheck"]["test"][-1], name
+        assert service(plan)["cap_drop"] == ["NET_RAW"], name
+    solo = service(plans()[0]["solo"])
+    assert "--host=0.0.0.0" in solo["command"] and "cap_drop" not in solo
+
+
+def test_a_member_named_by_dns_with_every_address_is_refused_naming_the_fix():
+    hosts = [host("gpu-01", "gpu-01.dc1.example"), host("gpu-02", "10.0.0.12")]
+    with pytest.raises(DeployDataError) as refused:
+        plans(hosts)
+    [line] = refused.value.problems
+    assert line.startswith("host gpu-01: sglang_bind_address: '0.0.0.0' (every address) on a member of group 'ds-a'")
+    assert "Fix: set sglang_bind_address to this member's IP address on the group's network" in line
+    found, _ = plans([host("gpu-01", "gpu-01.dc1.example", sglang_bind_address="10.0.0.11"), hosts[1]])
+    assert "--host=10.0.0.11" in service(found["gpu-01"])["command"]

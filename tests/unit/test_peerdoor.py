@@ -94,8 +94,8 @@ def test_no_log_carries_the_authorization_header(key_file):
     assert re.search(r"^error_log \S+ warn;", config, re.M)   # never debug, which logs request headers
 
 
-def test_the_workers_read_the_cache_as_the_accounts_group(key_file):
-    assert re.search(r"^user www-data sglang;$", door_of(key_file).config, re.M)
+def test_the_workers_run_as_www_data_alone_never_in_the_accounts_group(key_file):
+    assert re.search(r"^user www-data;$", door_of(key_file).config, re.M)   # never the account's group
 
 
 def test_nginx_service_runs_the_doors_config_alone(key_file):

@@ -365,3 +365,25 @@ def test_a_host_without_hard_link_protection_is_refused_with_the_fix(value):
     assert "Fix: sysctl -w fs.protected_hardlinks=1, and keep it across reboots with a file in /etc/sysctl.d/" in error
     state["kernel"] = {"protected_hardlinks": "1"}
     assert check_host_state("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, state) == []
+
+
+@pytest.mark.parametrize("hostname", ["10.0.0.11\n- --host=0.0.0.0", "gpu-01:2222", "gpu 01", "-gpu", "a/b", "",
+                                      "x" * 64 + ".example"])
+def test_an_ssh_hostname_that_is_no_host_name_or_address_is_refused(hostname):
+    """ssh_hostname becomes rank 0's --dist-init-addr, a worker's URL and a peer's address when
+    sglang_worker_address is unset; it was never judged."""
+    [error] = errors_for(ssh_hostname=hostname)
+    assert error.startswith("host gpu-01: ssh_hostname: ") and "is not a host name or an IP address" in error
+    assert "\n" not in error
+
+
+@pytest.mark.parametrize("hostname", ["10.0.0.11", "fd00::11", "gpu-01", "gpu-01.dc1.example.org"])
+def test_a_host_name_or_an_address_is_a_valid_ssh_hostname(hostname):
+    assert errors_for(ssh_hostname=hostname) == []
+
+
+def test_an_inventory_name_that_is_the_fleet_address_must_be_a_host_name():
+    [error] = check_data("gpu 01\nx", dict(DEFAULTS))
+    assert error.startswith("host gpu 01\\x0ax: ssh_hostname: not set, so the inventory name")
+    assert check_data("gpu 01", {**DEFAULTS, "ssh_hostname": "10.0.0.11"}) == []
+    assert check_data("gpu 01", {**DEFAULTS, "sglang_worker_address": "10.0.0.11"}) == []
