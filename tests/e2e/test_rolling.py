@@ -26,7 +26,7 @@ import pytest
 
 import harness
 from harness import run_deploy
-from rolling_load import Load, gateway_workers
+from rolling_load import Load, gateway_workers, most_out_at_once, roll_lines
 
 W1, W2, W3, W4, GW = "sg-roll-w1", "sg-roll-w2", "sg-roll-w3", "sg-roll-w4", "sg-roll-gw"
 WORKERS = (W1, W2, W3, W4)
@@ -98,22 +98,6 @@ def gate_time(host) -> datetime:
 
 def running_env(host) -> str:
     return host.exec("cd /opt/sglang/docker && docker inspect -f '{{json .Config.Env}}' $(docker compose ps -q)").stdout
-
-
-def roll_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if "roll: " in line]
-
-
-def most_out_at_once(output: str) -> int:
-    """The most workers between 'taking ... out' and 'is back and healthy', from the deploy's output in order."""
-    out = most = 0
-    for line in output.splitlines():
-        if "roll: " in line and ": taking " in line:
-            out += 1
-            most = max(most, out)
-        elif "roll: gateway_workers: " in line and " is back and healthy" in line:
-            out -= 1
-    return most
 
 
 def test_a_new_pool_starts_its_workers_together_and_a_broken_one_fails_alone(fleet):

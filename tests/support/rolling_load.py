@@ -36,6 +36,23 @@ def gateway_workers(gateway: str, key: str = ADMIN_KEY) -> dict[str, bool] | Non
         return None
 
 
+def roll_lines(output: str) -> list[str]:
+    """The deploy's lines about its rolling restarts (operations/roll.py), in order."""
+    return [line for line in output.splitlines() if "roll: " in line]
+
+
+def most_out_at_once(output: str) -> int:
+    """The most workers between 'taking ... out' and 'is back and healthy', from the deploy's output in order."""
+    out = most = 0
+    for line in roll_lines(output):
+        if ": taking " in line:
+            out += 1
+            most = max(most, out)
+        elif "roll: gateway_workers: " in line and " is back and healthy" in line:
+            out -= 1
+    return most
+
+
 class Load:
     """``clients`` threads sending requests one after another through the gateway, half of them streaming, until
     stopped (or LOAD_LIMIT); a watcher records the fewest healthy workers the gateway lists."""
