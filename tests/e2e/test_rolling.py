@@ -204,11 +204,11 @@ def test_a_killed_worker_restored_by_the_next_run_takes_traffic_again(fleet):
     assert harness.wait_for(lambda: (listed(hosts) or {}).get(url_of(hosts, W2)) is False, 60), listed(hosts)
     result = run_deploy(inventory("rolling-restore.py", env={"ROLL_MARK": "half"}, sglang_max_unavailable="50%"))
     assert result.returncode == 0, result.why(4000)
-    assert f"{url_of(hosts, W2)} is back and healthy at " in result.output and f"with model {MODEL}" in \
-        result.output, roll_lines(result.output)
-    assert listed(hosts) == {url_of(hosts, name): True for name in WORKERS}
+    assert listed(hosts) == {url_of(hosts, name): True for name in WORKERS}, roll_lines(result.output)
     before = completions_served(hosts[W2])
     with Load(gateway(hosts), MODEL, max_tokens=20, key=KEY) as load:
         time.sleep(6)
     assert load.sent > 10 and load.failed == 0, (load.sent, load.errors[:5])
     assert completions_served(hosts[W2]) > before, (before, load.sent)
+    assert f"{url_of(hosts, W2)} is back and healthy at {gateway(hosts)} with model {MODEL}" in result.output, \
+        roll_lines(result.output)
