@@ -90,8 +90,9 @@ def call(base, method, path, body=None):
 
 
 def add_worker(base, url):
-    """POST /workers: ``url``, with the key the gateway sends its workers (never printed) when there is one."""
-    key = _SERVER_KEY["key"]
+    """POST /workers: ``url``, with the key the gateway sends its workers (never printed) when there is one, and
+    only to a URL the gateway's own running container publishes (as the Bearer header: apikey.auth_headers)."""
+    key = _SERVER_KEY["key"] if _SERVER_KEY["holds"] is not None and _SERVER_KEY["holds"](base) else None
     call(base, "POST", "/workers", {"url": url, **({"api_key": key} if key else {})})
 
 

@@ -161,11 +161,11 @@ def keyed(tmp_path, monkeypatch):
     server.server_close()
 
 
-def server_config(home, key):
+def server_config(home, key, holds=lambda url: True):
     """The gateway host's API key file (docker/secrets/server.yaml), loaded as main() loads it."""
     path = home / "docker" / "secrets" / "server.yaml"
     path.write_text(f'api-key: "{key}"\n')
-    gateway_workers.use_server_config(str(path), lambda url: True)
+    gateway_workers.use_server_config(str(path), holds)
 
 
 def test_a_worker_comes_back_with_the_gateways_key_and_is_listed_with_its_model(keyed):
@@ -175,6 +175,13 @@ def test_a_worker_comes_back_with_the_gateways_key_and_is_listed_with_its_model(
     assert (code, [w["model_id"] for w in listed.values()]) == (0, [SERVED]), said
     assert bodies == [{"url": A, "api_key": WORKER_KEY}]
     assert f"is back and healthy at {base} with model {SERVED}" in said and WORKER_KEY not in said
+
+
+def test_the_workers_key_goes_to_no_port_the_gateways_container_does_not_publish(keyed):
+    base, home, _, bodies, _ = keyed
+    server_config(home, WORKER_KEY, holds=lambda url: False)
+    step(home / "router" / "m", base, {"add": A, "healthy_within": 0})
+    assert bodies == [{"url": A}]
 
 
 def test_a_worker_listed_healthy_without_its_model_is_not_back(keyed, capsys):
