@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from datetime import datetime
 
 import pytest
@@ -27,6 +28,7 @@ import pytest
 import harness
 from harness import run_deploy
 from rolling_load import Load, gateway_workers, most_out_at_once, roll_lines
+from testbed.hosts import ADMIN_KEY
 
 W1, W2, W3, W4, GW = "sg-roll-w1", "sg-roll-w2", "sg-roll-w3", "sg-roll-w4", "sg-roll-gw"
 WORKERS = (W1, W2, W3, W4)
@@ -190,6 +192,13 @@ def test_a_server_that_never_answers_fails_within_a_minute_and_the_last_good_con
     assert listed(hosts) == {url_of(hosts, name): True for name in WORKERS}
 
 
+def workers_answer(hosts) -> str:
+    """The gateway's GET /workers as it answers it, asked with the control-plane key."""
+    request = urllib.request.Request(gateway(hosts) + "/workers", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.read().decode()
+
+
 def completions_served(host) -> int:
     """How many chat completions the worker's server answered (its access log, one line per request)."""
     return int(host.exec("cd /opt/sglang/docker && docker compose logs --no-log-prefix 2>&1 | "
@@ -205,6 +214,7 @@ def test_a_killed_worker_restored_by_the_next_run_takes_traffic_again(fleet):
     result = run_deploy(inventory("rolling-restore.py", env={"ROLL_MARK": "half"}, sglang_max_unavailable="50%"))
     assert result.returncode == 0, result.why(4000)
     assert listed(hosts) == {url_of(hosts, name): True for name in WORKERS}, roll_lines(result.output)
+    assert KEY not in workers_answer(hosts)   # the key a worker was added with is not listed back
     before = completions_served(hosts[W2])
     with Load(gateway(hosts), MODEL, max_tokens=20, key=KEY) as load:
         time.sleep(6)
