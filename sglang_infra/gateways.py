@@ -176,7 +176,8 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
                 out[worker.host] = replace(plan, roll=Roll(
                     url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,
                     drain_timeout=plan.drain_timeout, others=others,
-                    members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start))
+                    members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start,
+                    model=plan.served.served_name))
     # No worker answers the network without a key unless the operator said so (refusals.check_open_worker).
     for name, plan in plans.items():
         if plan is not None and plan.serves:

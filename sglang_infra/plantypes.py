@@ -150,6 +150,7 @@ class Roll:
     others: tuple[Front, ...] = ()  # the gateways of every other model: a worker switching models leaves them
     members: tuple[tuple[str, str], ...] = ()   # (host, url) of every worker of the pool, in this run or not
     stamped: bool = False           # HostPlan.validated_at_start: one half of being in service
+    model: str | None = None        # the served name its gateways list it with once they can read its /v1/models
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .hostside import names
 from .hostside.printable import printable
 from .inventoryfile import inventory_dir
 from .plantypes import HostPlan, Placement, Worker
-from .schema import RETIRED, SCHEMA, host_address, image_problem, system_dir_problem
+from .schema import RETIRED, SCHEMA, by_digest, host_address, image_problem, system_dir_problem
 from .templating import template_path
 
 
@@ -360,6 +360,14 @@ def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
                               "templates/gateway-requirements.txt, hashes checked) and set it with "
                               "sglang_router_image_archive, or name an image of your registry by digest "
                               "(repo@sha256:...); docs/front-door.md has the steps"))
+    elif not data["sglang_router_image_archive"] and not by_digest(data["sglang_router_image"]):
+        image = data["sglang_router_image"]
+        repo = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+        errors.append(problem(name, "sglang_router_image", f"{image!r} would be pulled from its registry by tag "
+                              "alone (sglang_router_image_archive is None): a tag can be moved, so the gateway the "
+                              "host pulls is not the one the operator vetted",
+                              f"name it by digest ({repo}@sha256:...), or set sglang_router_image_archive to its "
+                              "`docker save` archive"))
     path = data["sglang_router_admin_key_file"]
     if not path:
         errors.append(problem(name, "sglang_router_admin_key_file", "None on a gateway host: the gateway's worker "

@@ -116,6 +116,12 @@ def image_problem(value: Any) -> str | None:
     return None
 
 
+def by_digest(value: Any) -> bool:
+    """Whether an image reference names its image by digest (repo@sha256:...)."""
+    match = _IMAGE_RE.fullmatch(value) if isinstance(value, str) else None
+    return bool(match and match["digest"])
+
+
 def _usernames(value: Any) -> bool:
     return (
         isinstance(value, (list, tuple))

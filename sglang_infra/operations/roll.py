@@ -24,7 +24,8 @@ Then:
    smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
 4. its gate, the rollback included;
-5. back in every gateway, until each reports it healthy.
+5. back in every gateway (with the key the gateway sends its workers), until
+   each lists it healthy with its model.
 A failed gate of a worker in service stops the roll of that pool: its later
 workers in service are not restarted (their last good compose.yaml and .env
 are put back on disk, so what runs is what their gate stamped), and fail
@@ -343,15 +344,17 @@ def restart_and_gate(host, up: str | None, gate: str, state=None, group: NodeGro
 
 
 def come_back(state, host, pool: PoolState, roll: Roll, turn_seconds: int, say) -> bool | str:
-    """Back in every gateway when it serves a config its gate stamped (it is then no longer out of service):
-    True; False when it serves no such config; else why a gateway did not take it back."""
+    """Back in every gateway when it serves a config its gate stamped (it is then no longer out of service), each
+    listing it healthy with its model (so routing it requests): True; False when it serves no such config; else why
+    a gateway did not take it back."""
     assert pool.out is not None
     if not serving_validated(host):
         say("not put back in its gateways: it serves no config that passed its gate", logger.error)
         return False
     problem: bool | str = True
     for front in roll.fronts:
-        ok, said = on_gateway_host(state, front, {"add": roll.url, "healthy_within": turn_seconds})
+        ok, said = on_gateway_host(state, front, {"add": roll.url, "healthy_within": turn_seconds,
+                                                  "model": roll.model})
         say(said, logger.info if ok else logger.error)
         if not ok and problem is True:
             problem = f"the gateway {front.gateway_host}/{front.slug} did not report it healthy ({said})"

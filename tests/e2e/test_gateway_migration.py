@@ -2,10 +2,13 @@
 gateway from the SGLang image, checked out from git at MIGRATE_FROM) moves to SMG 1.13.0 by one ordinary run of this
 checkout: the gateway's container is replaced in place (same directory, same compose project), its workers are
 registered again from workers.json, nothing of the old gateway is left behind, the run says that clients see the
-restart (one gateway host fronts the model), and a second run changes nothing. One worker and one gateway host; then
-a second gateway host for the same model, and a gateway flag change that recreates both under load through a client
-that alternates between them and retries on the other on a connection error (as a site balancer does): the run
-restarts them one at a time and no request fails."""
+restart (one gateway host fronts the model), and a second run changes nothing. Two workers and one gateway host, keys
+on every host (sglang_api_key_file, the secure default): the move also changes the workers' config, and the run
+reads the old gateway's workers with the API key it had (sglang-router's worker API takes no control-plane key) and
+so restarts them one at a time, drained, not all at once as workers out of service (issue 40). Then a second gateway
+host for the same model, and a gateway flag change that recreates both under load through a client that alternates
+between them and retries on the other on a connection error (as a site balancer does): the run restarts them one at
+a time and no request fails."""
 
 from __future__ import annotations
 
@@ -23,9 +26,12 @@ import pytest
 
 import harness
 from harness import PROJECT_DIR, PYINFRA, DeployResult, parse_output, run_deploy, write_inventory
+from rolling_load import listed_models, most_out_at_once, roll_lines
 from testbed.hosts import ADMIN_KEY
 
-W1, GW, GW2 = "sg-mig-w1", "sg-mig-gw", "sg-mig-gw2"
+W1, W2, GW, GW2 = "sg-mig-w1", "sg-mig-w2", "sg-mig-gw", "sg-mig-gw2"
+WORKERS = (W1, W2)
+KEY = "migration-clients-key-0123456789abcdef"   # sglang_api_key_file of every host
 GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"
 PORT = 30080
 # The project before SMG: the commit this change was made on (override with TEST_MIGRATE_FROM=<commit>).
@@ -52,12 +58,15 @@ def run_old_deploy(tree: str, inventory) -> DeployResult:
     return DeployResult(proc.returncode, output, parse_output(output))
 
 
-def listed(address: str, key: str | None) -> dict[str, bool] | int:
+def listed(address: str, key: str | None, models: bool = False) -> dict[str, bool] | int:
+    """{worker URL: healthy} as the gateway lists them (``models``: healthy and with a model, SMG's listing), or the
+    HTTP status of a refusal."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     request = urllib.request.Request(f"http://{address}:{PORT}/workers", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
-            return {w["url"]: w["is_healthy"] for w in json.loads(reply.read())["workers"]}
+            return {w["url"]: w["is_healthy"] and (not models or bool(listed_models(w)))
+                    for w in json.loads(reply.read())["workers"]}
     except urllib.error.HTTPError as error:
         return error.code
 
@@ -74,29 +83,45 @@ def containers(host) -> list[str]:
 
 @pytest.fixture(scope="module")
 def migrated(testbed, workdir):
-    hosts = {name: testbed.host(name) for name in (W1, GW)}
+    hosts = {name: testbed.host(name) for name in (*WORKERS, GW)}
     old_base = {k: v for k, v in testbed.standin.items() if k not in NEW_KEYS}
+    key_file = workdir / "migration-api-key"
+    key_file.write_text(KEY + "\n")
+    keyed = {"sglang_api_key_file": str(key_file)}
 
-    def groups():
-        return {"production": [(hosts[W1], {})],
-                "router": [(hosts[GW], {"sglang_router_bind_address": hosts[GW].address})]}
+    def groups(worker=None):
+        return {"production": [(hosts[name], {**keyed, **(worker or {})}) for name in WORKERS],
+                "router": [(hosts[GW], {**keyed, "sglang_router_bind_address": hosts[GW].address})]}
 
     tree = checkout(MIGRATE_FROM, workdir / "before")
     before = run_old_deploy(tree, write_inventory(workdir / "migrate-before.py", groups(), base=old_base))
     (workdir / "migrate-before.log").write_text(before.output)
     assert before.returncode == 0, before.why(3000)
     old = {"files": gateway_files(hosts[GW]), "containers": containers(hosts[GW]),
-           "listed": listed(hosts[GW].address, None)}
-    inventory = testbed.inventory(workdir / "migrate-after.py", groups())
+           "listed": listed(hosts[GW].address, KEY), "started": {name: worker_started(hosts[name]) for name in WORKERS}}
+    # the move changes the workers' config too (a mark in their environment), so the run rolls them behind the old
+    # gateway before it replaces that one
+    moved = {"sglang_extra_env": {**testbed.standin["sglang_extra_env"], "MOVE_MARK": "smg"}}
+    inventory = testbed.inventory(workdir / "migrate-after.py", groups(moved))
+    old.update(keyed=keyed, worker={**keyed, **moved})   # the data of the gateway hosts and workers from now on
     after = run_deploy(inventory)
     (workdir / "migrate-after.log").write_text(after.output)
     return hosts, inventory, old, after
 
 
+def worker_started(host) -> str:
+    return host.exec("cd /opt/sglang/docker && docker inspect -f '{{.Id}} {{.State.StartedAt}}' "
+                     "$(docker compose ps -q)").stdout.strip()
+
+
+def urls(hosts) -> list[str]:
+    return [f"http://{hosts[name].address}:30000" for name in WORKERS]
+
+
 def test_before_the_move_the_gateway_is_sglang_router_from_the_sglang_image(migrated, testbed):
     hosts, _, old, _ = migrated
-    worker = f"http://{hosts[W1].address}:30000"
-    assert old["listed"] == {worker: True}   # the old gateway's worker API, open on this trusted test network
+    # the old gateway's worker API, which takes the API key (sglang-router's one key)
+    assert old["listed"] == {url: True for url in urls(hosts)}
     assert any(line.endswith(" " + testbed.standin["sglang_image"]) and "router" in line
                for line in old["containers"]), old["containers"]
 
@@ -104,15 +129,27 @@ def test_before_the_move_the_gateway_is_sglang_router_from_the_sglang_image(migr
 def test_one_run_moves_the_gateway_to_smg_and_reregisters_its_workers(migrated, testbed):
     hosts, _, _, after = migrated
     assert after.returncode == 0, after.why(3000)
-    worker = f"http://{hosts[W1].address}:30000"
-    assert harness.wait_for(lambda: listed(hosts[GW].address, ADMIN_KEY) == {worker: True}, 60), \
-        listed(hosts[GW].address, ADMIN_KEY)
+    every = {url: True for url in urls(hosts)}
+    assert harness.wait_for(lambda: listed(hosts[GW].address, ADMIN_KEY, models=True) == every, 60), \
+        listed(hosts[GW].address, ADMIN_KEY, models=True)
     assert listed(hosts[GW].address, None) == 401   # the worker API is keyed now
     image = hosts[GW].exec(f"cd {GATEWAY_DIR} && docker inspect -f '{{{{.Config.Image}}}}' "
                            "$(docker compose ps -q)").stdout.strip()
     assert image == testbed.standin["sglang_router_image"]
     assert "the gateway qwen3-6-35b-a3b-awq restarts" in after.output
     assert "no other gateway host fronts its model: its clients see errors until it is back" in after.output
+
+
+def test_the_move_restarts_the_keyed_workers_one_at_a_time(migrated):
+    """The old gateway's workers, read with the API key it had, are in service: each restarts in its turn, out of
+    the gateway and back, never two at once, none as out of service."""
+    hosts, _, old, after = migrated
+    assert after.returncode == 0, after.why(3000)
+    assert all(worker_started(hosts[name]) != old["started"][name] for name in WORKERS), roll_lines(after.output)
+    lines = "\n".join(roll_lines(after.output))
+    assert "out of service, restarted at once" not in lines, lines
+    assert sum(": taking " in line for line in roll_lines(after.output)) == len(WORKERS), lines
+    assert most_out_at_once(after.output) == 1, lines
 
 
 def test_nothing_of_the_old_gateway_is_left_behind(migrated):
@@ -133,7 +170,7 @@ def test_a_second_run_changes_nothing(migrated):
     hosts, inventory, _, _ = migrated
     again = run_deploy(inventory)
     assert again.returncode == 0, again.why(3000)
-    assert {name: again.changed(name) for name in (W1, GW)} == {W1: [], GW: []}
+    assert {name: again.changed(name) for name in (*WORKERS, GW)} == {name: [] for name in (*WORKERS, GW)}
     assert "restarts" not in again.output
 
 
@@ -141,7 +178,7 @@ def complete(address: str) -> None:
     body = json.dumps({"model": "qwen3.6-35b-a3b", "messages": [{"role": "user", "content": "Say hello."}],
                        "max_tokens": 8}).encode()
     request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(request, timeout=60) as reply:
         json.loads(reply.read())
 
@@ -214,21 +251,21 @@ def started_at(host) -> float:
 
 
 def test_two_gateway_hosts_of_one_model_restart_one_at_a_time_and_no_request_fails(migrated, testbed, workdir):
-    hosts, _, _, _ = migrated
+    hosts, _, old, _ = migrated
     hosts[GW2] = testbed.host(GW2)
 
     def two(extra: dict) -> dict:
-        return {"production": [(hosts[W1], {})],
-                "router": [(hosts[name], {"sglang_router_bind_address": hosts[name].address, **extra})
+        return {"production": [(hosts[name], old["worker"]) for name in WORKERS],
+                "router": [(hosts[name], {**old["keyed"], "sglang_router_bind_address": hosts[name].address, **extra})
                            for name in (GW, GW2)]}
 
     added = run_deploy(testbed.inventory(workdir / "two-gateways.py", two({})))
     (workdir / "two-gateways.log").write_text(added.output)
     assert added.returncode == 0, added.why(3000)
     assert added.changed(GW) == [], added.changed(GW)   # the first gateway is left alone: nothing of it changed
-    worker = f"http://{hosts[W1].address}:30000"
+    every = {url: True for url in urls(hosts)}
     for name in (GW, GW2):
-        assert harness.wait_for(lambda: listed(hosts[name].address, ADMIN_KEY) == {worker: True}, 60), name
+        assert harness.wait_for(lambda: listed(hosts[name].address, ADMIN_KEY, models=True) == every, 60), name
     before = {name: started_at(hosts[name]) for name in (GW, GW2)}
     # a new gateway flag (a request timeout one second shorter) recreates both gateways
     inventory = testbed.inventory(workdir / "two-gateways-flag.py", two({"sglang_router_request_timeout": 1799}))
@@ -255,4 +292,4 @@ def test_two_gateway_hosts_of_one_model_restart_one_at_a_time_and_no_request_fai
     assert "no other gateway host fronts its model" not in changed.output
     again = run_deploy(inventory)
     assert again.returncode == 0, again.why(3000)
-    assert {name: again.changed(name) for name in (W1, GW, GW2)} == {W1: [], GW: [], GW2: []}
+    assert {name: again.changed(name) for name in (*WORKERS, GW, GW2)} == {name: [] for name in (*WORKERS, GW, GW2)}

@@ -16,24 +16,50 @@ LOAD_LIMIT = 900   # seconds: the load stops by itself even if its caller forget
 CLIENTS = 6
 
 
+def listed_models(worker: dict) -> set[str]:
+    """The models the gateway lists for a worker (SMG 1.13.0: model_id and models[].id); SMG lists a worker whose
+    /v1/models it could not read (a 401: added without the worker's key) with model "unknown", and routes it
+    nothing, so that one is left out."""
+    found = {worker.get("model_id")} | {m.get("id") for m in worker.get("models") or () if isinstance(m, dict)}
+    return {m for m in found if isinstance(m, str) and m and m != "unknown"}
+
+
 def gateway_workers(gateway: str, key: str = ADMIN_KEY) -> dict[str, bool] | None:
-    """{worker URL: routable} as the gateway lists them (healthy and not in SMG's draining state), None when it
-    does not answer; asked with the test bed's control-plane key (SMG's worker API takes no other)."""
+    """{worker URL: routable} as the gateway lists them (healthy, not in SMG's draining state, and with a model),
+    None when it does not answer; asked with the test bed's control-plane key (SMG's worker API takes no other)."""
     request = urllib.request.Request(gateway + "/workers", headers={"Authorization": f"Bearer {key}"})
     try:
         with urllib.request.urlopen(request, timeout=5) as reply:
-            return {w["url"]: w["is_healthy"] is True and w.get("status") != "draining"
+            return {w["url"]: w["is_healthy"] is True and w.get("status") != "draining" and bool(listed_models(w))
                     for w in json.loads(reply.read())["workers"]}
     except (OSError, ValueError):
         return None
+
+
+def roll_lines(output: str) -> list[str]:
+    """The deploy's lines about its rolling restarts (operations/roll.py), in order."""
+    return [line for line in output.splitlines() if "roll: " in line]
+
+
+def most_out_at_once(output: str) -> int:
+    """The most workers between 'taking ... out' and 'is back and healthy', from the deploy's output in order."""
+    out = most = 0
+    for line in roll_lines(output):
+        if ": taking " in line:
+            out += 1
+            most = max(most, out)
+        elif "roll: gateway_workers: " in line and " is back and healthy" in line:
+            out -= 1
+    return most
 
 
 class Load:
     """``clients`` threads sending requests one after another through the gateway, half of them streaming, until
     stopped (or LOAD_LIMIT); a watcher records the fewest healthy workers the gateway lists."""
 
-    def __init__(self, gateway: str, model: str, max_tokens: int, clients: int = CLIENTS):
-        self.gateway, self.model, self.max_tokens = gateway, model, max_tokens
+    def __init__(self, gateway: str, model: str, max_tokens: int, clients: int = CLIENTS, key: str | None = None):
+        """``key``: the clients' key (sglang_api_key_file), sent with every request when the fleet has one."""
+        self.gateway, self.model, self.max_tokens, self.key = gateway, model, max_tokens, key
         self.stop = threading.Event()
         self.sent = self.failed = self.cut = 0
         self.errors: list[str] = []
@@ -62,8 +88,10 @@ class Load:
             body = json.dumps({"model": self.model,
                                "messages": [{"role": "user", "content": f"[{time.monotonic_ns()}] hi"}],
                                "max_tokens": self.max_tokens, "stream": stream}).encode()
+            headers = {"Content-Type": "application/json",
+                       **({"Authorization": f"Bearer {self.key}"} if self.key else {})}
             request = urllib.request.Request(self.gateway + "/v1/chat/completions", data=body, method="POST",
-                                             headers={"Content-Type": "application/json"})
+                                             headers=headers)
             with self.lock:
                 self.sent += 1
             try:

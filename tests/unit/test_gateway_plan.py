@@ -174,6 +174,21 @@ def test_a_gateway_image_that_is_not_pinned_is_refused(image):
     assert problem.startswith("host gw-1: sglang_router_image: ")
 
 
+def test_a_registry_image_by_tag_alone_without_an_archive_is_refused_before_any_change():
+    """Issue 40: a tag can be moved, so an image pulled from a registry is named by digest; by tag only with its
+    archive (what the operator built and vetted). Refused while planning, naming the host, the key and the fix."""
+    [problem] = gateway_refusals(sglang_router_image="registry:5000/x/smg-gateway:1.13.0")
+    assert problem.startswith("host gw-1: sglang_router_image: 'registry:5000/x/smg-gateway:1.13.0' would be pulled "
+                              "from its registry by tag alone"), problem
+    assert "registry:5000/x/smg-gateway@sha256:..." in problem and "sglang_router_image_archive" in problem
+
+
+@pytest.mark.parametrize("image", ["registry:5000/x/smg-gateway@sha256:" + "cd" * 32,
+                                   "registry:5000/x/smg-gateway:1.13.0@sha256:" + "cd" * 32])
+def test_a_registry_image_by_digest_needs_no_archive(image):
+    assert gateway_host(sglang_router_image=image).gateway_image == image
+
+
 @pytest.mark.parametrize("content", [None, "", "\n", "short", "two words-0123456789abcdef"])
 def test_a_control_plane_key_file_missing_or_empty_or_malformed_is_refused(tmp_path, content):
     path = None
@@ -267,9 +282,11 @@ def test_the_control_plane_key_is_written_0700_dir_and_never_into_compose_or_scr
     assert key not in plan.gateways[0].compose + "".join(plan.gateways[0].scripts.values())
 
 
-def test_the_gateway_image_is_its_own():
-    assert compose(sglang_router_image="registry.example.net/smg:1.13.0")["services"]["router"]["image"] == \
-        "registry.example.net/smg:1.13.0"
+def test_the_gateway_image_is_its_own(tmp_path):
+    archive = tmp_path / "smg.tar"
+    archive.write_bytes(b"")
+    assert compose(sglang_router_image="registry.example.net/smg:1.13.0", sglang_router_image_archive=str(archive)
+                   )["services"]["router"]["image"] == "registry.example.net/smg:1.13.0"
 
 
 def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path):
