@@ -93,7 +93,7 @@ def metrics_spec() -> dict[str, list[str]]:
                                    plantypes.dropin_dir(plantypes.NODE_EXPORTER_SERVICE), plantypes.SYSTEMD_DIR,
                                    plantypes.PROGRAM_DIR, plantypes.DASHBOARD_DIR}),
             "services": [f"{plantypes.PROMETHEUS_SERVICE}.service", f"{plantypes.NODE_EXPORTER_SERVICE}.service",
-                         f"{plantypes.GATE_METRICS_UNIT}.timer"],
+                         f"{plantypes.GATE_METRICS_UNIT}.timer", f"{plantypes.GPU_METRICS_UNIT}.timer"],
             "packages": [plantypes.PROMETHEUS_SERVICE, plantypes.NODE_EXPORTER_SERVICE]}
 
 
@@ -195,7 +195,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts, gate=gate,
                    peer_door=door,
                    node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
-                   gate_metrics_units=render.gate_metrics_units(plan) if exporter and serves else {})
+                   gate_metrics_units={**render.gate_metrics_units(plan), **render.gpu_metrics_units(plan)}
+                   if exporter and serves else {})
 
 
 def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,

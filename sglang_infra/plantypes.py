@@ -36,6 +36,7 @@ DROPIN_NAME = "sglang.conf"
 PROMETHEUS_SERVICE = "prometheus"
 NODE_EXPORTER_SERVICE = "prometheus-node-exporter"
 GATE_METRICS_UNIT = "sglang-gate-metrics"   # .service and .timer: the gate's metrics refreshed every minute
+GPU_METRICS_UNIT = "sglang-gpu-metrics"     # .service and .timer: each GPU's health, written every minute
 PROGRAM_DIR = "/usr/local/lib/sglang"       # host programs systemd runs as root (root's own, 0755)
 DASHBOARD_DIR = "/usr/share/sglang/grafana"
 DASHBOARD_FILE = "sglang-fleet.json"

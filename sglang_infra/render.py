@@ -193,6 +193,22 @@ def gate_metrics_units(plan: HostPlan) -> dict[str, str]:
     }
 
 
+def gpu_metrics_units(plan: HostPlan) -> dict[str, str]:
+    """On a host with GPUs: the GPU metrics program (hostside/gpu_metrics.py) and the systemd service and timer
+    that write each GPU's health every minute, expecting the GPUs nvidia-smi found at deploy time; none without."""
+    if not plan.gpus.count:
+        return {}
+    program = f"{plantypes.PROGRAM_DIR}/gpu_metrics.py"
+    unit = f"{plantypes.SYSTEMD_DIR}/{plantypes.GPU_METRICS_UNIT}"
+    return {
+        program: ship.program("gpu_metrics"),
+        f"{unit}.service": render_template("templates/systemd/sglang-gpu-metrics.service.j2", program=program,
+                                           planned=plan.gpus.count, textfile_dir=names.TEXTFILE_DIR,
+                                           python=f"/usr/bin/{ship.PYTHON}"),
+        f"{unit}.timer": render_template("templates/systemd/sglang-gpu-metrics.timer.j2"),
+    }
+
+
 def prometheus_config(monitor: Monitor) -> str:
     """prometheus.yml: the inventory's targets by job, each with its labels, and the alert rules."""
     jobs: dict[str, list] = {}
