@@ -175,6 +175,26 @@ def needs_nvlsm(facts: DriverFacts) -> bool:
     return bool(facts.nvswitches) and any(_NVLSM_BOARDS.search(name) for name in facts.names)
 
 
+def fabric_manager_packages(facts: DriverFacts) -> list[str]:
+    """Fabric Manager pinned to the driver's version (apt's 'name=version-*': any packaging revision of that
+    version), and nvlsm where the board needs it. Up to R580 the package carries the branch in its name, in
+    Ubuntu's archive and NVIDIA's repository alike; from R590 NVIDIA's is plain nvidia-fabricmanager."""
+    version = facts.version or ""
+    branch = version.split(".")[0]
+    name = "nvidia-fabricmanager" if branch.isdigit() and int(branch) >= 590 else f"nvidia-fabricmanager-{branch}"
+    return [f"{name}={version}-*"] + (["nvlsm"] if needs_nvlsm(facts) else [])
+
+
+# nvidia-persistenced where systemd does not know its unit: Ubuntu's archive ships it in the driver branch's
+# compute utilities, NVIDIA's repository (Debian's source for a data-centre driver) as its own package.
+PERSISTENCED_PACKAGES = {"ubuntu": "nvidia-compute-utils-{branch}", "debian": "nvidia-persistenced"}
+
+
+def persistenced_packages(facts: DriverFacts, os_id: str | None) -> list[str]:
+    spelling = PERSISTENCED_PACKAGES.get(os_id or "")
+    return [spelling.format(branch=(facts.version or "").split(".")[0])] if spelling else []
+
+
 def fabric_manager_ready(facts: DriverFacts) -> bool:
     """On an NVSwitch board: Fabric Manager runs and is the driver's exact version (it refuses any other)."""
     return facts.fabric_manager_active and facts.fabric_manager is not None and \
@@ -185,7 +205,7 @@ def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
     """(key, problem, fix) for a driver layer that cannot serve the image: its CUDA, the NVSwitch fabric,
     persistence mode."""
     facts = inventory.driver
-    problems = []
+    problems: list[tuple[str, str, str]] = []
     if not inventory.count or facts.version is None:
         return problems
     flavor = data["sglang_image_cuda_flavor"]
@@ -204,14 +224,13 @@ def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
         found = (f"Fabric Manager {facts.fabric_manager} is installed "
                  f"({'running' if facts.fabric_manager_active else 'not running'})" if facts.fabric_manager
                  else "Fabric Manager is not installed")
-        branch = facts.version.split(".")[0]
-        extra = " and nvlsm" if needs_nvlsm(facts) else ""
+        pinned = " and ".join(fabric_manager_packages(facts))
         problems.append(("sglang_install_fabric_manager",
                          f"{len(facts.nvswitches)} NVSwitch device(s) found and {found}, while driver "
                          f"{facts.version} needs Fabric Manager {facts.version} running: until it runs, CUDA fails "
                          "with error 802 (system not yet initialized) though nvidia-smi lists every GPU",
-                         f"install nvidia-fabricmanager-{branch} at {facts.version}{extra} from the driver's own "
-                         f"source and systemctl enable --now {FABRIC_MANAGER_UNIT}, or set "
+                         f"apt-get install '{pinned}' from the driver's own source and systemctl enable --now "
+                         f"{FABRIC_MANAGER_UNIT}, or set "
                          "sglang_install_fabric_manager = True to let the deploy do it"))
     if facts.persistence_off and not data["sglang_enable_persistence"]:
         shown = ", ".join(str(i) for i in facts.persistence_off)

@@ -185,6 +185,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
         node_group=node_group if serves else None,
+        install_fabric_manager=data["sglang_install_fabric_manager"],
+        enable_persistence=data["sglang_enable_persistence"],
     )
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \

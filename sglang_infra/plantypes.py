@@ -422,6 +422,9 @@ class HostPlan:
     peer_door: PeerDoor | None = None
     # where the pull looks for each kept model's blobs first, by model key (set by preflight, peering.py)
     peer_sources: Mapping[str, PeerSources] = field(default_factory=dict)
+    # the driver's companions the deploy may install (sglang_install_fabric_manager, sglang_enable_persistence)
+    install_fabric_manager: bool = False
+    enable_persistence: bool = False
 
     @property
     def keep(self) -> list[str]:

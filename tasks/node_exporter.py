@@ -7,8 +7,14 @@ from pyinfra import host
 
 from sglang_infra.operations.files import checked_file
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
-from sglang_infra.plantypes import (DROPIN_NAME, GATE_METRICS_UNIT, GPU_METRICS_UNIT, NODE_EXPORTER_SERVICE, PROGRAM_DIR,
-                                   dropin_dir)
+from sglang_infra.plantypes import (
+    DROPIN_NAME,
+    GATE_METRICS_UNIT,
+    GPU_METRICS_UNIT,
+    NODE_EXPORTER_SERVICE,
+    PROGRAM_DIR,
+    dropin_dir,
+)
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)

@@ -77,6 +77,6 @@ def test_an_nvswitch_host_without_fabric_manager_is_refused(testbed, hosts, work
     output = refused(testbed, workdir, hosts[NVSWITCH], "nvswitch", {"sglang_require_gpu": True})
     assert f"host {NVSWITCH}: sglang_install_fabric_manager: 2 NVSwitch device(s) found and Fabric Manager is not " \
         "installed, while driver 580.159.04 needs Fabric Manager 580.159.04 running" in output
-    assert "nvidia-fabricmanager-580 at 580.159.04" in output
+    assert "apt-get install 'nvidia-fabricmanager-580=580.159.04-*'" in output
     # The recorded R580 driver runs the cu130 image: only the fabric is refused.
     assert "sglang_image_cuda_flavor" not in output

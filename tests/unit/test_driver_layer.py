@@ -90,7 +90,8 @@ def test_an_nvswitch_board_without_fabric_manager_is_refused_with_the_fix():
     what, fix = found["sglang_install_fabric_manager"]
     assert "4 NVSwitch device(s) found and Fabric Manager is not installed" in what
     assert "error 802" in what
-    assert "nvidia-fabricmanager-580 at 580.159.04" in fix and "sglang_install_fabric_manager = True" in fix
+    assert "apt-get install 'nvidia-fabricmanager-580=580.159.04-*'" in fix
+    assert "sglang_install_fabric_manager = True" in fix
 
 
 def test_a_fabric_manager_of_another_version_is_refused():
