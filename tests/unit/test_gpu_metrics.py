@@ -127,3 +127,18 @@ def test_the_expected_values_wrap_at_32_bits():
 def test_without_a_driver_the_check_fails_saying_why():
     report = gpu_kernel_check.check("/bin/false", library="libcuda-that-is-not-here.so.1")
     assert report["ok"] is False and report["said"].startswith("the CUDA driver cannot start:")
+
+
+def test_every_gpu_panel_and_rule_reads_a_metric_the_h200_file_holds():
+    """The dashboard's GPU panels and the sglang-gpus rules read names the file written on the H200 holds; XIDs
+    alone are absent there (none logged: a series appears with the first one)."""
+    from dashboard_queries import metric_names, panel_queries
+    from harness import PROJECT_DIR
+
+    held = {line.split("{")[0].split(" ")[0] for line in RECORDED.splitlines() if line and not line.startswith("#")}
+    read = {name for _, expr in panel_queries(PROJECT_DIR / "templates" / "grafana" / "sglang-fleet.json")
+            for name in metric_names(expr) if name.startswith(("sglang_gpu_", "sglang_gpus_"))}
+    rules = (PROJECT_DIR / "templates" / "prometheus" / "sglang-alerts.yml.j2").read_text()
+    read |= set(re.findall(r"\b(sglang_gpus?_[a-z_]+)\{", rules.split("name: sglang-gpus")[1]))
+    assert len(read) >= 10
+    assert read - held == {"sglang_gpu_xid_errors", "sglang_gpu_retirement_pending"}
