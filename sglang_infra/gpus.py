@@ -331,3 +331,32 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
                          "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker), "
                          "or set sglang_install_nvidia_toolkit = True to let the deploy install it"))
     return problems
+
+
+def gpu_faults(section: Mapping[str, Any] | None) -> list[str]:
+    """'GPU <i> (<bus id>): <reason>; ...' for each GPU whose health says it should not be trusted with a server,
+    from the snapshot's gpus section (hostside/nvsmi.py's reading): uncorrectable ECC errors since the driver loaded,
+    a row remap or page retirement pending or failed, a temperature at or over the card's slowdown threshold, a
+    fabric not registered on an NVSwitch board. [] for healthy GPUs, and for a host without nvidia-smi."""
+    found = (section or {}).get("driver") or {}
+    faults = []
+    for gpu in found.get("gpus") or []:
+        reasons = []
+        uncorrected = (gpu.get("ecc_volatile") or {}).get("uncorrected") or 0
+        if uncorrected:
+            reasons.append(f"{uncorrected} uncorrectable ECC error(s) since the driver loaded")
+        if gpu.get("remap_failure"):
+            reasons.append("a row remap failed: the card needs service")
+        elif gpu.get("remap_pending") or gpu.get("retirement_pending"):
+            reasons.append("a memory row remap (or page retirement) waits for a GPU reset")
+        temperature, slowdown = gpu.get("temperature_c"), gpu.get("slowdown_c")
+        if temperature is not None and slowdown is not None and temperature >= slowdown:
+            reasons.append(f"{temperature} C, at or over its slowdown temperature ({slowdown} C)")
+        state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
+        registered = state == "Completed" and status in (None, "Success")
+        if section and section.get("nvswitches") and state and not registered:
+            reasons.append(f"not registered with the NVSwitch fabric (state {state}, status {status or 'N/A'}): "
+                           "Fabric Manager has not finished, CUDA fails with error 802")
+        if reasons:
+            faults.append(f"GPU {gpu.get('index')} ({gpu.get('bus_id')}): {'; '.join(reasons)}")
+    return faults

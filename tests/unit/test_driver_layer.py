@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import pinned_defaults
 
-from sglang_infra.gpus import derive_flags, min_driver, parse_snapshot, plan_problems
+from sglang_infra.gpus import derive_flags, gpu_faults, min_driver, parse_snapshot, plan_problems
 from sglang_infra.hostside import nvsmi
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -134,3 +134,13 @@ def test_nvswitch_devices_are_listed_from_the_drivers_directory(tmp_path):
         (tmp_path / name).mkdir()
     assert nvsmi.nvswitches(str(tmp_path)) == ["0000:05:00.0", "0000:07:00.0"]
     assert nvsmi.nvswitches(str(tmp_path / "absent")) == []
+
+
+def test_healthy_gpus_have_no_faults():
+    assert gpu_faults(section("recorded")) == [] and gpu_faults(None) == []
+
+
+def test_a_gpu_not_registered_with_the_fabric_is_a_fault_on_an_nvswitch_board():
+    pending = section("hgx-h200-fabric-pending-handwritten", nvswitches=NVSWITCHES)
+    assert gpu_faults(pending) == ["GPU 0 (00000000:00:06.0): not registered with the NVSwitch fabric (state In "
+                                   "Progress, status N/A): Fabric Manager has not finished, CUDA fails with error 802"]
