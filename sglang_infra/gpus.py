@@ -48,6 +48,7 @@ class DriverFacts:
     fabric_manager_active: bool = False
     persistenced_active: bool = False
     names: tuple[str, ...] = ()          # the GPUs' product names (NVLSM is needed by some boards)
+    faults: tuple[str, ...] = ()         # each unhealthy GPU with its reasons (gpu_faults)
     error: str | None = None             # why nvidia-smi -q -x could not be read
 
 
@@ -122,7 +123,7 @@ def parse_driver(section: Mapping[str, Any]) -> DriverFacts:
         nvswitches=tuple(section.get("nvswitches") or ()), fabric_manager=section.get("fabric_manager"),
         fabric_manager_active=(units.get(FABRIC_MANAGER_UNIT) or {}).get("active") == "active",
         persistenced_active=(units.get(PERSISTENCED_UNIT) or {}).get("active") == "active",
-        names=tuple(g.get("name") or "" for g in gpus), error=found.get("error"))
+        names=tuple(g.get("name") or "" for g in gpus), faults=tuple(gpu_faults(section)), error=found.get("error"))
 
 
 def parse_snapshot(section: Mapping[str, Any] | None) -> GpuInventory:
@@ -232,6 +233,10 @@ def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
                          f"apt-get install '{pinned}' from the driver's own source and systemctl enable --now "
                          f"{FABRIC_MANAGER_UNIT}, or set "
                          "sglang_install_fabric_manager = True to let the deploy do it"))
+    for fault in facts.faults:
+        problems.append(("nvidia-smi", f"{fault}: a server started on it cannot be trusted",
+                         "drain the host and reset the GPU (nvidia-smi -r) or reboot it, or take the GPU out "
+                         "(sglang_gpus) and deploy again"))
     if facts.persistence_off and not data["sglang_enable_persistence"]:
         shown = ", ".join(str(i) for i in facts.persistence_off)
         problems.append(("sglang_enable_persistence",

@@ -144,3 +144,17 @@ def test_a_gpu_not_registered_with_the_fabric_is_a_fault_on_an_nvswitch_board():
     pending = section("hgx-h200-fabric-pending-handwritten", nvswitches=NVSWITCHES)
     assert gpu_faults(pending) == ["GPU 0 (00000000:00:06.0): not registered with the NVSwitch fabric (state In "
                                    "Progress, status N/A): Fabric Manager has not finished, CUDA fails with error 802"]
+
+
+def test_a_failing_gpu_is_refused_before_the_stack_starts_naming_it():
+    found = refusals(section("h200-failing-handwritten"))
+    assert list(found) == ["nvidia-smi"]
+    what, fix = found["nvidia-smi"]
+    assert what.startswith("GPU 0 (00000000:00:06.0): 2 uncorrectable ECC error(s) since the driver loaded;")
+    assert "reset the GPU" in fix
+
+
+def test_a_fabric_not_yet_registered_is_refused_once_fabric_manager_runs():
+    found = refusals(section("hgx-h200-fabric-pending-handwritten", nvswitches=NVSWITCHES,
+                             fabric_manager="580.159.04", units=RUNNING), sglang_enable_persistence=True)
+    assert list(found) == ["nvidia-smi"] and "not registered with the NVSwitch fabric" in found["nvidia-smi"][0]
