@@ -170,6 +170,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
                   served_name=served.served_name,
                   baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
                   toolchain_check=toolchain.check_command() if build else None,
+                  kernel_check_nvcc=f"{toolchain.CUDA_HOME}/bin/nvcc" if build and gpus.count else None,
                   always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"],
                   metrics_url=f"{url}/metrics",
                   turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),

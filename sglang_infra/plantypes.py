@@ -100,6 +100,8 @@ class Gate:
     metrics_url: str | None = None    # a worker's own /metrics (its requests in flight, for the drain); not a gateway's
     turn_seconds: int = 0             # the longest one gate may take: its readiness wait and its checks
     files: Mapping[str, str] = field(default_factory=dict, repr=False)   # what it validates: path -> sha256
+    # the toolchain image's pinned nvcc: the gate compiles and runs a CUDA kernel with it on every GPU
+    kernel_check_nvcc: str | None = None
 
 
 @dataclass(frozen=True)

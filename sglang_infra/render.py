@@ -132,6 +132,8 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
                    baseline=gate.baseline_tok_s,
                    checks_program=ship.program("checks"), gate_program=ship.program("gate"), python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
+                   kernel_check_nvcc=gate.kernel_check_nvcc,
+                   kernel_check_program=ship.program("gpu_kernel_check") if gate.kernel_check_nvcc else None,
                    results_dir=plan.paths.results,
                    gateway=gateway.slug if gateway else None)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}

@@ -202,3 +202,29 @@ def test_a_groups_rank_0_after_the_rollback_records_the_failure_though_the_good_
     found = json.loads((docker / stamp.LAST).read_text())
     assert (found["passed"], found["rolled_back"]) == (False, True) and "rolled back" in found["reason"]
     assert (docker / stamp.STAMP).exists()   # what serves is the last good config, which validated again
+
+
+@pytest.mark.parametrize("stdout, expected", [
+    ('{"ok": false, "said": "GPU 1 (NVIDIA H200): cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU (209)"}',
+     "CUDA kernel check in the running container: GPU 1 (NVIDIA H200): cuModuleLoadData failed: "
+     "CUDA_ERROR_NO_BINARY_FOR_GPU (209)"),
+    ("", "CUDA kernel check in the running container: OCI runtime exec failed"),
+    ('{"ok": true, "said": "sm_90a kernel ran on 8 GPU(s), results checked"}', None),
+], ids=["a-gpu-fails", "no-report", "passes"])
+def test_the_kernel_check_fails_the_gate_naming_the_gpu(tmp_path, monkeypatch, stdout, expected):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.kernel_check_program, run.args.kernel_check_nvcc = "print('the program')", "/usr/local/cuda-pip/bin/nvcc"
+    calls = []
+
+    def compose(*words):
+        calls.append(words)
+        if "exec" in words:
+            return subprocess.CompletedProcess(words, 0 if expected is None else 1, stdout,
+                                               "" if stdout else "OCI runtime exec failed")
+        return subprocess.CompletedProcess(words, 0, "", "")
+
+    monkeypatch.setattr(run, "compose", compose)
+    assert run.validate() == expected
+    assert ("exec", "-T", "sglang", "python3", "-I", "-c", "print('the program')", "--nvcc",
+            "/usr/local/cuda-pip/bin/nvcc") in calls
