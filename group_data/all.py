@@ -65,6 +65,16 @@ sglang_install_nvidia_toolkit = False
 # Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
 sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
 
+# On an NVSwitch board (HGX/DGX) CUDA cannot start until Fabric Manager, of the driver's exact version, runs. Off, such
+# a host without it is refused with the fix; True lets the deploy install it pinned to the driver's version from the
+# host's own driver source (and NVLSM on the boards that need it), then enable it. Off by default: a package that must
+# match the driver belongs to whoever chose the driver (docs/gpus.md).
+sglang_install_fabric_manager = False
+
+# GPUs whose persistence mode is off are refused (NVIDIA recommends nvidia-persistenced on servers: the driver stays
+# initialised between containers); True lets the deploy enable nvidia-persistenced, which comes with the driver.
+sglang_enable_persistence = False
+
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
 

@@ -59,6 +59,7 @@ def problems(row: dict) -> list[tuple[str, str]]:
     if row.get("serves") is False:   # a gateway-only host: no container, model or gate of its own to judge
         return found
     container, gate, model, image = row.get("container"), row.get("gate"), row["model"], row["image"]
+    found += [("failing", fault) for fault in row.get("gpu_faults") or ()]
     if container is None:
         found.append(("failing", "the service has no container"))
     elif container["state"] != "running":

@@ -35,12 +35,30 @@ class Gpu:
         return f"SM{self.compute_capability[0]}{self.compute_capability[1]}"
 
 
+@dataclass(frozen=True)
+class DriverFacts:
+    """What `nvidia-smi -q -x`, /proc/driver/nvidia-nvswitch and the host's units say about the driver layer."""
+    version: str | None = None           # the driver, e.g. '580.159.04'
+    cuda: str | None = None              # the newest CUDA it supports, e.g. '13.0'
+    persistence_off: tuple[int, ...] = ()     # GPUs whose persistence mode is off
+    # (index, state, status) of each GPU's fabric registration where the driver reports one (NVSwitch boards)
+    fabric: tuple[tuple[int, str, str | None], ...] = ()
+    nvswitches: tuple[str, ...] = ()     # NVSwitch devices the driver found
+    fabric_manager: str | None = None    # nv-fabricmanager's own version, None when not installed
+    fabric_manager_active: bool = False
+    persistenced_active: bool = False
+    names: tuple[str, ...] = ()          # the GPUs' product names (NVLSM is needed by some boards)
+    faults: tuple[str, ...] = ()         # each unhealthy GPU with its reasons (gpu_faults)
+    error: str | None = None             # why nvidia-smi -q -x could not be read
+
+
 @dataclass
 class GpuInventory:
     gpus: list[Gpu] = field(default_factory=list)
     # (i, j) with i < j -> topology code from `nvidia-smi topo -m` (NV18, NODE, PHB, ...)
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     nvidia_runtime: bool = False
+    driver: DriverFacts = field(default_factory=DriverFacts)
 
     @property
     def count(self) -> int:
@@ -93,12 +111,140 @@ def parse_topo(lines: list[str]) -> dict[tuple[int, int], str]:
     return links
 
 
+def parse_driver(section: Mapping[str, Any]) -> DriverFacts:
+    """The driver's part of the snapshot's gpus section (hostside/nvsmi.py's reading, the units' states)."""
+    found = section.get("driver") or {}
+    units = section.get("units") or {}
+    gpus = found.get("gpus") or []
+    return DriverFacts(
+        version=found.get("driver"), cuda=found.get("cuda"),
+        persistence_off=tuple(g["index"] for g in gpus if g.get("persistence") is False),
+        fabric=tuple((g["index"], g["fabric_state"], g.get("fabric_status")) for g in gpus if g.get("fabric_state")),
+        nvswitches=tuple(section.get("nvswitches") or ()), fabric_manager=section.get("fabric_manager"),
+        fabric_manager_active=(units.get(FABRIC_MANAGER_UNIT) or {}).get("active") == "active",
+        persistenced_active=(units.get(PERSISTENCED_UNIT) or {}).get("active") == "active",
+        names=tuple(g.get("name") or "" for g in gpus), faults=tuple(gpu_faults(section)), error=found.get("error"))
+
+
 def parse_snapshot(section: Mapping[str, Any] | None) -> GpuInventory:
     """The snapshot's gpus section (nvidia-smi's own output), None on a host without nvidia-smi."""
     if not section:
         return GpuInventory()
     return GpuInventory(gpus=parse_query(section.get("query", [])), links=parse_topo(section.get("topo", [])),
-                        nvidia_runtime="nvidia" in section.get("runtimes", []))
+                        nvidia_runtime="nvidia" in section.get("runtimes", []), driver=parse_driver(section))
+
+
+# The oldest driver that runs each CUDA major release, by CUDA's minor-version compatibility: NVIDIA's CUDA Toolkit
+# release notes ("CUDA Driver", the minor-version compatibility table) and the CUDA Compatibility guide give
+# CUDA 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= R580 (580.65.06 is the driver CUDA 13.0 shipped with). Within a
+# major release, a toolkit newer than the driver still runs its compiled kernels (sm_90a cubins from nvcc 13.3 ran
+# under 580.159.04, CUDA 13.0, on the lent H200) but not PTX newer than the driver: the image's kernels are cubins.
+CUDA_MIN_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+# Boards whose NVSwitch fabric needs NVIDIA's NVLink subnet manager (NVLSM) beside Fabric Manager: the NVLink 5
+# systems (HGX B200/B300, GB200/GB300), by NVIDIA's Fabric Manager user guide.
+_NVLSM_BOARDS = re.compile(r"\bG?B[23]00\b", re.I)
+
+
+def driver_tuple(version: str) -> tuple[int, ...] | None:
+    """'580.159.04' -> (580, 159, 4); None for a spelling that is not a driver version."""
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def flavor_cuda(flavor: str) -> tuple[int, int] | None:
+    """'cu130' -> (13, 0); 'cu129' -> (12, 9); None for another spelling."""
+    match = re.fullmatch(r"cu(\d+)(\d)", flavor)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def min_driver(flavor: str, driver: str | None) -> tuple[int, ...] | None:
+    """The oldest driver that runs an image built for ``flavor`` when ``driver`` is older, else None (also when
+    either is unknown: the flavour's spelling is schema.py's to refuse)."""
+    cuda = flavor_cuda(flavor)
+    found = driver_tuple(driver) if driver else None
+    least = CUDA_MIN_DRIVER.get(cuda[0]) if cuda else None
+    return least if least is not None and found is not None and found < least else None
+
+
+def _version(parts: tuple[int, ...]) -> str:
+    return f"{parts[0]}." + ".".join(f"{p:02d}" for p in parts[1:])
+
+
+def needs_nvlsm(facts: DriverFacts) -> bool:
+    return bool(facts.nvswitches) and any(_NVLSM_BOARDS.search(name) for name in facts.names)
+
+
+def fabric_manager_packages(facts: DriverFacts) -> list[str]:
+    """Fabric Manager pinned to the driver's version (apt's 'name=version-*': any packaging revision of that
+    version), and nvlsm where the board needs it. Up to R580 the package carries the branch in its name, in
+    Ubuntu's archive and NVIDIA's repository alike; from R590 NVIDIA's is plain nvidia-fabricmanager."""
+    version = facts.version or ""
+    branch = version.split(".")[0]
+    name = "nvidia-fabricmanager" if branch.isdigit() and int(branch) >= 590 else f"nvidia-fabricmanager-{branch}"
+    return [f"{name}={version}-*"] + (["nvlsm"] if needs_nvlsm(facts) else [])
+
+
+# nvidia-persistenced where systemd does not know its unit: Ubuntu's archive ships it in the driver branch's
+# compute utilities, NVIDIA's repository (Debian's source for a data-centre driver) as its own package.
+PERSISTENCED_PACKAGES = {"ubuntu": "nvidia-compute-utils-{branch}", "debian": "nvidia-persistenced"}
+
+
+def persistenced_packages(facts: DriverFacts, os_id: str | None) -> list[str]:
+    spelling = PERSISTENCED_PACKAGES.get(os_id or "")
+    return [spelling.format(branch=(facts.version or "").split(".")[0])] if spelling else []
+
+
+def fabric_manager_ready(facts: DriverFacts) -> bool:
+    """On an NVSwitch board: Fabric Manager runs and is the driver's exact version (it refuses any other)."""
+    return facts.fabric_manager_active and facts.fabric_manager is not None and \
+        facts.fabric_manager == facts.version
+
+
+def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
+    """(key, problem, fix) for a driver layer that cannot serve the image: its CUDA, the NVSwitch fabric,
+    persistence mode."""
+    facts = inventory.driver
+    problems: list[tuple[str, str, str]] = []
+    if not inventory.count or facts.version is None:
+        return problems
+    flavor = data["sglang_image_cuda_flavor"]
+    least = min_driver(flavor, facts.version)
+    if least:
+        cuda = flavor_cuda(flavor)
+        assert cuda is not None   # min_driver found the flavour's CUDA
+        problems.append(("sglang_image_cuda_flavor",
+                         f"the driver is {facts.version} (it supports CUDA {facts.cuda or 'unknown'}), but the image "
+                         f"is built for {flavor} (CUDA {cuda[0]}.{cuda[1]}), which needs driver {_version(least)} or "
+                         f"newer (R{least[0]}): the container would die with 'CUDA driver version is insufficient'",
+                         f"install an R{least[0]} driver ({_version(least)} or newer; docs/gpus.md says from where), "
+                         "or pin an image built for a CUDA this driver runs (sglang_image and "
+                         "sglang_image_cuda_flavor)"))
+    if facts.nvswitches and not fabric_manager_ready(facts) and not data["sglang_install_fabric_manager"]:
+        found = (f"Fabric Manager {facts.fabric_manager} is installed "
+                 f"({'running' if facts.fabric_manager_active else 'not running'})" if facts.fabric_manager
+                 else "Fabric Manager is not installed")
+        pinned = " and ".join(fabric_manager_packages(facts))
+        problems.append(("sglang_install_fabric_manager",
+                         f"{len(facts.nvswitches)} NVSwitch device(s) found and {found}, while driver "
+                         f"{facts.version} needs Fabric Manager {facts.version} running: until it runs, CUDA fails "
+                         "with error 802 (system not yet initialized) though nvidia-smi lists every GPU",
+                         f"apt-get install '{pinned}' from the driver's own source and systemctl enable --now "
+                         f"{FABRIC_MANAGER_UNIT}, or set "
+                         "sglang_install_fabric_manager = True to let the deploy do it"))
+    for fault in facts.faults:
+        problems.append(("nvidia-smi", f"{fault}: a server started on it cannot be trusted",
+                         "drain the host and reset the GPU (nvidia-smi -r) or reboot it, or take the GPU out "
+                         "(sglang_gpus) and deploy again"))
+    if facts.persistence_off and not data["sglang_enable_persistence"]:
+        shown = ", ".join(str(i) for i in facts.persistence_off)
+        problems.append(("sglang_enable_persistence",
+                         f"persistence mode is off on GPU(s) {shown}: the driver unloads between processes, so each "
+                         "container start pays its initialisation and the GPUs' settings are not kept",
+                         f"systemctl enable --now {PERSISTENCED_UNIT} (it comes with the driver), or set "
+                         "sglang_enable_persistence = True to let the deploy do it"))
+    return problems
 
 
 @dataclass(frozen=True)
@@ -184,9 +330,39 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
                          "--dtype float16 and SGLANG_MAMBA_CONV_DTYPE=float16 must go together (one alone crashes "
                          "with 'Index put requires the source and destination dtypes match')",
                          "set both to 'float16', both to 'derive', or neither"))
+    problems += driver_problems(data, inventory)
     if count and not inventory.nvidia_runtime and not data["sglang_install_nvidia_toolkit"]:
         problems.append(("sglang_install_nvidia_toolkit",
                          "Docker on this host has no NVIDIA runtime, so containers cannot see the GPUs",
                          "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker), "
                          "or set sglang_install_nvidia_toolkit = True to let the deploy install it"))
     return problems
+
+
+def gpu_faults(section: Mapping[str, Any] | None) -> list[str]:
+    """'GPU <i> (<bus id>): <reason>; ...' for each GPU whose health says it should not be trusted with a server,
+    from the snapshot's gpus section (hostside/nvsmi.py's reading): uncorrectable ECC errors since the driver loaded,
+    a row remap or page retirement pending or failed, a temperature at or over the card's slowdown threshold, a
+    fabric not registered on an NVSwitch board. [] for healthy GPUs, and for a host without nvidia-smi."""
+    found = (section or {}).get("driver") or {}
+    faults = []
+    for gpu in found.get("gpus") or []:
+        reasons = []
+        uncorrected = (gpu.get("ecc_volatile") or {}).get("uncorrected") or 0
+        if uncorrected:
+            reasons.append(f"{uncorrected} uncorrectable ECC error(s) since the driver loaded")
+        if gpu.get("remap_failure"):
+            reasons.append("a row remap failed: the card needs service")
+        elif gpu.get("remap_pending") or gpu.get("retirement_pending"):
+            reasons.append("a memory row remap (or page retirement) waits for a GPU reset")
+        temperature, slowdown = gpu.get("temperature_c"), gpu.get("slowdown_c")
+        if temperature is not None and slowdown is not None and temperature >= slowdown:
+            reasons.append(f"{temperature} C, at or over its slowdown temperature ({slowdown} C)")
+        state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
+        registered = state == "Completed" and status in (None, "Success")
+        if section and section.get("nvswitches") and state and not registered:
+            reasons.append(f"not registered with the NVSwitch fabric (state {state}, status {status or 'N/A'}): "
+                           "Fabric Manager has not finished, CUDA fails with error 802")
+        if reasons:
+            faults.append(f"GPU {gpu.get('index')} ({gpu.get('bus_id')}): {'; '.join(reasons)}")
+    return faults

@@ -96,7 +96,7 @@ def metrics_spec() -> dict[str, list[str]]:
                                    plantypes.dropin_dir(plantypes.NODE_EXPORTER_SERVICE), plantypes.SYSTEMD_DIR,
                                    plantypes.PROGRAM_DIR, plantypes.DASHBOARD_DIR}),
             "services": [f"{plantypes.PROMETHEUS_SERVICE}.service", f"{plantypes.NODE_EXPORTER_SERVICE}.service",
-                         f"{plantypes.GATE_METRICS_UNIT}.timer"],
+                         f"{plantypes.GATE_METRICS_UNIT}.timer", f"{plantypes.GPU_METRICS_UNIT}.timer"],
             "packages": [plantypes.PROMETHEUS_SERVICE, plantypes.NODE_EXPORTER_SERVICE]}
 
 
@@ -176,6 +176,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
                   served_name=served.served_name,
                   baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
                   toolchain_check=toolchain.check_command() if build else None,
+                  kernel_check_nvcc=f"{toolchain.CUDA_HOME}/bin/nvcc" if build and gpus.count else None,
                   always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"],
                   metrics_url=f"{url}/metrics",
                   turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
@@ -191,6 +192,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
         node_group=node_group if serves else None,
+        install_fabric_manager=data["sglang_install_fabric_manager"],
+        enable_persistence=data["sglang_enable_persistence"],
     )
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \
@@ -201,7 +204,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts, gate=gate,
                    peer_door=door,
                    node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
-                   gate_metrics_units=render.gate_metrics_units(plan) if exporter and serves else {})
+                   gate_metrics_units={**render.gate_metrics_units(plan), **render.gpu_metrics_units(plan)}
+                   if exporter and serves else {})
 
 
 def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,

@@ -42,6 +42,7 @@ DROPIN_NAME = "sglang.conf"
 PROMETHEUS_SERVICE = "prometheus"
 NODE_EXPORTER_SERVICE = "prometheus-node-exporter"
 GATE_METRICS_UNIT = "sglang-gate-metrics"   # .service and .timer: the gate's metrics refreshed every minute
+GPU_METRICS_UNIT = "sglang-gpu-metrics"     # .service and .timer: each GPU's health, written every minute
 PROGRAM_DIR = "/usr/local/lib/sglang"       # host programs systemd runs as root (root's own, 0755)
 DASHBOARD_DIR = "/usr/share/sglang/grafana"
 DASHBOARD_FILE = "sglang-fleet.json"
@@ -105,6 +106,8 @@ class Gate:
     metrics_url: str | None = None    # a worker's own /metrics (its requests in flight, for the drain); not a gateway's
     turn_seconds: int = 0             # the longest one gate may take: its readiness wait and its checks
     files: Mapping[str, str] = field(default_factory=dict, repr=False)   # what it validates: path -> sha256
+    # the toolchain image's pinned nvcc: the gate compiles and runs a CUDA kernel with it on every GPU
+    kernel_check_nvcc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +433,9 @@ class HostPlan:
     peer_door: PeerDoor | None = None
     # where the pull looks for each kept model's blobs first, by model key (set by preflight, peering.py)
     peer_sources: Mapping[str, PeerSources] = field(default_factory=dict)
+    # the driver's companions the deploy may install (sglang_install_fabric_manager, sglang_enable_persistence)
+    install_fabric_manager: bool = False
+    enable_persistence: bool = False
 
     @property
     def keep(self) -> list[str]:

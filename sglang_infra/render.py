@@ -133,6 +133,8 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
                    baseline=gate.baseline_tok_s,
                    checks_program=ship.program("checks"), gate_program=ship.program("gate"), python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
+                   kernel_check_nvcc=gate.kernel_check_nvcc,
+                   kernel_check_program=ship.program("gpu_kernel_check") if gate.kernel_check_nvcc else None,
                    results_dir=plan.paths.results,
                    gateway=gateway.slug if gateway else None)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}
@@ -191,6 +193,22 @@ def gate_metrics_units(plan: HostPlan) -> dict[str, str]:
                                            home=plan.paths.home, textfile_dir=names.TEXTFILE_DIR,
                                            python=f"/usr/bin/{ship.PYTHON}"),
         f"{unit}.timer": render_template("templates/systemd/sglang-gate-metrics.timer.j2"),
+    }
+
+
+def gpu_metrics_units(plan: HostPlan) -> dict[str, str]:
+    """On a host with GPUs: the GPU metrics program (hostside/gpu_metrics.py) and the systemd service and timer
+    that write each GPU's health every minute, expecting the GPUs nvidia-smi found at deploy time; none without."""
+    if not plan.gpus.count:
+        return {}
+    program = f"{plantypes.PROGRAM_DIR}/gpu_metrics.py"
+    unit = f"{plantypes.SYSTEMD_DIR}/{plantypes.GPU_METRICS_UNIT}"
+    return {
+        program: ship.program("gpu_metrics"),
+        f"{unit}.service": render_template("templates/systemd/sglang-gpu-metrics.service.j2", program=program,
+                                           planned=plan.gpus.count, textfile_dir=names.TEXTFILE_DIR,
+                                           python=f"/usr/bin/{ship.PYTHON}"),
+        f"{unit}.timer": render_template("templates/systemd/sglang-gpu-metrics.timer.j2"),
     }
 
 

@@ -327,6 +327,8 @@ SCHEMA: dict[str, Key] = {
     "sglang_require_gpu": Key("True or False", lambda v: isinstance(v, bool),
                               "use True for real servers; False only for a stand-in sandbox"),
     "sglang_install_nvidia_toolkit": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_install_fabric_manager": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_enable_persistence": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
     "sglang_nvidia_toolkit_apt_url": Key("an https URL", _https_url,
                                          "use NVIDIA's repository base URL, "
                                          "e.g. 'https://nvidia.github.io/libnvidia-container'"),

@@ -33,6 +33,7 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from .gpus import gpu_faults
 from .hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
 from .schema import listen_address
 
@@ -165,6 +166,8 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "host": name, "reachable": True, "refused": [],
         "os": " ".join(str(v) for v in (os_release.get("id"), os_release.get("version")) if v) or None,
         "gpus": _gpus(report),
+        # each GPU nvidia-smi reports unhealthy, named with its reason (gpus.gpu_faults)
+        "gpu_faults": gpu_faults(snapshot.get("gpus")),
         "docker": {"engine": (report.get("engine") or {}).get("version"), "compose": report.get("compose")},
         "image": {"ref": next((t for t in image[0] if t == plan.serving_image), next(iter(image[0] or image[1]), None)),
                   "digest": _short_digest(image[1][0].split("@", 1)[1] if image[1] else None),

@@ -7,7 +7,14 @@ from pyinfra import host
 
 from sglang_infra.operations.files import checked_file
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
-from sglang_infra.plantypes import DROPIN_NAME, GATE_METRICS_UNIT, NODE_EXPORTER_SERVICE, PROGRAM_DIR, dropin_dir
+from sglang_infra.plantypes import (
+    DROPIN_NAME,
+    GATE_METRICS_UNIT,
+    GPU_METRICS_UNIT,
+    NODE_EXPORTER_SERVICE,
+    PROGRAM_DIR,
+    dropin_dir,
+)
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
@@ -35,4 +42,8 @@ else:
                    for path, text in plan.gate_metrics_units.items()]
         service_running(name="Ensure the gate's metrics are refreshed every minute",
                         unit=f"{GATE_METRICS_UNIT}.timer",
+                        restart_if=lambda: any(op.did_change() for op in written))
+    if plan.gpus.count and plan.gate_metrics_units:
+        service_running(name="Ensure each GPU's health is written for the node exporter every minute",
+                        unit=f"{GPU_METRICS_UNIT}.timer",
                         restart_if=lambda: any(op.did_change() for op in written))

@@ -3,7 +3,7 @@
 Standard library only (python3 >= 3.9), except hfpull.py and the pull's
 modules it imports (pull.py, transfer.py, prune.py, pull_errors.py, and
 pull_locks.py through the last), which run in the pull's venv with huggingface_hub;
-toolchain_check.py runs inside the serving image, gateway_launch.py inside the
+toolchain_check.py runs inside the serving image (gpu_kernel_check.py too, from the gate), gateway_launch.py inside the
 gateway's image with SMG (smg). None of them imports anything outside
 this folder; what they share (the manifest format, the gate's digest, the
 Docker Engine API) is defined once here and imported relatively. The control
@@ -26,6 +26,10 @@ modules it imports into one self-contained source.
     bounded.py          reads of a server's answer bounded in bytes and in time
     gate.py             the gate: checks after a change, stamp or roll back
     gate_metrics.py     the last gate's result as Prometheus metrics for the node exporter's textfile collector
+    nvsmi.py            nvidia-smi -q -x read: the driver, its CUDA, each GPU's persistence, fabric and health
+    gpu_metrics.py      each GPU's health as Prometheus metrics for the node exporter's textfile collector
+    gpu_kernel_check.py  a CUDA kernel compiled for the GPUs' architecture and run on every GPU (driver API,
+                        ctypes), its result checked; the gate runs it inside the serving container
     stamp.py            the gate's contract: the digest of what passed
     stack.py            the record of what `docker compose up` started, and whether it still runs
     repair.py           drift repair below the home, one path component at a time, never following a symlink

@@ -124,6 +124,12 @@ class Gate:
                 say(reason)
                 return reason
             say("toolchain check passed")
+        kernel_program = getattr(self.args, "kernel_check_program", None)
+        if kernel_program:
+            reason = self.kernel_check(kernel_program)
+            if reason:
+                say(reason)
+                return reason
         deadline = time.monotonic() + CHECKS_BUDGET
         for script in names.VALIDATION_SCRIPTS:
             try:
@@ -146,6 +152,21 @@ class Gate:
                 say(reason)
                 return reason
             say(f"{script} passed: {summary[0] if summary else ''}")
+        return None
+
+    def kernel_check(self, program):
+        """gpu_kernel_check.py inside the running container, with the image's pinned nvcc: a kernel compiled for
+        the GPUs' architecture runs on every GPU the container sees, its result checked. The reason, or None."""
+        found = self.compose("exec", "-T", self.service, "python3", "-I", "-c", program,
+                             "--nvcc", self.args.kernel_check_nvcc)
+        try:
+            report = json.loads(found.stdout)
+        except ValueError:
+            last = (found.stdout + found.stderr).strip().splitlines()[-1:] or ["no output"]
+            return f"CUDA kernel check in the running container: {last[0]}"
+        if not report.get("ok"):
+            return f"CUDA kernel check in the running container: {report.get('said')}"
+        say(f"CUDA kernel check passed: {report.get('said')}")
         return None
 
     def keep(self, suffix):
@@ -336,6 +357,9 @@ def main(argv=None):
     parser.add_argument("--model", required=True)
     parser.add_argument("--ready-timeout", type=float, required=True)
     parser.add_argument("--toolchain-check", default=None, help="command run inside the running container")
+    parser.add_argument("--kernel-check-program", default=None,
+                        help="gpu_kernel_check.py's text, run inside the running container")
+    parser.add_argument("--kernel-check-nvcc", default=None, help="the image's nvcc, for the kernel check")
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
     parser.add_argument("--group-step", default=None,

@@ -70,6 +70,7 @@ GATE_SCRIPT = "gate.sh"
 # prometheus-node-exporter reads by default, so other collectors' files already there keep being read.
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 GATE_METRICS_FILE = "sglang_gate.prom"
+GPU_METRICS_FILE = "sglang_gpu.prom"   # gpu_metrics.py: each GPU's health
 
 # What the deploy keeps in sglang_tools_dir: the pull's venv, the Hub token's private directory, the pull
 # script (and its swap's candidate and previous copies, named after it). An existing tools directory holding

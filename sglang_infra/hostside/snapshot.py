@@ -33,7 +33,7 @@ import stat
 import subprocess
 import sys
 
-from . import acl, cachestate, dockerapi, manifest, names, report, safefs, stack, stamp
+from . import acl, cachestate, dockerapi, manifest, names, nvsmi, report, safefs, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -180,10 +180,21 @@ def packages(wanted):
 
 
 def gpus():
+    """nvidia-smi's query and topology as printed; the driver's facts (nvsmi.parse of `nvidia-smi -q -x`: driver,
+    the CUDA it supports, each GPU's persistence mode and fabric state); the NVSwitch devices the driver found;
+    the Fabric Manager's version (its binary's own word) and the units that keep the driver ready."""
     if not shutil.which("nvidia-smi"):
         return None
     query = _run("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits")
-    return {"query": query.splitlines(), "topo": _run("nvidia-smi", "topo", "-m").splitlines()}
+    try:
+        driver = nvsmi.parse(_run("nvidia-smi", "-q", "-x"))
+    except ValueError as error:
+        driver = {"error": str(error)}
+    manager = _run("nv-fabricmanager", "--version") if shutil.which("nv-fabricmanager") else ""
+    version = re.findall(r"\d+\.\d+(?:\.\d+)?", manager)
+    return {"query": query.splitlines(), "topo": _run("nvidia-smi", "topo", "-m").splitlines(), "driver": driver,
+            "nvswitches": nvsmi.nvswitches(), "fabric_manager": version[-1] if version else None,
+            "units": services(list(nvsmi.DRIVER_UNITS))}
 
 
 def _names(st, users={}, groups={}):

@@ -9,6 +9,7 @@ import shlex
 import pytest
 
 from sglang_infra import ACCOUNT, groupstatus, peerdoor, ship
+from sglang_infra.gpus import gpu_faults
 from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
 from sglang_infra.plantypes import (
@@ -220,6 +221,20 @@ def test_the_server_container_runs_and_is_not_unhealthy(serving):
     # Docker's first healthcheck runs 30 s after a start; until then it says "starting" (the API check below
     # is the proof meanwhile).
     assert found["health"] != "unhealthy", f"Docker reports the server unhealthy ({found['status']})"
+
+
+def test_every_gpu_the_plan_found_is_present_and_healthy(serving):
+    """nvidia-smi's own word on each GPU (the snapshot's driver facts, gpus.gpu_faults): present, no uncorrectable
+    ECC error, no row remap waiting, under its slowdown temperature, registered with the fabric on an NVSwitch
+    board; a failing GPU is named with its reason. A host without nvidia-smi (a stand-in sandbox) has none."""
+    target = serving
+    section = target.snapshot.get("gpus")
+    if not section:
+        pytest.skip(f"{target.name} has no nvidia-smi")
+    listed = (section.get("driver") or {}).get("gpus") or []
+    assert len(listed) >= target.plan.gpus.count, \
+        f"nvidia-smi -q lists {len(listed)} GPU(s), the query {target.plan.gpus.count}: a GPU fell off the bus?"
+    assert gpu_faults(section) == []
 
 
 API_TIMEOUT = 30   # seconds for the whole probe: /health and /v1/models, each read bounded in bytes too

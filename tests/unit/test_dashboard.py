@@ -35,6 +35,11 @@ KNOWN = {
     "sglang_gate_last_run_timestamp_seconds", "sglang_gate_passed", "sglang_gate_tool_call_ok",
     "sglang_gate_tokens_per_second", "sglang_gate_baseline_tokens_per_second", "sglang_config_validated",
     "sglang_hf_cache_avail_bytes", "sglang_hf_cache_size_bytes",
+    # the GPU textfile (sglang_infra/hostside/gpu_metrics.py)
+    "sglang_gpus_seen", "sglang_gpus_planned", "sglang_gpu_temperature_celsius",
+    "sglang_gpu_slowdown_temperature_celsius", "sglang_gpu_power_watts", "sglang_gpu_power_limit_watts",
+    "sglang_gpu_utilization_ratio", "sglang_gpu_memory_used_bytes", "sglang_gpu_memory_total_bytes",
+    "sglang_gpu_ecc_errors", "sglang_gpu_row_remap_pending", "sglang_gpu_xid_errors", "sglang_gpu_clock_event_active",
     *(f"{name}{suffix}" for name in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")),
 }
 # A gateway cannot delete a removed worker's series: it sets smg_worker_health and smg_worker_cb_state to -1,

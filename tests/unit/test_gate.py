@@ -233,3 +233,29 @@ def test_a_groups_rank_0_recreated_on_its_good_config_that_passes_stamps_it(tmp_
     assert run.run() == 0
     assert (docker / stamp.STAMP).exists() and (docker / "compose.yaml.good").read_text() == "services: {}\n"
     assert json.loads((docker / stamp.LAST).read_text())["container"]["started_at"] == "2026-01-01T10:00:00Z"
+
+
+@pytest.mark.parametrize("stdout, expected", [
+    ('{"ok": false, "said": "GPU 1 (NVIDIA H200): cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU (209)"}',
+     "CUDA kernel check in the running container: GPU 1 (NVIDIA H200): cuModuleLoadData failed: "
+     "CUDA_ERROR_NO_BINARY_FOR_GPU (209)"),
+    ("", "CUDA kernel check in the running container: OCI runtime exec failed"),
+    ('{"ok": true, "said": "sm_90a kernel ran on 8 GPU(s), results checked"}', None),
+], ids=["a-gpu-fails", "no-report", "passes"])
+def test_the_kernel_check_fails_the_gate_naming_the_gpu(tmp_path, monkeypatch, stdout, expected):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.kernel_check_program, run.args.kernel_check_nvcc = "print('the program')", "/usr/local/cuda-pip/bin/nvcc"
+    calls = []
+
+    def compose(*words):
+        calls.append(words)
+        if "exec" in words:
+            return subprocess.CompletedProcess(words, 0 if expected is None else 1, stdout,
+                                               "" if stdout else "OCI runtime exec failed")
+        return subprocess.CompletedProcess(words, 0, "", "")
+
+    monkeypatch.setattr(run, "compose", compose)
+    assert run.validate() == expected
+    assert ("exec", "-T", "sglang", "python3", "-I", "-c", "print('the program')", "--nvcc",
+            "/usr/local/cuda-pip/bin/nvcc") in calls

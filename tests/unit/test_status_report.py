@@ -338,3 +338,19 @@ def test_the_report_says_key_when_the_api_wants_one(tmp_path):
     plan = _plan(sglang_api_key_file=str(key_file), sglang_trusted_network=False)
     row = statusrows.row("gpu-01", plan, _snapshot(plan), [])
     assert row["api"] == "key" and fleetstatus.judged([row])["hosts"][0]["verdict"] == "ok"
+
+
+def test_a_failing_gpu_is_named_with_its_reason_and_fails_the_host():
+    """The snapshot's driver facts of a hand-written failing H200 (fixtures/nvidia-smi/h200-failing-handwritten)."""
+    from pathlib import Path
+
+    from sglang_infra.hostside import nvsmi
+
+    document = (Path(__file__).resolve().parent / "fixtures" / "nvidia-smi" / "h200-failing-handwritten.q.xml")
+    plan = _plan()
+    snapshot = {**_snapshot(plan), "gpus": {"driver": nvsmi.parse(document.read_text()), "nvswitches": []}}
+    judged = fleetstatus.judged([statusrows.row("gpu-01", plan, snapshot, [])])
+    fault = ("failing: GPU 0 (00000000:00:06.0): 2 uncorrectable ECC error(s) since the driver loaded; a memory row "
+             "remap (or page retirement) waits for a GPU reset; 92 C, at or over its slowdown temperature (91 C)")
+    assert judged["exit"] == 1 and judged["hosts"][0]["problems"] == [fault]
+    assert f"gpu-01: {fault}" in fleetstatus.table(judged).splitlines()
