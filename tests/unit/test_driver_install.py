@@ -19,6 +19,7 @@ from sglang_infra.refusals import check_data
 
 TASK = Path(__file__).resolve().parents[2] / "tasks" / "gpu_driver.py"
 DEFAULTS = pinned_defaults()
+CUDA_URL = DEFAULTS["sglang_nvidia_cuda_apt_url"]
 RUNNING = "580.159.04"   # the driver of the H200's recording
 DEBIAN = {"id": "debian", "version": "12", "arch": "amd64"}
 UBUNTU = {"id": "ubuntu", "version": "24.04", "arch": "amd64"}
@@ -48,9 +49,8 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
 def test_debian_installs_nvidia_s_open_driver_from_the_cuda_repository_with_its_key_pinned():
     calls = dict(task_calls(plan("580.105.08")))
     repo = calls["vendor_repository"]
-    assert repo["args"][1] == "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"
-    assert repo["args"][2] == "deb [signed-by={keyring}] " \
-        "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /"
+    assert repo["args"][1] == f"{CUDA_URL}/debian12/x86_64/3bf863cc.pub"
+    assert repo["args"][2] == f"deb [signed-by={{keyring}}] {CUDA_URL}/debian12/x86_64/ /"
     assert repo["fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
     assert calls["nvidia_driver_installed"]["packages"] == ["nvidia-open=580.105.08-*"]
     assert calls["nvidia_driver_installed"]["version"] == "580.105.08"
@@ -58,7 +58,7 @@ def test_debian_installs_nvidia_s_open_driver_from_the_cuda_repository_with_its_
 
 def test_debian_13_s_cuda_repository_is_signed_by_its_newer_key():
     repo = plan("580.105.08", os={"id": "debian", "version": "13", "arch": "arm64"}).driver_repo
-    assert repo.directory == "https://developer.download.nvidia.com/compute/cuda/repos/debian13/sbsa"
+    assert repo.directory == f"{CUDA_URL}/debian13/sbsa"
     assert repo.key_url.endswith("/debian13/sbsa/8793F200.pub")
     assert repo.fingerprint == "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
 
