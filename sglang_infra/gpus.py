@@ -13,7 +13,7 @@ next to the flag in compose.yaml.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from .models import served_repo_id
@@ -287,6 +287,8 @@ def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
                          f"install an R{least[0]} driver ({_version(least)} or newer; docs/gpus.md says from where), "
                          "or pin an image built for a CUDA this driver runs (sglang_image and "
                          "sglang_image_cuda_flavor)"))
+    if data["sglang_nvidia_driver_version"]:   # Fabric Manager must match the driver the deploy installs
+        facts = replace(facts, version=data["sglang_nvidia_driver_version"])
     if facts.nvswitches and not fabric_manager_ready(facts) and not data["sglang_install_fabric_manager"]:
         found = (f"Fabric Manager {facts.fabric_manager} is installed "
                  f"({'running' if facts.fabric_manager_active else 'not running'})" if facts.fabric_manager

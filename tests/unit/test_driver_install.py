@@ -11,7 +11,7 @@ from unittest import mock
 
 import pytest
 from conftest import pinned_defaults, plan_for
-from test_driver_layer import refusals, section
+from test_driver_layer import NVSWITCHES, refusals, section
 
 from sglang_infra import aptrepo
 from sglang_infra.operations import gpu_driver
@@ -148,3 +148,11 @@ def test_nvidia_s_cuda_repository_key_is_checked_against_its_fingerprint_when_it
         "gpg --show-keys --with-colons /etc/apt/keyrings/nvidia-cuda.asc | grep -qx 'fpr:::::::::EB69:' || "
         "{ rm -f /etc/apt/keyrings/nvidia-cuda.asc; echo 'the key at https://example.test/3bf863cc.pub is not EB69; "
         "removed' >&2; exit 1; }"]
+
+
+def test_on_an_nvswitch_board_fabric_manager_must_match_the_pinned_driver_not_the_running_one():
+    running = {"nvidia-fabricmanager.service": {"active": "active"}}
+    gpus = section("recorded", nvswitches=NVSWITCHES, fabric_manager=RUNNING, units=running)
+    what, fix = refusals(gpus, sglang_nvidia_driver_version="580.105.08")["sglang_install_fabric_manager"]
+    assert "needs Fabric Manager 580.105.08" in what and "'nvidia-fabricmanager-580=580.105.08-*'" in fix
+    assert refusals(gpus, sglang_nvidia_driver_version="580.105.08", sglang_install_fabric_manager=True) == {}
