@@ -26,7 +26,7 @@ if preflight(host, inventory):
         local.include("tasks/docker_engine.py")  # 3. Docker engine with compose v2
     local.include("tasks/node_exporter.py")      # 3b. every host: the node exporter, ready for the gate's metrics
     if serves:
-        local.include("tasks/gpu_driver.py")     # 4a. opt-in: Fabric Manager on NVSwitch boards, nvidia-persistenced
+        local.include("tasks/gpu_driver.py")     # 4a. opt-in: pinned driver and reboot, Fabric Manager, persistenced
         local.include("tasks/gpu_runtime.py")    # 4. Docker's NVIDIA runtime on GPU hosts
         local.include("tasks/peer_door.py")      # 5. the peer door, up and checked before any pull asks it (or none)
         local.include("tasks/models.py")         # 5b. vetted models at pinned revisions in hf-cache/hub

@@ -75,6 +75,23 @@ sglang_install_fabric_manager = False
 # initialised between containers); True lets the deploy enable nvidia-persistenced, which comes with the driver.
 sglang_enable_persistence = False
 
+# The NVIDIA driver is the operator's: None leaves it alone (a driver too old for the image is refused with the
+# minimum). A full version such as "580.105.08" makes the deploy install exactly that driver and hold it there, from
+# Ubuntu's own archive or, on Debian, NVIDIA's CUDA repository (docs/gpus.md); a driver change needs a reboot and
+# decides which CUDA and Fabric Manager the host can run, so it is never picked for the operator.
+sglang_nvidia_driver_version = None
+
+# With a pinned driver: the open kernel modules, which NVIDIA recommends from Turing (SM75) on and which Blackwell
+# requires; Volta and older GPUs run only the proprietary modules, so such hosts set False.
+sglang_nvidia_driver_open = True
+
+# A newly installed driver loads only after a reboot. Off, the deploy installs it and stops that host with the
+# message, for the operator to reboot when it suits; True lets the deploy reboot it (pyinfra's reboot) and go on.
+sglang_allow_reboot = False
+
+# Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
+sglang_nvidia_cuda_apt_url = "https://developer.download.nvidia.com/compute/cuda/repos"
+
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
 

@@ -13,7 +13,7 @@ next to the flag in compose.yaml.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from .models import served_repo_id
@@ -196,6 +196,71 @@ def persistenced_packages(facts: DriverFacts, os_id: str | None) -> list[str]:
     return [spelling.format(branch=(facts.version or "").split(".")[0])] if spelling else []
 
 
+# The pinned driver's package, by the OS family's source (docs/gpus.md): (open kernel modules, proprietary ones).
+# Ubuntu: the archive's own signed server builds; Debian: NVIDIA's CUDA repository, its metapackages.
+DRIVER_PACKAGES = {"ubuntu": ("nvidia-driver-{branch}-server-open", "nvidia-driver-{branch}-server"),
+                   "debian": ("nvidia-open", "cuda-drivers")}
+# The packages apt's preferences hold at the pinned version (priority 1001: kept, downgraded to, never upgraded
+# past); a package of these names at another version (the container toolkit's) is left to its own priority.
+DRIVER_HELD = "nvidia-* libnvidia-* libcuda* libnvcuvid* libnvoptix* xserver-xorg-video-nvidia-* cuda-drivers*"
+DRIVER_PREFERENCES = "/etc/apt/preferences.d/sglang-nvidia-driver"
+# NVIDIA's CUDA repository signing key per Debian release, its file there and its full fingerprint: a downloaded key
+# that is not this one is removed before any source uses it. The debian13 repository is signed by a newer key.
+CUDA_REPO_KEYS = {"12": ("3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+                  "13": ("8793F200.pub", "02182E60104FCDC26EAE1B8597A5D4CB8793F200")}
+# NVIDIA's CUDA repository names its architectures its own way (Debian's amd64 is x86_64, arm64 servers are sbsa).
+CUDA_REPO_ARCH = {"amd64": "x86_64", "arm64": "sbsa"}
+# Seconds a rebooting server may take to answer again: HGX boards spend minutes in their firmware.
+REBOOT_TIMEOUT = 1200
+
+
+def driver_packages(version: str, os_family: str | None, open_modules: bool) -> list[str]:
+    """The pinned driver's package as apt installs it ('name=version-*': any packaging revision of that version)."""
+    spellings = DRIVER_PACKAGES.get(os_family or "")
+    if not spellings:
+        return []
+    name = spellings[0 if open_modules else 1].format(branch=version.split(".")[0])
+    return [f"{name}={version}-*"]
+
+
+@dataclass(frozen=True)
+class CudaRepository:
+    directory: str     # '<url>/debian12/x86_64': the apt source is '<directory>/ /'
+    key_url: str
+    fingerprint: str
+
+
+def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None) -> CudaRepository | None:
+    """NVIDIA's CUDA repository for a Debian host and its pinned key, None where it is not the driver's source."""
+    release = (os_version or "").split(".")[0]
+    if os_id != "debian" or release not in CUDA_REPO_KEYS or (arch or "") not in CUDA_REPO_ARCH:
+        return None
+    directory = f"{url.rstrip('/')}/debian{release}/{CUDA_REPO_ARCH[arch or '']}"
+    key, fingerprint = CUDA_REPO_KEYS[release]
+    return CudaRepository(directory, f"{directory}/{key}", fingerprint)
+
+
+def pinned_driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
+    """(key, problem, fix) for a pinned driver (sglang_nvidia_driver_version) that could not serve this host."""
+    pinned = data["sglang_nvidia_driver_version"]
+    if not pinned:
+        return []
+    problems = []
+    flavor = data["sglang_image_cuda_flavor"]
+    least, cuda = min_driver(flavor, pinned), flavor_cuda(flavor)
+    if least and cuda:
+        problems.append(("sglang_nvidia_driver_version",
+                         f"{pinned} is older than the image needs: it is built for {flavor} (CUDA "
+                         f"{cuda[0]}.{cuda[1]}), which needs driver {_version(least)} or newer (R{least[0]})",
+                         f"pin an R{least[0]} driver ({_version(least)} or newer), or None to leave the driver alone"))
+    low = inventory.min_compute_capability()
+    if data["sglang_nvidia_driver_open"] and low is not None and low < (7, 5):
+        problems.append(("sglang_nvidia_driver_open",
+                         f"the open kernel modules run only on Turing (SM75) and newer, and this host has an "
+                         f"SM{low[0]}{low[1]} GPU", "set sglang_nvidia_driver_open = False for this host or group"))
+    return problems
+
+
 def fabric_manager_ready(facts: DriverFacts) -> bool:
     """On an NVSwitch board: Fabric Manager runs and is the driver's exact version (it refuses any other)."""
     return facts.fabric_manager_active and facts.fabric_manager is not None and \
@@ -206,11 +271,12 @@ def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
     """(key, problem, fix) for a driver layer that cannot serve the image: its CUDA, the NVSwitch fabric,
     persistence mode."""
     facts = inventory.driver
-    problems: list[tuple[str, str, str]] = []
+    problems: list[tuple[str, str, str]] = pinned_driver_problems(data, inventory)
     if not inventory.count or facts.version is None:
         return problems
     flavor = data["sglang_image_cuda_flavor"]
-    least = min_driver(flavor, facts.version)
+    # a pinned driver replaces the running one, so only the pinned one must run the image (checked above)
+    least = None if data["sglang_nvidia_driver_version"] else min_driver(flavor, facts.version)
     if least:
         cuda = flavor_cuda(flavor)
         assert cuda is not None   # min_driver found the flavour's CUDA
@@ -221,6 +287,8 @@ def driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
                          f"install an R{least[0]} driver ({_version(least)} or newer; docs/gpus.md says from where), "
                          "or pin an image built for a CUDA this driver runs (sglang_image and "
                          "sglang_image_cuda_flavor)"))
+    if data["sglang_nvidia_driver_version"]:   # Fabric Manager must match the driver the deploy installs
+        facts = replace(facts, version=data["sglang_nvidia_driver_version"])
     if facts.nvswitches and not fabric_manager_ready(facts) and not data["sglang_install_fabric_manager"]:
         found = (f"Fabric Manager {facts.fabric_manager} is installed "
                  f"({'running' if facts.fabric_manager_active else 'not running'})" if facts.fabric_manager
@@ -305,9 +373,10 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
     """(key, problem, fix) for each plan that cannot work on this hardware."""
     problems = []
     count = inventory.count
-    if data["sglang_require_gpu"] and count == 0:
+    if data["sglang_require_gpu"] and count == 0 and not data["sglang_nvidia_driver_version"]:
         problems.append(("sglang_require_gpu", "no GPU found by nvidia-smi, and the model needs one",
-                         "run this group on GPU servers (with the NVIDIA driver installed), or set "
+                         "run this group on GPU servers (with the NVIDIA driver installed, or pin "
+                         "sglang_nvidia_driver_version to let the deploy install it), or set "
                          "sglang_require_gpu = False only for a stand-in sandbox"))
     tp = derived["sglang_tp_size"].value
     reserved = data["sglang_gpus"]

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from . import ACCOUNT, models, peerdoor, plantypes, platforms, render, toolchain
-from .gpus import Derived, derive_flags, parse_snapshot
+from .gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
 from .groups import monitors, roles
 from .hostports import clashes
 from .hostside import apikey, names
@@ -149,6 +149,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     installs = platform is not None and not engine_works   # a working engine is left alone
     # The server, as the gate reaches it on the host: loopback, or the one address a member listens on.
     url = worker_url(bind, data["sglang_port"]) if node_group and serves else LOCAL_URL.format(port=data["sglang_port"])
+    pin = data["sglang_nvidia_driver_version"]
     plan = HostPlan(
         name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
         admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
@@ -194,6 +195,12 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         node_group=node_group if serves else None,
         install_fabric_manager=data["sglang_install_fabric_manager"],
         enable_persistence=data["sglang_enable_persistence"],
+        driver_pin=pin,
+        driver_packages=tuple(driver_packages(pin, os_release.get("id"), data["sglang_nvidia_driver_open"]))
+        if pin else (),
+        driver_repo=cuda_repository(data["sglang_nvidia_cuda_apt_url"], os_release.get("id"),
+                                    os_release.get("version"), os_release.get("arch")) if pin else None,
+        allow_reboot=data["sglang_allow_reboot"],
     )
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \

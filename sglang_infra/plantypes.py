@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from . import platforms
-from .gpus import Derived, GpuInventory
+from .gpus import CudaRepository, Derived, GpuInventory
 from .hostside import names
 from .lockfile import Lock, LockedModel
 from .models import Model
@@ -436,6 +436,12 @@ class HostPlan:
     # the driver's companions the deploy may install (sglang_install_fabric_manager, sglang_enable_persistence)
     install_fabric_manager: bool = False
     enable_persistence: bool = False
+    # the pinned NVIDIA driver (sglang_nvidia_driver_version, None: the operator's), its apt package, NVIDIA's CUDA
+    # repository directory where it is the source (Debian), and whether the deploy may reboot to load it
+    driver_pin: str | None = None
+    driver_packages: tuple[str, ...] = ()
+    driver_repo: CudaRepository | None = None
+    allow_reboot: bool = False
 
     @property
     def keep(self) -> list[str]:

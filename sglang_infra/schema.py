@@ -329,6 +329,16 @@ SCHEMA: dict[str, Key] = {
     "sglang_install_nvidia_toolkit": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
     "sglang_install_fabric_manager": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
     "sglang_enable_persistence": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
+    "sglang_nvidia_driver_version": Key("None or a full driver version such as '580.105.08'",
+                                        _optional(lambda v: isinstance(v, str)
+                                                  and re.fullmatch(r"[1-9]\d{2}\.\d{1,3}\.\d{1,3}", v) is not None),
+                                        "pin the full version nvidia-smi shows, e.g. '580.105.08' "
+                                        "(apt-cache madison lists them), or None to leave the driver alone"),
+    "sglang_nvidia_driver_open": Key("True or False", lambda v: isinstance(v, bool),
+                                     "use True (open kernel modules, Turing and newer) or False (Volta and older)"),
+    "sglang_allow_reboot": Key("True or False", lambda v: isinstance(v, bool),
+                               "use True to let the deploy reboot a host to load its new driver, or False"),
+    "sglang_nvidia_cuda_apt_url": Key("an https URL", _https_url, "use NVIDIA's CUDA repository base URL"),
     "sglang_nvidia_toolkit_apt_url": Key("an https URL", _https_url,
                                          "use NVIDIA's repository base URL, "
                                          "e.g. 'https://nvidia.github.io/libnvidia-container'"),

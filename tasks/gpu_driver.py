@@ -1,17 +1,49 @@
-"""The driver's companions on GPU hosts, each only where the data lets the
-deploy install it (otherwise the preflight refuses the host with the fix):
-Fabric Manager at the driver's exact version on an NVSwitch board, with NVLSM
-where the board needs it, then its service; nvidia-persistenced where a GPU's
-persistence mode is off. The driver itself is the operator's (docs/gpus.md)."""
+"""The driver layer of GPU hosts, each part only where the data lets the deploy
+do it (otherwise the preflight refuses the host with the fix): the pinned NVIDIA
+driver (sglang_nvidia_driver_version) from the OS's source, then a reboot where
+sglang_allow_reboot lets the deploy load it, or the host stops with the
+message; Fabric Manager at the driver's exact version on an NVSwitch board,
+with NVLSM where the board needs it, then its service; nvidia-persistenced
+where a GPU's persistence mode is off (docs/gpus.md)."""
+
+from dataclasses import replace
 
 from pyinfra import host
+from pyinfra.operations import server
 
-from sglang_infra.gpus import FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT, fabric_manager_packages, persistenced_packages
-from sglang_infra.operations.gpu_driver import driver_unit_running, fabric_manager_installed
+from sglang_infra.aptrepo import vendor_repository
+from sglang_infra.gpus import (
+    DRIVER_HELD,
+    DRIVER_PREFERENCES,
+    FABRIC_MANAGER_UNIT,
+    PERSISTENCED_UNIT,
+    REBOOT_TIMEOUT,
+    fabric_manager_packages,
+    persistenced_packages,
+)
+from sglang_infra.operations.gpu_driver import (
+    driver_unit_running,
+    fabric_manager_installed,
+    nvidia_driver_installed,
+    nvidia_driver_loaded,
+)
 from sglang_infra.preflight import plan_of
 
 plan = plan_of(host)
-facts = plan.gpus.driver
+pin = plan.driver_pin
+facts = replace(plan.gpus.driver, version=pin) if pin else plan.gpus.driver   # the driver the host runs after this
+
+if pin and plan.gpus.driver.version != pin:   # a host already running the pinned driver is left alone
+    repo = plan.driver_repo
+    if repo:   # Debian: NVIDIA's CUDA repository (Ubuntu's own archive needs none)
+        vendor_repository("NVIDIA CUDA", repo.key_url, f"deb [signed-by={{keyring}}] {repo.directory}/ /",
+                          "nvidia-cuda", fingerprint=repo.fingerprint)
+    nvidia_driver_installed(name=f"Ensure NVIDIA driver {pin} is installed and held", version=pin,
+                            packages=list(plan.driver_packages), held=DRIVER_HELD, preferences=DRIVER_PREFERENCES)
+    if plan.allow_reboot:
+        server.reboot(name=f"Reboot to load NVIDIA driver {pin} (sglang_allow_reboot)", reboot_timeout=REBOOT_TIMEOUT)
+    nvidia_driver_loaded(name=f"Ensure NVIDIA driver {pin} is the one loaded", version=pin,
+                         rebooted=plan.allow_reboot, planned_gpus=plan.gpus.count)
 
 if plan.gpus.count and facts.nvswitches and facts.version and plan.install_fabric_manager:
     fabric_manager_installed(name=f"Ensure Fabric Manager {facts.version} is installed (the driver's version)",
