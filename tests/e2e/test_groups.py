@@ -214,7 +214,7 @@ def test_a_killed_member_is_named_failing_by_status_check_and_metrics_within_60s
 # ---------------------------------------------------------------- issue 40 items 2 and 3: rank 0 restarted alone
 def health(host) -> str:
     """The HTTP status of the member's own /health (host networking: its port on the host), from the host itself."""
-    return host.exec("curl -s -o /dev/null -m 5 -w '%{http_code}' http://127.0.0.1:30000/health").stdout.strip()
+    return host.exec(f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://{host.address}:30000/health").stdout.strip()
 
 
 def test_rank_0_restarted_alone_is_failing_within_60s_and_the_next_run_heals_the_group(fleet, workdir):
