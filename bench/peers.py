@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT))
 
-from harness import Testbed, run_deploy  # noqa: E402
+from harness import Testbed, door_pin, run_deploy  # noqa: E402
 from hfstandin import StandinHub  # noqa: E402
 from sglang_infra.peering import split  # noqa: E402
 from testbed import hosts as testbed_hosts  # noqa: E402
@@ -81,7 +81,7 @@ def pull(host, hub_url: str, commit: str, peers: list, seed: bool, record: dict[
         args += ["--peer-key-file", f"{TOOLS}/secret/peer-key", "--peer-wait", "0" if seed else str(SETTLE)]
         args += ["--peer-seed"] if seed else []
         for peer in peers:
-            args += ["--peer", f"{peer.address}:{PORT}"]
+            args += ["--peer", f"{peer.address}:{PORT}={door_pin(peer)}"]
     started = time.monotonic()
     done = host.exec("cd / && sudo -u sglang " + " ".join(shlex.quote(a) for a in args) + stdin, check=False,
                      timeout=1800)

@@ -17,7 +17,11 @@ through stdin), which nginx's master process (root) includes; the workers
 never read it. The workers run as www-data alone, never with the account's
 group (which may write in hf-cache): an ACL entry on the home
 (hostside/acl.py) lets them pass through it, and the cache's "other" bits
-let them read, never write. The snapshot's part is in plan.snapshot_spec (door_spec) and
+let them read, never write. The door speaks TLS alone, with a key pair made
+on the host by root (TLS_KEY, TLS_CERT: operations.peerdoor.tls_made); the
+run reads the certificate's sha256 when it checks the door, and each pull
+trusts that certificate alone there (peering.checked, hostside/peers.py).
+The snapshot's part is in plan.snapshot_spec (door_spec) and
 hostside/snapshot.py (peer_address); the task is tasks/peer_door.py.
 """
 
@@ -35,6 +39,10 @@ DOOR_DIR = "/etc/nginx/sglang-peer-door"    # root's: the door's config, its key
 CONFIG = f"{DOOR_DIR}/nginx.conf"
 KEY_CONF = f"{DOOR_DIR}/key.conf"           # 0600, root's: the one line that holds the site's key
 BLOBS_CONF = f"{DOOR_DIR}/blobs.conf"       # the verified blobs nginx serves, one exact location each
+# The door's TLS identity, made on the host by root once and kept (tls_command): the key never leaves the host.
+TLS_KEY = f"{DOOR_DIR}/tls.key"             # 0600, root's: read by nginx's master process alone
+TLS_CERT = f"{DOOR_DIR}/tls.crt"            # 0644: self-signed; each puller pins its sha256 (hostside/doorcheck.py)
+TLS_PACKAGE = "openssl"                     # Debian's CLI that makes the pair
 SERVICE = "nginx"
 PACKAGE = "nginx"
 WORKER_USER = "www-data"                    # Debian's nginx workers' user
@@ -57,7 +65,7 @@ def door_spec() -> dict[str, list[str]]:
     """What the snapshot reads of the door's files, unit and package on every host (also where the door is off:
     a door left from an earlier run is found and removed)."""
     return {"system_dirs": [DOOR_DIR, dropin_dir(SERVICE)], "services": [f"{SERVICE}.service"],
-            "packages": [PACKAGE]}
+            "packages": [PACKAGE, TLS_PACKAGE]}
 
 
 def foreign_nginx(snapshot: Mapping[str, Any]) -> str | None:
@@ -146,6 +154,25 @@ def port_problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
              f"set sglang_peer_port to a free port, e.g. {port + 1 if port < 65535 else 30050}")]
 
 
+def tls_command() -> str:
+    """The shell command that makes the door's key pair and self-signed certificate on the host, as root: an
+    EC P-256 key written 0600 (umask) beside its certificate, each under a temporary name then renamed, the key
+    first, so a cut leaves either the old pair or a new key without a certificate (made again next run). The
+    certificate's dates and name are not checked by anyone: a puller trusts exactly this certificate (its sha256)."""
+    key, cert = TLS_KEY, TLS_CERT
+    return (f"umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -sha256 -nodes "
+            f"-days 36500 -subj /CN=sglang-peer-door -keyout {key}.new -out {cert}.new 2>/dev/null "
+            f"&& chmod 644 {cert}.new && mv -f {key}.new {key} && mv -f {cert}.new {cert}")
+
+
+def tls_ready(files: Mapping[str, Any]) -> bool:
+    """Whether the door's directory (the snapshot's files of DOOR_DIR) holds its key pair: the key root's alone
+    (0600), the certificate beside it. Anything else: the pair is made anew."""
+    key, cert = (files.get(name.rpartition("/")[2]) for name in (TLS_KEY, TLS_CERT))
+    return (isinstance(key, Mapping) and key.get("owner") == "root" and key.get("mode") == "600"
+            and isinstance(cert, Mapping) and cert.get("owner") == "root")
+
+
 def listen(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
@@ -154,7 +181,7 @@ def render(door: PeerDoor, reason: str) -> tuple[str, str, str]:
     """(nginx.conf, key.conf, nginx.service's drop-in) of ``door``."""
     config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER,
                              listen=listen(door.address, door.port), key_conf=KEY_CONF, blobs_conf=BLOBS_CONF,
-                             reason=reason)
+                             reason=reason, tls_cert=TLS_CERT, tls_key=TLS_KEY)
     service = render_template("templates/nginx/peer-door-service.conf.j2", config=CONFIG)
     return config, key_conf(door.key), service
 

@@ -90,19 +90,22 @@ def with_sources(plans: Mapping[str, HostPlan | None], hosts) -> dict[str, HostP
     return out
 
 
-_checked: dict[int, set[str]] = {}   # per run (id of pyinfra's state): the hosts whose door was found ours
+# per run (id of pyinfra's state): the hosts whose door was found ours -> its certificate's sha256
+_checked: dict[int, dict[str, str]] = {}
 
 
-def door_checked(state, name: str) -> None:
-    """This run found the door of host ``name`` up and held by the door's own nginx (operations.peerdoor)."""
-    _checked.setdefault(id(state), set()).add(name)
+def door_checked(state, name: str, cert: str) -> None:
+    """This run found the door of host ``name`` up and held by the door's own nginx, with the certificate whose
+    sha256 is ``cert`` (operations.peerdoor)."""
+    _checked.setdefault(id(state), {})[name] = cert
 
 
 def checked(state, sources: PeerSources) -> PeerSources:
-    """``sources`` with only the peers whose door this run has checked (door_checked): the site key goes to no
-    other door, not one still down on a fresh fleet nor one whose host failed before its door came up."""
-    ours = _checked.get(id(state), set())
-    kept = [(door, host) for door, host in zip(sources.peers, sources.hosts) if host in ours]
+    """``sources`` with only the peers whose door this run has checked (door_checked), each ADDRESS:PORT=SHA256,
+    the certificate the run read on its host: the pull speaks TLS pinned to it and sends the site key to no other
+    listener, not one on a door still down on a fresh fleet nor one whose host failed before its door came up."""
+    ours = _checked.get(id(state), {})
+    kept = [(f"{door}={ours[host]}", host) for door, host in zip(sources.peers, sources.hosts) if host in ours]
     return sources._replace(peers=tuple(door for door, _ in kept), hosts=tuple(host for _, host in kept))
 
 

@@ -228,7 +228,8 @@ class NodeExporter:
 
 
 class PeerSources(NamedTuple):
-    """Where a serving host's pull looks for one model's blobs (peering.py): the peer doors (ADDRESS:PORT) of the
+    """Where a serving host's pull looks for one model's blobs (peering.py): the peer doors (ADDRESS:PORT; with
+    =SHA256, the door's certificate, once peering.checked has kept them) of the
     other serving hosts of this run holding the same site key, whether this host is the model's seed (it takes the
     Hub for a blob no peer holds, first), how long its pull waits for a peer to hold a blob, and in a swarm
     (peering.split) the lock's paths this host takes in the first round (None: no swarm)."""

@@ -4,7 +4,8 @@ model blobs, read-only, to the fleet's other hosts holding the site's key
 before the package, so nginx's first start already runs the door's config,
 never Debian's default site. It comes up before any pull of the run, with the
 blobs verified before it, and is then checked (its address and port held by
-the door's own nginx): only a door checked so is asked by this run's pulls
+the door's own nginx, its certificate read): only a door checked so is asked
+by this run's pulls, over TLS pinned to that certificate
 (sglang_infra/peering.py), which tasks/models_from_peers.py lists next.
 Without sglang_peer_key_file, no door, and one left from an earlier run is
 removed."""
@@ -13,7 +14,7 @@ from pyinfra import host
 
 from sglang_infra import peerdoor
 from sglang_infra.operations.files import checked_file, secret_file
-from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked, home_passable
+from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked, home_passable, tls_made
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
 from sglang_infra.plantypes import dropin_dir
 from sglang_infra.preflight import plan_of
@@ -28,6 +29,9 @@ if door is None:
 else:
     listen = peerdoor.listen(door.address, door.port)
     root_directory(name=f"Ensure {peerdoor.DOOR_DIR} exists", path=peerdoor.DOOR_DIR)
+    # The door's TLS key pair, made here by root before the config that names it (nginx -t reads it).
+    packages_installed(name=f"Ensure {peerdoor.TLS_PACKAGE} is installed", packages=[peerdoor.TLS_PACKAGE])
+    tls = tls_made(name=f"Ensure {peerdoor.TLS_KEY} and {peerdoor.TLS_CERT} hold the door's own key pair (0600 key)")
     key = secret_file(name=f"Ensure {peerdoor.KEY_CONF} holds the site's peer key (0600, root only)",
                       dest=peerdoor.KEY_CONF, content=door.key_conf.encode(), user="root")
     blobs = blobs_listed(name=f"Ensure {peerdoor.BLOBS_CONF} lists the verified blobs the door serves", door=door)
@@ -47,5 +51,6 @@ else:
     packages_installed(name=f"Ensure {peerdoor.PACKAGE} is installed", packages=[peerdoor.PACKAGE])
     service_running(name=f"Ensure the peer door listens on {listen} with its current config and list",
                     unit=f"{peerdoor.SERVICE}.service", restart_if=dropin.did_change,
-                    reload_if=lambda: key.did_change() or blobs.did_change() or config.did_change())
+                    reload_if=lambda: (key.did_change() or blobs.did_change() or config.did_change()
+                                       or tls.did_change()))
     door_checked(name=f"Ensure {listen} is held by the peer door's own nginx before any peer asks it", door=door)

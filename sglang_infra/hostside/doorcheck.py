@@ -1,20 +1,25 @@
 """Whether the peer door's address and port are held by the door's own nginx, read as root on the host (the
 DoorHeld fact, sglang_infra/operations/peerdoor.py): every socket listening on exactly that address and port belongs
-to nginx.service's main process, and that process runs the door's config. Nothing else is asked: no connection is
-made, no key is read.
+to nginx.service's main process, and that process runs the door's config; and the sha256 of the door's TLS
+certificate (its DER bytes, what a TLS client is sent), which every puller of this run pins (hostside/peers.py).
+Nothing else is asked: no connection is made, no key is read.
 
-    python3 doorcheck.py ADDRESS PORT CONFIG    -> one JSON line {"held": bool, "pid": int | None, "why": str}
+    python3 doorcheck.py ADDRESS PORT CONFIG CERT
+        -> one JSON line {"held": bool, "pid": int | None, "why": str, "cert": sha256 hex | None}
 """
 
+import hashlib
 import ipaddress
 import json
 import os
+import ssl
 import subprocess
 import sys
 
 LISTEN = "0A"   # TCP_LISTEN in /proc/net/tcp's st column
 TIMEOUT = 30    # seconds, for systemctl
 MAX_SOCKETS = 4_000_000   # lines of /proc/net/tcp read at most (a bound; far above any host's sockets)
+MAX_CERT_BYTES = 64 * 1024   # a PEM certificate (the door's is under 1 KiB)
 
 
 def _kernel_hex(address):
@@ -76,6 +81,20 @@ def command_line(pid, proc="/proc"):
         return ""
 
 
+def certificate(path):
+    """The sha256 (hex) of the DER bytes of the PEM certificate in ``path`` (a regular file, not a link), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            pem = f.read(MAX_CERT_BYTES).decode("ascii")
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
 def held(address, port, config, pid=None, net="/proc/net", proc="/proc"):
     listen = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
     inodes = listening(address, port, net)
@@ -93,5 +112,13 @@ def held(address, port, config, pid=None, net="/proc/net", proc="/proc"):
     return {"held": True, "pid": pid, "why": f"{listen} is held by nginx.service (pid {pid}) running {config}"}
 
 
+def checked(address, port, config, cert):
+    """held(), and the door's certificate's sha256: a door whose certificate cannot be read is not held."""
+    found = dict(held(address, port, config), cert=certificate(cert))
+    if found["held"] and found["cert"] is None:
+        found.update(held=False, why=f"{cert} holds no PEM certificate")
+    return found
+
+
 if __name__ == "__main__":
-    print(json.dumps(held(sys.argv[1], int(sys.argv[2]), sys.argv[3])), flush=True)
+    print(json.dumps(checked(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])), flush=True)

@@ -11,7 +11,7 @@ pull_errors.py.
 
     python hfpull.py pull  --cache-dir DIR --records-dir DIR --repo-id ORG/NAME --revision REV
                            [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N]
-                           [--peer ADDR:PORT ... --peer-key-file PATH [--peer-seed] [--peer-wait S]]
+                           [--peer ADDR:PORT=SHA256 ... --peer-key-file PATH [--peer-seed] [--peer-wait S]]
     python hfpull.py prune --cache-dir DIR --records-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
 
 Why not `hf download`: huggingface_hub writes every download to a temp file
@@ -102,8 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "verified in part")
     p.add_argument("--workers", type=_workers, default=pull.DEFAULT_WORKERS,
                    help=f"files and connections at once (default {pull.DEFAULT_WORKERS}, at most {pull.MAX_WORKERS})")
-    p.add_argument("--peer", action="append", default=[], metavar="ADDR:PORT",
-                   help="a peer door that may hold this model's blobs (repeat); needs --peer-key-file")
+    p.add_argument("--peer", action="append", default=[], metavar="ADDR:PORT=SHA256",
+                   help="a peer door that may hold this model's blobs, with the sha256 of its TLS certificate, the "
+                        "only one trusted there (repeat); needs --peer-key-file")
     p.add_argument("--peer-key-file", default=None, help="the site key, in a file of this account's alone (0600)")
     p.add_argument("--peer-seed", action="store_true", help="take the Hub at once for a blob no peer holds")
     p.add_argument("--peer-wait", type=float, default=600.0,

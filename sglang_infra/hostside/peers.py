@@ -2,8 +2,12 @@
 verified, before (or instead of) the Hub.
 
 Each host's peer door (Debian's nginx) serves its verified blobs read-only at
-``http://<fleet address>:<port>/blobs/<blob name>`` (the HF cache's blob name: the sha256 for an LFS file, the git
+``https://<fleet address>:<port>/blobs/<blob name>`` (the HF cache's blob name: the sha256 for an LFS file, the git
 blob sha1 for a small one), byte ranges answered 206, to a request carrying ``Authorization: Bearer <site key>``.
+Every connection is TLS (1.2 or later) pinned to the door's own certificate: each peer is given as
+ADDRESS:PORT=SHA256, the sha256 of the certificate the deploy read on that host this run, and the key is sent only
+once the handshake has shown exactly that certificate (its holder signed the handshake with its private key, which
+never leaves that host). A listener presenting any other certificate, or no TLS, is sent nothing and is banned.
 The door serves a blob only under its final name, which the pull gives a file once it is verified: a peer never
 offers a partial.
 
@@ -36,10 +40,13 @@ The site key comes from a file the account alone can read; it is never in an arg
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import os
 import random
 import re
 import socket
+import ssl
 import stat
 import threading
 import time
@@ -69,21 +76,47 @@ _BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 class Peer:
     address: str
     port: int
+    pin: str   # the sha256 (hex) of the DER bytes of the door's certificate: the only one this pull trusts there
 
     @property
     def label(self) -> str:
         return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
 
     def url(self, blob_name: str) -> str:
-        return f"http://{self.label}/blobs/{blob_name}"
+        return f"https://{self.label}/blobs/{blob_name}"
 
 
 def parse_peer(text: str) -> Peer:
-    """ADDRESS:PORT ([v6]:PORT) as the plan writes it."""
-    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([A-Za-z0-9.-]+):(\d{1,5})", text)
+    """ADDRESS:PORT=SHA256 ([v6]:PORT=SHA256) as the plan writes it (peering.checked)."""
+    m = re.fullmatch(r"(?:\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([A-Za-z0-9.-]+):(\d{1,5}))=([0-9a-f]{64})", text)
     if not m or not 0 < int(m.group(2) or m.group(4)) < 65536:
-        raise PullError(f"--peer wants ADDRESS:PORT, got {text!r}", EXIT_USAGE)
-    return Peer(m.group(1) or m.group(3), int(m.group(2) or m.group(4)))
+        raise PullError(f"--peer wants ADDRESS:PORT=SHA256 (the door certificate's), got {text!r}", EXIT_USAGE)
+    return Peer(m.group(1) or m.group(3), int(m.group(2) or m.group(4)), m.group(5))
+
+
+def _tls(sock: socket.socket, peer: Peer, deadline: float) -> ssl.SSLSocket:
+    """``sock`` after a TLS handshake (1.2 or later) that showed exactly the peer's pinned certificate; _Bad
+    otherwise, before anything of the request is sent. No CA nor name is consulted: the pin is the check (the
+    handshake itself proves the door holds the certificate's private key)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE   # no chain to check: one certificate is trusted, by its sha256 below
+    tls = context.wrap_socket(sock, do_handshake_on_connect=False)
+    try:
+        tls.settimeout(max(0.001, min(READ_TIMEOUT, deadline - time.monotonic())))
+        tls.do_handshake()
+        presented = tls.getpeercert(binary_form=True)
+        if not presented or not hmac.compare_digest(hashlib.sha256(presented).hexdigest(), peer.pin):
+            raise _Bad("presented a TLS certificate other than the one this run read on its host (sent nothing)")
+    except (OSError, ValueError) as e:
+        tls.close()
+        why = getattr(e, "reason", None) or getattr(e, "strerror", None) or type(e).__name__
+        raise _Bad(f"failed its TLS handshake ({why})")
+    except _Bad:
+        tls.close()
+        raise
+    return tls
 
 
 def read_key(path: str) -> str:
@@ -197,6 +230,7 @@ def _request(peer: "Peer", method: str, path: str, headers: dict[str, str], dead
     except OSError as e:
         raise _Unreachable(f"cannot be reached (no door answers: {e.strerror or type(e).__name__})")
     try:
+        sock = _tls(sock, peer, deadline)
         head = [f"{method} {path} HTTP/1.1", f"Host: {peer.label}", "Connection: close",
                 *(f"{name}: {value}" for name, value in headers.items())]
         sock.settimeout(max(0.001, min(READ_TIMEOUT, deadline - time.monotonic())))

@@ -21,10 +21,12 @@ from .files import swap_in
 
 class DoorHeld(FactBase):
     """Whether every socket listening on the door's address and port is nginx.service's main process's, running
-    the door's config (hostside/doorcheck.py, as root): {"held", "pid", "why"}."""
+    the door's config, and the sha256 of the door's certificate (hostside/doorcheck.py, as root):
+    {"held", "pid", "why", "cert"}."""
 
     def command(self, address: str, port: int):
-        return f"exec {ship.command('doorcheck')} {shlex.quote(address)} {int(port)} {shlex.quote(peerdoor.CONFIG)}"
+        return (f"exec {ship.command('doorcheck')} {shlex.quote(address)} {int(port)} {shlex.quote(peerdoor.CONFIG)} "
+                f"{shlex.quote(peerdoor.TLS_CERT)}")
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -41,27 +43,43 @@ def blobs_listed(door: PeerDoor):
     yield from swap_in(peerdoor.BLOBS_CONF, content.encode(), "root", "root", "644", None)
 
 
+@snapshot_operation
+def tls_made():
+    """
+    Ensure the door's TLS key pair is on the host (peerdoor.TLS_KEY, root's,
+    0600, and its self-signed peerdoor.TLS_CERT), made there by root once
+    (peerdoor.tls_command) and kept across runs: the private key never
+    leaves the host. A pair whose key is not root's alone is made anew.
+    """
+    if peerdoor.tls_ready(current(host)["files"].get(peerdoor.DOOR_DIR) or {}):
+        host.noop(f"the peer door's key pair is in {peerdoor.DOOR_DIR}")
+        return
+    yield peerdoor.tls_command()
+
+
 @operation()
 def door_checked(door: PeerDoor):
     """
     Ensure the door's address and port are held by the door's own nginx
     (DoorHeld), read when the operation runs, after the door's start or
-    reload. Found so, the door is one this run's pulls may ask, with the site
-    key (peering.checked); otherwise this host fails here, and no pull of
-    this run sends the key to its door.
+    reload, and read its certificate's sha256. Found so, the door is one this
+    run's pulls may ask, with the site key, over TLS pinned to that
+    certificate (peering.checked); otherwise this host fails here, and no
+    pull of this run sends the key to its door.
     """
     listen = peerdoor.listen(door.address, door.port)
     if not host.state.is_executing:
         host.noop(f"the peer door on {listen} is checked when this operation runs")
         return
     found = host.get_fact(DoorHeld, address=door.address, port=door.port) or {}
-    if found.get("held"):
-        peering.door_checked(host.state, host.name)
+    if found.get("held") and found.get("cert"):
+        peering.door_checked(host.state, host.name, found["cert"])
         host.noop(f"the peer door on {listen} is the door's own nginx (pid {found['pid']})")
         return
-    yield FunctionCommand(_failed, (f"the peer door on {listen} is not the door's own nginx: "
-                                    f"{found.get('why', 'the check did not answer')}; no peer is sent the site key "
-                                    "there",), {})
+    why = (f"{peerdoor.TLS_CERT} holds no certificate to pin" if found.get("held")
+           else found.get("why", "the check did not answer"))
+    yield FunctionCommand(_failed, (f"the peer door on {listen} is not the door's own nginx: {why}; no peer is sent "
+                                    "the site key there",), {})
 
 
 @snapshot_operation

@@ -1,5 +1,7 @@
-"""The peer door on two real hosts (sglang_infra/peerdoor.py): each serving host's nginx hands its verified blobs
-to the other host with the site's key (ranges answered 206, the bytes the lock's), and nothing else: 401 without
+"""The peer door on two real hosts (sglang_infra/peerdoor.py): each serving host's nginx hands its verified blobs,
+over TLS alone with the host's own certificate (curl here does not check it, -k: the pull's pinning is tested
+against the real door below), to the other host with the site's key (ranges answered 206, the bytes the lock's), and
+nothing else: plain HTTP is not served, a client pinned to another certificate sends nothing; 401 without
 the key or with another, 404 for a blob an admin dropped into the cache, for a path outside blobs/ and for a
 snapshot's file; a link in place of a listed blob is refused; nothing listens on another address; the key is in
 no log. A second run changes nothing; with sglang_peer_key_file None the door is gone."""
@@ -7,11 +9,13 @@ no log. A second run changes nothing; with sglang_peer_key_file None the door is
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
-from harness import run_deploy, run_host_checks
+from harness import door_pin, run_deploy, run_host_checks
 from sglang_infra import peerdoor
+from sglang_infra.hostside import peers
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port
@@ -32,7 +36,7 @@ def shard() -> tuple[str, bytes]:
 def curl(client, url: str, *args: str, key: bool = True) -> tuple[str, str]:
     """(HTTP status, or curl's exit code when it got none; the first 64 bytes of the body as hex) from ``client``."""
     auth = f"-H @{HEADER}" if key else ""
-    out = client.exec(f"curl -s --path-as-is --max-time 10 {auth} {' '.join(args)} -o /tmp/body -w '%{{http_code}}' "
+    out = client.exec(f"curl -s -k --path-as-is --max-time 10 {auth} {' '.join(args)} -o /tmp/body -w '%{{http_code}}' "
                       f"{url}; echo \" $?\"; head -c 64 /tmp/body 2>/dev/null | od -An -tx1 | tr -d ' \\n'",
                       check=False).stdout.split("\n", 1)
     code, _, exit_code = out[0].strip().partition(" ")
@@ -56,7 +60,39 @@ def fleet(testbed, workdir):
 
 
 def url(host, path: str) -> str:
-    return f"http://{host.address}:{PORT}{path}"
+    return f"https://{host.address}:{PORT}{path}"
+
+
+def head_from_here(host, pin: str) -> int:
+    """The HTTP status of the pull's own HEAD (hostside/peers.py) for the shard at ``host``'s door, pinned to
+    ``pin``; peers._Bad when the pull refuses the door."""
+    now = time.monotonic()
+    answer = peers._request(peers.Peer(host.address, PORT, pin), "HEAD", f"/blobs/{shard()[0]}",
+                            {"Authorization": f"Bearer {KEY}"}, now + 10, now + 10)
+    answer.close()
+    return answer.status
+
+
+def access_log(host) -> str:
+    return host.exec("cat /var/log/nginx/access.log", check=False).stdout
+
+
+def test_the_door_serves_tls_alone_and_a_client_pinned_to_another_certificate_sends_nothing(fleet):
+    """Issue 42, item 2: the key goes only into a TLS connection whose certificate is the one the run read on the
+    door's host. Plain HTTP to the door is answered 400 (nginx's refusal), never a blob, even with the key; the
+    pull pinned to another certificate fails at the handshake, and the door logs no request of it; pinned to the
+    door's own certificate, it is answered."""
+    (one, two), _, _, _, _ = fleet
+    name, data = shard()
+    plain = curl(two, f"http://{one.address}:{PORT}/blobs/{name}", "-r 0-63")
+    assert plain[0] == "400" and data[:64].hex() not in plain[1], plain
+    before = access_log(one)
+    with pytest.raises(peers._Bad, match="TLS certificate other than"):
+        head_from_here(one, door_pin(two))   # another host's certificate: a listener with it is not this door
+    assert access_log(one) == before   # no request reached nginx: nothing was sent after the handshake
+    assert head_from_here(one, door_pin(one)) == 200
+    assert one.exec(f"stat -c '%U %G %a' {peerdoor.TLS_KEY}").stdout.split() == ["root", "root", "600"]
+    assert door_pin(one) != door_pin(two)   # each host made its own pair
 
 
 def test_a_peer_with_the_key_gets_ranges_of_a_verified_blob(fleet):
@@ -105,7 +141,7 @@ def test_a_link_in_place_of_a_listed_blob_is_refused(fleet):
 def test_the_door_is_only_on_the_address_named(fleet):
     (one, _), _, _, _, _ = fleet
     name, _ = shard()
-    assert curl(one, f"http://127.0.0.1:{PORT}/blobs/{name}")[0] == "curl exit 7"   # refused: nothing listens
+    assert curl(one, f"https://127.0.0.1:{PORT}/blobs/{name}")[0] == "curl exit 7"   # refused: nothing listens
     listening = one.exec(f"ss -Hltn 'sport = :{PORT}'").stdout.split()
     assert [word for word in listening if word.endswith(f":{PORT}")] == [f"{one.address}:{PORT}"]
     assert one.exec("ss -Hltn 'sport = :80'").stdout.strip() == ""   # Debian's default site never started
@@ -200,7 +236,7 @@ def test_the_door_moves_to_another_port_and_back_keeping_what_it_serves(fleet):
     try:
         result = run_deploy(moved)
         assert result.returncode == 0, result.why()
-        assert curl(two, f"http://{one.address}:30050/blobs/{name}", "-r 0-63") == ("206", data[:64].hex())
+        assert curl(two, f"https://{one.address}:30050/blobs/{name}", "-r 0-63") == ("206", data[:64].hex())
         assert curl(two, url(one, f"/blobs/{name}"))[0] == "curl exit 7"   # the old port is closed
         listening = one.exec("ss -Hltn").stdout
         assert f"{one.address}:30050" in listening and f":{PORT} " not in listening
@@ -208,7 +244,22 @@ def test_the_door_moves_to_another_port_and_back_keeping_what_it_serves(fleet):
         back = run_deploy(inventory)
     assert back.returncode == 0, back.why()
     assert curl(two, url(one, f"/blobs/{name}"), "-r 0-63") == ("206", data[:64].hex())
-    assert curl(two, f"http://{one.address}:30050/blobs/{name}")[0] == "curl exit 7"
+    assert curl(two, f"https://{one.address}:30050/blobs/{name}")[0] == "curl exit 7"
+
+
+def test_a_rebuilt_hosts_new_certificate_is_the_one_the_next_run_pins(fleet):
+    """A host whose pair is lost (rebuilt) gets a new one on the next run, which reads it again: pulls pin the new
+    certificate, and the old one is refused."""
+    (one, _), inventory, _, _, _ = fleet
+    old = door_pin(one)
+    one.exec(f"rm {peerdoor.TLS_KEY} {peerdoor.TLS_CERT}")
+    result = run_deploy(inventory)
+    assert result.returncode == 0, result.why()
+    new = door_pin(one)
+    assert new != old
+    assert head_from_here(one, new) == 200
+    with pytest.raises(peers._Bad, match="TLS certificate other than"):
+        head_from_here(one, old)
 
 
 def test_a_second_run_changes_nothing_and_no_key_removes_the_door(fleet):

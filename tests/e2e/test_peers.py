@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from harness import PROJECT_DIR, _env, run_deploy
+from harness import PROJECT_DIR, _env, door_pin, run_deploy
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port
@@ -58,13 +58,18 @@ def door(host) -> str:
     return f"{host.address}:{PORT}"
 
 
+def pinned(host) -> str:
+    """--peer's argument for ``host``'s door: its address and port, and its certificate's sha256 (the deploy's own)."""
+    return f"{door(host)}={door_pin(host)}"
+
+
 def hand_pull(host, hub, peers, cache: str, key_file: str = f"{TOOLS}/secret/peer-key", background=False):
     """A pull on ``host`` as the deploy runs it (the account, the tools' venv), into a fresh ``cache``."""
     args = [f"{TOOLS}/venv/bin/python", "-I", f"{TOOLS}/hfpull.py", "pull", "--cache-dir", f"{cache}/hub",
             "--records-dir", f"{cache}/verified", "--repo-id", TINY, "--revision", commit(), "--endpoint", hub.url,
             "--workers", "8", "--peer-key-file", key_file, "--peer-wait", "5"]
     for peer in peers:
-        args += ["--peer", door(peer)]
+        args += ["--peer", pinned(peer)]
     return host.exec(f"install -d -o sglang -g sglang {cache} && cd / && sudo -u sglang "
                      + " ".join(shlex.quote(a) for a in args), check=False, timeout=300)
 

@@ -344,6 +344,8 @@ def test_the_peer_door_runs_its_config_on_its_address_alone(serving):
     for path, text in ((peerdoor.CONFIG, door.config), (peerdoor.dropin(), door.dropin)):
         assert _sha(serving, path) == names.text_digest(text), f"{path} is not the rendering of the data"
     assert serving.run(f"stat -c '%U %G %a' {peerdoor.KEY_CONF}").stdout.split() == ["root", "root", "600"]
+    assert serving.run(f"stat -c '%U %G %a' {peerdoor.TLS_KEY}").stdout.split() == ["root", "root", "600"]
+    assert serving.run(f"openssl x509 -noout -in {peerdoor.TLS_CERT}").rc == 0, f"{peerdoor.TLS_CERT} is no certificate"
     assert serving.run(f"systemctl is-active {peerdoor.SERVICE}").stdout.strip() == "active"
     port = f":{door.port}"
     listening = [w for w in serving.run(f"ss -Hltn 'sport = {port}'").stdout.split() if w.endswith(port)]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_infra import ship
+from sglang_infra import peerdoor, ship
 from testbed import hosts as testbed_hosts
 from testbed.hosts import TestHost
 
@@ -261,3 +261,11 @@ def read_snapshot(host: TestHost) -> dict:
                          input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
+
+
+def door_pin(host) -> str:
+    """The sha256 of ``host``'s peer door certificate (its DER bytes), read on the host as the deploy reads it: what
+    a pull given ``--peer ADDRESS:PORT=SHA256`` trusts there and nothing else."""
+    out = host.exec(f"openssl x509 -in {peerdoor.TLS_CERT} -outform DER | sha256sum").stdout.split()
+    assert out and len(out[0]) == 64, out
+    return out[0]

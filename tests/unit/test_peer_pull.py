@@ -1,6 +1,7 @@
 """The pull's peer side (hostside/peers.py): a host takes a model's files from peer doors that hold them verified,
 byte ranges from several at once, with the stand-in Hub as the fallback. The doors here are Python's http.server on
-127.0.0.1 (tests only), serving blobs by name with ranges to a request with the site key, as the fleet's nginx does;
+127.0.0.1 (tests only), over TLS with a fixed self-signed certificate (fixtures/peer_tls, made once with openssl
+for these tests), serving blobs by name with ranges to a request with the site key, as the fleet's nginx does;
 one can flip a byte, cut its answers and vanish, refuse the key, or hold a blob back for a while."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hashlib
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -28,12 +30,42 @@ from sglang_infra.hostside.pull import Puller
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-peers-")) / "hfpull.py"
 SCRIPT.write_text(ship.program("hfpull"))
 KEY = "site-key-0123456789abcdef"
+TLS_DIR = Path(__file__).parent / "fixtures" / "peer_tls"   # door.* and other.*: two self-signed pairs (tests only)
 MiB = 1 << 20
 SPEC = {"repos": [{"repo_id": "org/fleet", "commits": [{"branch": "main", "files": [
     {"path": "config.json", "text": '{"fleet": true}'},
     {"path": "model-1.safetensors", "size": 3 * MiB + 12345, "seed": 11, "lfs": True},
     {"path": "model-2.safetensors", "size": 2 * MiB + 777, "seed": 12, "lfs": True},
     {"path": "tokenizer.json", "text": '{"vocab": ["x"]}'}]}]}]}
+
+
+def tls_server(name: str = "door") -> ssl.SSLContext:
+    """A server's TLS context with the fixed pair ``name`` (fixtures/peer_tls)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(TLS_DIR / f"{name}.crt", TLS_DIR / f"{name}.key")
+    return context
+
+
+def pin(name: str = "door") -> str:
+    """The sha256 of the pair ``name``'s certificate (DER), as the deploy reads it on a door's host."""
+    return hashlib.sha256(ssl.PEM_cert_to_DER_cert((TLS_DIR / f"{name}.crt").read_text())).hexdigest()
+
+
+class _TLSServer(ThreadingHTTPServer):
+    """http.server over TLS, each handshake in the request's own thread (a silent client stalls nobody else)."""
+
+    daemon_threads = True
+    context = tls_server()
+
+    def finish_request(self, request, client_address):
+        try:
+            request = self.context.wrap_socket(request, server_side=True)
+        except (OSError, ValueError):
+            return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        pass
 
 
 class Door:
@@ -113,11 +145,11 @@ class Door:
                     if door.pause:
                         time.sleep(door.pause)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _TLSServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.label = f"127.0.0.1:{self.server.server_address[1]}"
+        self.arg = f"{self.label}={pin()}"   # --peer's: the door's address, port and certificate
 
     def close(self):
         self.server.shutdown()
@@ -177,7 +209,7 @@ def run_pull(hub, tmp_path: Path, door_list: list[Door], *extra: str, cache: Pat
             str(cache / "verified"), "--repo-id", "org/fleet", "--revision", "main", "--endpoint", hub.url,
             "--lock-wait", "5", "--workers", "4", "--peer-key-file", key_file(tmp_path), *extra]
     for door in door_list:
-        args += ["--peer", door.label]
+        args += ["--peer", door.arg]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120)
     result = None
     for line in done.stdout.splitlines():
@@ -322,9 +354,12 @@ def test_the_site_key_file_must_be_the_accounts_alone(tmp_path):
 
 
 def test_peer_addresses_are_parsed_strictly():
-    assert peers.parse_peer("10.0.0.2:8090").url("ab" * 20) == f"http://10.0.0.2:8090/blobs/{'ab' * 20}"
-    assert peers.parse_peer("[fd00::2]:8090").label == "[fd00::2]:8090"
-    for bad in ("10.0.0.2", "10.0.0.2:0", "a/b:80", "10.0.0.2:99999", "x:80/../"):
+    fp = "0f" * 32
+    assert peers.parse_peer(f"10.0.0.2:8090={fp}").url("ab" * 20) == f"https://10.0.0.2:8090/blobs/{'ab' * 20}"
+    assert peers.parse_peer(f"[fd00::2]:8090={fp}").label == "[fd00::2]:8090"
+    assert peers.parse_peer(f"[fd00::2]:8090={fp}").pin == fp
+    for bad in ("10.0.0.2", "10.0.0.2:0", "a/b:80", "10.0.0.2:99999", "x:80/../", "10.0.0.2:8090",
+                f"10.0.0.2:8090={fp[:-1]}", f"10.0.0.2:8090={fp.upper()}", f"10.0.0.2:0={fp}"):
         with pytest.raises(pull_errors.PullError):
             peers.parse_peer(bad)
 
@@ -347,7 +382,7 @@ def test_a_pull_from_peers_killed_mid_file_resumes_at_the_missing_bytes(hub, see
     cache = tmp_path / "host"
     args = [sys.executable, "-I", str(SCRIPT), "pull", "--cache-dir", str(cache / "hub"), "--records-dir",
             str(cache / "verified"), "--repo-id", "org/fleet", "--revision", "main", "--endpoint", hub.url,
-            "--workers", "4", "--peer-key-file", key_file(tmp_path), "--peer", a.label]
+            "--workers", "4", "--peer-key-file", key_file(tmp_path), "--peer", a.arg]
     running = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while a.sent < 1_500_000 and time.monotonic() < deadline:
@@ -440,7 +475,7 @@ def test_a_swarm_each_host_its_share_from_the_hub_then_the_rest_from_the_peer_an
         puller = Puller(str(two / "hub"), "org/fleet", lock["commit"], hub.url, None, lock_wait=5,
                         records_dir=str(two / "verified"))
         puller.expect_lock(lock)
-        puller.fleet = peers.Fleet([peers.parse_peer(door.label)], KEY, seed=True, wait=0)
+        puller.fleet = peers.Fleet([peers.parse_peer(door.arg)], KEY, seed=True, wait=0)
         result = puller.run()
     finally:
         door.close()
@@ -464,6 +499,7 @@ class Hostile:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.label = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.arg = f"{self.label}={pin()}"
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
@@ -475,8 +511,13 @@ class Hostile:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn):
+        conn.settimeout(5)
+        try:
+            conn = tls_server().wrap_socket(conn, server_side=True)
+        except (OSError, ValueError):
+            conn.close()
+            return
         with conn:
-            conn.settimeout(5)
             data = b""
             while b"\r\n\r\n" not in data:
                 chunk = conn.recv(4096)
@@ -536,7 +577,7 @@ def pull_in_thread(hub, cache: Path, peer: Hostile, limit: float,
     that stalls is seen stalling: (its result or error, None when it was still running after ``limit`` s; seconds)."""
     puller = Puller(str(cache / "hub"), "org/fleet", "main", hub.url, None, lock_wait=5, workers=workers,
                     records_dir=str(cache / "verified"))
-    puller.fleet = peers.Fleet([peers.parse_peer(peer.label)], KEY, seed=True, wait=0)
+    puller.fleet = peers.Fleet([peers.parse_peer(peer.arg)], KEY, seed=True, wait=0)
     out: list = [None]
 
     def run():
@@ -596,12 +637,83 @@ def test_a_peer_answer_that_is_not_plain_http_is_refused():
 
         def answer(server=server, head=head):
             conn, _ = server.accept()
-            with conn:
+            with tls_server().wrap_socket(conn, server_side=True) as conn:
                 conn.recv(4096)
                 conn.sendall(head)
         threading.Thread(target=answer, daemon=True).start()
-        peer = peers.Peer("127.0.0.1", server.getsockname()[1])
+        peer = peers.Peer("127.0.0.1", server.getsockname()[1], pin())
         with pytest.raises(peers._Bad):
             now = time.monotonic()
             peers._request(peer, "HEAD", "/blobs/x", {}, now + 5, now + 5).length()
         server.close()
+
+
+class Listener:
+    """Whoever holds a door's port on 127.0.0.1: with ``cert`` (a fixtures/peer_tls pair) it completes TLS with that
+    certificate, without, it speaks plain TCP; either way it keeps every byte a client sends it (after the
+    handshake, for TLS) and answers a blob's HEAD 200, as a thief after the key would."""
+
+    def __init__(self, cert: str | None):
+        self.received = bytearray()
+        self.handshakes = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(5)
+        self.cert = cert
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        for _ in range(8):   # bounded: a test makes a few connections
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.settimeout(3)
+            try:
+                if self.cert is not None:
+                    conn = tls_server(self.cert).wrap_socket(conn, server_side=True)
+                    self.handshakes += 1
+                while b"\r\n\r\n" not in self.received:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    self.received += chunk
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+            except (OSError, ValueError):
+                pass
+            finally:
+                conn.close()
+
+    def peer(self, pinned: str = "door") -> peers.Peer:
+        return peers.Peer("127.0.0.1", self.sock.getsockname()[1], pin(pinned))
+
+
+@pytest.mark.parametrize("cert", ["other", None])
+def test_a_listener_without_the_pinned_certificate_is_sent_nothing_and_banned(cert, tmp_path):
+    """A TLS listener with another certificate, or a plain one, on a door's port: the pull's request fails before
+    any byte of it (the key least of all) is sent, and the peer is banned; pinned to the listener's own
+    certificate, the same request goes through (the pin is what decides)."""
+    thief = Listener(cert)
+    now = time.monotonic()
+    with pytest.raises(peers._Bad, match="TLS"):
+        peers._request(thief.peer(), "HEAD", "/blobs/x", {"Authorization": f"Bearer {KEY}"}, now + 3, now + 3)
+    assert KEY.encode() not in thief.received and b"Authorization" not in thief.received, thief.received
+    assert not thief.received if cert else thief.received.startswith(b"\x16\x03")   # plain: a ClientHello alone
+
+    if cert:
+        trusted = Listener(cert)
+        answer = peers._request(trusted.peer(cert), "HEAD", "/blobs/x", {"Authorization": f"Bearer {KEY}"},
+                                time.monotonic() + 3, time.monotonic() + 3)
+        answer.close()
+        assert answer.status == 200 and f"Authorization: Bearer {KEY}".encode() in trusted.received
+
+
+def test_a_pull_bans_a_door_with_another_certificate_and_the_hub_serves(hub, seeded, tmp_path, capsys):
+    thief = Listener("other")
+    thief.arg = f"{thief.peer().label}={pin()}"   # the pull pins the door's certificate; the thief shows another
+    result, _ = pull_in_thread(hub, tmp_path / "host", thief, limit=60)
+    assert isinstance(result, dict), result
+    out = capsys.readouterr().out
+    assert f"peer {thief.peer().label} failed its TLS handshake" in out or \
+        f"peer {thief.peer().label} presented a TLS certificate other" in out, out
+    assert set(result["sources"]) == {"hub"} and not thief.received
+    assert_cache_holds(seeded, tmp_path / "host")

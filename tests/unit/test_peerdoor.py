@@ -56,14 +56,38 @@ def cache(**repos):
 def test_the_door_listens_on_its_one_address_and_port(key_file):
     door = door_of(key_file, sglang_peer_port=30051)
     assert (door.address, door.port) == ("10.0.0.11", 30051)
-    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["10.0.0.11:30051"]
+    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["10.0.0.11:30051 ssl"]
     assert "sites-enabled" not in door.config and "conf.d" not in door.config   # Debian's default site is not read
 
 
 def test_an_ipv6_address_is_bracketed(key_file):
     door = plan_for(door_data(key_file, sglang_peer_bind_address="fd00::11"),
                     peer={"address": "fd00::11", "local": True}).peer_door
-    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["[fd00::11]:880"]
+    assert re.findall(r"^\s*listen\s+(.*);$", door.config, re.M) == ["[fd00::11]:880 ssl"]
+
+
+def test_the_door_speaks_tls_alone_with_its_hosts_own_key_pair(key_file):
+    """Every listen is TLS (no plain HTTP port), 1.2 and 1.3 only, with the pair made on the host (tls_made),
+    whose key is root's alone and which nginx's master process reads; no other certificate, no other key."""
+    config = door_of(key_file).config
+    assert all(line.endswith(" ssl") for line in re.findall(r"^\s*listen\s+(.*);$", config, re.M))
+    assert re.findall(r"^\s*ssl_protocols\s+(.*);$", config, re.M) == ["TLSv1.2 TLSv1.3"]
+    assert re.findall(r"^\s*ssl_certificate\s+(.*);$", config, re.M) == [peerdoor.TLS_CERT]
+    assert re.findall(r"^\s*ssl_certificate_key\s+(.*);$", config, re.M) == [peerdoor.TLS_KEY]
+    assert peerdoor.TLS_KEY.startswith(peerdoor.DOOR_DIR + "/") and peerdoor.TLS_CERT.startswith(peerdoor.DOOR_DIR)
+
+
+def test_the_snapshot_reads_every_package_the_door_installs():
+    """packages_installed judges by the snapshot's packages: one the snapshot does not read (openssl, which makes
+    the door's key pair) would be installed again on every run, a change on a converged host."""
+    import ast
+
+    tree = ast.parse(open("tasks/peer_door.py").read())
+    installed = [ast.unparse(kw.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and getattr(node.func, "id", "") == "packages_installed" for kw in node.keywords
+                 if kw.arg == "packages"]
+    assert installed == ["[peerdoor.TLS_PACKAGE]", "[peerdoor.PACKAGE]"]
+    assert {peerdoor.TLS_PACKAGE, peerdoor.PACKAGE} <= set(peerdoor.door_spec()["packages"])
 
 
 def test_the_door_never_follows_a_link_serves_read_only_and_refuses_what_it_does_not_list(key_file):
@@ -337,6 +361,30 @@ def test_the_door_check_finds_the_port_held_by_the_process_named(listener):
     assert not config["held"] and "does not run /etc/nginx/sglang-peer-door/nginx.conf" in config["why"]
     closed = doorcheck.held("127.0.0.2", listener, "pytest", pid=os.getpid())   # another address, same port
     assert closed == {"held": False, "pid": None, "why": f"nothing listens on 127.0.0.2:{listener}"}
+
+
+def test_the_door_check_reads_the_certificate_a_client_is_sent(listener, tmp_path):
+    """doorcheck gives the sha256 of the certificate's DER bytes (what a TLS client sees and the pull pins); a door
+    held by nginx whose certificate cannot be read (absent, a link, not PEM) is not held."""
+    import hashlib
+    import os
+    import ssl
+
+    from sglang_infra.hostside import doorcheck
+
+    cert = os.path.join(os.path.dirname(__file__), "fixtures", "peer_tls", "door.crt")
+    with open(cert) as f:
+        der = ssl.PEM_cert_to_DER_cert(f.read())
+    assert doorcheck.certificate(cert) == hashlib.sha256(der).hexdigest()
+    os.symlink(cert, tmp_path / "link.crt")
+    (tmp_path / "junk.crt").write_text("not a certificate\n")
+    for bad in (tmp_path / "absent.crt", tmp_path / "link.crt", tmp_path / "junk.crt"):
+        assert doorcheck.certificate(str(bad)) is None
+    held = dict(doorcheck.held("127.0.0.1", listener, "pytest", pid=os.getpid()))
+    with __import__("unittest").mock.patch.object(doorcheck, "held", lambda *a: dict(held)):
+        assert doorcheck.checked("127.0.0.1", listener, "pytest", cert)["cert"] == hashlib.sha256(der).hexdigest()
+        found = doorcheck.checked("127.0.0.1", listener, "pytest", str(tmp_path / "junk.crt"))
+    assert not found["held"] and found["why"] == f"{tmp_path / 'junk.crt'} holds no PEM certificate"
 
 
 def test_the_door_check_reads_the_kernels_spelling_of_an_address(tmp_path):

@@ -163,6 +163,10 @@ def test_a_pull_asks_only_the_doors_this_run_checked():
     sources = out["gpu-03"].peer_sources[PROD]
     state = SimpleNamespace()
     assert peering.checked(state, sources).peers == ()
-    peering.door_checked(state, "gpu-02")
-    assert peering.checked(state, sources).peers == ("10.0.0.12:880",)
+    peering.door_checked(state, "gpu-02", "ab" * 32)
+    # with the certificate this run read on gpu-02: the pull trusts that one alone there (hostside/peers.py)
+    assert peering.checked(state, sources).peers == ("10.0.0.12:880=" + "ab" * 32,)
+    assert peering.checked(state, sources).hosts == ("gpu-02",)
+    peering.door_checked(state, "gpu-02", "cd" * 32)   # rebuilt since: the certificate read last is the one pinned
+    assert peering.checked(state, sources).peers == ("10.0.0.12:880=" + "cd" * 32,)
     assert peering.checked(SimpleNamespace(), sources).peers == ()   # another run checks its own doors
