@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT))   # harness imports sglang_infra (ship): the checkout itself, whatever the cwd
 
 from harness import PYINFRA, _env, parse_output, write_inventory  # noqa: E402
 from testbed import hosts as testbed  # noqa: E402
