@@ -182,18 +182,24 @@ def node_exporter_dropin(exporter: NodeExporter) -> str:
                            textfile_dir=names.TEXTFILE_DIR, reason=reasons()["sglang_node_exporter_bind_address"])
 
 
+def _timed_program(name: str, unit_name: str, **values: object) -> dict[str, str]:
+    """A host program run every minute by its systemd service and timer (templates/systemd/<unit>.{service,timer}.j2),
+    by the path each has on the host; the service's template gets the program's path and ``values``."""
+    program = f"{plantypes.PROGRAM_DIR}/{name}.py"
+    unit = f"{plantypes.SYSTEMD_DIR}/{unit_name}"
+    return {
+        program: ship.program(name),
+        f"{unit}.service": render_template(f"templates/systemd/{unit_name}.service.j2", program=program,
+                                           textfile_dir=names.TEXTFILE_DIR, python=f"/usr/bin/{ship.PYTHON}",
+                                           **values),
+        f"{unit}.timer": render_template(f"templates/systemd/{unit_name}.timer.j2"),
+    }
+
+
 def gate_metrics_units(plan: HostPlan) -> dict[str, str]:
     """The gate's metrics program and the systemd service and timer that refresh its file every minute, by the
     path each has on the host."""
-    program = f"{plantypes.PROGRAM_DIR}/gate_metrics.py"
-    unit = f"{plantypes.SYSTEMD_DIR}/{plantypes.GATE_METRICS_UNIT}"
-    return {
-        program: ship.program("gate_metrics"),
-        f"{unit}.service": render_template("templates/systemd/sglang-gate-metrics.service.j2", program=program,
-                                           home=plan.paths.home, textfile_dir=names.TEXTFILE_DIR,
-                                           python=f"/usr/bin/{ship.PYTHON}"),
-        f"{unit}.timer": render_template("templates/systemd/sglang-gate-metrics.timer.j2"),
-    }
+    return _timed_program("gate_metrics", plantypes.GATE_METRICS_UNIT, home=plan.paths.home)
 
 
 def gpu_metrics_units(plan: HostPlan) -> dict[str, str]:
@@ -201,15 +207,7 @@ def gpu_metrics_units(plan: HostPlan) -> dict[str, str]:
     that write each GPU's health every minute, expecting the GPUs nvidia-smi found at deploy time; none without."""
     if not plan.gpus.count:
         return {}
-    program = f"{plantypes.PROGRAM_DIR}/gpu_metrics.py"
-    unit = f"{plantypes.SYSTEMD_DIR}/{plantypes.GPU_METRICS_UNIT}"
-    return {
-        program: ship.program("gpu_metrics"),
-        f"{unit}.service": render_template("templates/systemd/sglang-gpu-metrics.service.j2", program=program,
-                                           planned=plan.gpus.count, textfile_dir=names.TEXTFILE_DIR,
-                                           python=f"/usr/bin/{ship.PYTHON}"),
-        f"{unit}.timer": render_template("templates/systemd/sglang-gpu-metrics.timer.j2"),
-    }
+    return _timed_program("gpu_metrics", plantypes.GPU_METRICS_UNIT, planned=plan.gpus.count)
 
 
 def prometheus_config(monitor: Monitor) -> str:

@@ -30,7 +30,7 @@ import sys
 import time
 
 from . import dockerapi, names, report, safefs, stack, stamp
-from .printable import printable
+from .printable import written_or_said
 
 # Every metric the file can hold, in the file's order, with its HELP text. Gauges without labels of their own:
 # Prometheus adds the host's and the model's from the scrape target.
@@ -171,25 +171,10 @@ def exposition(values):
 
 
 def write(home, textfile_dir=names.TEXTFILE_DIR, now=None):
-    """
-    The metrics file, replaced atomically in ``textfile_dir``: the path
-    written, or None when the directory does not exist. Refused (an OSError
-    naming it) when a link is on the way to the directory; a link at the
-    file's name is replaced by the new file, never written through.
-    """
-    try:
-        dir_fd = safefs.open_dir(textfile_dir)
-    except FileNotFoundError:
-        return None
-    try:
-        data = exposition(gather(home, now)).encode()
-        # A name the collector skips (it reads *.prom only), unique to this process, created anew (O_EXCL).
-        tmp = f".{names.GATE_METRICS_FILE}.{os.getpid()}.tmp"
-        created = safefs.create_new(dir_fd, tmp, data, FILE_MODE)
-        safefs.rename_new(dir_fd, tmp, names.GATE_METRICS_FILE, created)
-    finally:
-        os.close(dir_fd)
-    return os.path.join(textfile_dir, names.GATE_METRICS_FILE)
+    """The metrics file, replaced atomically in ``textfile_dir`` (safefs.replace_textfile): the path written, or None
+    when the directory does not exist."""
+    return safefs.replace_textfile(textfile_dir, names.GATE_METRICS_FILE, exposition(gather(home, now)).encode(),
+                                   FILE_MODE)
 
 
 def main(argv=None):
@@ -199,13 +184,8 @@ def main(argv=None):
     parser.add_argument("--textfile-dir", default=names.TEXTFILE_DIR,
                         help=f"the node exporter's textfile collector directory (default {names.TEXTFILE_DIR})")
     args = parser.parse_args(argv)
-    try:
-        write(args.home, args.textfile_dir)
-    except OSError as error:
-        print(f"gate_metrics: could not write the gate's metrics into {printable(args.textfile_dir)}: "
-              f"{printable(error)}", file=sys.stderr)
-        return 1
-    return 0
+    return written_or_said("gate_metrics", "the gate's metrics", args.textfile_dir,
+                           lambda: write(args.home, args.textfile_dir))
 
 
 if __name__ == "__main__":

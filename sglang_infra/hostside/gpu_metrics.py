@@ -15,13 +15,12 @@ Written beside the old file under a name the collector skips, then renamed over 
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import time
 
 from . import names, nvsmi, safefs
-from .printable import printable
+from .printable import written_or_said
 
 NVIDIA_SMI_TIMEOUT = 30   # seconds; a GPU that hangs the driver makes nvidia-smi hang too
 FILE_MODE = 0o644
@@ -132,18 +131,9 @@ def read_gpus():
 
 
 def write(text, textfile_dir=names.TEXTFILE_DIR):
-    """``text`` as the metrics file, replaced atomically; the path, or None without the directory."""
-    try:
-        dir_fd = safefs.open_dir(textfile_dir)
-    except FileNotFoundError:
-        return None
-    try:
-        tmp = f".{names.GPU_METRICS_FILE}.tmp"
-        created = safefs.create_new(dir_fd, tmp, text.encode(), FILE_MODE)
-        safefs.rename_new(dir_fd, tmp, names.GPU_METRICS_FILE, created)
-    finally:
-        os.close(dir_fd)
-    return f"{textfile_dir}/{names.GPU_METRICS_FILE}"
+    """``text`` as the metrics file, replaced atomically (safefs.replace_textfile); the path, or None without the
+    directory."""
+    return safefs.replace_textfile(textfile_dir, names.GPU_METRICS_FILE, text.encode(), FILE_MODE)
 
 
 def main(argv=None):
@@ -158,13 +148,8 @@ def main(argv=None):
     if args.stdout:
         sys.stdout.write(text)
         return 0
-    try:
-        write(text, args.textfile_dir)
-    except OSError as error:
-        print(f"gpu_metrics: could not write the GPU metrics into {printable(args.textfile_dir)}: "
-              f"{printable(error)}", file=sys.stderr)
-        return 1
-    return 0
+    return written_or_said("gpu_metrics", "the GPU metrics", args.textfile_dir,
+                           lambda: write(text, args.textfile_dir))
 
 
 if __name__ == "__main__":

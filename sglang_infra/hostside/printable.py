@@ -4,6 +4,7 @@ as an escape, so no byte a host or a server sent can move the cursor, retitle a 
 The one helper for it, used by the host programs and the control side alike. Standard library only.
 """
 
+import sys
 import unicodedata
 
 # Besides the C0/C1 controls: the bidirectional overrides and isolates, and the line/paragraph separators.
@@ -27,3 +28,14 @@ def printable_lines(text):
     """A multi-line text (a log, an error body) with each line made printable, the newlines kept."""
     raw = text.decode("utf-8", "replace") if isinstance(text, (bytes, bytearray)) else str(text)
     return "\n".join(printable(line) for line in raw.splitlines())
+
+
+def written_or_said(program, what, textfile_dir, write):
+    """A metrics program's exit code: 0 once ``write()`` ran, else 1 with one line on stderr saying why."""
+    try:
+        write()
+    except OSError as error:
+        print(f"{program}: could not write {what} into {printable(textfile_dir)}: {printable(error)}",
+              file=sys.stderr)
+        return 1
+    return 0

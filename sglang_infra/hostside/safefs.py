@@ -319,6 +319,24 @@ def rename_new(dir_fd, tmp, name, st, before=None):
         raise
 
 
+def replace_textfile(textfile_dir, name, data, mode):
+    """``data`` as ``name`` in the node exporter's ``textfile_dir``, replaced atomically: the path written, or None
+    when the directory does not exist. Refused (an OSError naming it) when a link is on the way to the directory; a
+    link at the file's name is replaced by the new file, never written through."""
+    try:
+        dir_fd = open_dir(textfile_dir)
+    except FileNotFoundError:
+        return None
+    try:
+        # A name the collector skips (it reads *.prom only), unique to this process, created anew (O_EXCL).
+        tmp = f".{name}.{os.getpid()}.tmp"
+        created = create_new(dir_fd, tmp, data, mode)
+        rename_new(dir_fd, tmp, name, created)
+    finally:
+        os.close(dir_fd)
+    return os.path.join(textfile_dir, name)
+
+
 def unlink_if_present(path):
     """Remove the name ``path`` (a link itself, not what it points to); nothing when it is already gone."""
     try:

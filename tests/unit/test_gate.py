@@ -150,9 +150,7 @@ def test_the_rollback_stops_the_failed_config_at_once_before_the_good_one_starts
     monkeypatch.setattr(gate.stack, "record", lambda *a, **k: None)
     run, docker = _worker(tmp_path, monkeypatch, ready=False)
     (docker / (names.COMPOSE_FILE + ".good")).write_text("services: {}\n")
-    calls = []
-    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
-                                                                                                          "", ""))
+    calls = _compose_recorded(run, monkeypatch)
     assert run.run() == 2   # never ready, the good config neither (the stand-in readiness says no to both)
     verbs = [words[0] for words in calls if words[0] in ("stop", "up")]
     assert verbs == ["stop", "up"]
@@ -160,13 +158,19 @@ def test_the_rollback_stops_the_failed_config_at_once_before_the_good_one_starts
 
 
 # ---------------------------------------------------------------- a multi-node group's steps (operations/group.py)
+def _compose_recorded(run, monkeypatch):
+    """The words of every compose command the run gives, each answered as done; the list they land in."""
+    calls = []
+    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
+                                                                                                          "", ""))
+    return calls
+
+
 def test_a_groups_rank_0_that_fails_keeps_its_config_as_failed_and_rolls_nothing_back(tmp_path, monkeypatch):
     monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
     run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL)
     (docker / "compose.yaml.good").write_text("services: {good: {}}\n")
-    calls = []
-    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
-                                                                                                          "", ""))
+    calls = _compose_recorded(run, monkeypatch)
     run.args.group_step = "validate"
     assert run.run() == gate.GROUP_FAILED
     assert (docker / "compose.yaml").read_text() == "services: {}\n"          # not rolled back here
@@ -213,9 +217,7 @@ def test_a_groups_rank_0_recreated_on_its_good_config_that_fails_marks_nothing_f
     monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
     run, docker = _worker(tmp_path, monkeypatch, ready=False)
     (docker / "compose.yaml.good").write_text("services: {}\n")
-    calls = []
-    monkeypatch.setattr(run, "compose", lambda *words: calls.append(words) or subprocess.CompletedProcess(words, 0,
-                                                                                                          "", ""))
+    calls = _compose_recorded(run, monkeypatch)
     run.args.group_step = "revalidate"
     assert run.run() == gate.GROUP_FAILED
     assert not (docker / "compose.yaml.failed").exists() and not (docker / stamp.STAMP).exists()

@@ -17,20 +17,25 @@ from sglang_infra.hostside import gateway_workers
 A, B = "http://10.0.0.11:30000", "http://10.0.0.12:30000"
 
 
+class _JsonHandler(BaseHTTPRequestHandler):
+    """A fake gateway's handler: quiet, answering JSON."""
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 @pytest.fixture
 def gateway():
     listed = {"w1": {"url": A, "is_healthy": True}, "w2": {"url": B, "is_healthy": True}}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(_JsonHandler):
 
         def do_GET(self):
             self.reply(200, {"workers": [{"id": k, **v} for k, v in listed.items()]})
@@ -117,16 +122,7 @@ def keyed(tmp_path, monkeypatch):
     monkeypatch.setattr(gateway_workers, "SETTLE_SECONDS", 2)
     listed, bodies, wants = {}, [], {"key": ADMIN}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(_JsonHandler):
 
         def authorized(self):
             if self.headers.get("Authorization") == f"Bearer {wants['key']}":
