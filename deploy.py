@@ -4,13 +4,14 @@
 
 The order follows the runbook's first-time setup. Nothing runs on any host
 until every host's data has been judged and resolved into its plan, against
-one read of each host (sglang_infra/preflight.py).
+one read of each host (sglang_infra/run/preflight.py).
 """
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra import compat, factcache, failedhosts
-from sglang_infra.preflight import plan_of, preflight
+from sglang_infra.run import factcache, failedhosts
+from sglang_infra.run import workarounds as compat
+from sglang_infra.run.preflight import plan_of, preflight
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines

@@ -11,7 +11,7 @@ the deploy needs). Then the links are capped the way the issue sets them:
   a peer door hands out in all.
 For N = 1, 2, 4 hosts: the bench model removed from every host's cache (and its record), then pulled as a deploy
 pulls a locked model (hfpull.py as the account, the same arguments and lock record on stdin `tasks/models.py` and
-`tasks/models_from_peers.py` give), as a swarm by files (sglang_infra/peering.py): round 1, every host at once its
+`tasks/models_from_peers.py` give), as a swarm by files (sglang_infra/fleet/peering.py): round 1, every host at once its
 share of the files (peering.split), the Hub for what no peer holds; round 2, every host at once the rest from the
 peers. A fleet of one pulls everything from the Hub, as the deploy does. Reported: the bytes the Hub served (against
 the model's size), each host's time in each round, the fleet's time (the slowest of round 1 + the slowest of round 2),
@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import Testbed, door_pin, run_deploy  # noqa: E402
 from hfstandin import StandinHub  # noqa: E402
-from sglang_infra.peering import split  # noqa: E402
+from sglang_infra.fleet.peering import split  # noqa: E402
 from testbed import hosts as testbed_hosts  # noqa: E402
 from testbed import hub as testbed_hub  # noqa: E402
 

@@ -10,4 +10,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
 [ -x "$python" ] || python=python3
-exec "$python" -m sglang_infra.fleetstatus "$@"
+exec "$python" -m sglang_infra.status.fleetstatus "$@"

@@ -4,7 +4,7 @@ useradd), password locked, in the docker group, with the admins in its group."""
 from pyinfra import host
 
 from sglang_infra.operations.account import service_account
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 

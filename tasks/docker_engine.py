@@ -4,9 +4,9 @@ already works (whatever installed it) is left alone."""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra.aptrepo import vendor_repository
+from sglang_infra.machine.aptrepo import vendor_repository
 from sglang_infra.operations.docker import docker_service
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pyinfra import host
 from pyinfra.operations import server
 
-from sglang_infra.aptrepo import vendor_repository
-from sglang_infra.gpus import (
+from sglang_infra.machine.aptrepo import vendor_repository
+from sglang_infra.machine.gpus import (
     DRIVER_HELD,
     DRIVER_PREFERENCES,
     FABRIC_MANAGER_UNIT,
@@ -27,7 +27,7 @@ from sglang_infra.operations.gpu_driver import (
     nvidia_driver_installed,
     nvidia_driver_loaded,
 )
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 pin = plan.driver_pin

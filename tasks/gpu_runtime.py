@@ -6,9 +6,9 @@ Toolkit from NVIDIA's apt repository. Hosts without GPUs skip all of this."""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra.aptrepo import vendor_repository
+from sglang_infra.machine.aptrepo import vendor_repository
 from sglang_infra.operations.docker import nvidia_runtime
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 

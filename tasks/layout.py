@@ -9,13 +9,13 @@ home/            sglang:sglang 0750  model weights and config are not for every 
   docker/toolchain/ sglang:sglang 0755  the toolchain image's build context (with sglang_toolchain_image)
 
 The snapshot reads the directories and lists only the drifted entries below
-them; only those are fixed. The modes live in sglang_infra/plan.py (LAYOUT).
+them; only those are fixed. The modes live in sglang_infra/plan/resolve.py (LAYOUT).
 """
 
 from pyinfra import host
 
 from sglang_infra.operations.account import layout
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 home = plan.paths.home

@@ -10,7 +10,7 @@ lists what would go.
 from pyinfra import host
 
 from sglang_infra.operations.models import models_pruned
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 

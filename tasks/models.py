@@ -3,11 +3,11 @@ compose file can point at them.
 
 The pull runs on the host as the sglang account, with huggingface_hub from a
 venv under sglang_tools_dir (never under the home), through
-sglang_infra/hostside/hfpull.py: resumable, verified against the Hub's sizes
+sglang_infra/hostside/pull/hfpull.py: resumable, verified against the Hub's sizes
 and hashes (and, with a lock, the lock's sha256 of every file), a snapshot
 marked complete only when every file is. A revision that is already complete
 costs no request to the Hub. With peer distribution on (sglang_peer_key_file),
-a model pulled as a swarm (sglang_infra/peering.py) is pulled here in part:
+a model pulled as a swarm (sglang_infra/fleet/peering.py) is pulled here in part:
 each host its share of the lock's files, the Hub's bytes for the site, the
 rest in tasks/models_from_peers.py from the peers' doors; without a swarm,
 the seed of each model pulls here and the fleet's other hosts pull in
@@ -17,11 +17,11 @@ tasks/models_from_peers.py, from the seeds' doors.
 from pyinfra import host, logger
 from pyinfra.operations import apt
 
-from sglang_infra import ship
+from sglang_infra.fleet.peering import after_seeds, in_swarm, pull_arguments
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.models import model_pulled, pull_tools
-from sglang_infra.peering import after_seeds, in_swarm, pull_arguments
-from sglang_infra.preflight import plan_of
+from sglang_infra.run import ship
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 tools, token = plan.paths.tools, plan.paths.token
@@ -41,7 +41,7 @@ pull_tools(
     name=f"Ensure {tools}/venv has huggingface_hub {plan.hub_version} and the pull script",
     tools_dir=tools,
     hub_version=plan.hub_version,
-    script=ship.program("hfpull"),
+    script=ship.program("pull.hfpull"),
     group=plan.account,
     index_url=plan.pip_index_url,
 )

@@ -9,12 +9,12 @@ own door lists what it now holds, for the hosts after it."""
 
 from pyinfra import host
 
-from sglang_infra import peerdoor
+from sglang_infra.fleet.peering import after_seeds, pull_arguments
+from sglang_infra.models import peerdoor
 from sglang_infra.operations.models import model_pulled
 from sglang_infra.operations.peerdoor import blobs_listed
 from sglang_infra.operations.system import service_running
-from sglang_infra.peering import after_seeds, pull_arguments
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 door = plan.peer_door

@@ -6,19 +6,19 @@ then Prometheus reloads, it does not restart."""
 
 from pyinfra import host
 
-from sglang_infra import ship
 from sglang_infra.operations.files import checked_file
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
-from sglang_infra.plantypes import (
-                                    ALERT_RULES,
-                                    DASHBOARD_DIR,
-                                    DASHBOARD_FILE,
-                                    DROPIN_NAME,
-                                    PROMETHEUS_CONFIG,
-                                    PROMETHEUS_SERVICE,
-                                    dropin_dir,
+from sglang_infra.plan.types import (
+    ALERT_RULES,
+    DASHBOARD_DIR,
+    DASHBOARD_FILE,
+    DROPIN_NAME,
+    PROMETHEUS_CONFIG,
+    PROMETHEUS_SERVICE,
+    dropin_dir,
 )
-from sglang_infra.preflight import plan_of
+from sglang_infra.run import ship
+from sglang_infra.run.preflight import plan_of
 
 monitor = plan_of(host).monitor
 settings = monitor.settings

@@ -7,7 +7,7 @@ from pyinfra import host
 
 from sglang_infra.operations.files import checked_file
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
-from sglang_infra.plantypes import (
+from sglang_infra.plan.types import (
     DROPIN_NAME,
     GATE_METRICS_UNIT,
     GPU_METRICS_UNIT,
@@ -15,7 +15,7 @@ from sglang_infra.plantypes import (
     PROGRAM_DIR,
     dropin_dir,
 )
-from sglang_infra.preflight import plan_of
+from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 exporter = plan.node_exporter

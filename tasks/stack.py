@@ -23,8 +23,8 @@ from sglang_infra.operations.gate import not_failed_before, validated
 from sglang_infra.operations.group import group_up
 from sglang_infra.operations.roll import rolled
 from sglang_infra.operations.stack import stack_up
-from sglang_infra.preflight import plan_of
-from sglang_infra.taskhelpers import compose_file, scripts_in_place
+from sglang_infra.run.preflight import plan_of
+from sglang_infra.run.steps import compose_file, scripts_in_place
 
 plan = plan_of(host)
 docker_dir, home = plan.paths.docker, plan.paths.home

@@ -7,7 +7,7 @@ toolchain_check.py runs inside the serving image (gpu_kernel_check.py too, from 
 gateway's image with SMG (smg). None of them imports anything outside
 this folder; what they share (the manifest format, the gate's digest, the
 Docker Engine API) is defined once here and imported relatively. The control
-side ships them with sglang_infra/ship.py, which bundles a program and the
+side ships them with sglang_infra/run/ship.py, which bundles a program and the
 modules it imports into one self-contained source.
 
     snapshot.py         the one read of a host: everything the deploy compares against, as one JSON document

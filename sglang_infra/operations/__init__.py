@@ -1,6 +1,6 @@
 """Custom operations, one module a domain, as pyinfra keeps its own
 (pyinfra.operations.files, .server, ...). Each reads the host's snapshot
-(sglang_infra/snapshot.py), compares it with the wanted state it was given
+(sglang_infra/run/facts.py), compares it with the wanted state it was given
 (values from the host's plan), and yields commands only for the difference;
 otherwise it calls host.noop. Callers import from the domain's module:
 

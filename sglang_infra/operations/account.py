@@ -8,11 +8,11 @@ from typing import Iterable
 from pyinfra import host, logger
 from pyinfra.api import StringCommand
 
-from .. import ship
 from ..hostside.printable import printable
-from ..platforms import NOLOGIN_SHELL
-from ..snapshot import current
-from .base import diff_wanted, q, snapshot_operation
+from ..machine.platforms import NOLOGIN_SHELL
+from ..run import ship
+from ..run.facts import current
+from ..run.operation import diff_wanted, q, snapshot_operation
 
 # Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
 DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",

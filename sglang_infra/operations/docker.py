@@ -9,8 +9,8 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand
 
 from ..hostside.names import TOOLCHAIN_INPUTS_LABEL
-from ..snapshot import current
-from .base import diff_wanted, q, run_streamed, snapshot_operation
+from ..run.facts import current
+from ..run.operation import diff_wanted, q, run_streamed, snapshot_operation
 
 
 @snapshot_operation

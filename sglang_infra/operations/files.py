@@ -9,9 +9,10 @@ import hashlib
 from pyinfra import host
 from pyinfra.api import OperationError, StringCommand
 
-from .. import render, ship
-from ..snapshot import current
-from .base import file_entry, q, show_diff, snapshot_operation
+from ..plan import render
+from ..run import ship
+from ..run.facts import current
+from ..run.operation import file_entry, q, show_diff, snapshot_operation
 
 
 def put_command(dest: str, content: bytes, user: str, group: str, mode: str, keep_previous: bool = False,

@@ -7,7 +7,7 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand
 
 from ..hostside.names import stamp_current
-from .base import file_entry, q, run_streamed, snapshot_operation
+from ..run.operation import file_entry, q, run_streamed, snapshot_operation
 from .docker import image_id
 from .stack import stack_section
 

@@ -9,9 +9,9 @@ import json
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from .. import ship
-from ..snapshot import worker_validated
-from .base import diff_wanted, q, snapshot_operation
+from ..run import ship
+from ..run.facts import worker_validated
+from ..run.operation import diff_wanted, q, snapshot_operation
 from .stack import stack_section
 
 
@@ -30,8 +30,8 @@ def fleet_barrier(reason: str):
 
 def _fleet_snapshot(name: str) -> dict | None:
     """Another host's snapshot as it is now (read again after its own commands ran), None when unreadable."""
-    from .. import factcache
-    from ..snapshot import Snapshot
+    from ..run import factcache
+    from ..run.facts import Snapshot
 
     try:
         return factcache.current(host.inventory.get_host(name), Snapshot)

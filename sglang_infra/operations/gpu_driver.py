@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..snapshot import current
-from .base import q, snapshot_operation
+from ..run.facts import current
+from ..run.operation import q, snapshot_operation
 from .system import _APT
 
 

@@ -34,14 +34,14 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
-from .. import factcache, ship
+from ..fleet.nodegroups import member_reasons, stale
 from ..hostside import names
 from ..hostside.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAILED
 from ..hostside.stack import QUICK_STOP_SECONDS
-from ..nodegroups import member_reasons, stale
-from ..plantypes import NodeGroup
-from ..snapshot import Snapshot, current, worker_validated
-from .base import connector_arguments, q, run_on, snapshot_operation
+from ..plan.types import NodeGroup
+from ..run import factcache, ship
+from ..run.facts import Snapshot, current, worker_validated
+from ..run.operation import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 
 

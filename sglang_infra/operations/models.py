@@ -9,14 +9,14 @@ from typing import Iterable
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
-from .. import ship
+from ..fleet.peering import checked
 from ..hostside.printable import printable
 from ..hostside.units import human
-from ..peering import checked
-from ..plantypes import PeerSources
-from ..snapshot import current
-from ..toolchain import pip_index_options
-from .base import diff_wanted, q, run_streamed, snapshot_operation
+from ..machine.toolchain import pip_index_options
+from ..plan.types import PeerSources
+from ..run import ship
+from ..run.facts import current
+from ..run.operation import diff_wanted, q, run_streamed, snapshot_operation
 from .files import swap_in
 
 

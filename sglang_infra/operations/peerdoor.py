@@ -1,4 +1,4 @@
-"""The peer door on a serving host (sglang_infra/peerdoor.py): its list of
+"""The peer door on a serving host (sglang_infra/models/peerdoor.py): its list of
 verified blobs, worked out from the host as it is when the operation runs
 (after this run's pulls), the check that its address and port are held by
 the door's own nginx, and a door left behind removed once the data has
@@ -12,10 +12,12 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
-from .. import peerdoor, peering, ship
-from ..plantypes import PeerDoor
-from ..snapshot import current
-from .base import _failed, q, snapshot_operation
+from ..fleet import peering
+from ..models import peerdoor
+from ..plan.types import PeerDoor
+from ..run import ship
+from ..run.facts import current
+from ..run.operation import _failed, q, snapshot_operation
 from .files import swap_in
 
 

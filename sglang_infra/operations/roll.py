@@ -43,12 +43,12 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import PyinfraError
 
-from .. import factcache, ship
 from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
-from ..plantypes import NodeGroup, Roll
-from ..snapshot import Snapshot
-from .base import connector_arguments, q, run_on, snapshot_operation
+from ..plan.types import NodeGroup, Roll
+from ..run import factcache, ship
+from ..run.facts import Snapshot
+from ..run.operation import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from .group import restart_and_gate as group_restart_and_gate

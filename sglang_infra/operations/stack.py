@@ -7,13 +7,13 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
-from .. import ship
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
 from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
-from ..snapshot import current
-from .base import file_entry, q, snapshot_operation
+from ..run import ship
+from ..run.facts import current
+from ..run.gateway_turns import GatewayTurn, gateway_turn
+from ..run.operation import file_entry, q, snapshot_operation
 from .docker import image_id
-from .gateway_turns import GatewayTurn, gateway_turn
 
 
 def stack_section(gateway: str | None) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from ..snapshot import current
-from .base import q, snapshot_operation
+from ..run.facts import current
+from ..run.operation import q, snapshot_operation
 
 # apt's own answers to a conffile the deploy wrote before the package (a drop-in, a config): keep ours.
 _APT = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "

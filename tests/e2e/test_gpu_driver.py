@@ -138,9 +138,9 @@ def test_the_h200s_gpu_metrics_scraped_by_prometheus_feed_every_gpu_panel_and_fi
 
     from dashboard_queries import concrete, metric_names, panel_queries
     from harness import PROJECT_DIR
-    from sglang_infra import render
     from sglang_infra.hostside import gpu_metrics, nvsmi
-    from sglang_infra.plantypes import MonitorSettings
+    from sglang_infra.plan import render
+    from sglang_infra.plan.types import MonitorSettings
 
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is not installed: scripts/setup-machine.sh installs it"

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from harness import read_snapshot, run_deploy, run_dry, start_deploy
-from sglang_infra.hostside import ranges
+from sglang_infra.hostside.pull import ranges
 from testbed import hub as standin_hub
 
 HUB = "/opt/sglang/hf-cache/hub"

@@ -1,5 +1,5 @@
-"""The peer door on two real hosts (sglang_infra/peerdoor.py): each serving host's nginx hands its verified blobs,
-over TLS alone with the host's own certificate (curl here does not check it, -k: the pull's pinning is tested
+"""The peer door on two real hosts (sglang_infra/models/peerdoor.py): each serving host's nginx hands its verified
+blobs, over TLS alone with the host's own certificate (curl here does not check it, -k: the pull's pinning is tested
 against the real door below), to the other host with the site's key (ranges answered 206, the bytes the lock's), and
 nothing else: plain HTTP is not served, a client pinned to another certificate sends nothing; 401 without
 the key or with another, 404 for a blob an admin dropped into the cache, for a path outside blobs/ and for a
@@ -14,8 +14,8 @@ import time
 import pytest
 
 from harness import door_pin, run_deploy, run_host_checks
-from sglang_infra import peerdoor
-from sglang_infra.hostside import peers
+from sglang_infra.hostside.pull import peers
+from sglang_infra.models import peerdoor
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port
@@ -64,7 +64,7 @@ def url(host, path: str) -> str:
 
 
 def head_from_here(host, pin: str) -> int:
-    """The HTTP status of the pull's own HEAD (hostside/peers.py) for the shard at ``host``'s door, pinned to
+    """The HTTP status of the pull's own HEAD (hostside/pull/peers.py) for the shard at ``host``'s door, pinned to
     ``pin``; peers._Bad when the pull refuses the door."""
     now = time.monotonic()
     answer = peers._request(peers.Peer(host.address, PORT, pin), "HEAD", f"/blobs/{shard()[0]}",

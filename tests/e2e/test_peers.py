@@ -1,5 +1,5 @@
 """The Hub once per site (issue #33), on four real serving hosts of one locked model (standin-org/tiny-chat: a 12 MiB
-and a 3 MiB shard and small files), pulled as a swarm (sglang_infra/peering.py): each host its share of the files
+and a 3 MiB shard and small files), pulled as a swarm (sglang_infra/fleet/peering.py): each host its share of the files
 from the stand-in Hub, then the rest from the others' peer doors, so the Hub serves each file's bytes once; every
 host holds the lock's bytes and says where they came from. A second run pulls nothing and touches no door. Then pulls
 run by hand on a host, as the deploy runs them: a peer that sends wrong bytes is named and its ranges fetched from

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from harness import PROJECT_DIR, run_deploy
-from sglang_infra import lockfile, lockgen
+from sglang_infra.models import lockfile, lockgen
 from testbed import hub as testbed_hub
 from testbed.hosts import stop_host
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness import toolchain_context, write_context
-from sglang_infra import toolchain
+from sglang_infra.machine import toolchain
 from wheelindex import WheelIndex, build_wheels
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -124,7 +124,7 @@ def test_the_lock_records_every_wheel_of_the_exact_pin_with_its_sha256(index):
     """scripts/lock.sh's wheel step against pypiserver: the file and the sha256 of its bytes, exact versions only."""
     import hashlib
 
-    from sglang_infra import lockgen
+    from sglang_infra.models import lockgen
 
     try:
         index.serve({**GOOD, "flashinfer-python": "0.6.14+rebuilt"})

@@ -19,13 +19,14 @@ import paramiko
 import pytest
 import testinfra
 
-from sglang_infra import gateways, groups, monitoring, nodegroups
+from sglang_infra.fleet import gateways, monitoring, nodegroups
+from sglang_infra.fleet import roles as groups
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def _load_inventory(path: str):
-    from sglang_infra import inventoryfile
+    from sglang_infra.fleet import inventoryfile
 
     return inventoryfile.load(path)
 
@@ -134,9 +135,9 @@ class Target:
 
     @cached_property
     def snapshot(self) -> dict:
-        """One read of the host, the same the deploy makes (sglang_infra/snapshot.py)."""
-        from sglang_infra.plan import snapshot_spec
-        from sglang_infra.snapshot import Snapshot
+        """One read of the host, the same the deploy makes (sglang_infra/run/facts.py)."""
+        from sglang_infra.plan.resolve import snapshot_spec
+        from sglang_infra.run.facts import Snapshot
 
         spec = snapshot_spec(self.data, node_group=self.node_group, name=self.name)
         command = Snapshot().command(spec=json.dumps(spec, sort_keys=True))
@@ -151,7 +152,7 @@ class Target:
     def plan(self):
         """The host's plan, resolved from its data, its groups and its snapshot as the deploy resolves it; a
         gateway host's with its gateways, whose workers are the inventory's serving hosts."""
-        from sglang_infra.plan import resolve
+        from sglang_infra.plan.resolve import resolve
 
         plan = resolve(self.name, self.data, self.snapshot, self.groups, self.node_group)
         if plan.runs_gateways:

@@ -8,11 +8,13 @@ import shlex
 
 import pytest
 
-from sglang_infra import ACCOUNT, groupstatus, peerdoor, ship
-from sglang_infra.gpus import gpu_faults
-from sglang_infra.groups import MONITOR_GROUP, ROUTER_GROUP
+from sglang_infra import ACCOUNT
+from sglang_infra.fleet.roles import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
-from sglang_infra.plantypes import (
+from sglang_infra.machine.gpus import gpu_faults
+from sglang_infra.machine.platforms import NOLOGIN_SHELL
+from sglang_infra.models import peerdoor
+from sglang_infra.plan.types import (
     ALERT_RULES,
     DROPIN_NAME,
     NODE_EXPORTER_SERVICE,
@@ -20,7 +22,8 @@ from sglang_infra.plantypes import (
     PROMETHEUS_SERVICE,
     dropin_dir,
 )
-from sglang_infra.platforms import NOLOGIN_SHELL
+from sglang_infra.run import ship
+from sglang_infra.status import groupstatus
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_infra import peerdoor, ship
+from sglang_infra.models import peerdoor
+from sglang_infra.run import ship
 from testbed import hosts as testbed_hosts
 from testbed.hosts import TestHost
 
@@ -234,7 +235,7 @@ class Testbed:
 
 def toolchain_context(data, base_image: str, **kwargs):
     """The toolchain build context of data the refusals accept, as plan.resolve makes it (judged pins and CA)."""
-    from sglang_infra import toolchain
+    from sglang_infra.machine import toolchain
 
     ca_bundle, problems = toolchain.read_ca_bundle(data)
     problems += toolchain.problems(data)

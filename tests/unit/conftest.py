@@ -61,10 +61,10 @@ def _short(text: str) -> str:
     """A shipped host program inside a command, as <hostside/NAME.py>: fixtures stay readable."""
     import shlex
 
-    from sglang_infra import ship
+    from sglang_infra.run import ship
 
-    for path in ship.HOSTSIDE.glob("*.py"):
-        text = text.replace(shlex.quote(ship.program(path.stem)), f"<hostside/{path.name}>")
+    for name in ship.programs():
+        text = text.replace(shlex.quote(ship.program(name)), f"<hostside/{name.replace('.', '/')}.py>")
     return text
 
 
@@ -129,7 +129,7 @@ def converged_snapshot(case: str | None = "rtx4090-2gpu-node", **sections) -> di
 
 
 def plan_for(data: dict, case: str | None = "rtx4090-2gpu-node", **sections):
-    from sglang_infra.plan import resolve
+    from sglang_infra.plan.resolve import resolve
 
     return resolve("gpu-01", data, converged_snapshot(case, **sections))
 

@@ -13,8 +13,8 @@ import yaml
 from conftest import pinned_defaults, promtool
 
 from harness import PROJECT_DIR
-from sglang_infra import render
-from sglang_infra.plantypes import MonitorSettings
+from sglang_infra.plan import render
+from sglang_infra.plan.types import MonitorSettings
 
 DATA = pinned_defaults()
 RULES_FILE = "sglang-alerts.yml"   # the name the promtool tests' rule_files give, beside them in a temp dir

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra import ship
 from sglang_infra.hostside import cachestate, manifest
+from sglang_infra.run import ship
 
 C1 = "1" * 40
 C2 = "2" * 40
@@ -100,7 +100,8 @@ def test_verified_revision_and_ignored_entries(tmp_path):
     entry = state["repos"]["org/m"]
     assert entry["folder"] == "models--org--m"
     assert entry["refs"] == {"main": C1, "refs/pr/1": C1}
-    # The content digest a lock records (sglang_infra/lockfile.py): path, size and sha256 of each file, in path order.
+    # The content digest a lock records (sglang_infra/models/lockfile.py): path, size and sha256 of each file, in path
+    # order.
     content = hashlib.sha256(b"".join(b"%s\0%d\0%s\n" % (p.encode(), len(FILES[p]), hashlib.sha256(
         FILES[p]).hexdigest().encode()) for p in sorted(FILES))).hexdigest()
     # The blobs the record names (what a peer door may serve), by their cache names.
@@ -198,24 +199,24 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
     assert found["repos"]["org/m"]["revisions"][C1]["verified"]   # the record in the home's verified/
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in ship.HOSTSIDE.glob("*.py") if p.stem != "__init__"))
+@pytest.mark.parametrize("name", ship.programs())
 def test_host_programs_fit_the_target_hosts(name):
-    """Python 3.9 syntax and the standard library only (hfpull.py, pull.py, transfer.py, peers.py, pull_errors.py,
-    prune.py and hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs inside the image,
-    whose Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
-    source = (ship.HOSTSIDE / f"{name}.py").read_text()
+    """Python 3.9 syntax and the standard library only (pull/: hfpull.py, pull.py, transfer.py, peers.py,
+    pull_errors.py, prune.py and hublimits.py also have huggingface_hub, in the pull's venv; toolchain_check.py runs
+    inside the image, whose Python has pip; gateway_launch.py inside the gateway's image, which has sglang-router)."""
+    source = ship.path_of(name).read_text()
     tree = ast.parse(source, feature_version=(3, 9))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
-    allowed = set(sys.stdlib_module_names) | {"hfpull": {"huggingface_hub", "httpx2"},
-                                              "pull": {"huggingface_hub", "httpx2"},
-                                              "transfer": {"huggingface_hub", "httpx2"},
-                                              "peers": {"httpx2"},
-                                              "hublimits": {"httpx2"},
-                                              "pull_errors": {"huggingface_hub", "httpx2"},
-                                              "prune": {"huggingface_hub"},
+    allowed = set(sys.stdlib_module_names) | {"pull.hfpull": {"huggingface_hub", "httpx2"},
+                                              "pull.pull": {"huggingface_hub", "httpx2"},
+                                              "pull.transfer": {"huggingface_hub", "httpx2"},
+                                              "pull.peers": {"httpx2"},
+                                              "pull.hublimits": {"httpx2"},
+                                              "pull.pull_errors": {"huggingface_hub", "httpx2"},
+                                              "pull.prune": {"huggingface_hub"},
                                               "toolchain_check": {"pip"},
                                               "gateway_launch": {"smg"}}.get(name, set())
     assert imported <= allowed

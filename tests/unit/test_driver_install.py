@@ -13,9 +13,9 @@ import pytest
 from conftest import pinned_defaults, plan_for
 from test_driver_layer import NVSWITCHES, refusals, section
 
-from sglang_infra import aptrepo
+from sglang_infra.machine import aptrepo
 from sglang_infra.operations import gpu_driver
-from sglang_infra.refusals import check_data
+from sglang_infra.plan.refusals import check_data
 
 TASK = Path(__file__).resolve().parents[2] / "tasks" / "gpu_driver.py"
 DEFAULTS = pinned_defaults()
@@ -38,7 +38,7 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
         return lambda *args, **kwargs: calls.append((name, {"args": args, **kwargs}))
 
     names = ("nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed", "driver_unit_running")
-    with mock.patch("sglang_infra.preflight.plan_of", lambda host: the_plan), \
+    with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
             mock.patch.object(aptrepo, "vendor_repository", recorder("vendor_repository")), \
             mock.patch.multiple(gpu_driver, **{name: recorder(name) for name in names}):

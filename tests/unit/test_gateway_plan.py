@@ -13,14 +13,14 @@ import yaml
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
 
 from harness import PROJECT_DIR
-from sglang_infra import factcache
-from sglang_infra import groups as fleet_groups
-from sglang_infra.gateways import fleet_worker, with_gateways
+from sglang_infra.fleet import roles as fleet_groups
+from sglang_infra.fleet.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import gateway_launch
 from sglang_infra.operations import gateway as gateway_ops
-from sglang_infra.plan import resolve
-from sglang_infra.plantypes import Worker
-from sglang_infra.refusals import DeployDataError, check_data
+from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.resolve import resolve
+from sglang_infra.plan.types import Worker
+from sglang_infra.run import factcache
 
 DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
@@ -147,7 +147,7 @@ def test_an_unknown_policy_is_refused_naming_the_choices():
 
 def test_the_policies_are_smgs_own_list():
     """The accepted policies are exactly COMMON_POLICY_CHOICES of smg 1.13.0's smg/router_args.py."""
-    from sglang_infra.schema import GATEWAY_POLICIES
+    from sglang_infra.plan.schema import GATEWAY_POLICIES
 
     assert GATEWAY_POLICIES == ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load",
                                 "manual", "consistent_hashing", "prefix_hash")
@@ -335,7 +335,7 @@ def test_smgs_own_parser_takes_the_launchers_arguments():
     import smg.launch_router as smg
     from smg.router_args import COMMON_POLICY_CHOICES
 
-    from sglang_infra.schema import GATEWAY_POLICIES
+    from sglang_infra.plan.schema import GATEWAY_POLICIES
 
     assert sorted(GATEWAY_POLICIES) == sorted(COMMON_POLICY_CHOICES)
     parsed = smg.parse_router_args(["--port=1", "--worker-urls", "http://10.0.0.11:30000", "--control-plane-api-keys",
@@ -407,7 +407,7 @@ def test_a_worker_outside_this_run_keeps_its_membership():
 # ---------------------------------------------------------------- the status report
 
 def test_the_status_shows_each_gateways_workers_and_judges_a_gateway_without_healthy_ones():
-    from sglang_infra import fleetstatus
+    from sglang_infra.status import fleetstatus
 
     healthy = {"slug": "m", "port": 30080, "error": None,
                "workers": [{"url": "http://10.0.0.11:30000", "healthy": True},
@@ -433,7 +433,7 @@ class InventoryHost:
 
 def fleet_problems(worker_data=None, gateway=True, gateway_data=None):
     """Every refusal of gateways.fleet() over gpu-01 (with ``worker_data``) and, with ``gateway``, gw-1."""
-    from sglang_infra.gateways import fleet as fleet_of
+    from sglang_infra.fleet.gateways import fleet as fleet_of
 
     hosts = [InventoryHost("gpu-01", ["production"], {**DEFAULTS, "ssh_hostname": "10.0.0.11", **(worker_data or {})})]
     if gateway:
@@ -442,7 +442,7 @@ def fleet_problems(worker_data=None, gateway=True, gateway_data=None):
                                                          "sglang_trusted_network": True, **(gateway_data or {})}))
     plans = {each.name: resolve(each.name, each.values, converged_snapshot(
         None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
-    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
+    with mock.patch("sglang_infra.fleet.gateways.groups_of", lambda host, path=None: host.groups):
         try:
             fleet_of(plans, hosts)
         except DeployDataError as error:
@@ -503,7 +503,7 @@ def test_the_old_trusted_network_key_is_refused_in_one_line_naming_the_new_one()
 
 def gateways_of(count):
     """gw-1's gateways as gateways.fleet() plans them, with ``count`` gateway hosts in front of gpu-01."""
-    from sglang_infra.gateways import fleet as fleet_of
+    from sglang_infra.fleet.gateways import fleet as fleet_of
 
     gateway = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL,
                "sglang_trusted_network": True}
@@ -512,7 +512,7 @@ def gateways_of(count):
              *(InventoryHost(f"gw-{n}", ["router"], gateway) for n in range(1, count + 1))]
     plans = {each.name: resolve(each.name, each.values, converged_snapshot(
         None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
-    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
+    with mock.patch("sglang_infra.fleet.gateways.groups_of", lambda host, path=None: host.groups):
         return fleet_of(plans, hosts)["gw-1"].gateways
 
 
@@ -550,7 +550,7 @@ def test_the_run_says_clients_see_a_sole_gateways_restart():
 def turn_run(running: bool, sole: bool):
     """stack_up's commands for gateway m (compose.yaml changes) with a turn among its model's gateways."""
     from sglang_infra.operations import stack as stack_ops
-    from sglang_infra.operations.gateway_turns import GatewayTurn
+    from sglang_infra.run.gateway_turns import GatewayTurn
 
     container = {"state": "running", "labels": {}, "image_id": "x"} if running else None
     fake = FakeHost({"Snapshot": {"routers": {"m": {"stack": {"container": container, "record": None,
@@ -570,7 +570,7 @@ def turn_run(running: bool, sole: bool):
 def test_a_running_gateway_another_host_also_fronts_restarts_in_its_models_turn():
     from pyinfra.api import FunctionCommand
 
-    from sglang_infra.operations.gateway_turns import gateway_turn
+    from sglang_infra.run.gateway_turns import gateway_turn
 
     [command] = turn_run(running=True, sole=False)
     assert isinstance(command, FunctionCommand) and command.function is gateway_turn
@@ -620,8 +620,8 @@ class TurnHost:
 def turns(hosts, models=None):
     import gevent
 
-    from sglang_infra.operations import gateway_turns
-    from sglang_infra.operations.gateway_turns import GatewayTurn
+    from sglang_infra.run import gateway_turns
+    from sglang_infra.run.gateway_turns import GatewayTurn
 
     state = object()
     models = models or ["m-key"] * len(hosts)

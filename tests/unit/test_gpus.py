@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from conftest import pinned_defaults
 
-from sglang_infra.gpus import GpuInventory, derive_flags, parse_query, parse_snapshot, parse_topo, plan_problems
+from sglang_infra.machine.gpus import GpuInventory, derive_flags, parse_query, parse_snapshot, parse_topo, plan_problems
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 DEFAULTS = pinned_defaults()

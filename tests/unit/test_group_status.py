@@ -11,9 +11,10 @@ import json
 import pytest
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra import fleetstatus, groupstatus, nodegroups, statusrows
-from sglang_infra.gateways import InventoryHost
-from sglang_infra.plan import resolve
+from sglang_infra.fleet import nodegroups
+from sglang_infra.fleet.gateways import InventoryHost
+from sglang_infra.plan.resolve import resolve
+from sglang_infra.status import fleetstatus, groupstatus, statusrows
 
 DEFAULTS = pinned_defaults()
 HEAD_STARTED = "2026-01-01T10:00:30.5Z"       # rank 0 starts last (operations/group.py)

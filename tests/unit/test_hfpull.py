@@ -21,15 +21,16 @@ from huggingface_hub import scan_cache_dir, snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
-from sglang_infra import ship
-from sglang_infra.hostside import cachestate, hfpull, manifest, pull_errors, pull_locks, ranges, transfer
-from sglang_infra.hostside.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath
-from sglang_infra.hostside.transfer import RETRY_AFTER_MAX, Transfer, retry_after
+from sglang_infra.hostside import cachestate, manifest
+from sglang_infra.hostside.pull import hfpull, pull_errors, pull_locks, ranges, transfer
+from sglang_infra.hostside.pull.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath
+from sglang_infra.hostside.pull.transfer import RETRY_AFTER_MAX, Transfer, retry_after
+from sglang_infra.run import ship
 
 ROOT = Path(__file__).resolve().parents[2]
 # The program as hosts get it: bundled with its neighbours by the loader.
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-")) / "hfpull.py"
-SCRIPT.write_text(ship.program("hfpull"))
+SCRIPT.write_text(ship.program("pull.hfpull"))
 PYTHON = sys.executable
 TOKEN = "hf_standinSECRETtoken0123456789"
 OFFLINE_ENDPOINT = "http://127.0.0.1:9"  # nothing listens: any request would fail

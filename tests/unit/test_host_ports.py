@@ -1,4 +1,4 @@
-"""The ports of one host judged against each other (sglang_infra/hostports.py) before any change, through
+"""The ports of one host judged against each other (sglang_infra/plan/hostports.py) before any change, through
 plan.resolve as preflight judges each host: any two listeners whose ports overlap are refused, naming both keys."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra import nodegroups
-from sglang_infra.gateways import InventoryHost
-from sglang_infra.plan import resolve
-from sglang_infra.refusals import DeployDataError
+from sglang_infra.fleet import nodegroups
+from sglang_infra.fleet.gateways import InventoryHost
+from sglang_infra.plan.refusals import DeployDataError
+from sglang_infra.plan.resolve import resolve
 
 DEFAULTS = pinned_defaults()
 KEY = "0123456789abcdef" * 4

@@ -1,6 +1,7 @@
-"""Every answer the pull reads from the Hub or a mirror is bounded in bytes and in total time (hostside/hublimits.py):
-the pull run in process (hfpull.main) against the stand-in Hub answering endlessly or a byte at a time, and the
-transport alone against a mock server for what the stand-in does not send (a compressed answer)."""
+"""Every answer the pull reads from the Hub or a mirror is bounded in bytes and in total time
+(hostside/pull/hublimits.py): the pull run in process (hfpull.main) against the stand-in Hub answering endlessly or
+a byte at a time, and the transport alone against a mock server for what the stand-in does not send (a compressed
+answer)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import httpx2
 import pytest
 
 from hfstandin import StandinHub
-from sglang_infra.hostside import hfpull, hublimits
+from sglang_infra.hostside.pull import hfpull, hublimits
 
 SPEC = {"repos": [{"repo_id": "org/small", "commits": [{"branch": "main", "files": [
     {"path": "config.json", "text": '{"version": 1}'},
@@ -126,7 +127,7 @@ def test_a_redirect_chain_ends_by_one_deadline_over_all_its_requests():
 def test_the_pulls_model_info_is_one_deadline_over_its_redirects(monkeypatch):
     from huggingface_hub import HfApi, set_client_factory
 
-    from sglang_infra.hostside import transfer
+    from sglang_infra.hostside.pull import transfer
 
     def again(request):
         time.sleep(0.02)

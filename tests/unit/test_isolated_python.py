@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 from conftest import load_cases, pinned_defaults, plan_for
 
-from sglang_infra import render, ship
 from sglang_infra.hostside import gate, names, safefs
+from sglang_infra.plan import render
+from sglang_infra.run import ship
 
 PYTHON_RUN = re.compile(r"(?:^|[\s/;&|])python3?(?= )(?! -I)")
 
@@ -52,7 +53,7 @@ def test_the_cachedir_tag_is_created_but_never_through_a_link(tmp_path):
 
 
 def test_the_pull_no_longer_lets_the_library_write_the_tag():
-    source = (ship.HOSTSIDE / "pull.py").read_text()
+    source = ship.path_of("pull.pull").read_text()
     assert "_create_cachedir_tag" not in source and "create_if_absent(" in source
 
 

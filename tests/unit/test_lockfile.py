@@ -18,12 +18,14 @@ import pytest
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 
 from hfstandin import StandinHub
-from sglang_infra import factcache, lockfile, lockgen, ship, toolchain
+from sglang_infra.machine import toolchain
+from sglang_infra.models import lockfile, lockgen
 from sglang_infra.operations import models as model_ops
-from sglang_infra.refusals import DeployDataError, check_data
+from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.run import factcache, ship
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-lock-")) / "hfpull.py"
-SCRIPT.write_text(ship.program("hfpull"))
+SCRIPT.write_text(ship.program("pull.hfpull"))
 REPO = "org/locked"
 SPEC = {"repos": [{"repo_id": REPO, "commits": [
     {"branch": "main", "files": [
@@ -75,7 +77,7 @@ def pull(cache: Path, hub, commit: str, locked: dict | None):
 # ---------------------------------------------------------------- what lock.sh reads is bounded
 
 def test_the_hubs_answers_to_lock_sh_are_bounded_like_the_pulls(hub):
-    from sglang_infra.hostside import hublimits
+    from sglang_infra.hostside.pull import hublimits
 
     hub.configure(hostile_body="endless", hostile_match=f"GET /api/models/{REPO}")
     with pytest.raises(hublimits.Unbounded, match=f"^model info from {hub.url} exceeded 32 MiB$"):

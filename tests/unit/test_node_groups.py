@@ -10,11 +10,11 @@ import pytest
 import yaml
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra import nodegroups
-from sglang_infra.gateways import InventoryHost
+from sglang_infra.fleet import nodegroups
+from sglang_infra.fleet.gateways import InventoryHost
 from sglang_infra.hostside import names
-from sglang_infra.plan import resolve
-from sglang_infra.refusals import DeployDataError
+from sglang_infra.plan.refusals import DeployDataError
+from sglang_infra.plan.resolve import resolve
 
 DEFAULTS = pinned_defaults()
 
@@ -344,7 +344,7 @@ def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_pat
     import socket
 
     from sglang_infra.hostside import snapshot as host_snapshot
-    from sglang_infra.plan import snapshot_spec
+    from sglang_infra.plan.resolve import snapshot_spec
 
     group = nodegroups.membership(MEMBERS)
     assert snapshot_spec(DEFAULTS, node_group=group["gpu-02"])["reach"] == ["10.0.0.11", 29500, 22]

@@ -9,8 +9,10 @@ import pytest
 from conftest import FakeHost, command_text, load_cases, on_host
 from pyinfra.api import OperationError
 
-from sglang_infra import factcache, operations
-from sglang_infra.operations import account, base, files, stack
+from sglang_infra import operations
+from sglang_infra.operations import account, files, stack
+from sglang_infra.run import factcache
+from sglang_infra.run import operation as base
 
 CASES = load_cases("operations")
 
@@ -36,17 +38,17 @@ def _arguments(op: str, args: dict) -> dict:
     """A fixture's arguments as the operation takes them: JSON has no plantypes.Worker, so gateway_workers'
     workers are written as their fields."""
     if op == "gateway_workers":
-        from sglang_infra.plantypes import Worker
+        from sglang_infra.plan.types import Worker
 
         args = {**args, "workers": [Worker(**worker) for worker in args["workers"]]}
     if op == "group_up":
-        from sglang_infra.plantypes import GroupMember, NodeGroup
+        from sglang_infra.plan.types import GroupMember, NodeGroup
 
         group = args["group"]
         args = {**args, "group": NodeGroup(**{**group, "members": tuple(group["members"]),
                                               "member_plans": tuple(GroupMember(**m) for m in group["member_plans"])})}
     if op in ("blobs_listed", "door_checked"):
-        from sglang_infra.plantypes import PeerDoor, PeerPin
+        from sglang_infra.plan.types import PeerDoor, PeerPin
 
         door = args["door"]
         args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
@@ -153,7 +155,7 @@ def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument
     commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
                       {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths,
                                                                      "cache_group": short}}}})
-    program = shlex.quote(__import__("sglang_infra.ship", fromlist=["program"]).program("repair"))
+    program = shlex.quote(__import__("sglang_infra.run.ship", fromlist=["program"]).program("repair"))
     sent = [c.replace("<hostside/repair.py>", program) for c in commands]
     assert all(len(shlex.quote(c).encode()) < 128 * 1024 for c in sent), [len(c) for c in sent]
     listed = [w for c in sent for w in shlex.split(c)[8:]]   # python3 -I -c PROGRAM CATEGORY HOME USER GROUP
@@ -173,7 +175,7 @@ def test_a_host_that_stops_answering_fails_alone():
 
 
 def test_sizes_read_in_human_units_everywhere():
-    from sglang_infra.hostside import prune, pull
+    from sglang_infra.hostside.pull import prune, pull
     from sglang_infra.hostside.units import human
 
     assert (human(0), human(1536), human(15_728_722), human(3 * 2**40)) == ("0 B", "1.5 KiB", "15.0 MiB", "3.0 TiB")

@@ -1,4 +1,4 @@
-"""The pull's peer side (hostside/peers.py): a host takes a model's files from peer doors that hold them verified,
+"""The pull's peer side (hostside/pull/peers.py): a host takes a model's files from peer doors that hold them verified,
 byte ranges from several at once, with the stand-in Hub as the fallback. The doors here are Python's http.server on
 127.0.0.1 (tests only), over TLS with a fixed self-signed certificate (fixtures/peer_tls, made once with openssl
 for these tests), serving blobs by name with ranges to a request with the site key, as the fleet's nginx does;
@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from hfstandin import StandinHub
-from sglang_infra import ship
-from sglang_infra.hostside import peers, pull_errors
-from sglang_infra.hostside.pull import Puller
+from sglang_infra.hostside.pull import peers, pull_errors
+from sglang_infra.hostside.pull.pull import Puller
+from sglang_infra.run import ship
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-peers-")) / "hfpull.py"
-SCRIPT.write_text(ship.program("hfpull"))
+SCRIPT.write_text(ship.program("pull.hfpull"))
 KEY = "site-key-0123456789abcdef"
 TLS_DIR = Path(__file__).parent / "fixtures" / "peer_tls"   # door.* and other.*: two self-signed pairs (tests only)
 MiB = 1 << 20
@@ -415,9 +415,9 @@ def lock_of(cache: Path) -> dict:
 
 def served(cache: Path, lock: dict) -> dict[str, str]:
     """What the door of a host whose cache is ``cache`` lists, from its snapshot (cachestate) as the deploy reads it."""
-    from sglang_infra import peerdoor
     from sglang_infra.hostside import cachestate, manifest
-    from sglang_infra.plantypes import PeerDoor, PeerPin
+    from sglang_infra.models import peerdoor
+    from sglang_infra.plan.types import PeerDoor, PeerPin
     found = cachestate.scan(str(cache / "hub"), manifest.Records(str(cache / "verified"), manifest.owners()))
     pin = PeerPin("org/fleet", lock["commit"], manifest.content_digest(lock["files"]),
                   frozenset(f["sha256"] for f in lock["files"]))
@@ -430,7 +430,7 @@ def test_a_swarm_each_host_its_share_from_the_hub_then_the_rest_from_the_peer_an
     """Round 1: each host pulls only its share (peering.split) from the Hub, recorded as verified in part, and its
     door lists those files alone; a file an admin drops or rewrites, or one no pull verified, is never listed.
     Round 2: the rest from the other host's door, the Hub not at all; the whole record replaces the partial one."""
-    from sglang_infra import peering
+    from sglang_infra.fleet import peering
     from sglang_infra.hostside import manifest
     lock = lock_of(tmp_path_factory.getbasetemp() / "seed0")   # the `seeded` fixture's cache
     shares = peering.split(lock["files"], ["h1", "h2"])

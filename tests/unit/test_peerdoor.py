@@ -1,5 +1,5 @@
-"""The peer door (sglang_infra/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and its
-place in the plan and the snapshot. The door itself, answering on a real host: tests/e2e/test_peer_door.py."""
+"""The peer door (sglang_infra/models/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and
+its place in the plan and the snapshot. The door itself, answering on a real host: tests/e2e/test_peer_door.py."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import re
 import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
-from sglang_infra import peerdoor
 from sglang_infra.hostside import snapshot as host_snapshot
-from sglang_infra.plan import resolve, snapshot_spec
-from sglang_infra.plantypes import PeerDoor, PeerPin
-from sglang_infra.refusals import DeployDataError, check_data, check_host_state
+from sglang_infra.models import peerdoor
+from sglang_infra.plan.refusals import DeployDataError, check_data, check_host_state
+from sglang_infra.plan.resolve import resolve, snapshot_spec
+from sglang_infra.plan.types import PeerDoor, PeerPin
 
 DEFAULTS = pinned_defaults()
 KEY = "0123456789abcdef" * 4

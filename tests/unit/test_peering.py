@@ -7,13 +7,14 @@ from dataclasses import replace
 
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra import peerdoor, peering
-from sglang_infra.gateways import InventoryHost
+from sglang_infra.fleet import peering
+from sglang_infra.fleet.gateways import InventoryHost
 from sglang_infra.hostside import names
-from sglang_infra.lockfile import LockedModel
+from sglang_infra.models import peerdoor
+from sglang_infra.models.lockfile import LockedModel
 from sglang_infra.operations.models import pull_command
-from sglang_infra.plan import resolve
-from sglang_infra.plantypes import PeerDoor
+from sglang_infra.plan.resolve import resolve
+from sglang_infra.plan.types import PeerDoor
 
 DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
@@ -164,7 +165,7 @@ def test_a_pull_asks_only_the_doors_this_run_checked():
     state = SimpleNamespace()
     assert peering.checked(state, sources).peers == ()
     peering.door_checked(state, "gpu-02", "ab" * 32)
-    # with the certificate this run read on gpu-02: the pull trusts that one alone there (hostside/peers.py)
+    # with the certificate this run read on gpu-02: the pull trusts that one alone there (hostside/pull/peers.py)
     assert peering.checked(state, sources).peers == ("10.0.0.12:880=" + "ab" * 32,)
     assert peering.checked(state, sources).hosts == ("gpu-02",)
     peering.door_checked(state, "gpu-02", "cd" * 32)   # rebuilt since: the certificate read last is the one pinned

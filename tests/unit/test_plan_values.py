@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
-from sglang_infra import platforms
-from sglang_infra.gateways import fleet_worker, with_gateways
+from sglang_infra.fleet.gateways import fleet_worker, with_gateways
 from sglang_infra.hostside import names
 from sglang_infra.hostside.gate import CHECKS_BUDGET
-from sglang_infra.plan import resolve
+from sglang_infra.machine import platforms
+from sglang_infra.plan.resolve import resolve
 
 DEFAULTS = pinned_defaults()
 NO_ENGINE = {"cli": None, "api": False, "active": "inactive", "compose_plugin": None, "images": {}, "runtimes": []}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sglang_infra.hostside import pull_locks
+from sglang_infra.hostside.pull import pull_locks
 
 
 def test_file_lock_excludes_a_second_holder(tmp_path):

@@ -14,8 +14,8 @@ import pytest
 from conftest import FakeHost, on_host
 from pyinfra.api import FileUploadCommand
 
-from sglang_infra import factcache, ship
 from sglang_infra.operations import files
+from sglang_infra.run import factcache, ship
 
 USER = pwd.getpwuid(os.geteuid()).pw_name
 GROUP = grp.getgrgid(os.getegid()).gr_name

@@ -1,10 +1,10 @@
-"""hostside/ranges.py: how a file is cut into ranges and what a partial holds after a kill."""
+"""hostside/pull/ranges.py: how a file is cut into ranges and what a partial holds after a kill."""
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_infra.hostside import ranges
+from sglang_infra.hostside.pull import ranges
 
 MiB = 1 << 20
 

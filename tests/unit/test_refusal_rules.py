@@ -6,8 +6,8 @@ import pytest
 from conftest import pinned_defaults
 
 from harness import PROJECT_DIR
-from sglang_infra.refusals import check_data, check_host_state
-from sglang_infra.schema import image_problem
+from sglang_infra.plan.refusals import check_data, check_host_state
+from sglang_infra.plan.schema import image_problem
 
 DEFAULTS = pinned_defaults()
 
@@ -259,7 +259,7 @@ def test_a_refusal_is_shown_as_the_tools_own_message():
 
     code = ("import logging; logging.basicConfig()\n"
             "from pyinfra_cli.exceptions import CliError\n"
-            "from sglang_infra.refusals import DeployDataError, raise_if\n"
+            "from sglang_infra.plan.refusals import DeployDataError, raise_if\n"
             "try:\n    raise_if(['host gpu-01: sglang_port: bad. Fix: use a port number.'])\n"
             "except DeployDataError as refused:\n    assert isinstance(refused, CliError)\n    refused.show()\n")
     shown = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True,
@@ -272,7 +272,7 @@ def test_a_refusal_is_shown_as_the_tools_own_message():
 def test_the_run_names_what_a_hosts_own_data_sets_over_group_data():
     from types import SimpleNamespace
 
-    from sglang_infra.preflight import _overrides
+    from sglang_infra.run.preflight import _overrides
 
     inventory = SimpleNamespace(get_host_data=lambda name: {"ssh_user": "x", "sglang_image": "a:b"},
                                 get_override_data=lambda: {"sglang_port": 1})

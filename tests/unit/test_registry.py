@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import pinned_defaults
 
-from sglang_infra import models
+from sglang_infra.models import registry as models
 from sglang_infra.operations.models import prune_plan
-from sglang_infra.refusals import check_data
+from sglang_infra.plan.refusals import check_data
 
 DEFAULTS = pinned_defaults()
 PROD = "qwen3.6-35b-a3b-awq"

@@ -7,9 +7,9 @@ import yaml
 from conftest import nvidia_smi, pinned_defaults, plan_for
 
 from harness import PROJECT_DIR
-from sglang_infra import render
-from sglang_infra.gpus import parse_snapshot
-from sglang_infra.keyreasons import read_defaults
+from sglang_infra.machine.gpus import parse_snapshot
+from sglang_infra.plan import render
+from sglang_infra.plan.defaults import read_defaults
 
 DEFAULTS = pinned_defaults()
 
@@ -184,7 +184,7 @@ def test_a_dollar_in_any_value_reaches_the_container_as_it_was_written():
 
 
 def test_extra_env_may_not_set_what_the_deploy_sets():
-    from sglang_infra.schema import DEPLOY_ENV
+    from sglang_infra.plan.schema import DEPLOY_ENV
 
     rendered = set(yaml.safe_load(compose())["services"]["sglang"]["environment"])
     image_env = {line.split("=")[0].split()[-1] for line in plan_for(DEFAULTS).build.dockerfile.splitlines()
@@ -218,7 +218,7 @@ def test_an_api_key_reaches_the_server_as_a_mounted_file_never_as_text(tmp_path)
     assert "k3y-0123456789abcdef" not in plan.compose + "".join(plan.scripts.values())
     for script in ("test_tool_calling.sh", "benchmark.sh", "gate.sh"):
         assert '--api-key-file /opt/sglang/docker/secrets/server.yaml ' in plan.scripts[script], script
-    from sglang_infra.plan import server_config
+    from sglang_infra.plan.resolve import server_config
     assert server_config(plan.api_key) == b'api-key: "k3y-0123456789abcdef"\n'
 
 
@@ -262,7 +262,7 @@ def test_no_operator_value_in_a_script_runs_as_a_command(tmp_path):
 
 
 def test_the_sh_filter_quotes_and_the_line_filter_keeps_a_comment_one_line():
-    from sglang_infra.templating import environment
+    from sglang_infra.plan.templating import environment
 
     assert environment().filters["sh"]("/opt/sglang") == "/opt/sglang"
     assert environment().filters["sh"]("$(id)") == "'$(id)'"
@@ -274,7 +274,7 @@ def test_the_gate_runs_the_cuda_kernel_check_with_the_images_pinned_nvcc_on_a_gp
     reads it back unchanged from the quoted here-document."""
     import subprocess
 
-    from sglang_infra import ship
+    from sglang_infra.run import ship
 
     text = plan_for(DEFAULTS).scripts["gate.sh"]
     assert "--kernel-check-nvcc /usr/local/cuda-pip/bin/nvcc --kernel-check-program \"$kernel_check\"" in text

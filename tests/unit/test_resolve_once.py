@@ -10,8 +10,10 @@ from collections import Counter
 import pytest
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra import lockfile, refusals, toolchain
-from sglang_infra import plan as plans
+from sglang_infra.machine import toolchain
+from sglang_infra.models import lockfile
+from sglang_infra.plan import refusals
+from sglang_infra.plan import resolve as plans
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 DIGEST = "sha256:" + "ab" * 32

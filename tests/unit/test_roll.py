@@ -10,12 +10,12 @@ import gevent
 import pytest
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra.gateways import fleet as fleet_of
+from sglang_infra.fleet.gateways import fleet as fleet_of
 from sglang_infra.hostside.drain import in_flight
 from sglang_infra.operations import roll as roll_ops
-from sglang_infra.plan import resolve
-from sglang_infra.plantypes import Front, Roll
-from sglang_infra.refusals import DeployDataError, check_data
+from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.resolve import resolve
+from sglang_infra.plan.types import Front, Roll
 
 FRONT = Front(gateway_host="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
@@ -247,7 +247,7 @@ def test_a_failed_new_worker_leaves_the_workers_in_service_no_spare(fleet):
 @pytest.mark.parametrize("setting, size, allowed", [(1, 5, 1), (3, 5, 3), ("25%", 4, 1), ("50%", 4, 2),
                                                     ("25%", 3, 1), ("10%", 32, 3), ("99%", 2, 1), ("1%", 1, 1)])
 def test_max_unavailable_as_a_count_or_a_share_rounded_down_never_below_one(setting, size, allowed):
-    from sglang_infra.gateways import unavailable
+    from sglang_infra.fleet.gateways import unavailable
 
     assert unavailable(setting, size) == allowed
 
@@ -357,7 +357,7 @@ def inventory_plans(workers=3, **data):
 def fleet_plans(hosts, plans, names=None):
     from unittest import mock
 
-    with mock.patch("sglang_infra.gateways.groups_of", lambda host, path=None: host.groups):
+    with mock.patch("sglang_infra.fleet.gateways.groups_of", lambda host, path=None: host.groups):
         return fleet_of({n: p for n, p in plans.items() if names is None or n in names}, hosts)
 
 
@@ -545,7 +545,7 @@ def test_a_switching_worker_leaves_the_other_models_gateways_first_and_comes_bac
 def test_a_groups_turn_restarts_and_gates_the_whole_group_from_rank_0(fleet, monkeypatch, stamped):
     """A multi-node group is one worker (its rank 0): in its turn, in service or not, the group's own restart and
     gate run (operations/group.py), never rank 0's `up` and gate alone."""
-    from sglang_infra.plantypes import NodeGroup
+    from sglang_infra.plan.types import NodeGroup
 
     state, gateway_host, log = fleet
     group = NodeGroup("ds-a", 0, ("gpu-01", "gpu-04"), "10.0.0.1", 29500, 16)

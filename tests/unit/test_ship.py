@@ -10,12 +10,13 @@ import sys
 
 import pytest
 
-from sglang_infra import ship
+from sglang_infra.run import ship
 
-PROGRAMS = sorted(p.stem for p in ship.HOSTSIDE.glob("*.py") if p.stem != "__init__")
+PROGRAMS = ship.programs()
 
 # Every program imported by Python itself, each into a fresh set of hostside modules (one interpreter for all):
-# what it loads is what it imports, whatever ship.py's reading of the source says.
+# what it loads is what it imports, whatever ship.py's reading of the source says (a subpackage, pull/, is no
+# module of its own: ship.py registers it empty).
 PROBE = """
 import importlib, json, sys
 package_name, names = sys.argv[1], json.loads(sys.argv[2])
@@ -28,7 +29,8 @@ for name in names:
         if hasattr(package, loaded[len(prefix):]):
             delattr(package, loaded[len(prefix):])
     importlib.import_module(prefix + name)
-    found[name] = sorted(m[len(prefix):] for m in sys.modules if m.startswith(prefix) and m != prefix + name)
+    found[name] = sorted(m[len(prefix):] for m in sys.modules
+                         if m.startswith(prefix) and m != prefix + name and not hasattr(sys.modules[m], "__path__"))
 print(json.dumps(found))
 """
 

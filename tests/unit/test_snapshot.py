@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from sglang_infra import ship
-from sglang_infra.platforms import engine_works
-from sglang_infra.snapshot import Snapshot
+from sglang_infra.machine.platforms import engine_works
+from sglang_infra.run import ship
+from sglang_infra.run.facts import Snapshot
 
 
 def _ids():
@@ -317,7 +317,7 @@ def test_an_existing_tools_dir_is_reported_with_its_entries_bounded(tmp_path):
 
 def test_the_layout_walk_is_bounded_and_the_deploy_says_so(tree, monkeypatch):
     from sglang_infra.hostside import snapshot as hostsnapshot
-    from sglang_infra.preflight import walk_warnings
+    from sglang_infra.run.preflight import walk_warnings
 
     monkeypatch.setattr(hostsnapshot, "LAYOUT_ENTRIES", 3)
     spec = {"home": str(tree), "user": pwd.getpwuid(os.geteuid()).pw_name, "dirs": []}

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 from conftest import pinned_defaults, plan_for
 
-from sglang_infra import fleetstatus, statusrows
 from sglang_infra.hostside import gate, report, stamp
-from sglang_infra.lockfile import Lock, LockedModel
+from sglang_infra.models.lockfile import Lock, LockedModel
+from sglang_infra.status import fleetstatus, statusrows
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -298,7 +298,7 @@ def test_the_gate_prints_the_servers_log_lines_escaped(capsys):
 def test_the_report_names_a_monitor_hosts_prometheus(listen, expected):
     from conftest import converged_snapshot
 
-    from sglang_infra.plan import resolve
+    from sglang_infra.plan.resolve import resolve
 
     plan = resolve("mon-1", {**pinned_defaults(), "sglang_require_gpu": False,
                              "sglang_prometheus_listen_address": listen}, converged_snapshot(None), ("monitor",))

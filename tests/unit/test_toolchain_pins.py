@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness import toolchain_context, write_context
-from sglang_infra import ship, toolchain
+from sglang_infra.machine import toolchain
+from sglang_infra.run import ship
 
 CHECK = ship.HOSTSIDE / "toolchain_check.py"
 HASH = "0123456789abcdef" * 4
@@ -234,10 +235,10 @@ def test_malformed_nvcc_versions(version):
     ("sglang_flashinfer_index_url", "https://wheels.example/{}", "whose only placeholder is {cuda_flavor}"),
 ])
 def test_malformed_index_urls(key, url, words):
-    """Judged once, with every other key's shape (sglang_infra/schema.py)."""
+    """Judged once, with every other key's shape (sglang_infra/plan/schema.py)."""
     from conftest import pinned_defaults
 
-    from sglang_infra.refusals import check_data
+    from sglang_infra.plan.refusals import check_data
 
     found = check_data("gpu-01", {**pinned_defaults(), key: url})
     assert len(found) == 1 and found[0].startswith(f"host gpu-01: {key}: ") and words in found[0], found
@@ -246,7 +247,7 @@ def test_malformed_index_urls(key, url, words):
 def test_index_urls_may_be_none():
     from conftest import pinned_defaults
 
-    from sglang_infra.refusals import check_data
+    from sglang_infra.plan.refusals import check_data
 
     assert check_data("gpu-01", {**pinned_defaults(), "sglang_pip_index_url": None,
                                  "sglang_flashinfer_index_url": None}) == []
@@ -681,7 +682,7 @@ def test_canonical_version(a, b, same):
 
 
 def test_an_http_index_is_also_named_trusted_or_pip_would_ignore_it():
-    from sglang_infra.toolchain import pip_index_options
+    from sglang_infra.machine.toolchain import pip_index_options
 
     assert pip_index_options("http://mirror.internal:8080/simple", "https://wheels.example/cu130") == [
         "--index-url http://mirror.internal:8080/simple", "--extra-index-url https://wheels.example/cu130",

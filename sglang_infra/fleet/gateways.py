@@ -1,0 +1,188 @@
+"""The fleet front door, control side: which hosts serve and which route,
+the workers of each model, and each gateway host's gateways.
+
+A host in any inventory group but `router` serves a model; a host in
+`router` runs one gateway (Shepherd Model Gateway, SMG) per model it fronts, each in its
+own compose project under router/<slug>/, with ports that follow the model's
+position in the registry. preflight.py calls `fleet()` once every host's plan
+is known; the rules are in refusals.check_fleet, the rendering in render.py,
+the host side in hostside/gateway_launch.py and hostside/gateway_workers.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ..hostside import names
+from ..plan import render
+from ..plan.refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
+from ..plan.resolve import gate_files
+from ..plan.types import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker, worker_url
+from .inventoryfile import inventory_file
+from .nodegroups import address_of, membership
+from .roles import groups_of, roles
+
+
+def own_url(published_on: str, port: int) -> str:
+    """How the gateway host itself reaches a gateway port published on ``published_on`` (the gate, the worker
+    API, the status report): loopback when it is every address, else that address."""
+    if ipaddress.ip_address(published_on).is_unspecified:
+        published_on = "::1" if ":" in published_on else "127.0.0.1"
+    return worker_url(published_on, port)
+
+
+def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
+    """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
+    address = address_of(name, data)
+    return data["sglang_model"], Worker(host=name, url=worker_url(address, data["sglang_port"]),
+                                        docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
+                                        compose_sha=plan.compose_sha if plan is not None else None)
+
+
+def gateway_slug(key: str) -> str:
+    """A registry key as a compose project name allows it: lowercase letters, digits, '-' and '_'."""
+    return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
+
+
+def place(settings: GatewaySettings, workers: Mapping[str, list]) -> list[Placement]:
+    """The gateways a gateway host runs, in registry order: the keys it lists, else every key some host
+    serves; each at the ports of its position in the registry."""
+    out = []
+    for offset, key in enumerate(settings.registry):
+        if key in settings.models if settings.models is not None else bool(workers.get(key)):
+            out.append(Placement(key, gateway_slug(key), settings.port + offset, settings.prometheus_port + offset))
+    return out
+
+
+def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
+    """A gateway host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
+    assert plan.gateway_settings is not None, "fleet() calls this for gateway hosts only"
+    placed = place(plan.gateway_settings, workers)
+    raise_if(check_fleet(plan, workers, placed))
+    gateways = []
+    for spot in placed:
+        model = plan.registry[spot.key]
+        gateway = Gateway(
+            key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
+            prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
+            workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
+            gate=replace(plan.gate, url=own_url(plan.gateway_settings.published_on, spot.port),
+                         served_name=model.served_name, baseline_tok_s=model.baseline_tok_s, toolchain_check=None,
+                         metrics_url=None))
+        compose = render.gateway_compose_yaml(plan, gateway)
+        scripts = render.gateway_scripts(plan, gateway)
+        gate = replace(gateway.gate, files=gate_files(gateway.dir, scripts, gateway.dir, compose))
+        gateways.append(replace(gateway, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts,
+                                gate=gate))
+    layout = dict(plan.layout, **{plan.paths.gateways: "755", plan.paths.gateway_secrets: "700"},
+                  **{g.dir: "755" for g in gateways})
+    return replace(plan, gateways=tuple(gateways), layout=layout)
+
+
+def fronts(gateway_hosts, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Front, ...]]:
+    """
+    The gateways in front of each model's workers: every gateway host of the
+    inventory (in this run or not: its data says where its gateways are) and
+    the gateways it places, by model key.
+    """
+    out: dict[str, list[Front]] = {}
+    for gateway_host in gateway_hosts:
+        data = gateway_host.data
+        paths = Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
+        settings = GatewaySettings.of(data)
+        for spot in place(settings, workers):
+            out.setdefault(spot.key, []).append(Front(
+                gateway_host=gateway_host.name, slug=spot.slug, url=own_url(settings.published_on, spot.port),
+                metrics=own_url(settings.prometheus_bind_address, spot.prometheus_port) + "/metrics",
+                directory=f"{paths.gateways}/{spot.slug}",
+                key_file=paths.control_plane_config))
+    return {key: tuple(found) for key, found in out.items()}
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """A host of the inventory (in this run or not), as the fleet's roles see it: its data and its groups."""
+
+    name: str
+    data: Mapping[str, Any]
+    groups: tuple[str, ...]
+    serves: bool
+    runs_gateways: bool
+
+
+def inventory_roles(inventory, path: str | None) -> list[InventoryHost]:
+    """Every host of the inventory with its data, its own groups and its roles, in inventory order."""
+    out = []
+    for each in inventory:
+        groups = tuple(groups_of(each, path))
+        out.append(InventoryHost(each.name, each.data.dict(), groups, *roles(groups)))
+    return out
+
+
+def unavailable(setting: int | str, size: int) -> int:
+    """How many of a pool's ``size`` workers may be out of service at once: sglang_max_unavailable as a count,
+    or as a share "N%" of the pool rounded down, never below 1 (as Kubernetes' maxUnavailable)."""
+    if isinstance(setting, str):
+        return max(1, size * int(setting.rstrip("%")) // 100)
+    return setting
+
+
+def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
+          inventory_path: str | None = None) -> dict[str, HostPlan | None]:
+    """
+    Every gateway host's plan with its gateways: the workers of each model are
+    the inventory's serving hosts of that model (those outside this run too,
+    which then keep the membership they have); refused when any gateway host
+    has a problem with the fleet (a status report keeps such a plan as it is).
+    ``inventory_path``: the inventory's file outside a pyinfra run.
+    """
+    path = inventory_path or inventory_file()
+    workers: dict[str, list[Worker]] = {}
+    gateway_hosts = []
+    everyone = inventory_roles(inventory, path)
+    groups = membership(everyone)
+    for each in everyone:
+        if each.serves and (each.name not in groups or groups[each.name].rank == 0):
+            # a multi-node group is one worker: rank 0, which alone serves the API
+            key, worker = fleet_worker(each.name, each.data, plans.get(each.name))
+            workers.setdefault(key, []).append(worker)
+        if each.runs_gateways:
+            gateway_hosts.append(each)
+    out, errors = dict(plans), []
+    for name, plan in plans.items():
+        if plan is not None and plan.runs_gateways:
+            try:
+                out[name] = with_gateways(plan, workers)
+            except DeployDataError as error:
+                errors += error.problems
+    every_front = fronts(gateway_hosts, workers)
+    for name, plan in out.items():
+        if plan is not None and plan.gateways:
+            out[name] = replace(plan, gateways=tuple(replace(g, sole_front=len(every_front.get(g.key, ())) == 1)
+                                                     for g in plan.gateways))
+    fronting = every_front if not errors else {}
+    for key, behind in fronting.items():
+        for worker in workers.get(key, ()):
+            plan = out.get(worker.host)
+            if plan is not None and plan.serves:
+                pool = f"{key} behind " + ", ".join(f"{f.gateway_host}/{f.slug}" for f in behind)
+                size = len(workers[key])
+                allowed = unavailable(plan.max_unavailable, size)
+                errors += check_pool(plan.name, plan.max_unavailable, allowed, pool, size)
+                others = tuple(f for other, found in fronting.items() if other != key for f in found)
+                out[worker.host] = replace(plan, roll=Roll(
+                    url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,
+                    drain_timeout=plan.drain_timeout, others=others,
+                    members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start,
+                    model=plan.served.served_name))
+    # No worker answers the network without a key unless the operator said so (refusals.check_open_worker).
+    for name, plan in plans.items():
+        if plan is not None and plan.serves:
+            behind = every_front.get(plan.served.key, ())
+            errors += check_open_worker(plan, tuple(dict.fromkeys(front.gateway_host for front in behind)))
+    if refuse:
+        raise_if(errors)
+    return out

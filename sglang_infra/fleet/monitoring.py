@@ -1,0 +1,137 @@
+"""The fleet's metrics, control side: what each host of the `monitor` group
+scrapes, worked out from the whole inventory.
+
+Every serving host's SGLang /metrics (job `sglang`), every gateway's
+Prometheus port (job `sglang-router`), every host's node exporter (job
+`node`) and the monitor's own Prometheus (job `prometheus`), each labelled
+with its host, inventory group, model key and role; a multi-node group's
+member's worker and node targets also with its group and rank (`node_group`,
+`node_rank`). Hosts outside this run
+(--limit) are scraped too: their data says where they listen. A target is
+reached where it is published: the address it binds when that is one
+address, the host's inventory address (sglang_worker_address, else
+ssh_hostname, else its name) when it binds every address, and loopback only
+from the same host. preflight.py calls `with_monitors()` once every host's
+plan is known; the rules are in refusals.check_monitor, the text in
+render.py, the host side in tasks/monitor.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import replace
+from typing import Any, Mapping
+
+from ..plan import render
+from ..plan.refusals import DeployDataError, Unscrapable, check_monitor, raise_if
+from ..plan.types import GatewaySettings, HostPlan, Monitor, Target
+from .gateways import inventory_roles, place
+from .nodegroups import membership
+from .roles import ROLE_GROUPS
+
+JOB_WORKER, JOB_GATEWAY, JOB_NODE, JOB_PROMETHEUS = "sglang", "sglang-router", "node", "prometheus"
+
+
+def _reach(data: Mapping[str, Any], name: str) -> str:
+    """The address the inventory reaches a host on (the gateways' own rule, gateways.fleet_worker)."""
+    return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+
+
+def _hostport(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def scrape_address(bind: str, port: int, reach: str, same_host: bool) -> str | None:
+    """Where a monitor host reaches a port bound on ``bind``; None: loopback, on another host."""
+    address = ipaddress.ip_address(bind)
+    if address.is_loopback:
+        return _hostport(bind, port) if same_host else None
+    return _hostport(reach if address.is_unspecified else bind, port)
+
+
+def _labels(**labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
+    """Every target ``monitor`` scrapes, in inventory order, and the ports it could not reach."""
+    found: list[Target] = []
+    unreachable: list[Unscrapable] = []
+
+    def add(job, host_name, key, bind, port, **labels):
+        try:
+            address = scrape_address(bind, port, reach, host_name == monitor)
+        except ValueError:   # a host outside this run (--limit) is not judged: its data may be malformed
+            unreachable.append(Unscrapable(host_name, key, bind, job, loopback=False))
+            return
+        if address is None:
+            unreachable.append(Unscrapable(host_name, key, bind, job))
+        else:
+            found.append(Target(job, address, _labels(host=host_name, **labels)))
+
+    workers: dict[str, list[str]] = {}
+    for each in hosts:
+        if each.serves:
+            workers.setdefault(each.data.get("sglang_model"), []).append(each.name)
+    node_groups = membership(hosts)
+    for each in hosts:
+        data, reach = each.data, _reach(each.data, each.name)
+        serving = ",".join(g for g in each.groups if g not in ROLE_GROUPS) or "inventory"
+        model = data.get("sglang_model") if each.serves else ""
+        # A multi-node group's member: its worker and node targets name its group and rank, so the rules can judge
+        # the group from its members' series (sglang-alerts.yml: SGLangGroupMemberDown, SGLangGroupStale).
+        member = node_groups.get(each.name)
+        grouped = {"node_group": member.name, "node_rank": str(member.rank)} if member is not None else {}
+        if each.serves and data.get("sglang_enable_metrics"):
+            add(JOB_WORKER, each.name, "sglang_bind_address", data["sglang_bind_address"], data["sglang_port"],
+                group=serving, model=model, role="worker", **grouped)
+        if each.runs_gateways:
+            for spot in place(GatewaySettings.of(data), workers):
+                add(JOB_GATEWAY, each.name, "sglang_router_prometheus_bind_address",
+                    data["sglang_router_prometheus_bind_address"], spot.prometheus_port,
+                    group="router", model=spot.key, role="gateway")
+        if data.get("sglang_node_exporter"):
+            add(JOB_NODE, each.name, "sglang_node_exporter_bind_address", data["sglang_node_exporter_bind_address"],
+                data["sglang_node_exporter_port"], group=",".join(each.groups) or "inventory", model=model or "",
+                role="node", **grouped)
+    return found, unreachable
+
+
+def with_monitor(plan: HostPlan, hosts) -> HostPlan:
+    """A monitor host's plan with its Prometheus: targets, config, rules, drop-in and dashboard; raises naming
+    every problem."""
+    found, unreachable = targets_of(plan.name, hosts)
+    raise_if(check_monitor(plan.name, [each for each in hosts if each.serves or each.runs_gateways], unreachable))
+    settings = plan.monitor_settings
+    assert settings is not None, "with_monitors() calls this for monitor hosts only"
+    own = scrape_address(*_split(settings.listen_address), "127.0.0.1", True)
+    assert own is not None  # same_host: loopback too
+    found.append(Target(JOB_PROMETHEUS, own, _labels(host=plan.name, group="monitor", model="", role="monitor")))
+    monitor = Monitor(settings=settings, targets=tuple(found))
+    return replace(plan, monitor=replace(monitor, config=render.prometheus_config(monitor),
+                                         rules=render.alert_rules(settings), dropin=render.prometheus_dropin(settings),
+                                         dashboard=render.dashboard()))
+
+
+def _split(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_path: str | None,
+                  refuse: bool = True) -> dict[str, HostPlan | None]:
+    """Every monitor host's plan with its Prometheus over the whole inventory; refused when any monitor host has
+    a problem (a status report keeps such a plan as it is)."""
+    out, errors = dict(plans), []
+    monitors = {name: plan for name, plan in plans.items() if plan is not None and plan.monitors}
+    if not monitors:
+        return out
+    hosts = inventory_roles(inventory, inventory_path)
+    for name, plan in monitors.items():
+        try:
+            out[name] = with_monitor(plan, hosts)
+        except DeployDataError as error:
+            errors += error.problems
+    if refuse:
+        raise_if(errors)
+    return out

@@ -1,0 +1,6 @@
+"""One host's plan: its data judged, resolved and rendered, before anything on a host changes.
+
+The shape of every key (schema.py), each key's documented reason (defaults.py), the refusals (refusals.py) and the
+ports of one host against each other (hostports.py), the resolving into the frozen HostPlan (resolve.py, its types
+in types.py), and the text rendered from it (render.py, through templating.py).
+"""

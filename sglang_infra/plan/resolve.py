@@ -1,0 +1,237 @@
+"""One plan per host: the host's judged data resolved once, against one read
+of the host (its snapshot).
+
+    resolve(name, data, snapshot, groups) -> HostPlan
+
+refusals.judge has judged the data alone and handed on what it read (the
+lock with its commits applied, the pins, the CA bundle, the secrets);
+refusals.check_host_state judges the data against the host. Then every value
+the tasks, the templates and the status report need is worked out here, once,
+into a frozen HostPlan (plantypes.py). Tasks read the plan and nothing else of
+the host's data. A gateway host's gateways are added by gateways.with_gateways,
+which needs every host's plan (preflight.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+from .. import ACCOUNT
+from ..fleet.nodegroups import check_reach, member_bind
+from ..fleet.roles import monitors, roles
+from ..hostside import apikey, names
+from ..hostside.gate import CHECKS_BUDGET
+from ..machine import platforms, toolchain
+from ..machine.gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
+from ..models import peerdoor
+from ..models import registry as models
+from ..run.facts import worker_validated
+from . import render
+from . import types as plantypes
+from .defaults import reasons
+from .hostports import clashes
+from .refusals import Judged, check_gateway_host, check_host_state, judge, raise_if
+from .types import (
+    LOCAL_URL,
+    AptSource,
+    Gate,
+    GatewaySettings,
+    HostPlan,
+    MonitorSettings,
+    NodeExporter,
+    NodeGroup,
+    Paths,
+    PeerDoor,
+    PeerPin,
+    worker_url,
+)
+
+
+def server_config(api_key: bytes | None) -> bytes | None:
+    """The server's private config file (SGLang's --config YAML, hostside/apikey.py's format), or None."""
+    return None if api_key is None else apikey.file_text(api_key.decode())
+
+
+def paths_of(data: Mapping[str, Any]) -> Paths:
+    return Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
+
+
+def gate_files(scripts_dir: str, scripts: Mapping[str, str], compose_dir: str, compose: str) -> dict[str, str]:
+    """What a gate validates, by path: its scripts (in their order), then compose.yaml, each by its sha256."""
+    written = {f"{scripts_dir}/{name}": text for name, text in scripts.items()}
+    written[f"{compose_dir}/{names.COMPOSE_FILE}"] = compose
+    return {path: names.text_digest(text) for path, text in written.items()}
+
+
+def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) -> AptSource | None:
+    """Docker's apt repository for ``platform``, when sglang_docker_source takes the engine from it."""
+    if platform is None or data["sglang_docker_source"] != "docker":
+        return None
+    url = f"{data['sglang_docker_apt_url']}/{platform.docker_repo_family}"
+    return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable")
+
+
+def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None,
+                  name: str = "") -> dict[str, Any]:
+    """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too;
+    a member of ``node_group`` above rank 0 also tries to reach rank 0's dist-init address; ``name``: the host's
+    inventory name (its fleet address when nothing else names one)."""
+    paths = paths_of(data)
+    spec = {"user": ACCOUNT, "home": paths.home, "tools_dir": paths.tools, "admins": list(data["sglang_admins"]),
+            "groups": ["docker"], "uid": data["sglang_uid"], "gid": data["sglang_gid"],
+            "dirs": sorted(paths.layout(data["sglang_toolchain_image"]))}
+    spec.update(metrics_spec())
+    for key, values in peerdoor.door_spec().items():
+        spec[key] = sorted({*spec.get(key, ()), *values}) if key == "system_dirs" else [*spec[key], *values]
+    if data["sglang_peer_key_file"]:
+        spec["peer_address"] = peerdoor.fleet_address(data, name)
+    spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
+    if report:
+        spec["report"] = True
+    if node_group is not None and node_group.rank > 0:
+        spec["reach"] = [node_group.head, node_group.port, node_group.head_ssh_port]
+    return spec
+
+
+def metrics_spec() -> dict[str, list[str]]:
+    """What the snapshot reads of the fleet metrics' files, units and packages, on every host (a host's role
+    comes from its groups, known after the read; these are a few small directories)."""
+    return {"system_dirs": sorted({plantypes.PROMETHEUS_DIR, plantypes.dropin_dir(plantypes.PROMETHEUS_SERVICE),
+                                   plantypes.dropin_dir(plantypes.NODE_EXPORTER_SERVICE), plantypes.SYSTEMD_DIR,
+                                   plantypes.PROGRAM_DIR, plantypes.DASHBOARD_DIR}),
+            "services": [f"{plantypes.PROMETHEUS_SERVICE}.service", f"{plantypes.NODE_EXPORTER_SERVICE}.service",
+                         f"{plantypes.GATE_METRICS_UNIT}.timer", f"{plantypes.GPU_METRICS_UNIT}.timer"],
+            "packages": [plantypes.PROMETHEUS_SERVICE, plantypes.NODE_EXPORTER_SERVICE]}
+
+
+def resolve(name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any], groups=(),
+            node_group: NodeGroup | None = None) -> HostPlan:
+    """The host's plan; raises DeployDataError naming every problem."""
+    judged = judge(name, data)
+    raise_if(judged.problems)
+    return resolve_judged(name, judged, snapshot, groups, node_group)
+
+
+def group_tp(derived: dict[str, Derived], group: NodeGroup | None) -> dict[str, Derived]:
+    """A member's --tp-size is the group's GPUs: this host's (sglang_tp_size, derived or set, per host) times the
+    members (nodegroups.check_groups refuses members whose counts differ)."""
+    if group is None:
+        return derived
+    each = derived["sglang_tp_size"]
+    return {**derived, "sglang_tp_size": Derived(each.value * group.nnodes, f"{each.value} per host "
+                                                 f"({each.source}) x {group.nnodes} members of {group.name}", each)}
+
+
+def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], groups=(),
+                   node_group: NodeGroup | None = None) -> HostPlan:
+    """resolve() for data refusals.judge accepted, from what it read; ``node_group``: its multi-node group."""
+    data, lock = judged.data, judged.lock
+    serves, runs_gateways = roles(groups)
+    gpus = parse_snapshot(snapshot.get("gpus"))
+    derived = derive_flags(data, gpus)
+    bind, unbound = member_bind(name, data, node_group if serves else None)
+    raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived)
+             + (check_reach(name, node_group, snapshot) if node_group and serves else [])
+             + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
+             + (check_gateway_host(name, data) if runs_gateways else []))
+    derived = group_tp(derived, node_group if serves else None)
+    paths = paths_of(data)
+    served = models.served(data)
+    kept = tuple(models.kept(data))
+    tag = data["sglang_image"]
+    locked_image = lock.pinned_image(tag) if lock is not None else None
+    image = locked_image if locked_image and not data["sglang_image_archive"] else tag
+    build = None
+    if data["sglang_toolchain_image"] and serves:
+        assert judged.pins is not None  # judge() refuses the data when the toolchain image is on without them
+        build = toolchain.build_context(data, judged.pins, judged.ca_bundle, image,
+                                        wheel_hashes=lock.wheels if lock else None, tag_from=tag)
+    values = {**render.template_values(data, derived), "sglang_bind_address": bind}
+    os_release = snapshot.get("os") or {}
+    platform = platforms.lookup(os_release.get("id"), os_release.get("version"))
+    engine_works = platforms.engine_works(snapshot.get("docker") or {})
+    installs = platform is not None and not engine_works   # a working engine is left alone
+    # The server, as the gate reaches it on the host: loopback, or the one address a member listens on.
+    url = worker_url(bind, data["sglang_port"]) if node_group and serves else LOCAL_URL.format(port=data["sglang_port"])
+    pin = data["sglang_nvidia_driver_version"]
+    plan = HostPlan(
+        name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
+        admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
+        platform=platform, engine_works=engine_works, docker_source=data["sglang_docker_source"],
+        docker_apt_url=data["sglang_docker_apt_url"],
+        docker_repo=docker_repo(data, platform) if installs else None,
+        docker_packages=platforms.docker_packages(platform, data["sglang_docker_source"])
+        if installs and platform is not None else (),
+        apt_cache_time=data["sglang_apt_cache_time"],
+        gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
+        nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
+        served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
+        lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
+        hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
+        hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
+        pull_workers=data["sglang_pull_workers"],
+        token=judged.token, api_key=judged.api_key, server_config=server_config(judged.api_key),
+        prune=data["sglang_prune_models"],
+        image_tag=tag, locked_image=locked_image, image=image, image_archive=data["sglang_image_archive"],
+        build=build, serving_image=build.tag if build else image, port=data["sglang_port"],
+        derived=derived, flags=tuple(render.launch_flags(values, derived, served, node_group if serves else None)),
+        template_values=values,
+        gate=Gate(url=url,
+                  api_key_file=paths.server_config if judged.api_key else None,
+                  served_name=served.served_name,
+                  baseline_tok_s=served.baseline_tok_s, ready_timeout=data["sglang_ready_timeout"],
+                  toolchain_check=toolchain.check_command() if build else None,
+                  kernel_check_nvcc=f"{toolchain.CUDA_HOME}/bin/nvcc" if build and gpus.count else None,
+                  always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"],
+                  metrics_url=f"{url}/metrics",
+                  turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
+        compose_template=data["sglang_compose_template"],
+        venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
+        serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or "",
+        gateway_image_archive=data["sglang_router_image_archive"],
+        control_plane_config=server_config(models.read_secret(data["sglang_router_admin_key_file"]))
+        if runs_gateways else None,
+        gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
+        bind_address=bind, trusted_network=data["sglang_trusted_network"],
+        drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
+        validated_at_start=worker_validated(snapshot),
+        monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
+        node_group=node_group if serves else None,
+        install_fabric_manager=data["sglang_install_fabric_manager"],
+        enable_persistence=data["sglang_enable_persistence"],
+        driver_pin=pin,
+        driver_packages=tuple(driver_packages(pin, os_release.get("id"), data["sglang_nvidia_driver_open"]))
+        if pin else (),
+        driver_repo=cuda_repository(data["sglang_nvidia_cuda_apt_url"], os_release.get("id"),
+                                    os_release.get("version"), os_release.get("arch")) if pin else None,
+        allow_reboot=data["sglang_allow_reboot"],
+    )
+    compose = render.compose_yaml(plan)
+    exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \
+        if data["sglang_node_exporter"] else None
+    scripts = render.scripts(plan)
+    gate = replace(plan.gate, files=gate_files(paths.home, scripts, paths.docker, compose))
+    door = peer_door(plan, data, judged.peer_key, snapshot) if serves else None
+    return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts, gate=gate,
+                   peer_door=door,
+                   node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
+                   gate_metrics_units={**render.gate_metrics_units(plan), **render.gpu_metrics_units(plan)}
+                   if exporter and serves else {})
+
+
+def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
+              snapshot: Mapping[str, Any]) -> PeerDoor | None:
+    """The host's peer door (peerdoor.py), with its files; None without the site's key."""
+    if key is None:
+        return None
+    address = (snapshot.get("peer") or {}).get("address")
+    assert address, "check_host_state refuses a door whose address is not the host's"
+    locked = plan.lock.models if plan.lock is not None else {}
+    pins = tuple(PeerPin(model.repo_id, model.revision, locked[key_].content if key_ in locked else None,
+                         frozenset(f["sha256"] for f in locked[key_].files) if key_ in locked else frozenset())
+                 for key_, model in sorted(plan.registry.items()) if models.is_commit(model.revision))
+    door = PeerDoor(address=address, port=data["sglang_peer_port"], group=plan.account,
+                    hub=plan.paths.hub, pins=pins, key=key, key_id=peerdoor.key_id(key))
+    config, key_conf, dropin = peerdoor.render(door, reasons()["sglang_peer_bind_address"])
+    return replace(door, config=config, key_conf=key_conf, dropin=dropin)

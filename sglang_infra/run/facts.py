@@ -1,0 +1,65 @@
+"""The Snapshot fact: the one read of a host (hostside/snapshot.py, shipped
+inline by ship.py), as one remote command. Every operation compares the plan
+against this document; factcache reads it once per host until a command
+changes that host.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Mapping
+
+from pyinfra.api import FactBase
+
+from ..hostside.names import stamp_current
+from . import factcache, ship
+
+# A host without python3 still says what it is, so the preflight can name the problem.
+_WITHOUT_PYTHON = (
+    "command -v python3 >/dev/null 2>&1 || { . /etc/os-release 2>/dev/null; "
+    "printf '{\"python3\": null, \"os\": {\"id\": \"%s\", \"version\": \"%s\"}}\\n' \"$ID\" \"$VERSION_ID\"; exit 0; }"
+)
+
+
+class Snapshot(FactBase):
+    """Everything the deploy compares against, as one JSON document (see hostside/snapshot.py)."""
+
+    def command(self, spec: str):
+        return f"{_WITHOUT_PYTHON}; exec {ship.command('snapshot')} {shlex.quote(spec)}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+class Unreadable(Exception):
+    """The host did not answer the snapshot's command (operations/base.py turns it into this host's failure)."""
+
+
+def current(host) -> dict:
+    """
+    This host's snapshot as it is now (read again after any command changed
+    the host). A host that cannot be read (it stopped answering) fails alone:
+    pyinfra logs the fact error and returns None, which becomes Unreadable
+    and then this host's failure (operations/base.py), not a crash of the whole run.
+    """
+    found = factcache.current(host, Snapshot)
+    if found is None:
+        factcache.invalidate(host)
+        raise Unreadable(f"could not read the host {host.name} (see the error above)")
+    return found
+
+
+def worker_validated(snapshot: Mapping[str, Any] | None) -> bool:
+    """
+    A worker serves a config that passed its gate: the gate's stamp is the
+    digest of what runs now and its container runs. A worker rolled back to
+    its last good config counts too: it serves what passed (a rolling restart
+    puts it back in its gateways, operations/roll.py); one whose config never
+    passed does not.
+    """
+    if not snapshot or not snapshot.get("gate"):
+        return False
+    container = (snapshot.get("stack") or {}).get("container") or {}
+    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
+                and container.get("state") == "running")

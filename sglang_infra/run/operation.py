@@ -1,0 +1,90 @@
+"""The machinery the operation modules share: the snapshot_operation
+decorator, the snapshot's entry for a file, the --diff display and the
+streamed run of a long command.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
+
+from .facts import Unreadable, current
+
+q = shlex.quote
+
+
+def _failed(state, host, message: str) -> bool:
+    host.log_styled(message, fg="red", log_func=logger.error)
+    return False
+
+
+def snapshot_operation(func):
+    """
+    pyinfra's @operation, for an operation that reads the snapshot. pyinfra
+    does not catch an exception raised while an operation makes its commands,
+    so a host that stopped answering would crash the whole run; instead that
+    host gets one failing command, and the other hosts go on.
+    """
+    @functools.wraps(func)
+    def guarded(*args, **kwargs):
+        try:
+            yield from func(*args, **kwargs)
+        except Unreadable as error:
+            yield FunctionCommand(_failed, (str(error),), {})
+
+    return operation()(guarded)
+
+
+def file_entry(path: str):
+    """The snapshot's entry for a file the deploy writes: its owner, mode and sha256, False when it is not a
+    regular file, None when absent."""
+    return current(host)["files"].get(os.path.dirname(path), {}).get(os.path.basename(path))
+
+
+def diff_wanted() -> bool:
+    return bool(getattr(getattr(host.state, "config", None), "DIFF", False))
+
+
+def show_diff(dest: str, current, content: bytes) -> None:
+    """Under --diff, as pyinfra's own files operations do: the unified diff between the host's copy and ours."""
+    if not diff_wanted():
+        return
+    from pyinfra.facts.files import FileContents
+    from pyinfra.operations.util.files import generate_color_diff
+
+    host.log(f"Will {'modify' if current else 'create'} {dest}", logger.info)
+    old = [line + "\n" for line in (host.get_fact(FileContents, path=dest) or [])] if current else []
+    for line in generate_color_diff(old, content.decode(errors="replace").splitlines(keepends=True)):
+        logger.info("  %s", line)
+
+
+def run_streamed(state, host, command: str, _stdin: str | None = None) -> bool:
+    """Run a long command (the gate, a pull) with its progress streamed to the operator, prefixed with the host's
+    name."""
+    return run_on(host, command, _stdin)[0]
+
+
+def run_on(host, command: str, stdin: str | None = None, print_output: bool = True, arguments=None):
+    """(status, output) of ``command`` on ``host``, with the current operation's connector arguments (_sudo and
+    friends), or ``arguments`` (another host's, see connector_arguments)."""
+    if arguments is None:
+        arguments = {key: value for key, value in (host.current_op_global_arguments or {}).items()
+                     if key in CONNECTOR_ARGUMENT_KEYS}
+    arguments = dict(arguments)
+    if stdin is not None:
+        arguments["_stdin"] = stdin
+    return host.run_shell_command(StringCommand(command), print_output=print_output, **arguments)
+
+
+def connector_arguments(state, other) -> dict:
+    """The connector arguments ``other`` (a host this operation does not run on) gets from its data and the
+    config, as pyinfra works them out for its own operations."""
+    from pyinfra.api.arguments import pop_global_arguments
+
+    found, _ = pop_global_arguments(state, other, {})
+    return {key: value for key, value in found.items() if key in CONNECTOR_ARGUMENT_KEYS}

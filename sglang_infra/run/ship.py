@@ -1,0 +1,156 @@
+"""Ships the host-side programs (sglang_infra/hostside/) to the hosts.
+
+A program there may import its neighbours (`from . import manifest`), and a
+program of hostside/pull/ those of hostside/ too (`from .. import manifest`).
+On a host there is no sglang_infra package, so `program()` bundles the entry
+module with every neighbour it imports, transitively, into one
+self-contained Python source: a few lines register the neighbours as
+modules, then the entry runs as __main__. The same text is run with
+`python3 -c` (the snapshot), written into a script (the gate and the
+validation scripts) or uploaded (the pull). A module is named by its path
+below hostside/, dotted: `gate`, `pull.hfpull`.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from functools import lru_cache
+from pathlib import Path
+
+HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
+# Every Python the deploy starts on a host runs isolated: -I keeps the current directory, the user's site
+# directory and PYTHON* variables off the import path, so a module planted where it runs (results/, hf-cache/,
+# a member's home) is never imported by root.
+PYTHON = "python3 -I"
+PACKAGE = "sglang_infra.hostside"
+
+# The header still names ship.py's old place (sglang_infra/, before the packages): a program of hostside/ alone is
+# kept byte for byte, since a changed header would change every converged host's gate scripts and re-gate them.
+_BOOT = '''\
+# {entry}.py from sglang_infra/hostside, bundled with {neighbours} by sglang_infra/ship.py.
+import sys as _sys, types as _types
+for _name in ("sglang_infra", "{package}"):
+    _sys.modules.setdefault(_name, _types.ModuleType(_name)).__path__ = []
+for _name, _source in {sources}:
+    _module = _types.ModuleType("{package}." + _name)
+    _module.__package__ = "{package}"
+    _sys.modules[_module.__name__] = _module
+    exec(compile(_source, "hostside/" + _name + ".py", "exec"), _module.__dict__)
+    setattr(_sys.modules["{package}"], _name, _module)
+_main = _types.ModuleType("__main__")
+_main.__package__ = "{package}"
+_sys.modules["__main__"] = _main
+exec(compile({entry_source}, "hostside/{entry}.py", "exec"), _main.__dict__)
+'''
+
+# A program of a subpackage (hostside/pull/): each module is registered under its own package.
+_NESTED_BOOT = '''\
+# {entry_file} from sglang_infra/hostside, bundled with {neighbours} by sglang_infra/run/ship.py.
+import sys as _sys, types as _types
+for _name in {packages}:
+    _sys.modules.setdefault(_name, _types.ModuleType(_name)).__path__ = []
+for _name, _package, _path, _source in {sources}:
+    _module = _types.ModuleType(_name)
+    _module.__package__ = _package
+    _sys.modules[_name] = _module
+    exec(compile(_source, _path, "exec"), _module.__dict__)
+    setattr(_sys.modules[_package], _name.rpartition(".")[2], _module)
+_main = _types.ModuleType("__main__")
+_main.__package__ = "{entry_package}"
+_sys.modules["__main__"] = _main
+exec(compile({entry_source}, "{entry_path}", "exec"), _main.__dict__)
+'''
+
+
+@lru_cache(maxsize=None)
+def _source(name: str) -> str:
+    return path_of(name).read_text(encoding="utf-8")
+
+
+def path_of(name: str) -> Path:
+    """hostside/<name>.py, the name dotted below hostside/ (`pull.hfpull` is hostside/pull/hfpull.py)."""
+    return HOSTSIDE.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def programs() -> list[str]:
+    """Every module below hostside/, by its dotted name, packages' __init__ left out."""
+    return sorted(".".join(p.relative_to(HOSTSIDE).with_suffix("").parts) for p in HOSTSIDE.rglob("*.py")
+                  if p.name != "__init__.py")
+
+
+@lru_cache(maxsize=None)
+def _neighbours(name: str) -> list[str]:
+    """Modules below hostside/ that hostside/<name>.py imports (`from . import a`, `from .a import b`,
+    `from .. import c` in a subpackage), by their dotted names."""
+    package = name.split(".")[:-1]
+    found = []
+    for node in ast.parse(_source(name)).body:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            if node.level - 1 > len(package):
+                raise ValueError(f"hostside/{name}.py imports from outside hostside/")
+            base = package[:len(package) - (node.level - 1)]
+            found += [".".join(base + [node.module])] if node.module else [
+                ".".join(base + [alias.name]) for alias in node.names]
+    return found
+
+
+def _load_order(entry: str) -> list[str]:
+    """Every neighbour ``entry`` needs, each after the ones it imports itself."""
+    order: list[str] = []
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        if name in order:
+            return
+        if name in trail:
+            raise ValueError(f"hostside modules import each other in a cycle: {' -> '.join(trail + (name,))}")
+        for neighbour in _neighbours(name):
+            visit(neighbour, trail + (name,))
+        order.append(name)
+
+    visit(entry, ())
+    return order[:-1]
+
+
+def carried(entry: str) -> list[str]:
+    """The hostside modules program(entry) carries besides hostside/<entry>.py: every one it imports, transitively,
+    each after the ones it imports itself (none: the entry runs alone)."""
+    return _load_order(entry)
+
+
+@lru_cache(maxsize=None)
+def program(entry: str) -> str:
+    """The self-contained source of hostside/<entry>.py."""
+    neighbours = carried(entry)
+    if not neighbours:
+        return _source(entry)
+    if any("." in name for name in [entry, *neighbours]):
+        return _nested(entry, neighbours)
+    return _BOOT.format(
+        entry=entry, package=PACKAGE, neighbours=", ".join(neighbours) or "nothing",
+        sources=repr(tuple((name, _source(name)) for name in neighbours)),
+        entry_source=repr(_source(entry)),
+    )
+
+
+def _nested(entry: str, neighbours: list[str]) -> str:
+    """program(entry) where a module lies in a subpackage of hostside/."""
+    def package(name: str) -> str:
+        return ".".join([PACKAGE, *name.split(".")[:-1]])
+
+    def path(name: str) -> str:
+        return "hostside/" + name.replace(".", "/") + ".py"
+
+    packages = sorted({package(name) for name in [entry, *neighbours]})
+    packages = sorted({".".join(p.split(".")[:k]) for p in packages for k in range(1, p.count(".") + 2)})
+    return _NESTED_BOOT.format(
+        entry_file=entry.replace(".", "/") + ".py", entry_path=path(entry), neighbours=", ".join(neighbours),
+        packages=repr(tuple(packages)),
+        sources=repr(tuple((f"{PACKAGE}.{name}", package(name), path(name), _source(name)) for name in neighbours)),
+        entry_package=package(entry), entry_source=repr(_source(entry)),
+    )
+
+
+def command(entry: str) -> str:
+    """The shell command that runs ``entry`` on a host: isolated (PYTHON), its bundled source as -c's argument."""
+    return f"{PYTHON} -c {shlex.quote(program(entry))}"
