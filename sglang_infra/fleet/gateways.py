@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from ..hostside import names
 from ..plan import render
 from ..plan.refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
-from ..plan.resolve import gate_files
+from ..plan.render import gate_files
 from ..plan.types import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker, worker_url
 from .inventoryfile import inventory_file
 from .nodegroups import address_of, membership

@@ -23,6 +23,13 @@ SERVER_CONFIG_IN_CONTAINER = f"{SECRETS_IN_CONTAINER}/{names.SERVER_CONFIG}"
 # Where a gateway sees router/.secrets/ (the control-plane key), read-only; no worker container mounts it.
 GATEWAY_SECRETS_IN_CONTAINER = "/etc/sglang-gateway-secrets"
 
+def gate_files(scripts_dir: str, scripts: Mapping[str, str], compose_dir: str, compose: str) -> dict[str, str]:
+    """What a gate validates, by path: its scripts (in their order), then compose.yaml, each by its sha256."""
+    written = {f"{scripts_dir}/{name}": text for name, text in scripts.items()}
+    written[f"{compose_dir}/{names.COMPOSE_FILE}"] = compose
+    return {path: names.text_digest(text) for path, text in written.items()}
+
+
 # (data key, SGLang flag), in the runbook's order. A None or False value
 # leaves the flag out; True renders the bare switch.
 LAUNCH_FLAGS = (

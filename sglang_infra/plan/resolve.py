@@ -32,6 +32,7 @@ from . import types as plantypes
 from .defaults import reasons
 from .hostports import clashes
 from .refusals import Judged, check_gateway_host, check_host_state, judge, raise_if
+from .render import gate_files
 from .types import (
     LOCAL_URL,
     AptSource,
@@ -55,13 +56,6 @@ def server_config(api_key: bytes | None) -> bytes | None:
 
 def paths_of(data: Mapping[str, Any]) -> Paths:
     return Paths.of(data["sglang_home"], data["sglang_tools_dir"], names.GATEWAY_DIR)
-
-
-def gate_files(scripts_dir: str, scripts: Mapping[str, str], compose_dir: str, compose: str) -> dict[str, str]:
-    """What a gate validates, by path: its scripts (in their order), then compose.yaml, each by its sha256."""
-    written = {f"{scripts_dir}/{name}": text for name, text in scripts.items()}
-    written[f"{compose_dir}/{names.COMPOSE_FILE}"] = compose
-    return {path: names.text_digest(text) for path, text in written.items()}
 
 
 def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) -> AptSource | None:

@@ -14,7 +14,7 @@ from typing import Any, Mapping, NamedTuple
 from ..hostside import names
 from ..machine import platforms
 from ..machine.gpus import CudaRepository, Derived, GpuInventory
-from ..machine.toolchain import BuildContext
+from ..machine.toolchain.image import BuildContext
 from ..models.lockfile import Lock, LockedModel
 from ..models.registry import Model
 
