@@ -10,6 +10,7 @@ own door lists what it now holds, for the hosts after it."""
 from pyinfra import host
 
 from sglang_infra.fleet.peering import after_seeds, pull_arguments
+from sglang_infra.hostside.netloc import netloc
 from sglang_infra.models import peerdoor
 from sglang_infra.operations.models import model_pulled
 from sglang_infra.operations.peerdoor import blobs_listed
@@ -21,7 +22,7 @@ door = plan.peer_door
 later = [model for model in plan.kept if after_seeds(plan, model)]
 
 if door is not None:
-    listen = peerdoor.listen(door.address, door.port)
+    listen = netloc(door.address, door.port)
     pulled = blobs_listed(name=f"Ensure {peerdoor.BLOBS_CONF} lists the verified blobs this host pulled",
                           door=door)
     service_running(name=f"Ensure the peer door on {listen} serves what this host pulled",

@@ -12,6 +12,7 @@ removed."""
 
 from pyinfra import host
 
+from sglang_infra.hostside.netloc import netloc
 from sglang_infra.models import peerdoor
 from sglang_infra.operations.files import checked_file, secret_file
 from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked, home_passable, tls_made
@@ -27,7 +28,7 @@ if door is None:
     home_passable(name=f"Ensure {peerdoor.WORKER_USER} has no ACL entry on {plan.paths.home} (no peer door)",
                   home=plan.paths.home, wanted=False)
 else:
-    listen = peerdoor.listen(door.address, door.port)
+    listen = netloc(door.address, door.port)
     root_directory(name=f"Ensure {peerdoor.DOOR_DIR} exists", path=peerdoor.DOOR_DIR)
     # The door's TLS key pair, made here by root before the config that names it (nginx -t reads it).
     packages_installed(name=f"Ensure {peerdoor.TLS_PACKAGE} is installed", packages=[peerdoor.TLS_PACKAGE])

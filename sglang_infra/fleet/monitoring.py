@@ -22,6 +22,7 @@ import ipaddress
 from dataclasses import replace
 from typing import Any, Mapping
 
+from ..hostside.netloc import netloc
 from ..plan import render
 from ..plan.refusals import DeployDataError, Unscrapable, check_monitor, raise_if
 from ..plan.types import GatewaySettings, HostPlan, Monitor, Target
@@ -37,16 +38,12 @@ def _reach(data: Mapping[str, Any], name: str) -> str:
     return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
 
 
-def _hostport(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
 def scrape_address(bind: str, port: int, reach: str, same_host: bool) -> str | None:
     """Where a monitor host reaches a port bound on ``bind``; None: loopback, on another host."""
     address = ipaddress.ip_address(bind)
     if address.is_loopback:
-        return _hostport(bind, port) if same_host else None
-    return _hostport(reach if address.is_unspecified else bind, port)
+        return netloc(bind, port) if same_host else None
+    return netloc(reach if address.is_unspecified else bind, port)
 
 
 def _labels(**labels: str) -> tuple[tuple[str, str], ...]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ..models import peerdoor
+from ..hostside.netloc import netloc
 from ..plan.types import HostPlan, PeerSources
 
 # Seconds a pull after the seeds waits for a peer to hold a blob (their doors have just been reloaded); past it, or
@@ -68,7 +68,7 @@ def with_sources(plans: Mapping[str, HostPlan | None], hosts) -> dict[str, HostP
         if door is None:
             continue
         for key in kept_keys(each.data):
-            members.setdefault(key, []).append((each.name, peerdoor.listen(door.address, door.port), door.key_id))
+            members.setdefault(key, []).append((each.name, netloc(door.address, door.port), door.key_id))
     out = dict(plans)
     for name, plan in plans.items():
         if plan is None or plan.peer_door is None:

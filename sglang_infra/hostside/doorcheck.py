@@ -16,6 +16,8 @@ import ssl
 import subprocess
 import sys
 
+from .netloc import netloc
+
 LISTEN = "0A"   # TCP_LISTEN in /proc/net/tcp's st column
 TIMEOUT = 30    # seconds, for systemctl
 MAX_SOCKETS = 4_000_000   # lines of /proc/net/tcp read at most (a bound; far above any host's sockets)
@@ -96,7 +98,7 @@ def certificate(path):
 
 
 def held(address, port, config, pid=None, net="/proc/net", proc="/proc"):
-    listen = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    listen = netloc(address, port)
     inodes = listening(address, port, net)
     if not inodes:
         return {"held": False, "pid": None, "why": f"nothing listens on {listen}"}

@@ -32,6 +32,7 @@ import ipaddress
 import re
 from typing import Any, Mapping
 
+from ..hostside.netloc import netloc
 from ..plan.templating import render_template
 from ..plan.types import PeerDoor, dropin_dir
 
@@ -173,14 +174,10 @@ def tls_ready(files: Mapping[str, Any]) -> bool:
             and isinstance(cert, Mapping) and cert.get("owner") == "root")
 
 
-def listen(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
 def render(door: PeerDoor, reason: str) -> tuple[str, str, str]:
     """(nginx.conf, key.conf, nginx.service's drop-in) of ``door``."""
     config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER,
-                             listen=listen(door.address, door.port), key_conf=KEY_CONF, blobs_conf=BLOBS_CONF,
+                             listen=netloc(door.address, door.port), key_conf=KEY_CONF, blobs_conf=BLOBS_CONF,
                              reason=reason, tls_cert=TLS_CERT, tls_key=TLS_KEY)
     service = render_template("templates/nginx/peer-door-service.conf.j2", config=CONFIG)
     return config, key_conf(door.key), service

@@ -13,6 +13,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
 from ..fleet import peering
+from ..hostside.netloc import netloc
 from ..models import peerdoor
 from ..plan.types import PeerDoor
 from ..run import ship
@@ -69,7 +70,7 @@ def door_checked(door: PeerDoor):
     certificate (peering.checked); otherwise this host fails here, and no
     pull of this run sends the key to its door.
     """
-    listen = peerdoor.listen(door.address, door.port)
+    listen = netloc(door.address, door.port)
     if not host.state.is_executing:
         host.noop(f"the peer door on {listen} is checked when this operation runs")
         return

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from ..hostside import names
+from ..hostside.netloc import netloc
 from ..machine import platforms
 from ..machine.gpus import CudaRepository, Derived, GpuInventory
 from ..machine.toolchain.image import BuildContext
@@ -26,7 +27,7 @@ LOCAL_URL = "http://127.0.0.1:{port}"
 
 
 def worker_url(address: str, port: int) -> str:
-    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+    return f"http://{netloc(address, port)}"
 
 
 # Where a gateway's port is published when sglang_router_bind_address is None.
@@ -224,7 +225,7 @@ class NodeExporter:
 
     @property
     def listen(self) -> str:
-        return f"[{self.bind_address}]:{self.port}" if ":" in self.bind_address else f"{self.bind_address}:{self.port}"
+        return netloc(self.bind_address, self.port)
 
 
 class PeerSources(NamedTuple):

@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from ..hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
+from ..hostside.netloc import netloc
 from ..machine.gpus import gpu_faults
 from ..plan.schema import listen_address
 
@@ -239,7 +240,7 @@ def prometheus_url(name: str, settings) -> str:
     address, port = parsed
     if ipaddress.ip_address(address).is_unspecified:
         address = name
-    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+    return f"http://{netloc(address, port)}"
 
 
 def unanswered(name: str, reason: str | None = None, refused: list[str] | None = None,

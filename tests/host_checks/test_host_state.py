@@ -11,6 +11,7 @@ import pytest
 from sglang_infra import ACCOUNT
 from sglang_infra.fleet.roles import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
+from sglang_infra.hostside.netloc import netloc
 from sglang_infra.machine.gpus import gpu_faults
 from sglang_infra.machine.platforms import NOLOGIN_SHELL
 from sglang_infra.models import peerdoor
@@ -352,7 +353,7 @@ def test_the_peer_door_runs_its_config_on_its_address_alone(serving):
     assert serving.run(f"systemctl is-active {peerdoor.SERVICE}").stdout.strip() == "active"
     port = f":{door.port}"
     listening = [w for w in serving.run(f"ss -Hltn 'sport = {port}'").stdout.split() if w.endswith(port)]
-    assert listening == [peerdoor.listen(door.address, door.port)], listening
+    assert listening == [netloc(door.address, door.port)], listening
 
 
 def test_prometheus_runs_the_rendered_config_and_rules(monitoring):

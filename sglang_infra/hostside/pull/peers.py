@@ -51,6 +51,7 @@ import stat
 import threading
 import time
 
+from ..netloc import netloc
 from ..safefs import read_regular, unlink_if_present
 from ..units import human
 from . import ranges
@@ -80,7 +81,7 @@ class Peer:
 
     @property
     def label(self) -> str:
-        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        return netloc(self.address, self.port)
 
     def url(self, blob_name: str) -> str:
         return f"https://{self.label}/blobs/{blob_name}"
