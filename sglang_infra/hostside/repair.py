@@ -5,7 +5,8 @@
 
 The paths come from the snapshot, but the tree is group-writable: between
 the read and the repair, any name in it may have become a symlink. So every
-path is walked from HOME one component at a time with O_NOFOLLOW, and the
+path is walked from HOME one component at a time with O_NOFOLLOW (safefs's
+walk, open_below: a link on the way is refused and named), and the
 fix is applied to what was opened (fchmod) or to the name itself (lchown),
 never to where a symlink points. A path that left HOME, vanished, or turned
 into something else is skipped and named on stderr; so is a file with more
@@ -20,7 +21,8 @@ import pwd
 import stat
 import sys
 
-_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+from . import safefs
+
 _ANY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -86,21 +88,17 @@ FIXES = {
 
 
 def _open_parent(home, path):
-    """(fd of the path's parent directory, opened component by component below home, the last name)."""
+    """(fd of the path's parent directory, opened component by component below home and never through a link
+    (safefs.open_below), the last name)."""
     relative = os.path.relpath(path, home)
     parts = relative.split(os.sep)
     if relative.startswith("..") or os.path.isabs(relative) or any(p in ("", ".", "..") for p in parts):
         raise OSError(f"{path} is not below {home}")
-    fd = os.open(home, _DIR)
+    fd = os.open(home, safefs.DIR_FLAGS)
     try:
-        for part in parts[:-1]:
-            nxt = os.open(part, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
+        return safefs.open_below(fd, parts[:-1], home, create=False), parts[-1]
+    finally:
         os.close(fd)
-        raise
-    return fd, parts[-1]
 
 
 def ensure_dir(path, mode, home, ids):
@@ -115,7 +113,7 @@ def ensure_dir(path, mode, home, ids):
         except FileExistsError:
             pass
         try:
-            fd = os.open(name, _DIR, dir_fd=parent)
+            fd = os.open(name, safefs.DIR_FLAGS, dir_fd=parent)
         except OSError as error:
             raise OSError(f"{path} is not a directory (a symlink or a file: {error.strerror}); move it away by "
                           "hand and run again") from error

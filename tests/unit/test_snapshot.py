@@ -255,6 +255,20 @@ def test_repair_never_walks_through_a_directory_swapped_for_a_symlink(tree, tmp_
     assert oct((outside / "shadow").stat().st_mode & 0o777) == "0o600"
 
 
+def test_the_repair_walks_with_safefs_and_names_the_link_it_refused(tree, tmp_path):
+    """The repair's walk below the home is safefs.open_below, the one walk that never follows a link: a directory
+    swapped for a link is skipped and named as one."""
+    user, group = _ids()
+    swapped = tree / "hf-cache" / "hub" / "models--a--b" / "blobs"
+    (swapped / "abc").unlink()
+    swapped.rmdir()
+    swapped.symlink_to(tmp_path)
+    result = repair("cache_file_mode", tree, user, group, swapped / "abc")
+    assert result.returncode == 0
+    assert f"skipped {str(swapped / 'abc')!r}: {swapped} is a symlink; refusing to follow it" in result.stderr
+    assert "safefs" in ship.carried("repair")
+
+
 def test_a_managed_directory_replaced_by_a_symlink_is_refused_not_followed(tree, tmp_path):
     user, group = _ids()
     outside = tmp_path / "etc"
