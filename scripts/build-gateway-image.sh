@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the gateway image (sglang_router_image), for operators and the tests alike: the Shepherd Model Gateway,
-# PyPI smg 1.13.0, on a minimal Debian trixie root (debootstrap, python3 and python3-pip from Debian's mirror), its wheels installed
+# PyPI smg at the version templates/gateway-requirements.txt pins, on a minimal Debian trixie root (debootstrap, python3 and python3-pip from Debian's mirror), its wheels installed
 # with the hashes of templates/gateway-requirements.txt (pip refuses any wheel whose bytes differ). Also writes the
 # image as a gzip archive that the deploy loads on gateway hosts (sglang_router_image_archive).
 #

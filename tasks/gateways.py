@@ -1,7 +1,7 @@
 """The fleet's front door, on hosts in the `router` group: one Shepherd Model
-Gateway (SMG 1.13.0, `smg.launch_router`) per model, each in its
-own compose stack under router/<slug>/, in front of the serving hosts of that
-model whose gate passed.
+Gateway (SMG, `smg.launch_router`, at the version templates/gateway-requirements.txt
+pins) per model, each in its own compose stack under router/<slug>/, in front of
+the serving hosts of that model whose gate passed.
 
 Runs after tasks/stack.py: by the time its operations run, every worker
 of this run has been gated (or rolled back), and the worker set is decided

@@ -16,7 +16,7 @@ workers (what it served before the restart) routable; exit code 1 saying why whe
 
 1. workers.json in GATEWAY_DIR becomes the wanted list (atomically, owned
    like compose.yaml): the gateway's launcher reads it when it starts;
-2. when the gateway answers, its worker API (SMG 1.13.0: GET /workers,
+2. when the gateway answers, its worker API (SMG's, as pinned: GET /workers,
    POST /workers {"url", "api_key"}, DELETE /workers/{id}) adds the missing workers and
    removes the others, without a restart; both are queued by the gateway, so
    the list is read again until it matches (bounded). SMG's DELETE puts a

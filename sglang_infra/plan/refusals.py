@@ -35,6 +35,7 @@ from ..machine import platforms, toolchain
 from ..machine.gpus import Derived, GpuInventory, derive_flags, plan_problems
 from ..models import lockfile, peerdoor
 from ..models import registry as models
+from .gateway_pin import GATEWAY_VERSION
 from .schema import RETIRED, SCHEMA, by_digest, host_address, image_problem, system_dir_problem
 from .templating import template_path
 from .types import HostPlan, Placement, Worker
@@ -358,7 +359,7 @@ def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
     errors: list[str] = []
     if not data["sglang_router_image"]:
         errors.append(problem(name, "sglang_router_image", "None on a gateway host: the gateway (Shepherd Model "
-                              "Gateway, smg 1.13.0) runs from an image of its own, which no default pins",
+                              f"Gateway, smg {GATEWAY_VERSION}) runs from an image of its own, which no default pins",
                               "build it with scripts/build-gateway-image.sh TAG ARCHIVE (Debian trixie and "
                               "templates/gateway-requirements.txt, hashes checked) and set it with "
                               "sglang_router_image_archive, or name an image of your registry by digest "

@@ -14,6 +14,7 @@ from ..models.registry import CONTAINER_HF_CACHE, Model
 from ..run import ship
 from . import types as plantypes
 from .defaults import reasons
+from .gateway_pin import GATEWAY_VERSION
 from .templating import render_template, template_text
 from .types import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter, NodeGroup
 
@@ -153,7 +154,8 @@ def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
     return {**scripts(plan, gateway), names.LAUNCHER: ship.program("gateway_launch")}
 
 
-# (data key, SMG 1.13.0 flag, smg/router_args.py) of the gateway, each rendered with its reason from group_data/all.py.
+# (data key, flag of the pinned SMG, smg/router_args.py) of the gateway, each rendered with its reason from
+# group_data/all.py.
 GATEWAY_FLAGS = (
     ("sglang_router_policy", "--policy"),
     ("sglang_router_health_check_interval", "--health-check-interval-secs"),
@@ -173,7 +175,7 @@ def gateway_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
     return render_template(
         "templates/gateway-compose.yaml.j2", **plan.template_values,
         gateway=gateway, settings=plan.gateway_settings, image=plan.gateway_image, flags=flags, reasons=why,
-        mount=GATEWAY_IN_CONTAINER,
+        mount=GATEWAY_IN_CONTAINER, gateway_version=GATEWAY_VERSION,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,
         server_config=SERVER_CONFIG_IN_CONTAINER,

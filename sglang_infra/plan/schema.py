@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .gateway_pin import GATEWAY_VERSION
+
 # An image reference: [registry[:port]/]path[:tag][@sha256:<64 hex>]
 _IMAGE_RE = re.compile(
     r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
@@ -210,7 +212,7 @@ def _https_url(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
 
-# SMG 1.13.0's --policy choices (smg/router_args.py, COMMON_POLICY_CHOICES).
+# The pinned SMG's --policy choices (smg/router_args.py, COMMON_POLICY_CHOICES; its version: gateway_pin.py).
 GATEWAY_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load", "manual",
                     "consistent_hashing", "prefix_hash")
 
@@ -372,7 +374,7 @@ SCHEMA: dict[str, Key] = {
                                 _optional(lambda v: isinstance(v, (list, tuple)) and bool(v)
                                           and all(isinstance(k, str) and k for k in v) and len(set(v)) == len(v)),
                                 "use e.g. ['qwen3.6-35b-a3b-awq'], or None for every served model"),
-    "sglang_router_policy": Key(f"one of {', '.join(GATEWAY_POLICIES)} (SMG 1.13.0's policies)",
+    "sglang_router_policy": Key(f"one of {', '.join(GATEWAY_POLICIES)} (SMG {GATEWAY_VERSION}'s policies)",
                                 _one_of(*GATEWAY_POLICIES), "use 'cache_aware'"),
     "sglang_router_bind_address": Key("None or an IP address", _optional(_ip),
                                       "use None, the address clients reach this host on, or '127.0.0.1'"),
