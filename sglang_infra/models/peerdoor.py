@@ -131,30 +131,6 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"sglang peer key id\0" + key).hexdigest()[:16]
 
 
-def host_ports(data: Mapping[str, Any]) -> dict[int, str]:
-    """Every other port this host's data gives a listener of the project's (or ssh), by the key that sets it."""
-    ports: dict[int, str] = {int(data.get("ssh_port") or 22): "ssh_port", data["sglang_port"]: "sglang_port"}
-    if data["sglang_node_exporter"]:
-        ports[data["sglang_node_exporter_port"]] = "sglang_node_exporter_port"
-    listen = str(data["sglang_prometheus_listen_address"]).rpartition(":")[2]
-    if listen.isdigit():
-        ports[int(listen)] = "sglang_prometheus_listen_address"
-    for key in ("sglang_router_port", "sglang_router_prometheus_port"):
-        for offset in range(len(data["sglang_models"])):
-            ports.setdefault(data[key] + offset, key)
-    return ports
-
-
-def port_problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, what, fix) when the door's port is one the host's data gives to another listener."""
-    port = data["sglang_peer_port"]
-    other = host_ports(data).get(port)
-    if other is None:
-        return []
-    return [("sglang_peer_port", f"{port} is the port {other} gives another listener of this host",
-             f"set sglang_peer_port to a free port, e.g. {port + 1 if port < 65535 else 30050}")]
-
-
 def tls_command() -> str:
     """The shell command that makes the door's key pair and self-signed certificate on the host, as root: an
     EC P-256 key written 0600 (umask) beside its certificate, each under a temporary name then renamed, the key

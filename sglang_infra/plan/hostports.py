@@ -2,7 +2,7 @@
 
 A host's ports come from many keys (ssh, the server, the peer door, the gateways, the node exporter,
 Prometheus, a group's dist-init range); each pair is judged here, once, for the roles the host has, before
-anything on any host changes. A clash names both keys and both ranges.
+anything on any host changes. A clash names both keys and both ranges, and ports the one it names could move to.
 """
 
 from __future__ import annotations
@@ -25,6 +25,19 @@ class Listener(NamedTuple):
 
     def span(self) -> str:
         return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+
+
+def free_from(found: list[Listener], moved: Listener) -> Listener | None:
+    """``moved`` shifted to the first ports above its own that no listener of ``found`` takes; None past 65535.
+    Each step jumps past the listener in the way, so the search ends after at most one step per listener."""
+    width = moved.last - moved.first
+    start = moved.first + 1
+    while start + width <= 65535:
+        hit = next((other for other in found if other.first <= start + width and start <= other.last), None)
+        if hit is None:
+            return Listener(moved.key, start, start + width)
+        start = hit.last + 1
+    return None
 
 
 def listeners(data: Mapping[str, Any], serves: bool, runs_gateways: bool, monitors: bool,
@@ -63,7 +76,9 @@ def clashes(name: str, data: Mapping[str, Any], serves: bool, runs_gateways: boo
             if {one.key, other.key} <= PLACED:
                 continue
             if one.first <= other.last and other.first <= one.last:
+                free = free_from(found, other)
                 errors.append(problem(name, other.key, f"port {other.span()} overlaps {one.key}'s {one.span()}: two "
                                       "listeners of this host would want the same port",
-                                      f"move {other.key} (or {one.key}) so that every port of the host is its own"))
+                                      f"move {other.key} (or {one.key}) so that every port of the host is its own"
+                                      + (f", e.g. {other.key} on {free.span()}" if free else "")))
     return errors

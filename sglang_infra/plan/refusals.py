@@ -223,8 +223,6 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             err("sglang_peer_key_file", f"{data['sglang_peer_key_file']} {bad}: the peer door would take it as the "
                 "site's key", f"put only the key in the file, {peerdoor.KEY_MIN}-{peerdoor.KEY_MAX} characters, "
                 "e.g. from `openssl rand -hex 32`")
-        for key, what, fix in peerdoor.port_problems(data):
-            err(key, what, fix)
     home, tools = data["sglang_home"], data["sglang_tools_dir"]
     for key, path in (("sglang_home", home), ("sglang_tools_dir", tools)):
         shared = system_dir_problem(path)

@@ -61,3 +61,42 @@ def test_two_listeners_of_one_host_on_one_port_are_refused_naming_both_keys(tmp_
                                   dict(groups=("router",), sglang_port=30080)])
 def test_the_defaults_and_a_port_no_listener_uses_are_no_clash(tmp_path, data):
     assert judged(tmp_path, **data) == []
+
+
+# The peer door's port is judged with the host's other listeners, by the one port check (it had a check of its own,
+# in refusals.check_data, which suggested 30050 whatever the port). Each case: the door's port, the host's groups.
+DOOR_CLASHES = [
+    (dict(sglang_peer_port=30000), "sglang_port"),
+    (dict(sglang_peer_port=9100), "sglang_node_exporter_port"),
+    (dict(groups=("production", "monitor"), sglang_peer_port=9090), "sglang_prometheus_listen_address"),
+    (dict(groups=("production", "router"), sglang_peer_port=30081), "sglang_router_port"),
+    (dict(groups=("production", "router"), sglang_peer_port=29000), "sglang_router_prometheus_port"),
+    (dict(sglang_peer_port=22), "ssh_port"),
+    (dict(sglang_peer_port=2222, ssh_port=2222), "ssh_port"),
+]
+
+
+@pytest.mark.parametrize("data,other", DOOR_CLASHES)
+def test_the_doors_port_on_another_listeners_is_refused_with_a_port_that_is_free(tmp_path, data, other):
+    [problem] = judged(tmp_path, door=True, **data)
+    assert problem.startswith("host gpu-01: ") and "overlaps" in problem and "sglang_peer_port" in problem
+    assert other in problem and "30050" not in problem
+    moved, span = problem.rpartition(", e.g. ")[2].rstrip(".").split(" on ")
+    free = int(span.partition("-")[0])   # a range key (a gateway's ports, one per model) holds its first port
+    fixed = {**data, moved: free} if moved != "sglang_prometheus_listen_address" else {
+        **data, moved: f"127.0.0.1:{free}"}
+    assert judged(tmp_path, door=True, **fixed) == [], problem
+
+
+def test_the_doors_port_is_no_clash_where_the_door_is_off_or_the_other_listener_absent(tmp_path):
+    assert judged(tmp_path, sglang_peer_port=30000) == []                        # no door: no port of its own
+    assert judged(tmp_path, door=True, sglang_peer_port=9090) == []              # Prometheus runs on monitors only
+    assert judged(tmp_path, door=True, sglang_peer_port=30081) == []             # gateways on router hosts only
+
+
+def test_the_port_suggested_skips_every_listener_in_the_way(tmp_path):
+    """The door on the server's port, the next ports taken by a group's dist-init range: the suggestion is past it."""
+    [problem] = judged(tmp_path, door=True, sglang_peer_port=29500, sglang_port=29500)
+    assert problem.endswith(", e.g. sglang_peer_port on 29501.")
+    [problem] = judged(tmp_path, grouped=True, door=True, sglang_peer_port=30000)
+    assert problem.endswith(", e.g. sglang_peer_port on 30001.")

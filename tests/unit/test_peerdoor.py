@@ -197,26 +197,6 @@ def test_a_missing_key_file_is_refused(tmp_path):
     assert "None or a readable file on the control machine" in errors[0]
 
 
-@pytest.mark.parametrize("overrides,other", [
-    ({"sglang_peer_port": 30000}, "sglang_port"),
-    ({"sglang_peer_port": 9100}, "sglang_node_exporter_port"),
-    ({"sglang_peer_port": 9090}, "sglang_prometheus_listen_address"),
-    ({"sglang_peer_port": 30081}, "sglang_router_port"),
-    ({"sglang_peer_port": 29000}, "sglang_router_prometheus_port"),
-    ({"sglang_peer_port": 22}, "ssh_port"),
-    ({"sglang_peer_port": 2222, "ssh_port": 2222}, "ssh_port"),
-])
-def test_a_port_another_listener_of_the_host_has_is_refused(key_file, overrides, other):
-    errors = check_data("gpu-01", door_data(key_file, **overrides))
-    assert errors == [f"host gpu-01: sglang_peer_port: {overrides['sglang_peer_port']} is the port {other} gives "
-                      f"another listener of this host. Fix: set sglang_peer_port to a free port, e.g. "
-                      f"{overrides['sglang_peer_port'] + 1}."]
-
-
-def test_ports_are_not_judged_without_the_door():
-    assert check_data("gpu-01", {**DEFAULTS, "sglang_peer_port": 30000}) == []
-
-
 def test_an_address_that_is_not_the_hosts_is_refused(key_file):
     data = door_data(key_file, sglang_peer_bind_address="10.9.9.9")
     errors = [e for e in check_host_state("gpu-01", data, converged_snapshot(peer={"address": "10.9.9.9",
