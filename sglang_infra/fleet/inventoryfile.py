@@ -58,7 +58,7 @@ def inventory_file() -> str | None:
 
 
 def serving(inventory, names: list[str], path: str) -> list[str]:
-    """Those of ``names`` that serve a model (in any group but `router`, gateways.roles)."""
+    """Those of ``names`` that serve a model (in any group but `router`, roles.roles)."""
     from .roles import groups_of, roles
 
     return [name for name in names if roles(groups_of(inventory.get_host(name), path))[0]]

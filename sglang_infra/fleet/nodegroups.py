@@ -6,16 +6,16 @@
   (the first listed is rank 0), and rank 0's address as the members reach it;
 - check_groups(): the group's refusals, once every member's plan is known
   (preflight.py), each one line through refusals.problem;
-- restart_reasons(): why a group must be recreated as a whole, from every
-  member's snapshot: a member whose container is gone, exited, not started
-  from its files as they are, or started out of the group's order (a stale
-  group: sglang#3099). operations/group.py acts on it; the status report and
-  the host checks can name the group, the member and why from the same
-  function.
+- member_reasons() and stale(): why a group must be recreated as a whole,
+  from every member's snapshot: a member whose container is gone, exited, not
+  started from its files as they are, or started out of the group's order (a
+  stale group: sglang#3099). operations/group.py's restart_reasons() reads the
+  members and acts on them; the status report and the host checks can name
+  the group, the member and why from the same functions.
 
 A member's launch flags (render.launch_flags), compose file (host
 networking, the group's labels) and tp-size (the per-host count times the
-members) are worked out in plan.resolve_judged from its NodeGroup.
+members) are worked out in resolve.resolve_judged from its NodeGroup.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def stale(snapshots: Mapping[str, Mapping[str, Any] | None], group: NodeGroup) -
     """Why the group's running members are not one group (one restarted alone), from each member's snapshot: a
     member started after rank 0, rank 0 started more than START_WINDOW after a member, or a member (rank 0 too)
     whose container started since the group's last gate while another member still runs the container its gate
-    saw (the gate's record: snapshot's gate.started_at). One line each."""
+    saw (the gate's record: snapshot's gate section, its started_at). One line each."""
     head = _started(_container(snapshots, group.head_name))
     if head is None:
         return []

@@ -38,7 +38,7 @@ SETTLE = 15
 
 
 def kept_keys(data: Mapping[str, Any]) -> list[str]:
-    """The registry keys a host keeps in its cache (models.kept's order): the served one, then the cached ones."""
+    """The registry keys a host keeps in its cache (registry.kept's order): the served one, then the cached ones."""
     return list(dict.fromkeys([data["sglang_model"], *(data.get("sglang_cached_models") or ())]))
 
 

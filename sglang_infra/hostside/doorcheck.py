@@ -1,7 +1,7 @@
 """Whether the peer door's address and port are held by the door's own nginx, read as root on the host (the
 DoorHeld fact, sglang_infra/operations/peerdoor.py): every socket listening on exactly that address and port belongs
 to nginx.service's main process, and that process runs the door's config; and the sha256 of the door's TLS
-certificate (its DER bytes, what a TLS client is sent), which every puller of this run pins (hostside/peers.py).
+certificate (its DER bytes, what a TLS client is sent), which every puller of this run pins (hostside/pull/peers.py).
 Nothing else is asked: no connection is made, no key is read.
 
     python3 doorcheck.py ADDRESS PORT CONFIG CERT

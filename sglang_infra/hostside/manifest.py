@@ -284,7 +284,7 @@ class _Dirs:
 
 def content_digest(files):
     """One sha256 over every file's path, size and content sha256: what a lock records for a revision
-    (sglang_infra/lockfile.py). None when a file has no sha256 (a manifest from before sha256 was recorded)."""
+    (sglang_infra/models/lockfile.py). None when a file has no sha256 (a manifest from before sha256 was recorded)."""
     lines = []
     for item in sorted(files, key=lambda e: e["path"]):
         if not item.get("sha256"):

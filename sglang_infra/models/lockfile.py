@@ -168,7 +168,7 @@ def problems(lock: Lock, data: Mapping[str, Any], wanted_pins: Mapping[str, str]
     for key in dict.fromkeys(keys):
         entry = registry.get(key)
         if not isinstance(entry, Mapping):
-            continue  # judged by models.problems
+            continue  # judged by registry.problems
         locked = lock.models.get(key)
         if locked is None:
             out.append(("sglang_lock", f"{where} has no entry for the model {key!r}",

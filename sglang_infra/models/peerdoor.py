@@ -21,7 +21,7 @@ let them read, never write. The door speaks TLS alone, with a key pair made
 on the host by root (TLS_KEY, TLS_CERT: operations.peerdoor.tls_made); the
 run reads the certificate's sha256 when it checks the door, and each pull
 trusts that certificate alone there (peering.checked, hostside/pull/peers.py).
-The snapshot's part is in plan.snapshot_spec (door_spec) and
+The snapshot's part is in resolve.snapshot_spec (door_spec) and
 hostside/snapshot.py (peer_address); the task is tasks/peer_door.py.
 """
 

@@ -44,7 +44,7 @@ def _fleet_snapshot(name: str) -> dict | None:
 def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: str | None = None):
     """
     Ensure the gateway in ``directory`` (router/<gateway>/) has exactly the
-    ``workers`` (plan.Worker) that passed their gate with their own config:
+    ``workers`` (types.Worker) that passed their gate with their own config:
     decided when the operation runs, from each worker's snapshot read after
     its own gate ran in this same run (tasks/gateways.py comes after
     tasks/stack.py). A worker outside this run (--limit) keeps the

@@ -4,7 +4,7 @@
 The operation runs on rank 0 only; by then every member has its compose.yaml,
 .env and scripts on disk (earlier operations, which pyinfra runs on every host
 before the next one). It reads every member's snapshot and decides for the
-group (nodegroups.restart_reasons): when any member's container is gone,
+group (restart_reasons, below): when any member's container is gone,
 exited, not started from its files, or the group is stale, then
 
 1. every member is stopped (no member is left running against a group that
@@ -25,7 +25,7 @@ for the group saying so. A group whose gate was only due (not recreated) and
 that fails so is first recreated and gated once more.
 
 Commands on the other members run through their own connections
-(base.run_on with their connector arguments), as operations/roll.py reaches a
+(operation.run_on with their connector arguments), as operations/roll.py reaches a
 gateway host.
 """
 

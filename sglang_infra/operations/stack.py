@@ -41,7 +41,7 @@ def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, 
     + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
     + sole_front: that gateway is the only one in front of its model: a restart of a running one is said aloud
     + turn: another gateway host fronts its model too: a running one restarts in the model's turn, one gateway
-      host at a time (operations/gateway_turns.py)
+      host at a time (run/gateway_turns.py)
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if, gateway)
     if not reasons:

@@ -7,7 +7,7 @@ refusals.judge has judged the data alone and handed on what it read (the
 lock with its commits applied, the pins, the CA bundle, the secrets);
 refusals.check_host_state judges the data against the host. Then every value
 the tasks, the templates and the status report need is worked out here, once,
-into a frozen HostPlan (plantypes.py). Tasks read the plan and nothing else of
+into a frozen HostPlan (types.py). Tasks read the plan and nothing else of
 the host's data. A gateway host's gateways are added by gateways.with_gateways,
 which needs every host's plan (preflight.py).
 """

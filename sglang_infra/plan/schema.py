@@ -301,7 +301,7 @@ SCHEMA: dict[str, Key] = {
                             "use e.g. '/var/lib/sglang-tools'"),
     "sglang_huggingface_hub_version": Key("a release such as '2.4.0'", _release,
                                           "pin the release, e.g. '2.4.0'"),
-    # toolchain image (combinations are judged by sglang_infra/toolchain.py)
+    # toolchain image (combinations are judged by sglang_infra/machine/toolchain/)
     "sglang_toolchain_image": Key("True or False", lambda v: isinstance(v, bool),
                                   "use True to serve the pinned toolchain image, False to serve sglang_image as is"),
     "sglang_flashinfer_version": Key("a release such as '0.6.14'", lambda v: isinstance(v, str) and v != "",
@@ -359,7 +359,7 @@ SCHEMA: dict[str, Key] = {
     "sglang_node_interface": Key("None or a network interface name", _optional(
         lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,14}", v) is not None),
         "name the interface the members reach each other on, e.g. 'eth1', or None"),
-    # fleet front door (the router group; the fleet's rules are in plan.check_fleet)
+    # fleet front door (the router group; the fleet's rules are in refusals.check_fleet)
     "sglang_worker_address": Key("None or an IP address or DNS name", _optional(host_address),
                                  "use the address the gateway hosts reach this host on, e.g. '10.0.0.11', or None"),
     "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),

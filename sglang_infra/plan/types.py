@@ -1,7 +1,7 @@
-"""The plan's types: what one host's data and snapshot resolve into (plan.py),
+"""The plan's types: what one host's data and snapshot resolve into (resolve.py),
 what the templates render from (render.py), and what the tasks apply.
 
-Below both plan.py and render.py, so neither imports the other for its types.
+Below both resolve.py and render.py, so neither imports the other for its types.
 Every value here is final: a task, a template or the status report reads it
 and never works it out again.
 """

@@ -33,7 +33,7 @@ class Snapshot(FactBase):
 
 
 class Unreadable(Exception):
-    """The host did not answer the snapshot's command (operations/base.py turns it into this host's failure)."""
+    """The host did not answer the snapshot's command (run/operation.py turns it into this host's failure)."""
 
 
 def current(host) -> dict:
@@ -41,7 +41,7 @@ def current(host) -> dict:
     This host's snapshot as it is now (read again after any command changed
     the host). A host that cannot be read (it stopped answering) fails alone:
     pyinfra logs the fact error and returns None, which becomes Unreadable
-    and then this host's failure (operations/base.py), not a crash of the whole run.
+    and then this host's failure (run/operation.py), not a crash of the whole run.
     """
     found = factcache.current(host, Snapshot)
     if found is None:

@@ -3,7 +3,7 @@ runs on any host.
 
 At the top of deploy.py, the first host's load reads every host's snapshot in
 parallel (one gevent job each, one pass per run, joined by every later
-host's load), judges and resolves each into its plan (plan.py), then gives
+host's load), judges and resolves each into its plan (plan/resolve.py), then gives
 the gateway hosts their gateways (gateways.fleet) and the monitor hosts their
 scrape targets (monitoring.with_monitors) and each serving host with a peer door
 the peers its pull looks to first (peering.with_sources). Any problem on any host

@@ -27,7 +27,7 @@ def problems(group: NodeGroup, containers: Mapping[str, Any], gated: Mapping[str
     """Why ``group`` is failing, one line each (none: every member runs, started as one group). ``containers``: each
     member's container as the snapshot reads it (stack.container: state, started_at), None when it has none, UNREAD
     when it could not be read; ``gated``: when the container each member's last gate stamped had started (the
-    snapshot's gate.started_at), None or left out when not known."""
+    snapshot's gate section, its started_at), None or left out when not known."""
     out = []
     for rank, member in enumerate(group.members):
         found = containers.get(member, UNREAD)

@@ -181,7 +181,7 @@ def test_the_gate_waits_for_no_port_its_container_does_not_publish(keyed, monkey
 
 
 def test_the_key_file_is_written_and_read_in_one_place(tmp_path):
-    """plan.py writes the server's config with apikey.file_text(), and every reader (the checks, the gate, the
+    """plan/resolve.py writes the server's config with apikey.file_text(), and every reader (the checks, the gate, the
     gateway's launcher) goes through apikey.read_key(): no other module of sglang_infra/ spells out the field."""
     from sglang_infra.plan import resolve as plan
 

@@ -43,7 +43,7 @@ def test_rollout_refuses_a_canary_that_matches_no_host(tmp_path):
 
 
 def test_rollout_refuses_a_canary_of_gateway_hosts_only(tmp_path):
-    # (A host in any group but router serves a model, gateways.roles: such a canary is named by host or glob,
+    # (A host in any group but router serves a model, roles.roles: such a canary is named by host or glob,
     # or is the router group itself.)
     inventory = tmp_path / "inventory.py"
     inventory.write_text('production = ["gpu-01", "gpu-02"]\nrouter = ["gw-01", "gw-02", "gpu-02"]\n')

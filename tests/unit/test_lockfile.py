@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (plan._refusal)
+import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (refusals._refusal)
 import pytest
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 

@@ -19,7 +19,7 @@ CASES = load_cases("operations")
 
 def _operations() -> dict:
     """Every operation of sglang_infra/operations/, by name, found in the module that defines it: what pyinfra's
-    @operation made (directly or through base.snapshot_operation), which pyinfra marks with ``_inner``, the
+    @operation made (directly or through operation.snapshot_operation), which pyinfra marks with ``_inner``, the
     generator an operation runs inside another (pyinfra.api.operation._wrap_operation)."""
     found = {}
     for info in pkgutil.iter_modules(operations.__path__):
@@ -35,7 +35,7 @@ OPERATIONS = _operations()
 
 
 def _arguments(op: str, args: dict) -> dict:
-    """A fixture's arguments as the operation takes them: JSON has no plantypes.Worker, so gateway_workers'
+    """A fixture's arguments as the operation takes them: JSON has no types.Worker, so gateway_workers'
     workers are written as their fields."""
     if op == "gateway_workers":
         from sglang_infra.plan.types import Worker
