@@ -121,8 +121,9 @@ def env() -> dict[str, str]:
 
 
 def ours(script: Path, cache: Path, repo: str, hub: Standin, workers: int) -> list[str]:
-    return [sys.executable, str(script), "pull", "--cache-dir", str(cache), "--repo-id", repo, "--revision", "main",
-            "--endpoint", hub.url, "--workers", str(workers)]
+    # The records of verified revisions beside the cache, never in it (the deploy keeps them outside hf-cache).
+    return [sys.executable, str(script), "pull", "--cache-dir", str(cache), "--records-dir", f"{cache}-verified",
+            "--repo-id", repo, "--revision", "main", "--endpoint", hub.url, "--workers", str(workers)]
 
 
 def library(cache: Path, repo: str, hub: Standin, workers: int) -> list[str]:

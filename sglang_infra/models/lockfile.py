@@ -7,11 +7,13 @@ writes it (sglang_infra/models/lockgen.py); the deploy reads it here. One JSON f
 diff-friendly (sorted keys, one file per line of its own), committed by the
 operator beside the inventory:
 
-- models: per registry key, the repo id, the commit, and every file with its
-  size and sha256. An LFS file's sha256 is the one the Hub lists; a small
-  regular file has only a git blob id in the Hub's API, so its sha256 is
+- models: per registry key, the repo id, the commit, whether the repo is
+  gated ("gated": false, "auto" or "manual", as the Hub says), and every file
+  with its size and sha256. An LFS file's sha256 is the one the Hub lists; a
+  small regular file has only a git blob id in the Hub's API, so its sha256 is
   computed from its bytes when the lock is written ("sha256_from": "lfs" or
-  "computed"), and its git blob id is kept beside it.
+  "computed"), and its git blob id is kept beside it. So the lock lists a
+  revision's files whole: a pull holding it asks the Hub for no listing.
 - images: per image reference, the manifest digest the registry served, so
   compose runs `repo@sha256:...` and a tag moved upstream changes nothing.
 - wheels: per toolchain pin (`name==version`), every wheel file the index
@@ -54,6 +56,7 @@ class LockedModel:
     repo_id: str
     commit: str
     files: tuple[dict, ...]   # {"path", "size", "sha256", "sha256_from", "git_blob"?}
+    gated: bool | str | None = None   # the Hub's word when the lock was written (False, "auto", "manual"); None: unsaid
 
     @property
     def content(self) -> str:
@@ -62,7 +65,8 @@ class LockedModel:
 
     def record(self) -> dict:
         """What the pull verifies against (hfpull.py --locked-stdin)."""
-        return {"commit": self.commit, "files": [dict(f) for f in self.files]}
+        return {"commit": self.commit, "files": [dict(f) for f in self.files],
+                **({"gated": self.gated} if self.gated is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -116,15 +120,17 @@ def parse(path: str, text: str) -> Lock:
                                    "sha256_from": f["sha256_from"], **({"git_blob": f["git_blob"]}
                                                                        if f.get("git_blob") else {})}
                                   for f in entry["files"]), key=lambda f: f["path"]))
+            gated = entry.get("gated")
             ok = (isinstance(entry["repo_id"], str) and _COMMIT.fullmatch(entry["commit"])
+                  and (gated is None or isinstance(gated, bool) or gated in ("auto", "manual"))
                   and files and all(_SHA256.fullmatch(f["sha256"]) and f["sha256_from"] in ("lfs", "computed")
                                     and f["size"] >= 0 for f in files))
         except (KeyError, TypeError, ValueError):
             ok = False
         if not ok:
-            raise _fail(path, f"models[{key!r}] is not a repo id, a 40-hex commit and a list of files with "
-                        "size and sha256")
-        models[key] = LockedModel(key, entry["repo_id"], entry["commit"], files)
+            raise _fail(path, f"models[{key!r}] is not a repo id, a 40-hex commit, a list of files with size and "
+                        "sha256, and a 'gated' of false, \"auto\" or \"manual\"")
+        models[key] = LockedModel(key, entry["repo_id"], entry["commit"], files, entry.get("gated"))
     images = raw.get("images") or {}
     if not all(isinstance(k, str) and isinstance(v, dict) and _DIGEST.fullmatch(str(v.get("digest")))
                for k, v in images.items()):
@@ -214,7 +220,8 @@ def document(models: Mapping[str, LockedModel], images: Mapping[str, str],
         "format": FORMAT,
         "written_by": "scripts/lock.sh (sglang_infra/models/lockgen.py)",
         "written_at": written_at,
-        "models": {key: {"repo_id": m.repo_id, "commit": m.commit, "files": [dict(f) for f in m.files]}
+        "models": {key: {"repo_id": m.repo_id, "commit": m.commit, "files": [dict(f) for f in m.files],
+                         **({"gated": m.gated} if m.gated is not None else {})}
                    for key, m in sorted(models.items())},
         "images": {ref: {"digest": digest, "pinned": f"{repository(ref)}@{digest}"}
                    for ref, digest in sorted(images.items())},

@@ -133,7 +133,8 @@ def resolve_model(key: str, repo_id: str, revision: str, endpoint: str | None,
                       "sha256_from": "computed", "git_blob": git})
     if not files:
         raise LockGenError(f"{key}: {repo_id}@{commit[:12]} lists no files")
-    return lockfile.LockedModel(key, repo_id, commit, tuple(sorted(files, key=lambda f: f["path"])))
+    gated = info.gated if info.gated in (False, True, "auto", "manual") else None
+    return lockfile.LockedModel(key, repo_id, commit, tuple(sorted(files, key=lambda f: f["path"])), gated)
 
 
 # ---------------------------------------------------------------- images
@@ -339,8 +340,10 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
         asked = key in update_models
         revision = update_models.get(key) or entry.get("revision")
         if not asked and kept and kept.repo_id == entry["repo_id"] and entry.get("revision") in (None, kept.commit):
-            locked_models[key] = kept
-            continue
+            if kept.gated is not None:
+                locked_models[key] = kept
+                continue
+            revision = kept.commit   # locked before the lock said whether the repo is gated: read it at that commit
         if not revision:
             raise LockGenError(f"{key!r} has no revision in sglang_models and is not in the lock yet. Fix: lock a "
                                f"branch's head with --update {key}@main, or pin 'revision'")
@@ -348,6 +351,10 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
         token = registry.control_token(data)
         locked_models[key] = resolve_model(key, entry["repo_id"], revision, data["sglang_hf_endpoint"],
                                            token.decode() if token else None)
+        if kept is not None and not asked and revision == kept.commit and locked_models[key].files != kept.files:
+            raise LockGenError(f"{key}: {data['sglang_hf_endpoint'] or 'the Hub'} lists other files for "
+                               f"{entry['repo_id']}@{revision} than the lock does. Fix: find out why (a mirror that "
+                               f"rewrote them?), then lock it again with --update {key}")
         say(f"{key}: {entry['repo_id']}@{locked_models[key].commit} ({len(locked_models[key].files)} files)")
 
     images = {}

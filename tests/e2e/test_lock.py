@@ -24,6 +24,7 @@ from testbed import registry as testbed_registry
 TINY = "standin-org/tiny-chat"
 KEY = "qwen3.6-35b-a3b-awq"   # the production key, served from TINY by the stand-in registry
 SHARD = "model-00001-of-00002.safetensors"
+NEW_SHARD = "model-00002-of-00002.safetensors"   # another blob at main than at the first commit
 DOCKER = "/opt/sglang/docker"
 REPOSITORY = "sglang/standin"
 
@@ -164,14 +165,16 @@ def test_a_file_rewritten_on_the_hub_after_locking_is_refused_and_the_old_revisi
     assert updated.returncode == 0, updated.stderr
     assert json.loads(fleet["lock"].read_text())["models"][KEY]["commit"] == main
     before = [serving(h) for h in fleet["hosts"]]
-    hub.tamper(TINY, main, SHARD, offset=1000)
+    # A file the hosts do not hold yet (the first shard is the same blob at both commits: a host holding it verified
+    # with the lock's content takes nothing of it from the endpoint, rewritten or not).
+    hub.tamper(TINY, main, NEW_SHARD, offset=1000)
     try:
         result = run_deploy(inventory)
     finally:
-        hub.tamper(TINY, main, SHARD, offset=1000)   # the same bit again: the Hub serves the original
+        hub.tamper(TINY, main, NEW_SHARD, offset=1000)   # the same bit again: the Hub serves the original
         fleet["lock"].write_bytes(kept)
     assert result.returncode != 0
-    assert f"verification failed: {SHARD}: the endpoint lists sha256" in result.output, result.output[-4000:]
+    assert f"verification failed: {NEW_SHARD}: the endpoint lists sha256" in result.output, result.output[-4000:]
     failed = next(line for line in result.output.splitlines() if line.startswith("--> Failed hosts (2 of 2): "))
     assert all(f"{h.name} (failed at 'tasks/models.py | Ensure {KEY} (" in failed for h in fleet["hosts"]), failed
     for host, was in zip(fleet["hosts"], before):

@@ -4,7 +4,9 @@ from the stand-in Hub, then the rest from the others' peer doors, so the Hub ser
 host holds the lock's bytes and says where they came from. A second run pulls nothing and touches no door. Then pulls
 run by hand on a host, as the deploy runs them: a peer that sends wrong bytes is named and its ranges fetched from
 another peer; a peer that disappears mid-transfer leaves its ranges to the others; a host without the site's key gets
-nothing from a peer."""
+nothing from a peer. The Hub's API too once per site (issue #45): the fleet's pulls of the locked model, and a host
+joining later, ask the Hub for no info and no listing (the lock lists the files); a gated model's bytes come from a
+peer only after the Hub accepted the host's own token for that repo."""
 
 from __future__ import annotations
 
@@ -19,20 +21,24 @@ import time
 import pytest
 
 from harness import PROJECT_DIR, _env, door_pin, run_deploy
+from hfstandin.server import count_kinds
+from sglang_infra import peerdoor
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port
 KEY = hashlib.sha256(b"the site's peer key, for the peers test only").hexdigest()
 TINY = "standin-org/tiny-chat"
+GATED = "standin-org/gated-chat"
 SHARD = "model-00001-of-00002.safetensors"
-HUB = "/opt/sglang/hf-cache/hub"
+HOME = "/opt/sglang"
+HUB = f"{HOME}/hf-cache/hub"
 TOOLS = "/var/lib/sglang-tools"
 ACCESS_LOG = "/var/log/nginx/access.log"
 MiB = 1 << 20
 
 
-def commit() -> str:
-    return standin_hub.commits()[TINY]["main"]
+def commit(repo: str = TINY) -> str:
+    return standin_hub.commits()[repo]["main"]
 
 
 def model_files() -> dict[str, bytes]:
@@ -63,15 +69,33 @@ def pinned(host) -> str:
     return f"{door(host)}={door_pin(host)}"
 
 
-def hand_pull(host, hub, peers, cache: str, key_file: str = f"{TOOLS}/secret/peer-key", background=False):
-    """A pull on ``host`` as the deploy runs it (the account, the tools' venv), into a fresh ``cache``."""
-    args = [f"{TOOLS}/venv/bin/python", "-I", f"{TOOLS}/hfpull.py", "pull", "--cache-dir", f"{cache}/hub",
-            "--records-dir", f"{cache}/verified", "--repo-id", TINY, "--revision", commit(), "--endpoint", hub.url,
-            "--workers", "8", "--peer-key-file", key_file, "--peer-wait", "5"]
+def hand_pull(host, hub, peers, cache: str, key_file: str = f"{TOOLS}/secret/peer-key", repo: str = TINY,
+              endpoint: str | None = None, record: dict | None = None, token_file: str | None = None):
+    """A pull on ``host`` as the deploy runs it (the account, the tools' venv), into a fresh ``cache`` (its hub/ and
+    verified/; HOME: the deploy's own); ``record``: the lock's record of the model, on stdin as the deploy gives it."""
+    hub_dir, records = (HUB, f"{HOME}/verified") if cache == HOME else (f"{cache}/hub", f"{cache}/verified")
+    args = [f"{TOOLS}/venv/bin/python", "-I", f"{TOOLS}/hfpull.py", "pull", "--cache-dir", hub_dir,
+            "--records-dir", records, "--repo-id", repo, "--revision", commit(repo),
+            "--endpoint", endpoint or hub.url, "--workers", "8", "--peer-key-file", key_file, "--peer-wait", "5"]
+    args += ["--locked-stdin"] if record is not None else []
+    args += ["--token-file", token_file] if token_file else []
     for peer in peers:
         args += ["--peer", pinned(peer)]
-    return host.exec(f"install -d -o sglang -g sglang {cache} && cd / && sudo -u sglang "
-                     + " ".join(shlex.quote(a) for a in args), check=False, timeout=300)
+    stdin = f" <<'RECORD'\n{json.dumps(record)}\nRECORD" if record is not None else ""
+    made = "" if cache == HOME else f"install -d -o sglang -g sglang {cache} && "
+    return host.exec(f"{made}cd / && sudo -u sglang "
+                     + " ".join(shlex.quote(a) for a in args) + stdin, check=False, timeout=300)
+
+
+def locked_record(inventory) -> dict:
+    """The lock's record of the fleet's model (sglang.lock beside the inventory), as the deploy gives the pull."""
+    entry = json.loads((inventory.parent / "sglang.lock").read_text())["models"]["qwen3.6-35b-a3b-awq"]
+    return {key: entry[key] for key in ("commit", "files", "gated") if key in entry}
+
+
+def api_calls(requests: list[dict], repo: str) -> dict[str, int]:
+    """The stand-in's requests for ``repo`` by kind (info, listing, auth, file-head, file-get, other)."""
+    return count_kinds(requests, repo)
 
 
 def pulled_result(done) -> dict:
@@ -202,3 +226,74 @@ def test_a_host_without_the_site_key_gets_nothing_from_a_peer(fleet, hub):
     assert answered and all(re.search(r'"HEAD /blobs/[0-9a-f]+ HTTP/1.1" 401 \d+$', line) for line in answered), \
         answered   # asked whether it holds a blob, refused, never a byte of one
     assert_holds_the_model(four, "/tmp/peers-nokey/hub")
+
+
+def test_four_hosts_ask_the_hub_for_no_info_and_no_listing_of_the_locked_model(fleet, measure):
+    _, _, _, requests = fleet
+    calls = api_calls(requests, TINY)
+    measure(f"Hub requests for a locked, ungated model, fleet of 4, first run: {calls}")
+    # The Done-when of issue #45 allows 1 and 1 for the fleet; the lock makes it none (before it: 8 and 8).
+    assert calls["info"] == 0 and calls["listing"] == 0 and calls["auth"] == 0, calls
+    assert calls["file-get"] > 0, calls   # the bytes did come from the Hub's file endpoint, once per file
+
+
+def test_a_host_joining_later_asks_the_hub_nothing_for_the_locked_model(fleet, hub, measure):
+    (one, two, three, four), inventory, _, _ = fleet
+    hub.reset()
+    done = hand_pull(four, hub, [one, two, three], "/tmp/peers-joiner", record=locked_record(inventory))
+    result = pulled_result(done)
+    calls = hub.counts(TINY)
+    measure(f"Hub requests for a locked, ungated model, a host joining later: {calls}")
+    assert calls == dict.fromkeys(calls, 0), calls   # its bytes from the three peers, its file list from the lock
+    assert "hub" not in result["sources"] and len(result["sources"]) == 3, result["sources"]
+    assert_holds_the_model(four, "/tmp/peers-joiner/hub")
+
+
+def gated_record() -> dict:
+    """What scripts/lock.sh records of the stand-in's gated model: each file's size and sha256, a regular file's
+    git blob, and that the repo is gated."""
+    files = []
+    for path in ("config.json", "model.safetensors"):
+        data = standin_hub.file_bytes(GATED, commit(GATED), path)
+        entry = {"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if path.endswith(".safetensors"):
+            entry["sha256_from"] = "lfs"
+        else:
+            entry.update(sha256_from="computed", git_blob=hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+        files.append(entry)
+    return {"commit": commit(GATED), "files": files, "gated": "auto"}
+
+
+def test_a_gated_model_comes_from_a_peer_only_once_the_hub_accepted_the_hosts_own_token(fleet, hub):
+    (one, _, _, four), inventory, _, _ = fleet
+    token = "/tmp/peers-gated.token"
+    for each in (one, four):   # a token crosses the network only over TLS: the Hub's HTTPS listener, its test CA
+        each.exec(standin_hub.Hub.trust_command())
+        each.exec(f"install -o sglang -g sglang -m 600 /dev/null {token} && "
+                  f"printf %s {standin_hub.GATED_TOKEN} > {token}")
+    # Host one holds the gated model verified (pulled with its own token), and its door lists it after a run.
+    seeded = hand_pull(one, hub, [], HOME, repo=GATED, endpoint=hub.https_url, token_file=token,
+                       record=gated_record())
+    pulled_result(seeded)
+    again = run_deploy(inventory)
+    assert again.returncode == 0, again.why()
+    blobs = [hashlib.sha256(standin_hub.file_bytes(GATED, commit(GATED), "model.safetensors")).hexdigest()]
+    assert blobs[0] in one.exec(f"cat {peerdoor.BLOBS_CONF}").stdout
+
+    before = one.exec(f"cat {ACCESS_LOG}").stdout
+    hub.reset()
+    refused = hand_pull(four, hub, [one], "/tmp/peers-gated", repo=GATED, endpoint=hub.https_url,
+                        record=gated_record())
+    assert refused.returncode != 0 and "pull failed: GatedRepo" in refused.stderr, refused.stdout + refused.stderr
+    assert hub.counts(GATED)["auth"] == 1, hub.counts(GATED)
+    assert one.exec(f"cat {ACCESS_LOG}").stdout[len(before):] == ""   # no peer was asked, not even a HEAD
+    assert four.exec("ls /tmp/peers-gated/hub/models--standin-org--gated-chat/blobs 2>/dev/null",
+                     check=False).stdout.strip() == ""
+
+    hub.reset()
+    allowed = hand_pull(four, hub, [one], "/tmp/peers-gated", repo=GATED, endpoint=hub.https_url,
+                        record=gated_record(), token_file=token)
+    result = pulled_result(allowed)
+    calls = hub.counts(GATED)
+    assert calls["auth"] == 1 and calls["info"] == 0 and calls["listing"] == 0 and calls["file-get"] == 0, calls
+    assert set(result["sources"]) == {door(one)}, result["sources"]

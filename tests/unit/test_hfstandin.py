@@ -312,6 +312,40 @@ def test_api_errors(hub, tmp_path):
     assert api.model_info(REPO).sha == hub.commit(REPO)  # one injected failure only
 
 
+@pytest.mark.parametrize("token, status", [(False, 401), ("hf_not_a_known_token", 401), (DENIED, 403)],
+                         ids=["no token", "a token not granted", "a refused token"])
+def test_auth_check_of_a_gated_repo_answers_as_its_files_do(hub, token, status):
+    with pytest.raises(GatedRepoError) as raised:
+        HfApi(endpoint=hub.url, token=token).auth_check(GATED)
+    assert raised.value.response.status_code == status
+    assert raised.value.response.headers["x-error-code"] == "GatedRepo"
+
+
+def test_auth_check_passes_a_granted_token_and_an_ungated_repo_and_hides_a_private_one(hub):
+    HfApi(endpoint=hub.url, token=TOKEN).auth_check(GATED)
+    HfApi(endpoint=hub.url, token=False).auth_check(REPO)
+    with pytest.raises(RepositoryNotFoundError):
+        HfApi(endpoint=hub.url, token=False).auth_check(PRIVATE)
+
+
+def test_requests_are_counted_by_the_kind_the_hub_limits(hub, tmp_path):
+    api = HfApi(endpoint=hub.url, token=TOKEN)
+    hub.configure(tree_page_size=2)
+    hub.reset()
+    api.model_info(REPO, revision="main", files_metadata=True)
+    list(api.list_repo_tree(REPO, recursive=True, revision="main"))   # 7 entries: 4 pages
+    api.auth_check(GATED)
+    get_hf_file_metadata(hf_hub_url(REPO, "config.json", revision="main", endpoint=hub.url), token=False)
+    hf_hub_download(REPO, "config.json", cache_dir=tmp_path / "cache", endpoint=hub.url, token=False)
+    api.list_repo_refs(REPO)
+    assert hub.counts(REPO) == {"info": 1, "listing": 4, "auth": 0, "file-head": 2, "file-get": 1, "other": 1}
+    assert hub.counts(GATED) == {"info": 0, "listing": 0, "auth": 1, "file-head": 0, "file-get": 0, "other": 0}
+    _, _, over_http = raw_request(hub, "GET", f"/_standin/counts?repo={REPO}")
+    assert json.loads(over_http) == hub.counts(REPO)
+    assert sum(hub.counts().values()) == len(hub.requests())
+    hub.configure(tree_page_size=None)
+
+
 def test_gated_repo_with_the_right_token_and_no_token_in_any_log(hub, tmp_path, capfd):
     path = snapshot_download(GATED, cache_dir=tmp_path / "cache", endpoint=hub.url, token=TOKEN)
     assert_snapshot(hub, tmp_path / "cache", GATED, hub.commit(GATED), ["config.json", "weights.safetensors"])

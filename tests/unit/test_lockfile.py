@@ -227,6 +227,49 @@ def test_the_pull_verifies_every_file_against_the_lock(hub, tmp_path):
     assert hub.requests() == []   # verified against the lock once: no request on the next pull
 
 
+def test_with_the_lock_the_pull_asks_the_hub_for_no_info_and_no_listing(hub, tmp_path):
+    locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
+    hub.reset()
+    done = pull(tmp_path / "hub", hub, locked.commit, locked.record())
+    assert done.returncode == 0, done.stderr
+    # the lock lists the files (an LFS file by its sha256, a regular one by its git blob): only the file endpoint
+    assert hub.counts(REPO) == {"info": 0, "listing": 0, "auth": 0, "file-head": 3, "file-get": 3, "other": 0}
+    assert locked.gated is False and locked.record()["gated"] is False   # not gated: no access check either
+    assert sorted(os.listdir(tmp_path / "hub" / "models--org--locked" / "blobs")) == sorted(
+        f["sha256"] if f["sha256_from"] == "lfs" else f["git_blob"] for f in locked.files)
+
+
+def test_a_lock_without_a_regular_files_git_blob_takes_the_hubs_listing(hub, tmp_path):
+    locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
+    record = locked.record()
+    for entry in record["files"]:
+        entry.pop("git_blob", None)   # a lock written before it kept them: the blob's name is not known
+    hub.reset()
+    done = pull(tmp_path / "hub", hub, locked.commit, record)
+    assert done.returncode == 0, done.stderr
+    assert (hub.counts(REPO)["info"], hub.counts(REPO)["listing"]) == (1, 1)
+
+
+def test_a_lock_records_whether_the_repo_is_gated_and_an_older_lock_learns_it_at_its_own_commit(hub, tmp_path):
+    hosts = [("gpu-01", host_data(hub))]
+    path = tmp_path / "sglang.lock"
+    lockgen.write(str(path), lockgen.generate(hosts, None, ["m@main"]))
+    older = json.loads(path.read_text())
+    assert older["models"]["m"]["gated"] is False
+    del older["models"]["m"]["gated"]   # as a lock written before this
+    older["models"]["m"]["commit"] = hub.commit(REPO, "next")
+    older["models"]["m"]["files"] = [dict(f) for f in lockgen.resolve_model("m", REPO, "next", hub.url, None).files]
+    path.write_text(json.dumps(older))
+    assert lockfile.load(str(path)).models["m"].gated is None and "gated" not in lockfile.load(
+        str(path)).models["m"].record()
+    again = lockgen.generate(hosts, lockfile.load(str(path)), [])
+    assert again["models"]["m"]["gated"] is False
+    assert again["models"]["m"]["commit"] == hub.commit(REPO, "next")   # main has moved on: the lock's commit stays
+    hub.tamper(REPO, "next", "config.json")
+    with pytest.raises(lockgen.LockGenError, match="lists other files for org/locked@.* than the lock does"):
+        lockgen.generate(hosts, lockfile.load(str(path)), [])
+
+
 @pytest.mark.parametrize("path", ["model.safetensors", "config.json"])
 def test_a_mirror_that_rewrites_a_file_is_refused_naming_it(hub, tmp_path, path):
     locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)

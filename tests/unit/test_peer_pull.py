@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import re
 import socket
@@ -32,11 +33,16 @@ SCRIPT.write_text(ship.program("pull.hfpull"))
 KEY = "site-key-0123456789abcdef"
 TLS_DIR = Path(__file__).parent / "fixtures" / "peer_tls"   # door.* and other.*: two self-signed pairs (tests only)
 MiB = 1 << 20
+GATED = "org/gated-fleet"
+TOKEN = "hf_peersGatedToken0123456789abcdef"
 SPEC = {"repos": [{"repo_id": "org/fleet", "commits": [{"branch": "main", "files": [
     {"path": "config.json", "text": '{"fleet": true}'},
     {"path": "model-1.safetensors", "size": 3 * MiB + 12345, "seed": 11, "lfs": True},
     {"path": "model-2.safetensors", "size": 2 * MiB + 777, "seed": 12, "lfs": True},
-    {"path": "tokenizer.json", "text": '{"vocab": ["x"]}'}]}]}]}
+    {"path": "tokenizer.json", "text": '{"vocab": ["x"]}'}]}]},
+    {"repo_id": GATED, "gated": True, "tokens": [TOKEN], "commits": [{"branch": "main", "files": [
+        {"path": "config.json", "text": '{"gated": true}'},
+        {"path": "model.safetensors", "size": MiB + 5, "seed": 13, "lfs": True}]}]}]}
 
 
 def tls_server(name: str = "door") -> ssl.SSLContext:
@@ -203,18 +209,18 @@ def hub_file_bytes(hub) -> int:
     return sum(e["bytes_sent"] for e in hub.requests() if e["method"] == "GET" and "/resolve/" in e["path"])
 
 
-def run_pull(hub, tmp_path: Path, door_list: list[Door], *extra: str, cache: Path | None = None):
+def run_pull(hub, tmp_path: Path, door_list: list[Door], *extra: str, cache: Path | None = None,
+             stdin: str | None = None):
     cache = cache or tmp_path / "host"
     args = [sys.executable, "-I", str(SCRIPT), "pull", "--cache-dir", str(cache / "hub"), "--records-dir",
             str(cache / "verified"), "--repo-id", "org/fleet", "--revision", "main", "--endpoint", hub.url,
             "--lock-wait", "5", "--workers", "4", "--peer-key-file", key_file(tmp_path), *extra]
     for door in door_list:
         args += ["--peer", door.arg]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=120)
     result = None
     for line in done.stdout.splitlines():
         if line.startswith("SGLANG_PULL_RESULT "):
-            import json
             result = json.loads(line.split(" ", 1)[1])
     return done, result
 
@@ -716,4 +722,77 @@ def test_a_pull_bans_a_door_with_another_certificate_and_the_hub_serves(hub, see
     assert f"peer {thief.peer().label} failed its TLS handshake" in out or \
         f"peer {thief.peer().label} presented a TLS certificate other" in out, out
     assert set(result["sources"]) == {"hub"} and not thief.received
+    assert_cache_holds(seeded, tmp_path / "host")
+
+
+@pytest.fixture(scope="module")
+def gated_seeded(hub, tmp_path_factory):
+    """The gated model pulled once from the Hub with a token it accepts: {blob name: bytes}, as a peer holds it."""
+    cache = tmp_path_factory.mktemp("gated-seed")
+    Puller(str(cache / "hub"), GATED, "main", hub.url, TOKEN, lock_wait=5, records_dir=str(cache / "verified")).run()
+    blobs = cache / "hub" / "models--org--gated-fleet" / "blobs"
+    return {name: (blobs / name).read_bytes() for name in os.listdir(blobs)}
+
+
+def lock_record(hub, repo: str, gated: object) -> dict:
+    """The lock's record of ``repo``@main (as scripts/lock.sh writes it), saying ``gated``."""
+    files = []
+    for path in hub.files(repo):
+        meta, data = hub.file_meta(repo, "main", path), hub.file_bytes(repo, "main", path)
+        files.append({"path": path, "size": meta["size"], "sha256": hashlib.sha256(data).hexdigest(),
+                      **({"sha256_from": "lfs"} if meta["lfs"] else
+                         {"sha256_from": "computed", "git_blob": meta["git_oid"]})})
+    return {"commit": hub.commit(repo), "files": files, "gated": gated}
+
+
+def gated_pull(hub, tmp_path: Path, door: Door, token: bool, locked: dict | None):
+    args = [sys.executable, "-I", str(SCRIPT), "pull", "--cache-dir", str(tmp_path / "host" / "hub"),
+            "--records-dir", str(tmp_path / "host" / "verified"), "--repo-id", GATED, "--revision",
+            hub.commit(GATED), "--endpoint", hub.url, "--lock-wait", "5", "--peer-key-file", key_file(tmp_path),
+            "--peer", door.arg, "--peer-seed"]
+    if token:
+        (tmp_path / "token").write_text(TOKEN)
+        args += ["--token-file", str(tmp_path / "token")]
+    if locked is not None:
+        args += ["--locked-stdin"]
+    return subprocess.run(args, input=json.dumps(locked) if locked is not None else None, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("lock", ["none", "gated", "unsaid"], ids=["without a lock", "the lock says gated",
+                                                                   "a lock that does not say"])
+def test_a_gated_model_comes_from_a_peer_only_once_the_hub_accepted_this_hosts_token(hub, gated_seeded, tmp_path,
+                                                                                     lock):
+    locked = None if lock == "none" else lock_record(hub, GATED, "auto")
+    if lock == "unsaid":
+        del locked["gated"]
+    door = Door(dict(gated_seeded))
+    try:
+        hub.reset()
+        refused = gated_pull(hub, tmp_path, door, token=False, locked=locked)
+        assert refused.returncode == 3 and refused.stderr.startswith("pull failed: GatedRepo: "), refused
+        assert door.log == []   # no peer asked, not even whether it holds a blob
+        assert hub.counts(GATED)["auth"] == 1 and hub.counts(GATED)["file-get"] == 0
+        assert not (tmp_path / "host" / "hub" / "models--org--gated-fleet").exists()
+
+        hub.reset()
+        allowed = gated_pull(hub, tmp_path, door, token=True, locked=locked)
+        assert allowed.returncode == 0, allowed.stderr
+        result = json.loads(allowed.stdout.splitlines()[-1].split(" ", 1)[1])
+        assert result["sources"] == {door.label: sum(len(b) for b in gated_seeded.values())}
+        listed = int(locked is None)   # with the lock, the lock lists the files
+        assert hub.counts(GATED) == {"info": listed, "listing": listed, "auth": 1, "file-head": 0, "file-get": 0,
+                                     "other": 0}
+    finally:
+        door.close()
+
+
+def test_a_model_the_lock_says_is_not_gated_asks_the_hub_nothing_when_peers_hold_it(hub, seeded, doors, tmp_path):
+    a, b = doors(2)
+    lock = lock_record(hub, "org/fleet", False)
+    hub.reset()
+    done, result = run_pull(hub, tmp_path, [a, b], "--locked-stdin", "--revision", hub.commit("org/fleet"),
+                            stdin=json.dumps(lock))
+    assert done.returncode == 0, done.stderr
+    assert hub.requests() == [] and "hub" not in result["sources"]
     assert_cache_holds(seeded, tmp_path / "host")

@@ -38,6 +38,10 @@ adds what a fleet needs:
 * for a model the fleet serves, each file from the peers of the fleet that
   already hold it verified, byte ranges from several at once, verified as a Hub
   file is, the Hub as the fallback (peers.py);
+* with the lock's record of the revision on stdin (--locked-stdin), the lock's
+  file list instead of the Hub's: no request for the model's info nor for its
+  listing; a gated model (or one the lock does not say is not) is taken from a
+  peer only after the Hub accepted this host's token for it (one access check);
 * the same per-blob lock file as huggingface_hub (`<cache>/.locks/<repo
   folder>/<etag>.lock`, flock), so a hand pull by an admin and this script never
   write the same blob at once, plus a per-repo lock for whole pulls.
@@ -98,9 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-wait", type=float, default=DEFAULT_LOCK_WAIT,
                    help="seconds to wait for another pull of the same repo (default 1800)")
     p.add_argument("--locked-stdin", action="store_true",
-                   help="read the lock's record of this revision (JSON) from stdin and verify every file against it; "
-                        "with a \"share\" list of paths in it, pull only those (a swarm's first round), recorded as "
-                        "verified in part")
+                   help="read the lock's record of this revision (JSON) from stdin: its files are the listing (no "
+                        "request for the model's info or tree) and every file is verified against it; with a "
+                        "\"share\" list of paths in it, pull only those (a swarm's first round), recorded as "
+                        "verified in part; its \"gated\" says whether peers need the Hub's access check first")
     p.add_argument("--workers", type=_workers, default=pull.DEFAULT_WORKERS,
                    help=f"files and connections at once (default {pull.DEFAULT_WORKERS}, at most {pull.MAX_WORKERS})")
     p.add_argument("--peer", action="append", default=[], metavar="ADDR:PORT=SHA256",

@@ -67,6 +67,8 @@ def answer_name(request) -> str:
             return "the file tree"
         if "/paths-info/" in path:
             return "paths info"
+        if path.endswith("/auth-check"):
+            return "the access check"
         return "model info"
     return f"the answer to {method} {printable(path[:80])}"
 

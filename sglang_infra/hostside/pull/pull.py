@@ -40,6 +40,7 @@ from .pull_locks import PULL_LOCK, FileLock, held_by
 from .transfer import LIBRARY_NAME, Stopped, gather
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+BLOB_NAME_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a blob's name: git's sha1 (a regular file), sha256 (LFS)
 
 PROGRESS_EVERY = 2.0
 CHUNK = 1024 * 1024
@@ -187,6 +188,10 @@ class Puller:
         self.transfer: transfer.Transfer | peers.PeerTransfer | None = None  # the revision's HTTP, once known
         self.fleet: peers.Fleet | None = None  # the peers that may hold this model's blobs (peers.py), or None
         self.share: set[str] | None = None  # a swarm's round 1 (peering.split): the paths this host pulls, or None
+        # Whether the repo is gated: the lock's word, else the Hub's info; None while unsaid (then taken as gated).
+        self.gated: bool | str | None = None
+        self.access: bool | BaseException | None = None  # the Hub's answer to this pull's access check, once asked
+        self.access_lock = threading.Lock()
         self.held: dict[str, int] = {}  # while run() runs: the cache's directories open (_open_cache), by role
         self.names: dict[str, str] = {}  # safefs.fd_path of each of them -> its path, for what the pull says
 
@@ -312,6 +317,7 @@ class Puller:
                             EXIT_USAGE)
         self.expect = {f["path"]: f for f in locked["files"]}
         self.share = set(locked["share"]) if locked.get("share") is not None else None
+        self.gated = locked.get("gated")
         self.expect_digest = manifest.content_digest(locked["files"])
 
     def _fast_path(self, commit: str) -> bool:
@@ -332,8 +338,18 @@ class Puller:
         if COMMIT_RE.fullmatch(self.revision) and self._fast_path(self.revision):
             return self._result()
 
-        api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
+        # With the lock, its files are the revision's listing: the Hub is asked for no info and no listing.
+        listed = self._blobs_from_lock() if self.expect is not None else None
+        if listed is not None:
+            self.commit = self.revision  # the lock's commit (expect_lock: the one asked)
+            self._pull_blobs(listed, self.commit)
+            self._write_manifest(listed, self.commit)
+            return self._result()
+
+        api = self._api()
         info = transfer.model_info(api, self.repo_id, self.revision)
+        if getattr(info, "gated", None) or self.gated is None:
+            self.gated = getattr(info, "gated", None)
         commit = info.sha
         if not commit or not COMMIT_RE.fullmatch(commit):
             raise PullError(f"the Hub returned no commit id for revision {self.revision}")
@@ -351,6 +367,57 @@ class Puller:
             self._write_ref(commit)
         return self._result()
 
+    def _api(self) -> HfApi:
+        return HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
+
+    def _blobs_from_lock(self) -> list[Blob] | None:
+        """The revision's blobs as the lock lists them (an LFS file named by its sha256, a regular one by its git
+        blob), each with the lock's sha256: what the Hub's listing would give, asked of no one. None when a regular
+        file has no git blob in the lock (a lock written before it kept one): the Hub's listing then."""
+        assert self.expect is not None  # called only with a lock
+        by_name: dict[str, Blob] = {}
+        for path, want in sorted(self.expect.items()):
+            safe_relpath(path)
+            lfs = want.get("sha256_from") == "lfs"
+            name = want["sha256"] if lfs else want.get("git_blob")
+            if not isinstance(name, str) or not BLOB_NAME_RE.fullmatch(name):
+                return None
+            blob = by_name.get(name)
+            if blob is None:
+                by_name[name] = Blob(name, int(want["size"]), lfs, [path], locked=want["sha256"])
+            elif (blob.size, blob.locked) != (int(want["size"]), want["sha256"]):
+                raise VerifyError(f"{path}: the lock records blob {name} with two sizes or contents")
+            else:
+                blob.paths.append(path)
+        return self._taken(sorted(by_name.values(), key=lambda b: b.paths[0]))
+
+    def _taken(self, blobs: list[Blob]) -> list[Blob]:
+        """Of the revision's ``blobs``, those this pull fetches (a swarm's round 1: this host's share), counted."""
+        if self.share is not None:  # this host's share alone; _write_manifest records it as verified in part
+            blobs = [b for b in blobs if self.share & set(b.paths)]
+        self.stats.files = sum(len(b.paths) for b in blobs)
+        self.stats.bytes_total = sum(b.size * len(b.paths) for b in blobs)
+        return blobs
+
+    def _may_read(self) -> None:
+        """Before a byte of a gated repo (or one nobody said is not) comes from a peer, the Hub says this host's
+        own token may read its files (an access check, one per pull; GatedRepoError when it may not): a door
+        serves whoever holds the site key, so the Hub's gate is asked here. From the Hub alone, the Hub's file
+        endpoint answers for itself."""
+        if self.gated is False or not (self.fleet and self.fleet.peers):
+            return
+        with self.access_lock:
+            if self.access is None:
+                try:
+                    transfer.access_check(self._api(), self.repo_id)
+                except BaseException as error:
+                    self.access = error
+                    raise
+                self.access = True
+                say(f"pull {self.repo_id}: the Hub accepts this host's token for the repo's files")
+            elif self.access is not True:
+                raise Stopped()  # the check failed in another worker: its error is the one reported
+
     def _list_tree(self, api: HfApi, commit: str) -> list[Blob]:
         by_name: dict[str, Blob] = {}
         count = 0
@@ -365,7 +432,7 @@ class Puller:
                 name, size, lfs = entry.lfs.sha256, int(entry.lfs.size), True
             else:
                 name, size, lfs = entry.blob_id, int(entry.size), False
-            if not name or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", name):
+            if not name or not BLOB_NAME_RE.fullmatch(name):
                 raise VerifyError(f"the Hub gave no usable hash for {entry.path}")
             blob = by_name.get(name)
             if blob is None:
@@ -379,11 +446,7 @@ class Puller:
             b.paths.sort()
         if self.expect is not None:
             self._against_lock(blobs)
-        if self.share is not None:  # this host's share alone; _write_manifest records it as verified in part
-            blobs = [b for b in blobs if self.share & set(b.paths)]
-        self.stats.files = sum(len(b.paths) for b in blobs)
-        self.stats.bytes_total = sum(b.size * len(b.paths) for b in blobs)
-        return blobs
+        return self._taken(blobs)
 
     def _against_lock(self, blobs: list[Blob]) -> None:
         """The endpoint's listing must be the lock's, file by file, before a byte is fetched."""
@@ -511,6 +574,7 @@ class Puller:
             os.unlink(blob_path)
             self.stats.changed = True
         partial = os.path.join(self.blobs_dir, f"{blob.name}.incomplete")
+        self._may_read()
         have = self._adopt_orphans(blob, partial, index, path)
         p.update(active=1)
         try:

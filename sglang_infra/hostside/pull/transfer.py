@@ -82,6 +82,13 @@ def model_info(api, repo_id: str, revision: str):
         return api.model_info(repo_id, revision=revision, timeout=METADATA_TIMEOUT)
 
 
+def access_check(api, repo_id: str) -> None:
+    """The Hub's word that the api's token may read ``repo_id``'s files (huggingface_hub's auth_check: GatedRepoError
+    when it may not), within one deadline."""
+    with hublimits.within(hublimits.METADATA_DEADLINE, "the access check"):
+        api.auth_check(repo_id)
+
+
 def tree(api, repo_id: str, commit: str, token):
     """The entries of the repo's file tree at ``commit`` (every page), each answer bounded by the client and the
     whole listing by hublimits.LISTING_DEADLINE."""
@@ -219,10 +226,14 @@ class Transfer:
                                         library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
         if meta.commit_hash and meta.commit_hash != self.commit:
             raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
+        listing = "the tree listing" if blob.locked is None else "the lock"  # with a lock, the listing is the lock's
         if meta.etag and meta.etag != blob.name:
-            raise VerifyError(f"{path}: the Hub's etag {meta.etag} differs from the tree listing {blob.name}")
+            if blob.locked is not None:
+                raise VerifyError(f"{path}: the endpoint lists {'sha256' if blob.lfs else 'git blob'} {meta.etag}, "
+                                  f"the lock {blob.name}")
+            raise VerifyError(f"{path}: the Hub's etag {meta.etag} differs from {listing} {blob.name}")
         if meta.size is not None and meta.size != blob.size:
-            raise VerifyError(f"{path}: the Hub's size {meta.size} differs from the tree listing {blob.size}")
+            raise VerifyError(f"{path}: the Hub's size {meta.size} differs from {listing} {blob.size}")
         headers = build_hf_headers(token=token_arg(self.token), library_name=LIBRARY_NAME)
         headers["Accept-Encoding"] = "identity"
         location = urljoin(url, meta.location) if meta.location else url

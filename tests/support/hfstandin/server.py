@@ -10,6 +10,7 @@ download path uses:
   GET  /api/models/{repo_id}/revision/{revision}      repo info at a revision (?blobs, ?expand, ?securityStatus)
   GET  /api/models/{repo_id}/tree/{revision}[/{path}] tree listing (?recursive, ?expand, cursor pagination)
   POST /api/models/{repo_id}/paths-info/{revision}    info about given paths
+  GET  /api/models/{repo_id}/auth-check               whether the caller's token may read the repo's files
   GET  /api/models/{repo_id}/refs                     branches
   GET  /api/models/{repo_id}/commits/{revision}       linear history, newest first
   HEAD/GET /{repo_id}/resolve/{revision}/{path}       file metadata and bytes, Range requests
@@ -22,12 +23,17 @@ and a JSON body {"error": ...}: RepoNotFound (401 without an Authorization
 header, 404 with one, as the Hub does), RevisionNotFound (404), EntryNotFound
 (404, with X-Repo-Commit), GatedRepo (401, or 403 for a denied token).
 
+Every request is counted by kind (request_kind): "info" (a model's info), "listing" (a page of the tree, or
+paths-info), "auth" (auth-check), "file-head" and "file-get" (a resolve, an LFS body from the CDN origin),
+"other" (refs, commits): the Hub's rate limits count its API calls (info, listing, auth) per IP.
+
 Optionally (lfs_redirect) LFS files are answered with a 302 to a second
 listener on another port, the way the Hub hands LFS bodies to its CDN; that
 second origin serves GET/HEAD /lfs/{sha256} without any auth.
 
 Test-only control endpoints live under /_standin/ and are never recorded:
   GET  /_standin/requests   every recorded request (no header values, never a token)
+  GET  /_standin/counts     the recorded requests by kind ({"info": n, ...}); ?repo=ORG/NAME: that repo's alone
   POST /_standin/reset      clear the request log
   GET|POST /_standin/config throttle and fault injection (cut bodies, injected statuses, endless or dripping answers)
   GET  /_standin/commits    {repo_id: {branch or index: commit}}
@@ -633,6 +639,9 @@ class _Handler(BaseHTTPRequestHandler):
         name, method = raw_path[len("/_standin/"):].strip("/"), self.command
         if name == "requests" and method in ("GET", "HEAD"):
             self._send_json(200, hub.requests())
+        elif name == "counts" and method in ("GET", "HEAD"):
+            repo = parse_qs(urlsplit(self.path).query).get("repo")
+            self._send_json(200, hub.counts(repo[-1] if repo else None))
         elif name == "reset" and method == "POST":
             hub.reset()
             self._send_json(200, {"ok": True})
@@ -712,7 +721,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _route_api(self, segs: list[str], query: str, token: str | None, body: bytes):
         if len(segs) < 2 or segs[0] not in ("models", "datasets", "spaces", "kernels"):
             raise _HubError(404, None, "Not Found")
-        keywords = {"revision", "tree", "refs", "paths-info", "commits"}
+        keywords = {"revision", "tree", "refs", "paths-info", "commits", "auth-check"}
         after = segs[1:]
         two = (f"{after[0]}/{after[1]}", after[2:]) if len(after) >= 2 else None
         one = (after[0], after[1:])
@@ -746,6 +755,11 @@ class _Handler(BaseHTTPRequestHandler):
             history = [{"id": c.oid, "title": c.title, "message": "", "authors": [{"user": "standin"}],
                         "date": c.date} for c in reversed(repo.commits[:commit.index + 1])]
             return self._send_json(200, history)
+        if op == "auth-check" and len(rest) == 1:
+            # The Hub's own answer to huggingface_hub's auth_check(): the files' rule, so a gated repo's
+            # GatedRepo (401 without a token or with one not granted, 403 for a refused one), else 200.
+            self._check_access(repo_id, repo, token, files=True)
+            return self._send_json(200, {})
         if op == "paths-info" and len(rest) >= 2:
             commit = self._revision(repo, "/".join(unquote(s) for s in rest[1:]))
             return self._paths_info(commit, body)
@@ -885,6 +899,37 @@ class _Handler(BaseHTTPRequestHandler):
         self._start(status, [*headers, *extra])
         if self.command != "HEAD":
             self._write(memoryview(data)[start:end], file_body=True)
+
+
+REQUEST_KINDS = ("info", "listing", "auth", "file-head", "file-get", "other")
+
+
+def request_kind(entry: dict) -> str:
+    """What a recorded request asked the Hub for: see REQUEST_KINDS and the module's text."""
+    path, method = entry["path"], entry["method"]
+    if entry["listener"] == "cdn" or "/resolve/" in path:
+        return "file-head" if method == "HEAD" else "file-get"
+    segs = path.split("/")[1:]
+    if segs[:1] != ["api"]:
+        return "other"
+    if "tree" in segs or "paths-info" in segs:
+        return "listing"
+    if segs[-1:] == ["auth-check"]:
+        return "auth"
+    if "refs" in segs or "commits" in segs:
+        return "other"
+    return "info"
+
+
+def count_kinds(entries: list[dict], repo_id: str | None = None, lfs: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Recorded requests by kind (request_kind), every kind named; ``repo_id``: that repo's alone (``lfs``: the
+    sha256 of its LFS files, whose bodies the CDN origin serves by that name alone)."""
+    found = dict.fromkeys(REQUEST_KINDS, 0)
+    for entry in entries:
+        if repo_id is None or (entry["path"].rsplit("/", 1)[-1] in lfs if entry["listener"] == "cdn"
+                               else f"/{repo_id}/" in entry["path"] + "/"):
+            found[request_kind(entry)] += 1
+    return found
 
 
 def _truthy(values: list[str] | None) -> bool:
@@ -1080,6 +1125,12 @@ class StandinHub:
     def reset(self) -> None:
         with self._lock:
             self._log = []
+
+    def counts(self, repo_id: str | None = None) -> dict[str, int]:
+        """The recorded requests by kind (request_kind), every kind named; ``repo_id``: that repo's alone."""
+        repo = self._repos.get(repo_id or "")
+        lfs = frozenset(e.sha256 for c in repo.commits for e in c.files.values() if e.lfs) if repo else frozenset()
+        return count_kinds(self.requests(), repo_id, lfs)
 
     def tamper(self, repo_id: str, revision: str | int, path: str, offset: int = 0) -> dict:
         """Flip one byte of a file of one commit, the way a mirror that rewrote content would serve it: the

@@ -147,6 +147,11 @@ class Hub:
     def reset(self) -> None:
         self._call("/_standin/reset", {})
 
+    def counts(self, repo_id: str | None = None) -> dict[str, int]:
+        """The requests recorded since the last reset, by kind (hfstandin's request_kind): info, listing, auth,
+        file-head, file-get, other; ``repo_id``: that repo's alone."""
+        return self._call("/_standin/counts" + (f"?repo={repo_id}" if repo_id else ""))
+
     def tamper(self, repo_id: str, revision: str, path: str, offset: int = 0) -> dict:
         """Flip one byte of a file on this Hub, consistently (see StandinHub.tamper); its new metadata."""
         return self._call("/_standin/tamper", {"repo_id": repo_id, "revision": revision, "path": path,
