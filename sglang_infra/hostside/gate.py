@@ -187,7 +187,7 @@ class Gate:
         text = apikey.redact(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                          "passed": failed is None, "reason": failed, "rolled_back": rolled_back,
                                          "tool_call_ok": tool_call_ok, "benchmark": benchmark,
-                                         "container": self.stamped}, sort_keys=True))
+                                         "container": self.stamped, "boot_id": stamp.boot_id()}, sort_keys=True))
         try:
             stack.write_private(os.path.join(self.docker_dir, stamp.LAST), text + "\n",
                                 os.path.join(self.docker_dir, names.COMPOSE_FILE))

@@ -106,7 +106,7 @@ def running_container(home):
 def config_values(home):
     """Whether the gate's stamp names the config as it is now, computed as snapshot.py computes "gate" for the
     deploy: the same stamp, the same digest, the one comparison."""
-    current = names.stamp_current(stamp.read(home), stamp.digest(home, running_container(home)))
+    current = names.stamp_current(stamp.read(home), stamp.current(home, running_container(home)))
     return {"sglang_config_validated": int(current)}
 
 

@@ -442,7 +442,7 @@ def routers(home, engine_api):
         except ValueError:
             workers = None
         out[slug] = {"stack": running, "stamp": stamp.read(home, directory),
-                     "digest": stamp.digest(directory, running["container"], directory, stamp.GATEWAY_FILES),
+                     "digest": stamp.current(directory, running["container"], directory, stamp.GATEWAY_FILES),
                      "workers": workers}
     return out
 
@@ -523,7 +523,7 @@ def read(spec):
         "tools": tools(tools_dir),
         "stack": running,
         "gate": {"stamp": stamp.read(home),
-                 "digest": stamp.digest(home, container),
+                 "digest": stamp.current(home, container),
                  "started_at": report.gated_start(home)},
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),

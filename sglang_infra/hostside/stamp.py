@@ -6,7 +6,13 @@ container that served: its image, its id and when it started. The deploy reads
 the stamp back (snapshot.py) and runs the gate again whenever the digest of
 the host as it is now differs: after any change, and after any start or
 restart of the container, whatever caused it (the deploy, a crash and
-Docker's restart policy, an operator).
+Docker's restart policy, an operator), but one: the host's own boot. When
+the host rebooted since the gate and the Docker daemon started the same
+container again at boot (the same container, no restart by its policy since:
+Docker's RestartCount 0), the stamp still names it (as_gated): the config,
+the image and the container are the ones that passed, and a reboot asks for
+no deploy. A multi-node group's member is judged apart (nodegroups.stale): a
+member whose host rebooted alone still restarted alone.
 
 A gateway (router/<slug>/) keeps its compose.yaml, scripts and stamp in its
 own directory, and its digest also covers the worker set it was validated
@@ -14,6 +20,7 @@ with (workers.json) and its launcher: a change of either runs its gate again.
 """
 
 import hashlib
+import json
 import os
 
 from . import names, safefs
@@ -26,6 +33,8 @@ LAST = ".last-gate"
 # What the last gate's record keeps of the container it stamped (gate.py): a multi-node group's member whose running
 # container started since is one that restarted alone (nodegroups.stale, gate_metrics.py).
 GATED_CONTAINER = ("id", "started_at")
+# The kernel's id of this boot: another one than the gate's record says the host rebooted since the gate.
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # Besides compose.yaml and .env, what a gateway's digest covers (router/<slug>/).
 GATEWAY_FILES = (names.WORKERS_FILE, names.LAUNCHER)
 
@@ -46,6 +55,45 @@ def digest(home, container, docker_dir=None, extra=()):
     parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(docker_dir, name))}" for name in extra]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def boot_id():
+    """This boot's id, or None where the kernel does not say it."""
+    raw = safefs.read_regular(BOOT_ID, 64)
+    return raw.decode(errors="replace").strip() or None if raw else None
+
+
+def last_record(docker_dir):
+    """The last gate's record (LAST) in ``docker_dir`` as the gate wrote it, or None: unreadable, a link or absent."""
+    raw = safefs.read_regular(os.path.join(docker_dir, LAST), 65536)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def as_gated(container, record, boot=None):
+    """``container`` (stack.container()) as the stamp compares it: with the start the gate saw when only the
+    host's boot restarted it since (the record's boot is not this one, the id is the stamped one, and Docker's
+    restart policy has not restarted it since the daemon started it: RestartCount 0); else as it is. A crash
+    restart, an operator's restart in the same boot, or any other container still asks for the gate."""
+    gated = (record or {}).get("container")
+    if not container or not isinstance(gated, dict):
+        return container
+    boot = boot or boot_id()
+    rebooted = bool(boot) and isinstance(record.get("boot_id"), str) and record["boot_id"] != boot
+    if (rebooted and gated.get("id") == container.get("id") and container.get("restart_count") == 0
+            and container.get("state") == "running" and isinstance(gated.get("started_at"), str)):
+        return {**container, "started_at": gated["started_at"]}
+    return container
+
+
+def current(home, container, docker_dir=None, extra=()):
+    """The digest of the host as it is now, for comparing with the stamp (snapshot.py, gate_metrics.py): digest(),
+    of ``container`` as_gated() by the last gate's record in ``docker_dir`` (default home/docker)."""
+    record = last_record(docker_dir or os.path.join(home, names.DOCKER_DIR))
+    return digest(home, as_gated(container, record), docker_dir, extra)
 
 
 def read(home, docker_dir=None):

@@ -106,7 +106,9 @@ def test_the_gate_record_carries_whether_the_tool_calls_passed(tmp_path, monkeyp
     assert run.run() == code
     found = json.loads((docker / stamp.LAST).read_text())
     assert found["tool_call_ok"] is expected and found["passed"] is (code == 0)
-    assert set(found) == {"time", "passed", "reason", "rolled_back", "tool_call_ok", "benchmark", "container"}
+    assert set(found) == {"time", "passed", "reason", "rolled_back", "tool_call_ok", "benchmark", "container",
+                          "boot_id"}
+    assert found["boot_id"] == stamp.boot_id()   # a later boot keeps the stamp of the container it restarted
     # the container it stamped (a multi-node group's member started since restarted alone); none when it failed
     assert found["container"] == ({"id": "c" * 64, "started_at": "2026-01-01T10:00:00Z"} if code == 0 else None)
 
