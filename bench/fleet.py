@@ -1,0 +1,192 @@
+"""Fleet-size benchmark to 100 hosts (issue 45): the control side's cost per host of a no-change re-run.
+
+    .venv/bin/python bench/fleet.py [--real 2] [--sizes 1,4,16,32,64,100] [--profile 64] [--out bench/results]
+
+This machine holds a few real test hosts, not a hundred. The bench starts ``--real`` of them (the harness's
+Debian trixie containers reached over SSH, the stand-in profile, an API key on every worker: the secure
+default), converges them under their own names, requires a re-run to change nothing, and then reaches each
+real host under several inventory names (aliases: one SSH target, several names, host ``i`` of a fleet on real
+host ``i mod real``). Every alias of a host has the same data, so each plans the same state the host already
+has: a no-change re-run of N names is a fair measure of the control side planning and connecting N hosts.
+
+Per fleet size (one pyinfra process each, whole): the no-change re-run's wall time; the control process's CPU
+time (user + system of pyinfra and everything it waited for, from os.wait4) and peak RSS; CPU per host; the
+remote commands per host (pyinfra's own -vv echo, from a separate counting run made first, which also proves
+that no alias changed anything); and each as a ratio to the smallest size. With ``--profile N`` one more run of
+N names goes under cProfile (the top functions by cumulative and own time go to fleet-profile.txt).
+
+What an alias does not simulate: the hosts' own CPU (N names share ``--real`` hosts, so their snapshot reads
+queue on a few sshd and python3 processes), the network (all hosts sit on this machine's bridge, sub-millisecond
+away), and sshd's per-connection cost on distinct machines. The control side's own work, which is what this
+measures, is that of N hosts. Each bench host's sshd takes up to 200 unauthenticated connections at once
+(MaxStartups; OpenSSH's default of 10 would drop some of a hundred names' connections).
+
+Writes bench/results/fleet.md and fleet.json; exits non-zero when any run failed or changed something.
+Every host it starts is removed at the end, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pstats
+import secrets
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
+sys.path.insert(0, str(HERE.parent))
+
+from harness import Testbed  # noqa: E402
+from run import _COMMAND_RE, PYINFRA, ROOT, _env, parse_output, timed, write_inventory  # noqa: E402
+
+SIZES = (1, 4, 16, 32, 64, 100)
+SSHD_CONF = "/etc/ssh/sshd_config.d/bench-fleet.conf"
+
+
+def fleet_inventory(path: Path, real: list, count: int, base: dict) -> tuple[Path, list[str]]:
+    """``count`` inventory names over the real hosts: name ``i`` is reached at real host ``i mod len(real)``.
+
+    A fleet no larger than the real hosts uses their own names; beyond that every name is an alias."""
+    if count <= len(real):
+        members = real[:count]
+    else:
+        members = [dataclasses.replace(real[i % len(real)], name=f"fleet-{i:03d}") for i in range(count)]
+    write_inventory(path, {"production": [(host, {}) for host in members]}, base=base)
+    return path, [host.name for host in members]
+
+
+def deploy(inventory: Path, *args: str, profile: Path | None = None) -> dict:
+    """One whole `pyinfra -y INVENTORY deploy.py` process, timed: wall, CPU (user + sys), peak RSS."""
+    python = PYINFRA[:1]
+    module = ["-m", "cProfile", "-o", str(profile), "-m", "pyinfra"] if profile else PYINFRA[1:]
+    return timed([*python, *module, "-y", str(inventory), "deploy.py", *args], cwd=ROOT, env=_env())
+
+
+def changes(output: str, names: list[str]) -> int:
+    return sum(1 for by_host in parse_output(output).values() for name in names if by_host.get(name) == "Success")
+
+
+def commands_per_host(output: str, names: list[str]) -> float:
+    counted = {name: 0 for name in names}
+    for match in _COMMAND_RE.finditer(output):
+        if match["host"] in counted:
+            counted[match["host"]] += 1
+    return sum(counted.values()) / len(names)
+
+
+def checked(run: dict, what: str, names: list[str]) -> dict:
+    if run["returncode"] != 0:
+        raise SystemExit(f"fleet: {what} of {len(names)} name(s) failed (exit {run['returncode']}):\n"
+                         f"{run['output'][-4000:]}")
+    return run
+
+
+def one_size(state: Path, real: list, count: int, base: dict) -> dict:
+    inventory, names = fleet_inventory(state / f"fleet_{count}.py", real, count, base)
+    counted = checked(deploy(inventory, "-vv"), f"counting run (-vv) at {count}", names)
+    timed_run = checked(deploy(inventory), f"no-change re-run at {count}", names)
+    (state / f"fleet_{count}-vv.log").write_text(counted["output"])
+    (state / f"fleet_{count}.log").write_text(timed_run["output"])
+    cpu = timed_run["user_s"] + timed_run["sys_s"]
+    return {"hosts": count, "rerun_s": timed_run["seconds"], "cpu_s": cpu, "user_s": timed_run["user_s"],
+            "sys_s": timed_run["sys_s"], "cpu_per_host_s": cpu / count, "peak_rss_mib": timed_run["peak_rss_mib"],
+            "commands_per_host": commands_per_host(counted["output"], names),
+            "changes": changes(counted["output"], names) + changes(timed_run["output"], names)}
+
+
+def profile_size(state: Path, out: Path, real: list, count: int, base: dict) -> dict:
+    inventory, names = fleet_inventory(state / f"fleet_{count}.py", real, count, base)
+    raw = state / f"fleet_{count}.prof"
+    run = checked(deploy(inventory, profile=raw), f"profiled run at {count}", names)
+    text = out / "fleet-profile.txt"
+    with text.open("w") as stream:
+        stream.write(f"cProfile of one no-change re-run of {count} names "
+                     f"({run['seconds']:.1f} s wall, {run['user_s'] + run['sys_s']:.1f} s CPU under the profiler)\n")
+        for order in ("cumulative", "tottime"):
+            stream.write(f"\n==== by {order} ====\n")
+            stats = pstats.Stats(str(raw), stream=stream)
+            stats.strip_dirs().sort_stats(order).print_stats(45)
+    return {"hosts": count, "wall_s": run["seconds"], "cpu_s": run["user_s"] + run["sys_s"], "file": str(text)}
+
+
+ROWS = (
+    ("rerun_s", "no-change re-run, wall (s)", "{:.2f}"),
+    ("cpu_s", "control CPU, user+sys (s)", "{:.2f}"),
+    ("cpu_per_host_s", "control CPU per host (s)", "{:.3f}"),
+    ("peak_rss_mib", "control peak RSS (MiB)", "{:.0f}"),
+    ("commands_per_host", "remote commands per host", "{:.1f}"),
+)
+
+
+def markdown(rows: list[dict], real: int) -> str:
+    base = rows[0]
+    head = "| metric | " + " | ".join(f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}" for r in rows) + " |"
+    lines = [head, "|---|" + "---|" * len(rows)]
+    for key, label, fmt in ROWS:
+        lines.append(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in rows) + " |")
+        if key in ("rerun_s", "cpu_s"):
+            lines.append(f"| {label.split(',')[0]} ÷ {base['hosts']} host | "
+                         + " | ".join(f"{r[key] / base[key]:.2f}×" for r in rows) + " |")
+    lines += ["", f"One run per size, {real} real host(s); beyond {real} names, aliases (bench/fleet.py). "
+                  "CPU: the pyinfra process and what it waited for (os.wait4)."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--real", type=int, default=2, help="real test hosts to start (default 2)")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="fleet sizes, comma-separated")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile one re-run of N names")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where fleet.{md,json} go")
+    args = parser.parse_args()
+    sizes = sorted({int(s) for s in args.sizes.split(",")})
+    if args.real < 1 or not sizes or sizes[0] < 1:
+        parser.error("--real and --sizes must be positive")
+    out = Path(args.out).resolve()
+    state = out / "fleet-state"
+    state.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    bed = Testbed(state)
+    try:
+        real = [bed.host(f"bench-fleet-{i}") for i in range(args.real)]
+        for host in real:
+            host.exec(f"printf 'MaxStartups 200\\nMaxSessions 200\\n' > {SSHD_CONF} && systemctl reload ssh")
+        key = state / "api-key"
+        key.write_text(secrets.token_urlsafe(32) + "\n")
+        key.chmod(0o600)
+        base = {**bed.standin, "sglang_api_key_file": str(key)}
+        inventory, names = fleet_inventory(state / "fleet_real.py", real, len(real), base)
+        converge = checked(deploy(inventory), "first converge (real names)", names)
+        print(f"fleet: converged {len(real)} real host(s) in {converge['seconds']:.0f} s", file=sys.stderr)
+        rerun = checked(deploy(inventory), "re-run (real names)", names)
+        if changes(rerun["output"], names):
+            raise SystemExit(f"fleet: the re-run of the real hosts changed something:\n{rerun['output'][-4000:]}")
+        rows = []
+        for count in sizes:
+            row = one_size(state, real, count, {**base})
+            rows.append(row)
+            print(f"fleet: {count} host(s): re-run {row['rerun_s']:.2f} s, CPU {row['cpu_s']:.2f} s "
+                  f"({row['cpu_per_host_s']:.3f} s/host), {row['commands_per_host']:.1f} commands/host, "
+                  f"{row['changes']} changes", file=sys.stderr)
+        profiled = profile_size(state, out, real, args.profile, base) if args.profile else None
+    finally:
+        bed.close()
+    text = markdown(rows, args.real)
+    (out / "fleet.json").write_text(json.dumps({"real_hosts": args.real, "rows": rows, "profile": profiled,
+                                                "wall_s": time.monotonic() - began}, indent=2) + "\n")
+    (out / "fleet.md").write_text(text + "\n")
+    print(text)
+    changed = [r["hosts"] for r in rows if r["changes"]]
+    if changed:
+        print(f"fleet: a no-change re-run changed something at {changed} host(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
