@@ -1,6 +1,7 @@
 """Fleet-size benchmark to 100 hosts (issue 45): the control side's cost per host of a no-change re-run.
 
-    .venv/bin/python bench/fleet.py [--real 2] [--sizes 1,4,16,32,64,100] [--profile 64] [--out bench/results]
+    .venv/bin/python bench/fleet.py [--real 2] [--sizes 1,4,16,32,64,100] [--before REF] [--profile 64]
+                                    [--out bench/results]
 
 This machine holds a few real test hosts, not a hundred. The bench starts ``--real`` of them (the harness's
 Debian trixie containers reached over SSH, the stand-in profile, an API key on every worker: the secure
@@ -12,8 +13,11 @@ has: a no-change re-run of N names is a fair measure of the control side plannin
 Per fleet size (one pyinfra process each, whole): the no-change re-run's wall time; the control process's CPU
 time (user + system of pyinfra and everything it waited for, from os.wait4) and peak RSS; CPU per host; the
 remote commands per host (pyinfra's own -vv echo, from a separate counting run made first, which also proves
-that no alias changed anything); and each as a ratio to the smallest size. With ``--profile N`` one more run of
-N names goes under cProfile (the top functions by cumulative and own time go to fleet-profile.txt).
+that no alias changed anything); the CPU the real hosts' containers used meanwhile (their cgroups' cpuacct: sshd,
+the snapshot programs, all of it on this machine's cores too); and each as a ratio to the smallest size. With
+``--before REF`` the same hosts also run REF's deploy (a detached worktree, as bench/compare.py makes it) at each
+size, just before this checkout's: the table then has both, and their ratio. With ``--profile N`` one more run
+of N names goes under cProfile (the top functions by cumulative and own time go to fleet-profile.txt).
 
 What an alias does not simulate: the hosts' own CPU (N names share ``--real`` hosts, so their snapshot reads
 queue on a few sshd and python3 processes), the network (all hosts sit on this machine's bridge, sub-millisecond
@@ -32,6 +36,7 @@ import dataclasses
 import json
 import pstats
 import secrets
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,8 +46,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 sys.path.insert(0, str(HERE.parent))
 
+from compare import Worktree  # noqa: E402
 from harness import Testbed  # noqa: E402
 from run import _COMMAND_RE, PYINFRA, ROOT, _env, parse_output, timed, write_inventory  # noqa: E402
+from testbed.hosts import TestHost  # noqa: E402
 
 SIZES = (1, 4, 16, 32, 64, 100)
 SSHD_CONF = "/etc/ssh/sshd_config.d/bench-fleet.conf"
@@ -60,11 +67,35 @@ def fleet_inventory(path: Path, real: list, count: int, base: dict) -> tuple[Pat
     return path, [host.name for host in members]
 
 
-def deploy(inventory: Path, *args: str, profile: Path | None = None) -> dict:
-    """One whole `pyinfra -y INVENTORY deploy.py` process, timed: wall, CPU (user + sys), peak RSS."""
+def host_cpu_s(hosts: list[TestHost]) -> float | None:
+    """CPU seconds the hosts' containers have used so far (cgroup v1 cpuacct, or v2 cpu.stat); None if unreadable."""
+    total = 0.0
+    for host in hosts:
+        ident = subprocess.run(["docker", "inspect", "-f", "{{.Id}}", host.container], capture_output=True,
+                               text=True, timeout=60).stdout.strip()
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{ident}/cpuacct.usage")
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{ident}.scope/cpu.stat")
+        if v1.exists():
+            total += int(v1.read_text()) / 1e9
+        elif v2.exists():
+            total += int(v2.read_text().split("usage_usec")[1].split()[0]) / 1e6
+        else:
+            return None
+    return total
+
+
+def deploy(inventory: Path, *args: str, profile: Path | None = None, checkout: Path = ROOT,
+           hosts: list[TestHost] = ()) -> dict:
+    """One whole `pyinfra -y INVENTORY deploy.py` process of ``checkout``, timed: wall, CPU (user + sys), peak
+    RSS; with ``hosts``, also the CPU their containers used meanwhile."""
     python = PYINFRA[:1]
     module = ["-m", "cProfile", "-o", str(profile), "-m", "pyinfra"] if profile else PYINFRA[1:]
-    return timed([*python, *module, "-y", str(inventory), "deploy.py", *args], cwd=ROOT, env=_env())
+    before = host_cpu_s(list(hosts)) if hosts else None
+    run = timed([*python, *module, "-y", str(inventory), "deploy.py", *args], cwd=checkout,
+                env=_env({"PYTHONPATH": str(checkout)}))
+    after = host_cpu_s(list(hosts)) if hosts else None
+    run["hosts_cpu_s"] = after - before if before is not None and after is not None else None
+    return run
 
 
 def changes(output: str, names: list[str]) -> int:
@@ -86,15 +117,19 @@ def checked(run: dict, what: str, names: list[str]) -> dict:
     return run
 
 
-def one_size(state: Path, real: list, count: int, base: dict) -> dict:
+def one_size(state: Path, real: list, count: int, base: dict, label: str = "after", checkout: Path = ROOT) -> dict:
     inventory, names = fleet_inventory(state / f"fleet_{count}.py", real, count, base)
-    counted = checked(deploy(inventory, "-vv"), f"counting run (-vv) at {count}", names)
-    timed_run = checked(deploy(inventory), f"no-change re-run at {count}", names)
-    (state / f"fleet_{count}-vv.log").write_text(counted["output"])
-    (state / f"fleet_{count}.log").write_text(timed_run["output"])
+    counted = checked(deploy(inventory, "-vv", checkout=checkout), f"{label}: counting run (-vv) at {count}", names)
+    timed_run = checked(deploy(inventory, checkout=checkout, hosts=real), f"{label}: no-change re-run at {count}",
+                        names)
+    (state / f"fleet_{label}_{count}-vv.log").write_text(counted["output"])
+    (state / f"fleet_{label}_{count}.log").write_text(timed_run["output"])
     cpu = timed_run["user_s"] + timed_run["sys_s"]
-    return {"hosts": count, "rerun_s": timed_run["seconds"], "cpu_s": cpu, "user_s": timed_run["user_s"],
-            "sys_s": timed_run["sys_s"], "cpu_per_host_s": cpu / count, "peak_rss_mib": timed_run["peak_rss_mib"],
+    hosts_cpu = timed_run["hosts_cpu_s"]
+    return {"label": label, "hosts": count, "rerun_s": timed_run["seconds"], "cpu_s": cpu,
+            "user_s": timed_run["user_s"], "sys_s": timed_run["sys_s"], "cpu_per_host_s": cpu / count,
+            "peak_rss_mib": timed_run["peak_rss_mib"], "hosts_cpu_s": hosts_cpu,
+            "hosts_cpu_per_name_s": hosts_cpu / count if hosts_cpu is not None else None,
             "commands_per_host": commands_per_host(counted["output"], names),
             "changes": changes(counted["output"], names) + changes(timed_run["output"], names)}
 
@@ -120,20 +155,35 @@ ROWS = (
     ("cpu_per_host_s", "control CPU per host (s)", "{:.3f}"),
     ("peak_rss_mib", "control peak RSS (MiB)", "{:.0f}"),
     ("commands_per_host", "remote commands per host", "{:.1f}"),
+    ("hosts_cpu_per_name_s", "test hosts' CPU per name (s)", "{:.3f}"),
 )
 
 
-def markdown(rows: list[dict], real: int) -> str:
-    base = rows[0]
-    head = "| metric | " + " | ".join(f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}" for r in rows) + " |"
-    lines = [head, "|---|" + "---|" * len(rows)]
-    for key, label, fmt in ROWS:
-        lines.append(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in rows) + " |")
-        if key in ("rerun_s", "cpu_s"):
-            lines.append(f"| {label.split(',')[0]} ÷ {base['hosts']} host | "
-                         + " | ".join(f"{r[key] / base[key]:.2f}×" for r in rows) + " |")
-    lines += ["", f"One run per size, {real} real host(s); beyond {real} names, aliases (bench/fleet.py). "
-                  "CPU: the pyinfra process and what it waited for (os.wait4)."]
+def _cell(fmt: str, value) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def markdown(rows: list[dict], real: int, names: dict[str, str]) -> str:
+    sizes = sorted({r["hosts"] for r in rows})
+    by = {(r["label"], r["hosts"]): r for r in rows}
+    labels = [label for label in ("before", "after") if any(r["label"] == label for r in rows)]
+    head = "| metric | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in sizes) + " |"
+    lines = [head, "|---|" + "---|" * len(sizes)]
+    for key, text, fmt in ROWS:
+        for label in labels:
+            row = [by.get((label, n), {}).get(key) for n in sizes]
+            lines.append(f"| {text}, {names[label]} | " + " | ".join(_cell(fmt, v) for v in row) + " |")
+            if key in ("rerun_s", "cpu_s") and row[0]:
+                lines.append(f"| {text.split(',')[0]} ÷ {sizes[0]} host, {names[label]} | "
+                             + " | ".join(_cell("{:.2f}×", v / row[0] if v is not None else None) for v in row)
+                             + " |")
+        if key in ("rerun_s", "cpu_s") and len(labels) == 2:
+            ratios = [(by.get(("before", n), {}).get(key), by.get(("after", n), {}).get(key)) for n in sizes]
+            lines.append(f"| {text.split(',')[0]}, before ÷ after | "
+                         + " | ".join(_cell("{:.2f}×", b / a if a and b else None) for b, a in ratios) + " |")
+    lines += ["", f"One run per size and checkout, {real} real host(s); beyond {real} names, aliases "
+                  "(bench/fleet.py). Control CPU: the pyinfra process and what it waited for (os.wait4); test "
+                  "hosts' CPU: their containers' cgroups, on the same cores."]
     return "\n".join(lines)
 
 
@@ -141,6 +191,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--real", type=int, default=2, help="real test hosts to start (default 2)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="fleet sizes, comma-separated")
+    parser.add_argument("--before", metavar="REF", help="also run this git ref's deploy at each size (before a change)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile one re-run of N names")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where fleet.{md,json} go")
     args = parser.parse_args()
@@ -152,6 +203,8 @@ def main() -> int:
     state.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     bed = Testbed(state)
+    before = Worktree(args.before) if args.before else None
+    names = {"after": "this checkout", "before": f"before @ {args.before}"}
     try:
         real = [bed.host(f"bench-fleet-{i}") for i in range(args.real)]
         for host in real:
@@ -168,17 +221,22 @@ def main() -> int:
             raise SystemExit(f"fleet: the re-run of the real hosts changed something:\n{rerun['output'][-4000:]}")
         rows = []
         for count in sizes:
-            row = one_size(state, real, count, {**base})
-            rows.append(row)
-            print(f"fleet: {count} host(s): re-run {row['rerun_s']:.2f} s, CPU {row['cpu_s']:.2f} s "
-                  f"({row['cpu_per_host_s']:.3f} s/host), {row['commands_per_host']:.1f} commands/host, "
-                  f"{row['changes']} changes", file=sys.stderr)
+            checkouts = ([("before", before.path)] if before else []) + [("after", ROOT)]
+            for label, checkout in checkouts:
+                row = one_size(state, real, count, base, label, checkout)
+                rows.append(row)
+                print(f"fleet: {label}, {count} host(s): re-run {row['rerun_s']:.2f} s, CPU {row['cpu_s']:.2f} s "
+                      f"({row['cpu_per_host_s']:.3f} s/host), {row['commands_per_host']:.1f} commands/host, "
+                      f"hosts' CPU {row['hosts_cpu_s'] or 0:.2f} s, {row['changes']} changes", file=sys.stderr)
         profiled = profile_size(state, out, real, args.profile, base) if args.profile else None
     finally:
         bed.close()
-    text = markdown(rows, args.real)
-    (out / "fleet.json").write_text(json.dumps({"real_hosts": args.real, "rows": rows, "profile": profiled,
-                                                "wall_s": time.monotonic() - began}, indent=2) + "\n")
+        if before:
+            before.close()
+    text = markdown(rows, args.real, names)
+    (out / "fleet.json").write_text(json.dumps({"real_hosts": args.real, "before": args.before, "rows": rows,
+                                                "profile": profiled, "wall_s": time.monotonic() - began},
+                                               indent=2) + "\n")
     (out / "fleet.md").write_text(text + "\n")
     print(text)
     changed = [r["hosts"] for r in rows if r["changes"]]

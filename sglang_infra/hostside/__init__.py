@@ -11,6 +11,7 @@ side ships them with sglang_infra/ship.py, which bundles a program and the
 modules it imports into one self-contained source.
 
     snapshot.py         the one read of a host: everything the deploy compares against, as one JSON document
+    settled.py          the settled stamp: root's record of the last run that found the host as its plan wants it
     report.py           the snapshot's report section for status.sh: GPUs, engine, compose, cache, disk, last gate
     cachestate.py       the model cache, read without the Hub (used by snapshot.py)
     manifest.py         the verified-pull record `<home>/verified/<repo folder>/<commit>.json`, and whose it must be
