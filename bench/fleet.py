@@ -110,6 +110,12 @@ def commands_per_host(output: str, names: list[str]) -> float:
     return sum(counted.values()) / len(names)
 
 
+def settled_names(output: str, names: list[str]) -> int:
+    """The names the run planned no operation on (settled: sglang_infra/settled.py)."""
+    planned = {name for by_host in parse_output(output).values() for name in by_host}
+    return sum(1 for name in names if name not in planned)
+
+
 def checked(run: dict, what: str, names: list[str]) -> dict:
     if run["returncode"] != 0:
         raise SystemExit(f"fleet: {what} of {len(names)} name(s) failed (exit {run['returncode']}):\n"
@@ -131,6 +137,7 @@ def one_size(state: Path, real: list, count: int, base: dict, label: str = "afte
             "peak_rss_mib": timed_run["peak_rss_mib"], "hosts_cpu_s": hosts_cpu,
             "hosts_cpu_per_name_s": hosts_cpu / count if hosts_cpu is not None else None,
             "commands_per_host": commands_per_host(counted["output"], names),
+            "settled_names": settled_names(timed_run["output"], names),
             "changes": changes(counted["output"], names) + changes(timed_run["output"], names)}
 
 
@@ -155,6 +162,7 @@ ROWS = (
     ("cpu_per_host_s", "control CPU per host (s)", "{:.3f}"),
     ("peak_rss_mib", "control peak RSS (MiB)", "{:.0f}"),
     ("commands_per_host", "remote commands per host", "{:.1f}"),
+    ("settled_names", "names that planned no operation (settled)", "{:.0f}"),
     ("hosts_cpu_per_name_s", "test hosts' CPU per name (s)", "{:.3f}"),
 )
 
@@ -204,7 +212,7 @@ def main() -> int:
     began = time.monotonic()
     bed = Testbed(state)
     before = Worktree(args.before) if args.before else None
-    names = {"after": "this checkout", "before": f"before @ {args.before}"}
+    labels = {"after": "this checkout", "before": f"before @ {args.before}"}
     try:
         real = [bed.host(f"bench-fleet-{i}") for i in range(args.real)]
         for host in real:
@@ -233,7 +241,7 @@ def main() -> int:
         bed.close()
         if before:
             before.close()
-    text = markdown(rows, args.real, names)
+    text = markdown(rows, args.real, labels)
     (out / "fleet.json").write_text(json.dumps({"real_hosts": args.real, "before": args.before, "rows": rows,
                                                 "profile": profiled, "wall_s": time.monotonic() - began},
                                                indent=2) + "\n")

@@ -101,10 +101,11 @@ def plan_fingerprint(plan: HostPlan, code: str | None = None) -> str:
 
 
 def _steady(value: Any) -> Any:
-    """The snapshot without what changes by itself while nothing changes: a container's status text ("Up 3
-    minutes"), and the stamp itself."""
+    """The snapshot without what changes by itself while nothing changes and no operation compares: a
+    container's status text ("Up 3 minutes") and its healthcheck's last verdict (the status report's alone),
+    and the stamp itself."""
     if isinstance(value, dict):
-        volatile = {"status"} if {"started_at", "state"} <= value.keys() else set()
+        volatile = {"status", "health"} if {"started_at", "state"} <= value.keys() else set()
         return {k: _steady(v) for k, v in value.items() if k not in volatile and k != "settled"}
     if isinstance(value, list):
         return [_steady(v) for v in value]
@@ -145,6 +146,15 @@ def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping
     return matching, stamps
 
 
+def unsettled_because(found: Mapping[str, str] | None, wanted: Mapping[str, str]) -> str | None:
+    """Why a host with a stamp does not match it, in a few words; None without a stamp or when it matches."""
+    if not found or found == wanted:
+        return None
+    differs = [what for key, what in (("plan", "its plan (data, code or the fleet)"),
+                                      ("snapshot", "its snapshot (a change on the host)")) if found[key] != wanted[key]]
+    return f"{' and '.join(differs)} differ from its last settled run's"
+
+
 # ---------------------------------------------------------------- the run's side
 
 _runs: dict[int, tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]] = {}
@@ -157,6 +167,10 @@ def _decided(state) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]
         plans, snapshots = preflight_module.plans(state), preflight_module.snapshots(state)
         skips, stamps = decide(plans, snapshots, bool(statusrows.requested()), len(plans) == len(state.inventory))
         found = {name: (snapshots.get(name) or {}).get("settled") for name in stamps}
+        for name in sorted(stamps):
+            said = unsettled_because(found[name], stamps[name])
+            if said:
+                logger.info(f"[{name}] takes the full plan: {said}")
         _runs[key] = (skips, stamps, found)
     return _runs[key]
 

@@ -107,14 +107,15 @@ def snapshot(**changes):
 
 def test_snapshot_digest_ignores_what_moves_by_itself_and_the_stamp():
     later = snapshot()
-    later["stack"]["container"]["status"] = "Up 2 hours (healthy)"
+    later["stack"]["container"]["status"] = "Up 2 hours (unhealthy)"
+    later["stack"]["container"]["health"] = "unhealthy"   # a slow healthcheck under load: no operation reads it
     later["settled"] = {"plan": "a" * 64, "snapshot": "b" * 64}
     assert settled.snapshot_digest(later) == settled.snapshot_digest(snapshot())
 
 
 @pytest.mark.parametrize("drift", [
     lambda s: s["stack"]["container"].update(state="exited"),
-    lambda s: s["stack"]["container"].update(health="unhealthy"),
+    lambda s: s["stack"]["container"].update(started_at="2026-12-05T01:00:00Z"),   # restarted
     lambda s: s["account"].update(password_locked=False),
     lambda s: s.setdefault("files", {}).setdefault("/opt/sglang/docker", {}).update(
         {"compose.yaml": {"owner": "root", "group": "root", "mode": "644", "sha256": "0" * 64}}),
@@ -215,3 +216,11 @@ def test_stamp_behind_a_link_reads_as_none(tmp_path):
     real.chmod(0o600)
     (tmp_path / "settled.json").symlink_to(real)
     assert stamp_file.read(str(tmp_path / "settled.json")) is None
+
+
+def test_why_a_stamped_host_takes_the_full_plan_is_said():
+    wanted = {"plan": "a" * 64, "snapshot": "b" * 64}
+    assert settled.unsettled_because(None, wanted) is None
+    assert settled.unsettled_because(wanted, wanted) is None
+    assert "snapshot" in settled.unsettled_because({**wanted, "snapshot": "c" * 64}, wanted)
+    assert "plan" in settled.unsettled_because({**wanted, "plan": "c" * 64}, wanted)
