@@ -63,8 +63,9 @@ def canonical(value: Any) -> Any:
                 **{f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}}
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return {"@": type(value).__name__, **{k: canonical(v) for k, v in zip(value._fields, value)}}
-    if isinstance(value, Mapping):
-        return {"@map": sorted(([canonical(k), canonical(v)] for k, v in value.items()), key=json.dumps)}
+    if isinstance(value, Mapping):   # sorted by key alone: a mapping has each key once
+        return {"@map": sorted(([canonical(k), canonical(v)] for k, v in value.items()),
+                               key=lambda pair: json.dumps(pair[0]))}
     if isinstance(value, (set, frozenset)):
         return {"@set": sorted((canonical(v) for v in value), key=json.dumps)}
     if isinstance(value, (list, tuple)):
