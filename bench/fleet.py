@@ -17,7 +17,9 @@ that no alias changed anything); the CPU the real hosts' containers used meanwhi
 the snapshot programs, all of it on this machine's cores too); and each as a ratio to the smallest size. With
 ``--before REF`` the same hosts also run REF's deploy (a detached worktree, as bench/compare.py makes it) at each
 size, just before this checkout's: the table then has both, and their ratio. With ``--profile N`` one more run
-of N names goes under cProfile (the top functions by cumulative and own time go to fleet-profile.txt).
+of N names goes under cProfile (the top functions by cumulative and own time go to fleet-profile.txt). With
+``--drift`` a last step plants bench/run.py's five drifts on one host of a hundred names (the first real host
+under its own name, the second under the 99 others) and times the run that repairs them and the re-run after it.
 
 What an alias does not simulate: the hosts' own CPU (N names share ``--real`` hosts, so their snapshot reads
 queue on a few sshd and python3 processes), the network (all hosts sit on this machine's bridge, sub-millisecond
@@ -48,7 +50,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from compare import Worktree  # noqa: E402
 from harness import Testbed  # noqa: E402
-from run import _COMMAND_RE, PYINFRA, ROOT, _env, parse_output, timed, write_inventory  # noqa: E402
+from run import _COMMAND_RE, DRIFTS, PYINFRA, ROOT, _env, parse_output, timed, write_inventory  # noqa: E402
 from testbed.hosts import TestHost  # noqa: E402
 
 SIZES = (1, 4, 16, 32, 64, 100)
@@ -141,6 +143,28 @@ def one_size(state: Path, real: list, count: int, base: dict, label: str = "afte
             "changes": changes(counted["output"], names) + changes(timed_run["output"], names)}
 
 
+def drift_one_of_a_hundred(state: Path, real: list, base: dict) -> dict:
+    """The drifts planted on the first real host, reached under one name among 100; one run repairs them, the next
+    changes nothing. Reports both runs and which names changed or planned anything."""
+    members = [real[0]] + [dataclasses.replace(real[1], name=f"fleet-{i:03d}") for i in range(1, 100)]
+    inventory = write_inventory(state / "fleet_drift.py", {"production": [(h, {}) for h in members]}, base=base)
+    names = [h.name for h in members]
+    for drift in DRIFTS:
+        real[0].exec(drift)
+    repair = checked(deploy(inventory, hosts=real), "repair of one drifted host of 100", names)
+    after = checked(deploy(inventory, hosts=real), "re-run after the repair", names)
+    (state / "fleet_drift_repair.log").write_text(repair["output"])
+    (state / "fleet_drift_after.log").write_text(after["output"])
+    statuses = parse_output(repair["output"])
+    changed = sorted({n for by_host in statuses.values() for n, status in by_host.items() if status == "Success"})
+    return {"hosts": 100, "drifted": real[0].name, "repair_s": repair["seconds"],
+            "repair_cpu_s": repair["user_s"] + repair["sys_s"], "repaired_ops": sum(
+                1 for by_host in statuses.values() if by_host.get(real[0].name) == "Success"),
+            "changed_names": changed, "planned_names_in_repair": len(names) - settled_names(repair["output"], names),
+            "after_s": after["seconds"], "after_changes": changes(after["output"], names),
+            "settled_after": settled_names(after["output"], names)}
+
+
 def profile_size(state: Path, out: Path, real: list, count: int, base: dict) -> dict:
     inventory, names = fleet_inventory(state / f"fleet_{count}.py", real, count, base)
     raw = state / f"fleet_{count}.prof"
@@ -201,6 +225,7 @@ def main() -> int:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="fleet sizes, comma-separated")
     parser.add_argument("--before", metavar="REF", help="also run this git ref's deploy at each size (before a change)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile one re-run of N names")
+    parser.add_argument("--drift", action="store_true", help="also plant drift on one host of 100 names and repair it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where fleet.{md,json} go")
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",")})
@@ -237,19 +262,26 @@ def main() -> int:
                       f"({row['cpu_per_host_s']:.3f} s/host), {row['commands_per_host']:.1f} commands/host, "
                       f"hosts' CPU {row['hosts_cpu_s'] or 0:.2f} s, {row['changes']} changes", file=sys.stderr)
         profiled = profile_size(state, out, real, args.profile, base) if args.profile else None
+        drifted = drift_one_of_a_hundred(state, real, base) if args.drift else None
+        if drifted:
+            print(f"fleet: drift on {drifted['drifted']}, one host of 100: {json.dumps(drifted)}", file=sys.stderr)
     finally:
         bed.close()
         if before:
             before.close()
     text = markdown(rows, args.real, labels)
     (out / "fleet.json").write_text(json.dumps({"real_hosts": args.real, "before": args.before, "rows": rows,
-                                                "profile": profiled, "wall_s": time.monotonic() - began},
+                                                "profile": profiled, "drift": drifted,
+                                                "wall_s": time.monotonic() - began},
                                                indent=2) + "\n")
     (out / "fleet.md").write_text(text + "\n")
     print(text)
     changed = [r["hosts"] for r in rows if r["changes"]]
     if changed:
         print(f"fleet: a no-change re-run changed something at {changed} host(s)", file=sys.stderr)
+        return 1
+    if drifted and (drifted["changed_names"] != [drifted["drifted"]] or drifted["after_changes"]):
+        print(f"fleet: the drift was not repaired by one run on its host alone: {drifted}", file=sys.stderr)
         return 1
     return 0
 
