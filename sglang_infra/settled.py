@@ -13,7 +13,8 @@ Conservative where hosts involve each other: when any host of the run takes the 
 operations reach other hosts or depend on their state (a gateway host, a worker some gateway fronts, a
 multi-node group member, a monitor, a host with peer sources) takes the full plan too; only a standalone worker
 still skips. A host with a peer door never skips (its run checks who holds the door's port, which no snapshot
-holds); nor does any host under `sglang_validate=always` or in the status report.
+holds); nor does any host under `sglang_validate=always`, in the status report or in a `--dry` run (which
+shows every operation's plan, as before).
 
 The stamp is written at the end of a run, outside any operation (it is the run's record, not a change of the
 host's state), for each host that changed nothing, failed nothing and whose stamp differs: after a run that
@@ -42,6 +43,7 @@ from pyinfra.version import __version__ as PYINFRA_VERSION
 from . import preflight as preflight_module
 from . import statusrows
 from .hostside import settled as stamp_file
+from .inventoryfile import run_parameters
 from .operations.base import connector_arguments
 from .plantypes import HostPlan
 
@@ -131,7 +133,7 @@ def checked_live(plan: HostPlan) -> bool:
 
 
 def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping[str, Any] | None],
-           report: bool = False, whole: bool = True) -> tuple[set[str], dict[str, dict[str, str]]]:
+           report: bool = False, whole: bool = True, dry: bool = False) -> tuple[set[str], dict[str, dict[str, str]]]:
     """(the hosts that skip, the stamp each resolved host would get): see the module's docstring. ``whole``:
     the run has every host of the inventory (not --limit'ed); a limited run counts as one with a full plan."""
     stamps, matching = {}, set()
@@ -140,7 +142,7 @@ def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping
         if plan is None or snapshot is None:
             continue
         stamps[name] = {"plan": plan_fingerprint(plan), "snapshot": snapshot_digest(snapshot)}
-        if snapshot.get("settled") == stamps[name] and not (plan.gate.always or report or checked_live(plan)):
+        if snapshot.get("settled") == stamps[name] and not (plan.gate.always or report or dry or checked_live(plan)):
             matching.add(name)
     if matching != set(plans) or not whole:
         matching = {name for name in matching if not involves_others(plans[name])}   # type: ignore[arg-type]
@@ -166,7 +168,8 @@ def _decided(state) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]
     key = id(state)
     if key not in _runs:
         plans, snapshots = preflight_module.plans(state), preflight_module.snapshots(state)
-        skips, stamps = decide(plans, snapshots, bool(statusrows.requested()), len(plans) == len(state.inventory))
+        skips, stamps = decide(plans, snapshots, bool(statusrows.requested()), len(plans) == len(state.inventory),
+                               bool(run_parameters().get("dry")))
         found = {name: (snapshots.get(name) or {}).get("settled") for name in stamps}
         for name in sorted(stamps):
             said = unsettled_because(found[name], stamps[name])

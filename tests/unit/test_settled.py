@@ -165,6 +165,12 @@ def test_a_changed_plan_takes_the_full_plan():
     assert settled.decide({"a": plan("a", sglang_mem_fraction_static=0.8)}, snapshots)[0] == set()
 
 
+def test_a_dry_run_never_skips():
+    """--dry shows every operation's plan, as before the settled host."""
+    plans = {"a": plan("a")}
+    assert settled.decide(plans, stamped(plans), dry=True)[0] == set()
+
+
 def test_validate_always_and_the_status_report_never_skip():
     plans = {"a": plan("a", sglang_validate="always")}
     assert settled.decide(plans, stamped(plans))[0] == set()
