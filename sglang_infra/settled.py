@@ -179,6 +179,11 @@ def _decided(state) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]
     return _runs[key]
 
 
+def stamp_of(host) -> str:
+    """The plan fingerprint this run works out for ``host`` (after unchanged() said True)."""
+    return _runs[id(host.state)][1][host.name]["plan"]
+
+
 def unchanged(host, inventory) -> bool:
     """True: this host is settled (after the preflight, which it runs): deploy.py includes tasks/settled.py
     instead of the tasks. False: the preflight refused it (a status report) or it takes the full plan."""

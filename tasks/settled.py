@@ -1,13 +1,17 @@
 """A settled host: its state and its plan are what the last run that changed nothing found and stamped
-(sglang_infra/settled.py), so no operation is planned; one line says so. The plan's warnings are said as
-tasks/models.py says them on a full run."""
+(sglang_infra/settled.py), so one operation, which changes nothing, stands for all the others. The plan's
+warnings are said as tasks/models.py says them on a full run."""
 
 from pyinfra import host, logger
 
+from sglang_infra import settled
+from sglang_infra.operations.settled import host_settled
 from sglang_infra.preflight import plan_of
 
 for warning in plan_of(host).warnings:
     logger.warning(f"[{host.name}] {warning}")
 
-host.noop("settled: the host's snapshot and plan match the stamp of its last run that changed nothing; "
-          "no operation planned")
+host_settled(
+    name="Ensure the host is as its last settled run left it (its snapshot and plan match its stamp)",
+    stamp=settled.stamp_of(host),
+)

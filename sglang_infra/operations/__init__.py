@@ -12,4 +12,5 @@ otherwise it calls host.noop. Callers import from the domain's module:
     models    pull_tools, model_pulled, models_pruned
     gate      not_failed_before, validated
     gateway   fleet_barrier, gateway_workers
+    settled   host_settled
 """
