@@ -9,7 +9,7 @@ one read of each host (sglang_infra/run/preflight.py).
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra.run import factcache, failedhosts
+from sglang_infra.run import factcache, failedhosts, settled
 from sglang_infra.run import workarounds as compat
 from sglang_infra.run.preflight import plan_of, preflight
 
@@ -17,8 +17,11 @@ compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines
 failedhosts.install(state)    # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
+settled.install(state)        # a host that changed nothing is stamped at the end of the run
 # every host's plan; bad data on any host refuses the run (a status report skips that host)
-if preflight(host, inventory):
+if settled.unchanged(host, inventory):   # 0. as the last run that changed nothing left it: one no-op
+    local.include("tasks/settled.py")
+elif preflight(host, inventory):
     plan = plan_of(host)
     serves = plan.serves  # a host only in the `router` or `monitor` group serves no model
     if serves or plan.runs_gateways:  # a host only in `monitor` runs Prometheus alone: no account, no Docker

@@ -71,8 +71,9 @@ def timed(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float 
         proc.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
         output = log.read()
+    # CPU: the child's and that of every descendant it waited for (Linux wait4 sums them).
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "returncode": proc.returncode,
-            "output": output}
+            "user_s": usage.ru_utime, "sys_s": usage.ru_stime, "output": output}
 
 
 def timed_deploy(inventory: Path, *args: str, checkout: Path = ROOT) -> dict:

@@ -42,18 +42,22 @@ def inventory_dir() -> str | None:
     return os.path.dirname(os.path.abspath(inventory)) if inventory else None
 
 
-def inventory_file() -> str | None:
-    """This pyinfra run's inventory file, or None. Read from the run's command line with pyinfra's own parser:
-    deploy files are loaded in a greenlet, where click's context of the run is not visible."""
+def run_parameters() -> dict:
+    """This pyinfra run's command-line parameters ({} when this is not pyinfra's command line), read with pyinfra's
+    own parser: deploy files are loaded in a greenlet, where click's context of the run is not visible."""
     if "pyinfra_cli.cli" not in sys.modules:
-        return None   # not pyinfra's command line (importing it would patch threading for the whole process)
+        return {}   # not pyinfra's command line (importing it would patch threading for the whole process)
     from pyinfra_cli.cli import cli
 
     try:
-        context = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True)
+        return dict(cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True).params)
     except Exception:  # not pyinfra's command line
-        return None
-    inventory = context.params.get("inventory")
+        return {}
+
+
+def inventory_file() -> str | None:
+    """This pyinfra run's inventory file, or None."""
+    inventory = run_parameters().get("inventory")
     return inventory if inventory and os.path.isfile(inventory) else None
 
 

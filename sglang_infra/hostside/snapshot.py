@@ -13,7 +13,8 @@ files the deploy writes, the home's and root's system_dirs), models (cachestate.
 stack (stack.py), gate (stamp.py), services and packages (the fleet
 metrics' and the peer door's systemd units and Debian packages), routers: each
 gateway in router/<slug>/ (its stack, stamp and the worker set in its
-workers.json), and, with "peer_address" in the spec, peer: the peer door's
+workers.json), settled (settled.py: the stamp of the last run that found the host as
+its plan wants it), and, with "peer_address" in the spec, peer: the peer door's
 address resolved and whether it is the host's; with "report": true in the spec also report (report.py), what
 scripts/status.sh shows beyond the deploy's needs.
 """
@@ -33,7 +34,7 @@ import stat
 import subprocess
 import sys
 
-from . import acl, cachestate, dockerapi, manifest, names, nvsmi, report, safefs, stack, stamp
+from . import acl, cachestate, dockerapi, manifest, names, nvsmi, report, safefs, settled, stack, stamp
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -527,6 +528,7 @@ def read(spec):
                  "started_at": report.gated_start(home)},
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
+        "settled": settled.read(),
     }
     if spec.get("peer_address"):
         found["peer"] = peer_address(spec["peer_address"])

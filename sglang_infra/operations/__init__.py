@@ -4,11 +4,10 @@
 (values from the host's plan), and yields commands only for the difference;
 otherwise it calls host.noop. Callers import from the domain's module:
 
-    base      the snapshot_operation decorator and what the modules share
     account   service_account, layout
     files     checked_file, account_env_file, secret_file
     docker    docker_service, nvidia_runtime, image_present, toolchain_image
-    stack     stack_up
+    stack     stack_up, host_settled (a settled host's one operation)
     models    pull_tools, model_pulled, models_pruned
     gate      not_failed_before, validated
     gateway   fleet_barrier, gateway_workers

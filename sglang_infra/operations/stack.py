@@ -1,11 +1,12 @@
 """The compose stack of the server or of a gateway: its section of the
 snapshot, and `docker compose up` only when what runs is not the current
-config."""
+config; and the one operation of a settled host (run/settled.py), whose stack
+and all else are as its last settled run left them."""
 
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand
+from pyinfra.api import FunctionCommand, operation
 
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
 from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
@@ -84,3 +85,14 @@ def restart(project_dir: str, image: str, model: str | None, compose_sha: str, r
     record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
     return reasons, (f"cd {q(project_dir)} && {' '.join(COMPOSE_COMMAND)} up -d --remove-orphans{force} && "
                      f"{ship.command('stack')} {q(project_dir)}{record}")
+
+
+@operation()
+def host_settled(stamp: str):
+    """
+    Ensure the host is as its last run that changed nothing left it: the
+    preflight found its snapshot and its plan equal to that run's stamp
+    (``stamp``: the plan's fingerprint), so no other operation is planned.
+    """
+    host.noop(f"the host's snapshot and plan match the stamp of its last settled run (plan {stamp[:12]})")
+    yield from ()

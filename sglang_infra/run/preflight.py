@@ -123,3 +123,13 @@ def plan_of(host) -> HostPlan:
     plan = _plans[id(host.state)][host.name]
     assert plan is not None, "deploy.py includes the tasks only for a host whose preflight() passed"
     return plan
+
+
+def plans(state) -> dict[str, HostPlan | None]:
+    """Every host's plan of this run, by name (None: refused or unreadable, in a status report)."""
+    return _plans[id(state)]
+
+
+def snapshots(state) -> dict[str, dict | None]:
+    """Every host's snapshot as the preflight read it, by name (None: not read)."""
+    return {each.name: job.value[2] for each, job in _reads[id(state)]}

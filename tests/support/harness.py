@@ -26,7 +26,8 @@ PYINFRA = [sys.executable, "-m", "pyinfra"]
 DEPLOY_TIMEOUT = 900
 
 _OP_RE = re.compile(r"^--> Starting operation: (?P<name>.+?)\s*$")
-_STATUS_RE = re.compile(r"^\s+\[(?P<host>[^\]]+)\] (?P<status>Success|No changes|Error)\b")
+# pyinfra pads a status line's host name to the inventory's longest name: "[gpu-1]      No changes".
+_STATUS_RE = re.compile(r"^\s+\[(?P<host>[^\]]+)\]\s+(?P<status>Success|No changes|Error)\b")
 
 
 @dataclass

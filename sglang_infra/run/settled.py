@@ -1,0 +1,240 @@
+"""A settled host takes one no-op instead of planning every operation (issue 45).
+
+A host is settled when its last run found it exactly as its plan wants it and nothing has moved since: the
+stamp that run left on the host (hostside/settled.py, read back by the one snapshot the preflight takes
+anyway) names the same plan fingerprint and the same snapshot digest this run works out. The fingerprint
+covers everything a host's operations are made from: the whole resolved plan (every field, secrets and rendered
+files included, the fleet-derived values the preflight set on it), and the deploy's own code and templates.
+The snapshot digest covers everything the operations compare against: any drift (a mode, a file, the
+account, the container, the cache) changes the snapshot, so the host takes the full plan, which finds and
+repairs the drift, and `--dry --diff` shows it as before.
+
+Conservative where hosts involve each other: when any host of the run takes the full plan, a host whose
+operations reach other hosts or depend on their state (a gateway host, a worker some gateway fronts, a
+multi-node group member, a monitor, a host with peer sources) takes the full plan too; only a standalone worker
+still skips. A host with a peer door never skips (its run checks who holds the door's port, which no snapshot
+holds); nor does any host under `sglang_validate=always`, in the status report or in a `--dry` run (which
+shows every operation's plan, as before).
+
+The stamp is written at the end of a run, outside any operation (it is the run's record, not a change of the
+host's state), for each host that changed nothing, failed nothing and whose stamp differs: after a run that
+changed a host, the next run takes the full plan once more, finds nothing to change and stamps it. The
+inventory name is left out of the fingerprint: it is never written on a host by itself (what a plan writes
+that names it is in the plan's other fields), so the aliases of one host (bench/fleet.py) write one stamp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import gevent
+from pyinfra import logger
+from pyinfra.api import command as pyinfra_command
+from pyinfra.api.state import BaseStateCallback
+from pyinfra.version import __version__ as PYINFRA_VERSION
+
+from ..fleet.inventoryfile import run_parameters
+from ..hostside import settled as stamp_file
+from ..plan.types import HostPlan
+from ..status import statusrows
+from . import preflight as preflight_module
+from .operation import connector_arguments
+
+ROOT = Path(__file__).resolve().parents[2]
+# The deploy's own code, templates and defaults: a change of any of them changes every plan's fingerprint.
+CODE = ("deploy.py", "sglang_infra", "tasks", "templates", "group_data")
+_MARK = "_sglang_counts_for_settled"
+
+
+class Unfingerprintable(TypeError):
+    """A plan field of a type canonical() cannot write the same way in every run."""
+
+
+def canonical(value: Any) -> Any:
+    """``value`` as plain JSON that is the same in every run for the same value: dataclasses and named tuples
+    by field (every field, those left out of repr too), mappings by sorted key, sets sorted, bytes as hex."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"@": type(value).__name__,
+                **{f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {"@": type(value).__name__, **{k: canonical(v) for k, v in zip(value._fields, value)}}
+    if isinstance(value, Mapping):   # sorted by key alone: a mapping has each key once
+        return {"@map": sorted(([canonical(k), canonical(v)] for k, v in value.items()),
+                               key=lambda pair: json.dumps(pair[0]))}
+    if isinstance(value, (set, frozenset)):
+        return {"@set": sorted((canonical(v) for v in value), key=json.dumps)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"@bytes": bytes(value).hex()}
+    if isinstance(value, enum.Enum):
+        return {"@enum": f"{type(value).__name__}.{value.name}"}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise Unfingerprintable(f"cannot fingerprint a {type(value).__name__}: {value!r:.80}")
+
+
+@functools.cache
+def code_digest(root: Path = ROOT) -> str:
+    """sha256 of every file of the deploy's code, templates and defaults (by path and content), and pyinfra's
+    version: worked out once per run."""
+    digest = hashlib.sha256(f"pyinfra {PYINFRA_VERSION}\n".encode())
+    for top in CODE:
+        path = root / top
+        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*"))
+                       if p.is_file() and "__pycache__" not in p.parts)
+        for each in files:
+            digest.update(f"{each.relative_to(root)}\n".encode())
+            digest.update(hashlib.sha256(each.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def plan_fingerprint(plan: HostPlan, code: str | None = None) -> str:
+    """sha256 of the plan (every field but the inventory name) and of the code that turns it into operations."""
+    fields = {f.name: canonical(getattr(plan, f.name)) for f in dataclasses.fields(plan) if f.name != "name"}
+    text = json.dumps({"code": code or code_digest(), "plan": fields}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _steady(value: Any) -> Any:
+    """The snapshot without what changes by itself while nothing changes and no operation compares: a
+    container's status text ("Up 3 minutes") and its healthcheck's last verdict (the status report's alone),
+    and the stamp itself."""
+    if isinstance(value, dict):
+        volatile = {"status", "health"} if {"started_at", "state"} <= value.keys() else set()
+        return {k: _steady(v) for k, v in value.items() if k not in volatile and k != "settled"}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    return value
+
+
+def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
+    text = json.dumps(_steady(dict(snapshot)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def involves_others(plan: HostPlan) -> bool:
+    """Its operations reach other hosts or depend on their state: it may not skip while another host changes."""
+    return bool(plan.runs_gateways or plan.monitors or plan.roll is not None or plan.node_group is not None
+                or plan.peer_door is not None or plan.peer_sources or plan.gateways)
+
+
+def checked_live(plan: HostPlan) -> bool:
+    """Its run checks something no snapshot holds (the peer door's port, held by the door's own nginx, read when
+    the operation runs): it never skips."""
+    return plan.peer_door is not None
+
+
+def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping[str, Any] | None],
+           report: bool = False, whole: bool = True, dry: bool = False) -> tuple[set[str], dict[str, dict[str, str]]]:
+    """(the hosts that skip, the stamp each resolved host would get): see the module's docstring. ``whole``:
+    the run has every host of the inventory (not --limit'ed); a limited run counts as one with a full plan."""
+    stamps, matching = {}, set()
+    for name, plan in plans.items():
+        snapshot = snapshots.get(name)
+        if plan is None or snapshot is None:
+            continue
+        stamps[name] = {"plan": plan_fingerprint(plan), "snapshot": snapshot_digest(snapshot)}
+        if snapshot.get("settled") == stamps[name] and not (plan.gate.always or report or dry or checked_live(plan)):
+            matching.add(name)
+    if matching != set(plans) or not whole:
+        matching = {name for name in matching if not involves_others(plans[name])}   # type: ignore[arg-type]
+    return matching, stamps
+
+
+def unsettled_because(found: Mapping[str, str] | None, wanted: Mapping[str, str]) -> str | None:
+    """Why a host with a stamp does not match it, in a few words; None without a stamp or when it matches."""
+    if not found or found == wanted:
+        return None
+    differs = [what for key, what in (("plan", "its plan (data, code or the fleet)"),
+                                      ("snapshot", "its snapshot (a change on the host)")) if found[key] != wanted[key]]
+    return f"{' and '.join(differs)} differ from its last settled run's"
+
+
+# ---------------------------------------------------------------- the run's side
+
+_runs: dict[int, tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]] = {}
+_changed: dict[int, set[str]] = {}
+
+
+def _decided(state) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]:
+    key = id(state)
+    if key not in _runs:
+        plans, snapshots = preflight_module.plans(state), preflight_module.snapshots(state)
+        skips, stamps = decide(plans, snapshots, bool(statusrows.requested()), len(plans) == len(state.inventory),
+                               bool(run_parameters().get("dry")))
+        found = {name: (snapshots.get(name) or {}).get("settled") for name in stamps}
+        for name in sorted(stamps):
+            said = unsettled_because(found[name], stamps[name])
+            if said:
+                logger.info(f"[{name}] takes the full plan: {said}")
+        _runs[key] = (skips, stamps, found)
+    return _runs[key]
+
+
+def stamp_of(host) -> str:
+    """The plan fingerprint this run works out for ``host`` (after unchanged() said True)."""
+    return _runs[id(host.state)][1][host.name]["plan"]
+
+
+def unchanged(host, inventory) -> bool:
+    """True: this host is settled (after the preflight, which it runs): deploy.py includes tasks/settled.py
+    instead of the tasks. False: the preflight refused it (a status report) or it takes the full plan."""
+    if not preflight_module.preflight(host, inventory):
+        return False
+    return host.name in _decided(host.state)[0]
+
+
+def _counting(execute):
+    @functools.wraps(execute)
+    def wrapper(self, state, host, connector_arguments):
+        _changed.setdefault(id(state), set()).add(host.name)
+        return execute(self, state, host, connector_arguments)
+
+    setattr(wrapper, _MARK, True)
+    return wrapper
+
+
+class _Stamper(BaseStateCallback):
+    """After the run's last operation: the stamp of each host that changed and failed nothing, where it differs."""
+
+    def operation_end(self, state, op_hash):
+        order = state.get_op_order()
+        if not order or op_hash != order[-1] or id(state) not in _runs:
+            return
+        _, stamps, found = _runs[id(state)]
+        changed = _changed.get(id(state), set())
+        failed = {host.name for host in state.failed_hosts}
+        due = [host for host in state.inventory.get_active_hosts() if host.name in stamps
+               and host.name not in changed | failed and found.get(host.name) != stamps[host.name]]
+        jobs = [gevent.spawn(_write, state, host, stamps[host.name]) for host in due]
+        gevent.joinall(jobs, timeout=120)
+
+
+def _write(state, host, stamp: dict[str, str]) -> None:
+    arguments = {**connector_arguments(state, host), "_stdin": json.dumps(stamp, sort_keys=True)}
+    ok, _ = host.run_shell_command(stamp_file.write_command(), print_output=False, **arguments)
+    if not ok:
+        logger.warning(f"[{host.name}] could not record its settled stamp: its next run takes the full plan")
+
+
+_installed: set[int] = set()
+
+
+def install(state) -> None:
+    """Count the hosts any command ran on, and stamp the settled ones after the last operation. Idempotent;
+    nothing is stamped in a --dry run (no operation runs)."""
+    for name in ("StringCommand", "FileUploadCommand", "FileDownloadCommand", "FunctionCommand", "RsyncCommand"):
+        cls = getattr(pyinfra_command, name)
+        if not getattr(cls.execute, _MARK, False):
+            cls.execute = _counting(cls.execute)
+    if id(state) not in _installed:
+        _installed.add(id(state))
+        state.add_callback_handler(_Stamper())

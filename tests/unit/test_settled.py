@@ -1,0 +1,232 @@
+"""The settled host (sglang_infra/run/settled.py): the plan's fingerprint changes with every input of a plan and with
+the deploy's own code, and not otherwise; the snapshot's digest changes with any drift and not with what moves by
+itself; who skips, and who takes the full plan when another host does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+from conftest import converged_snapshot, pinned_defaults
+
+from sglang_infra.hostside import settled as stamp_file
+from sglang_infra.plan.resolve import resolve
+from sglang_infra.run import settled
+
+DEFAULTS = pinned_defaults()
+
+
+def plan(name: str = "gpu-01", **data):
+    return resolve(name, {**DEFAULTS, **data}, converged_snapshot())
+
+
+def test_fingerprint_is_the_same_for_the_same_inputs():
+    assert settled.plan_fingerprint(plan()) == settled.plan_fingerprint(plan())
+
+
+def test_fingerprint_leaves_out_the_inventory_name_alone():
+    """Aliases of one host (one SSH target, several names) plan the same state: one stamp, no fight."""
+    assert settled.plan_fingerprint(plan("gpu-01")) == settled.plan_fingerprint(plan("gpu-99"))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("sglang_mem_fraction_static", 0.8),           # a rendered flag: compose.yaml changes
+    ("sglang_drain_timeout", 301),                 # a plan value that is no file of its own
+    ("sglang_benchmark_max_tokens", 128),          # the gate's scripts
+    ("sglang_node_exporter_port", 9101),           # the exporter's drop-in
+    ("sglang_apt_cache_time", 3600),               # how the engine's packages would be installed
+])
+def test_fingerprint_changes_with_any_data_value(key, value):
+    assert key in DEFAULTS, key
+    assert settled.plan_fingerprint(plan(**{key: value})) != settled.plan_fingerprint(plan())
+
+
+def test_fingerprint_changes_with_the_api_key_file_content(tmp_path):
+    """The key is in the plan (the server's private config) but in no repr: the fingerprint still sees it."""
+    key = tmp_path / "api-key"
+    key.write_text("first-key-" + "a" * 40 + "\n")
+    first = settled.plan_fingerprint(plan(sglang_api_key_file=str(key)))
+    key.write_text("second-key-" + "b" * 40 + "\n")
+    assert settled.plan_fingerprint(plan(sglang_api_key_file=str(key))) != first
+
+
+def test_fingerprint_changes_with_a_fleet_value_the_preflight_sets():
+    base = plan()
+    assert settled.plan_fingerprint(dataclasses.replace(base, drain_timeout=base.drain_timeout + 1)) \
+        != settled.plan_fingerprint(base)
+
+
+def test_fingerprint_changes_with_the_code():
+    base = plan()
+    assert settled.plan_fingerprint(base, code="a" * 64) != settled.plan_fingerprint(base, code="b" * 64)
+
+
+def _tree(root):
+    for rel, text in {"deploy.py": "x = 1\n", "tasks/stack.py": "y = 2\n", "templates/compose.yaml.j2": "a: 1\n",
+                      "sglang_infra/plan.py": "z = 3\n", "group_data/all.py": "sglang_x = 1\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("changed", ["deploy.py", "tasks/stack.py", "templates/compose.yaml.j2",
+                                     "sglang_infra/plan.py", "group_data/all.py"])
+def test_code_digest_changes_with_any_code_or_template(tmp_path, changed):
+    before = settled.code_digest.__wrapped__(_tree(tmp_path / "a"))
+    root = _tree(tmp_path / "b")
+    (root / changed).write_text((root / changed).read_text() + "# edited\n")
+    assert settled.code_digest.__wrapped__(root) != before
+
+
+def test_code_digest_ignores_bytecode_caches(tmp_path):
+    before = settled.code_digest.__wrapped__(_tree(tmp_path / "a"))
+    root = _tree(tmp_path / "b")
+    (root / "sglang_infra" / "__pycache__").mkdir()
+    (root / "sglang_infra" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"\0\1")
+    assert settled.code_digest.__wrapped__(root) == before
+
+
+def test_code_digest_of_this_checkout_covers_the_templates():
+    assert all((settled.ROOT / top).exists() for top in settled.CODE)
+
+
+def test_canonical_refuses_what_it_cannot_write_the_same_way_twice():
+    with pytest.raises(settled.Unfingerprintable):
+        settled.canonical({"x": object()})
+
+
+def snapshot(**changes):
+    found = converged_snapshot()
+    found["stack"] = {"container": {"state": "running", "started_at": "2026-12-05T00:00:00Z", "health": "healthy",
+                                    "status": "Up 3 minutes (healthy)"}, "current": True}
+    found.update(changes)
+    return found
+
+
+def test_snapshot_digest_ignores_what_moves_by_itself_and_the_stamp():
+    later = snapshot()
+    later["stack"]["container"]["status"] = "Up 2 hours (unhealthy)"
+    later["stack"]["container"]["health"] = "unhealthy"   # a slow healthcheck under load: no operation reads it
+    later["settled"] = {"plan": "a" * 64, "snapshot": "b" * 64}
+    assert settled.snapshot_digest(later) == settled.snapshot_digest(snapshot())
+
+
+@pytest.mark.parametrize("drift", [
+    lambda s: s["stack"]["container"].update(state="exited"),
+    lambda s: s["stack"]["container"].update(started_at="2026-12-05T01:00:00Z"),   # restarted
+    lambda s: s["account"].update(password_locked=False),
+    lambda s: s.setdefault("files", {}).setdefault("/opt/sglang/docker", {}).update(
+        {"compose.yaml": {"owner": "root", "group": "root", "mode": "644", "sha256": "0" * 64}}),
+])
+def test_snapshot_digest_changes_with_drift(drift):
+    drifted = snapshot()
+    drift(drifted)
+    assert settled.snapshot_digest(drifted) != settled.snapshot_digest(snapshot())
+
+
+def stamped(plans, drifted=()):
+    """Each host's snapshot carrying the stamp of its plan, except the ``drifted`` ones."""
+    snapshots = {}
+    for name, each in plans.items():
+        found = snapshot()
+        found["settled"] = {"plan": settled.plan_fingerprint(each), "snapshot": settled.snapshot_digest(found)}
+        if name in drifted:
+            found["account"] = {**found["account"], "password_locked": False}
+        snapshots[name] = found
+    return snapshots
+
+
+def test_every_host_as_stamped_skips():
+    plans = {"a": plan("a"), "b": plan("b")}
+    skips, stamps = settled.decide(plans, stamped(plans))
+    assert skips == {"a", "b"}
+    assert set(stamps) == {"a", "b"}
+
+
+def test_a_drifted_host_takes_the_full_plan_and_a_standalone_one_still_skips():
+    plans = {"a": plan("a"), "b": plan("b")}
+    skips, _ = settled.decide(plans, stamped(plans, drifted={"a"}))
+    assert skips == {"b"}
+
+
+@pytest.mark.parametrize("involved", [{"runs_gateways": True}, {"monitors": True}, {"peer_sources": {"m": None}}])
+def test_a_host_that_involves_others_skips_only_when_no_host_takes_the_full_plan(involved):
+    plans = {"a": plan("a"), "gw": dataclasses.replace(plan("gw"), **involved)}
+    assert settled.decide(plans, stamped(plans))[0] == {"a", "gw"}
+    assert settled.decide(plans, stamped(plans, drifted={"a"}))[0] == set()
+    assert settled.decide(plans, stamped(plans), whole=False)[0] == {"a"}
+
+
+def test_a_changed_plan_takes_the_full_plan():
+    plans = {"a": plan("a")}
+    snapshots = stamped(plans)
+    assert settled.decide({"a": plan("a", sglang_mem_fraction_static=0.8)}, snapshots)[0] == set()
+
+
+def test_a_dry_run_never_skips():
+    """--dry shows every operation's plan, as before the settled host."""
+    plans = {"a": plan("a")}
+    assert settled.decide(plans, stamped(plans), dry=True)[0] == set()
+
+
+def test_validate_always_and_the_status_report_never_skip():
+    plans = {"a": plan("a", sglang_validate="always")}
+    assert settled.decide(plans, stamped(plans))[0] == set()
+    plans = {"a": plan("a")}
+    assert settled.decide(plans, stamped(plans), report=True)[0] == set()
+
+
+def test_a_host_with_a_peer_door_never_skips():
+    from sglang_infra.plan.types import PeerDoor
+
+    door = PeerDoor(address="10.0.0.1", port=8765, group="sglang", hub="/opt/sglang/hf-cache/hub", pins=(),
+                    key=b"k" * 32)
+    plans = {"a": plan("a"), "door": dataclasses.replace(plan("door"), peer_door=door)}
+    assert settled.decide(plans, stamped(plans))[0] == {"a"}
+
+
+def test_no_stamp_takes_the_full_plan():
+    plans = {"a": plan("a")}
+    assert settled.decide(plans, {"a": snapshot()})[0] == set()
+
+
+STAMP = {"plan": "a" * 64, "snapshot": "b" * 64}
+
+
+def test_stamp_reads_back_as_written(tmp_path):
+    path = tmp_path / "settled.json"
+    os.umask(0o022)
+    os.system(f"printf '%s' '{json.dumps(STAMP)}' | sh -c '{stamp_file.write_command(str(path))}'")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert stamp_file.read(str(path)) == STAMP
+
+
+@pytest.mark.parametrize("spoil", [
+    lambda p: p.chmod(0o644),                                # not root's alone
+    lambda p: p.write_text("{not json"),
+    lambda p: p.write_text(json.dumps({"plan": "a" * 64})),  # a key missing
+])
+def test_stamp_not_as_written_reads_as_none(tmp_path, spoil):
+    path = tmp_path / "settled.json"
+    path.write_text(json.dumps(STAMP))
+    path.chmod(0o600)
+    spoil(path)
+    assert stamp_file.read(str(path)) is None
+
+
+def test_stamp_behind_a_link_reads_as_none(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps(STAMP))
+    real.chmod(0o600)
+    (tmp_path / "settled.json").symlink_to(real)
+    assert stamp_file.read(str(tmp_path / "settled.json")) is None
+
+
+def test_why_a_stamped_host_takes_the_full_plan_is_said():
+    wanted = {"plan": "a" * 64, "snapshot": "b" * 64}
+    assert settled.unsettled_because(None, wanted) is None
+    assert settled.unsettled_because(wanted, wanted) is None
+    assert "snapshot" in settled.unsettled_because({**wanted, "snapshot": "c" * 64}, wanted)
+    assert "plan" in settled.unsettled_because({**wanted, "plan": "c" * 64}, wanted)
