@@ -146,9 +146,11 @@ class VMHost(hosts.TestHost):
             self.exec("systemctl reboot", check=False, timeout=30)
         except subprocess.TimeoutExpired:
             pass   # the connection may go down with the guest
-        hosts._wait_for(lambda: (lambda now: now is not None and now != before)(self.boot_id()),
-                        f"{self.name} to come back from its reboot (console: {self.console(600)!r})",
-                        timeout=REBOOT_TIMEOUT, interval=3)
+        try:
+            hosts._wait_for(lambda: (lambda now: now is not None and now != before)(self.boot_id()),
+                            f"{self.name} to come back from its reboot", timeout=REBOOT_TIMEOUT, interval=3)
+        except hosts.TestbedError as error:
+            raise hosts.TestbedError(f"{error}; its console ends: {self.console(1500)}") from None
         return time.monotonic() - began
 
 
@@ -196,7 +198,9 @@ def start_vm(name: str, state_dir: Path, *, prefix: str | None = None, accel: st
         return got.stdout.strip()
 
     vm.accel = hosts._wait_for(running_accel, f"QEMU to start in {container}", timeout=KVM_PROBE_SECONDS + 60)
-    hosts._wait_for(vm.boot_id, f"SSH in the VM {name} (console: {vm.console(600)!r})", timeout=BOOT_TIMEOUT,
-                    interval=2)
+    try:
+        hosts._wait_for(vm.boot_id, f"SSH in the VM {name}", timeout=BOOT_TIMEOUT, interval=2)
+    except hosts.TestbedError as error:
+        raise hosts.TestbedError(f"{error}; its console ends: {vm.console(1500)}") from None
     vm.boot_seconds = time.monotonic() - began
     return vm
