@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+# The VM test host's disk is an ext4 image filled from a directory (mkfs.ext4 -d); QEMU itself runs in the VM's
+# container (tests/support/testbed/vm.py), installed there from Debian, so a killed run's cleanup takes the VM too.
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 # promtool checks the alert rules and runs their tests (tests/unit/test_alert_rules.py); it comes with Debian's prometheus.
@@ -16,6 +19,11 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# The VM test host's network: QEMU's tap device, made in its container from this machine's /dev/net/tun.
+if [ ! -c /dev/net/tun ]; then
+  modprobe tun 2>/dev/null || echo "setup: /dev/net/tun is missing and tun did not load; tests/e2e/test_vm.py cannot start its VM" >&2
 fi
 
 if ! docker info >/dev/null 2>&1; then

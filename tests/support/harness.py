@@ -221,6 +221,14 @@ class Testbed:
         self.started.append(host)
         return host
 
+    def vm(self, name: str) -> TestHost:
+        """A fresh real VM (testbed/vm.py: QEMU, its own kernel), reached as root; removed like the other hosts."""
+        from testbed import vm
+
+        host = vm.start_vm(name, self.state_dir, prefix=self.prefix)
+        self.started.append(host)
+        return host
+
     def release(self, keep: int) -> None:
         """Remove the hosts started after the first ``keep`` (a test module's own, at its end)."""
         for host in self.started[keep:]:
