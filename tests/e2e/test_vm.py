@@ -2,10 +2,11 @@
 stand-ins, keyed (API keys on, a peer door), as the container hosts are: `scripts/check.sh` passes and a re-run
 changes nothing; then the guest reboots and, with no deploy run, comes back serving: the units the deploy enabled
 (Docker, node exporter, the peer door's nginx) are started by systemd at boot, the stack's restart policy brings the
-serving container back, the tool-call check answers through its port with the key. `scripts/check.sh` then passes
-every check but the gate's stamp, which by its contract (hostside/stamp.py) holds only for the container start it
-saw and so asks for the deploy; the deploy runs the gate again, it passes, `scripts/check.sh` passes whole and a
-further run changes nothing. What a container host cannot show, because it shares this machine's kernel and is never
+serving container back, the tool-call check answers through its port with the key, `scripts/check.sh` passes whole
+(the stamp still names the container the daemon started at the new boot: hostside/stamp.py) and a run of the deploy
+changes nothing. Then a crash: the container's process killed and restarted by its policy in the same boot asks for
+the gate (check.sh fails the stamp alone); the deploy runs the gate, it passes, check.sh passes whole and a further
+run changes nothing. What a container host cannot show, because it shares this machine's kernel and is never
 booted: the guest's own kernel reports fs.protected_hardlinks = 1 (as the deploy requires) and loads no NVIDIA
 module, which the deploy of a GPU-less host accepts."""
 
@@ -166,27 +167,64 @@ def test_after_a_reboot_the_api_still_refuses_a_client_without_the_key(rebooted)
     assert refused.returncode != 0 and "401" in refused.stderr, refused.stderr[-500:]
 
 
-def test_after_a_reboot_check_sh_fails_only_the_gate_stamp(rebooted):
-    """The stamp covers the container's start (hostside/stamp.py: any start or restart, whatever caused it, asks for
-    the gate again), so a reboot leaves every check passing but that one, which says to run the deploy."""
-    _, inventory, _, _ = rebooted
+def test_after_a_reboot_check_sh_passes_whole_with_no_deploy(rebooted):
+    """A reboot asks for no deploy: the gate's record names its boot, and the stamp still names the container the
+    Docker daemon started again at this boot (hostside/stamp.py as_gated), so every check passes, the stamp's too."""
+    host, inventory, _, _ = rebooted
+    record = json.loads(host.exec(f"cat {DOCKER}/.last-gate").stdout)
+    assert record["boot_id"] != host.exec("cat /proc/sys/kernel/random/boot_id").stdout.strip()
     checked = check_sh(inventory)
-    assert checked.returncode != 0
-    assert outcome_checks(checked.stdout, "FAILED") == {"test_the_last_gate_passed_for_what_runs_now"}, \
-        checked.stdout[-4000:]
-    assert {"test_the_node_exporter_runs_with_the_deploys_flags", "test_docker_engine_is_running_and_enabled",
-            "test_the_peer_door_runs_its_config_on_its_address_alone",
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert {"test_the_last_gate_passed_for_what_runs_now", "test_the_node_exporter_runs_with_the_deploys_flags",
+            "test_docker_engine_is_running_and_enabled", "test_the_peer_door_runs_its_config_on_its_address_alone",
             "test_the_server_container_runs_and_is_not_unhealthy",
             "test_the_api_answers_with_the_served_model"} <= outcome_checks(checked.stdout, "PASSED")
 
 
+def test_after_a_reboot_a_rerun_changes_nothing(rebooted):
+    """The deploy after the reboot finds the host as it wants it: no gate, no restart, no change."""
+    host, inventory, before, _ = rebooted
+    started = serving_container(host)["State"]["StartedAt"]
+    again = run_deploy(inventory)
+    assert again.returncode == 0 and again.changed(NAME) == [], again.why()
+    assert f"gate[{NAME}]" not in again.output
+    assert serving_container(host)["State"]["StartedAt"] == started
+
+
+def test_after_a_reboot_the_kernel_still_protects_hardlinks(rebooted):
+    host, _, _, _ = rebooted
+    assert host.exec("sysctl -n fs.protected_hardlinks").stdout.strip() == "1"
+
+
 @pytest.fixture(scope="module")
-def regated(rebooted):
+def crashed(rebooted):
+    """After the reboot's checks: the serving container's main process killed, as a crash would, and restarted by
+    its policy (Docker's RestartCount 1) within this boot. That start is no boot's, so it asks for the gate."""
     host, inventory, _, _ = rebooted
+    pid = serving_container(host)["State"]["Pid"]
+    host.exec(f"kill -KILL {pid}")
+    back = wait_for(lambda: (lambda c: c if c.get("RestartCount") and c["State"]["Running"] else None)(
+        serving_container(host)), 120, 2)
+    assert back, serving_container(host)
+    wait_for(lambda: (lambda got: got if got.get("ok") else None)(tool_call(host)), SERVE_AGAIN_TIMEOUT, 5)
+    return host, inventory
+
+
+def test_after_a_crash_restart_check_sh_fails_only_the_gate_stamp(crashed):
+    _, inventory = crashed
+    checked = check_sh(inventory)
+    assert checked.returncode != 0
+    assert outcome_checks(checked.stdout, "FAILED") == {"test_the_last_gate_passed_for_what_runs_now"}, \
+        checked.stdout[-4000:]
+
+
+@pytest.fixture(scope="module")
+def regated(crashed):
+    host, inventory = crashed
     return host, inventory, run_deploy(inventory)
 
 
-def test_after_a_reboot_the_deploy_runs_the_gate_again_and_it_passes(regated):
+def test_after_a_crash_restart_the_deploy_runs_the_gate_again_and_it_passes(regated):
     _, _, again = regated
     assert again.returncode == 0, again.why()
     assert GATE_OP in again.changed(NAME) and f"gate[{NAME}]: passed" in again.output, again.why()
@@ -197,11 +235,6 @@ def test_after_the_gate_again_check_sh_passes(regated):
     checked = check_sh(inventory)
     assert checked.returncode == 0, checked.stdout[-4000:]
     assert "test_the_last_gate_passed_for_what_runs_now" in outcome_checks(checked.stdout, "PASSED")
-
-
-def test_after_a_reboot_the_kernel_still_protects_hardlinks(rebooted):
-    host, _, _, _ = rebooted
-    assert host.exec("sysctl -n fs.protected_hardlinks").stdout.strip() == "1"
 
 
 def test_after_the_gate_again_a_rerun_changes_nothing(regated):
