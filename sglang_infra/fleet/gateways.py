@@ -4,8 +4,8 @@ the workers of each model, and each gateway host's gateways.
 A host in any inventory group but `router` serves a model; a host in
 `router` runs one gateway (Shepherd Model Gateway, SMG) per model it fronts, each in its
 own compose project under router/<slug>/, with ports that follow the model's
-position in the registry. preflight.py calls `fleet()` once every host's plan
-is known; the rules are in refusals.check_fleet, the rendering in render.py,
+position in the registry. preflight.py calls `fleet()` with the run's Fleet (hosts.py)
+once every host's plan is known; the rules are in refusals.check_fleet, the rendering in render.py,
 the host side in hostside/gateway_launch.py and hostside/gateway_workers.py.
 """
 
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..hostside import names
 from ..plan import render
 from ..plan.refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
 from ..plan.resolve import gate_files
 from ..plan.types import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker, worker_url
-from .inventoryfile import inventory_file
-from .nodegroups import address_of, membership
-from .roles import groups_of, roles
+
+if TYPE_CHECKING:
+    from .hosts import Fleet, InventoryHost
 
 
 def own_url(published_on: str, port: int) -> str:
@@ -34,12 +34,11 @@ def own_url(published_on: str, port: int) -> str:
     return worker_url(published_on, port)
 
 
-def fleet_worker(name: str, data: Mapping[str, Any], plan: HostPlan | None) -> tuple[str, Worker]:
-    """(model key, Worker) of a serving host, from its data and, when it is in this run, its plan."""
-    address = address_of(name, data)
-    return data["sglang_model"], Worker(host=name, url=worker_url(address, data["sglang_port"]),
-                                        docker_dir=f"{data.get('sglang_home')}/{names.DOCKER_DIR}",
-                                        compose_sha=plan.compose_sha if plan is not None else None)
+def fleet_worker(host: InventoryHost, plan: HostPlan | None) -> Worker:
+    """The Worker of a serving host, from its data and, when it is in this run, its plan."""
+    return Worker(host=host.name, url=worker_url(host.address, host.data["sglang_port"]),
+                  docker_dir=f"{host.data.get('sglang_home')}/{names.DOCKER_DIR}",
+                  compose_sha=plan.compose_sha if plan is not None else None)
 
 
 def gateway_slug(key: str) -> str:
@@ -47,7 +46,7 @@ def gateway_slug(key: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", key.lower()).strip("-_") or "model"
 
 
-def place(settings: GatewaySettings, workers: Mapping[str, list]) -> list[Placement]:
+def place(settings: GatewaySettings, workers: Mapping[str, Sequence[Any]]) -> list[Placement]:
     """The gateways a gateway host runs, in registry order: the keys it lists, else every key some host
     serves; each at the ports of its position in the registry."""
     out = []
@@ -82,7 +81,7 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
     return replace(plan, gateways=tuple(gateways), layout=layout)
 
 
-def fronts(gateway_hosts, workers: Mapping[str, list[Worker]]) -> dict[str, tuple[Front, ...]]:
+def fronts(gateway_hosts, workers: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Front, ...]]:
     """
     The gateways in front of each model's workers: every gateway host of the
     inventory (in this run or not: its data says where its gateways are) and
@@ -102,26 +101,6 @@ def fronts(gateway_hosts, workers: Mapping[str, list[Worker]]) -> dict[str, tupl
     return {key: tuple(found) for key, found in out.items()}
 
 
-@dataclass(frozen=True)
-class InventoryHost:
-    """A host of the inventory (in this run or not), as the fleet's roles see it: its data and its groups."""
-
-    name: str
-    data: Mapping[str, Any]
-    groups: tuple[str, ...]
-    serves: bool
-    runs_gateways: bool
-
-
-def inventory_roles(inventory, path: str | None) -> list[InventoryHost]:
-    """Every host of the inventory with its data, its own groups and its roles, in inventory order."""
-    out = []
-    for each in inventory:
-        groups = tuple(groups_of(each, path))
-        out.append(InventoryHost(each.name, each.data.dict(), groups, *roles(groups)))
-    return out
-
-
 def unavailable(setting: int | str, size: int) -> int:
     """How many of a pool's ``size`` workers may be out of service at once: sglang_max_unavailable as a count,
     or as a share "N%" of the pool rounded down, never below 1 (as Kubernetes' maxUnavailable)."""
@@ -130,27 +109,16 @@ def unavailable(setting: int | str, size: int) -> int:
     return setting
 
 
-def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
-          inventory_path: str | None = None) -> dict[str, HostPlan | None]:
+def fleet(plans: Mapping[str, HostPlan | None], everyone: Fleet, refuse: bool = True) -> dict[str, HostPlan | None]:
     """
     Every gateway host's plan with its gateways: the workers of each model are
-    the inventory's serving hosts of that model (those outside this run too,
-    which then keep the membership they have); refused when any gateway host
-    has a problem with the fleet (a status report keeps such a plan as it is).
-    ``inventory_path``: the inventory's file outside a pyinfra run.
+    the Fleet's (the inventory's serving hosts of that model, those outside
+    this run too, which then keep the membership they have); refused when any
+    gateway host has a problem with the fleet (a status report keeps such a
+    plan as it is).
     """
-    path = inventory_path or inventory_file()
-    workers: dict[str, list[Worker]] = {}
-    gateway_hosts = []
-    everyone = inventory_roles(inventory, path)
-    groups = membership(everyone)
-    for each in everyone:
-        if each.serves and (each.name not in groups or groups[each.name].rank == 0):
-            # a multi-node group is one worker: rank 0, which alone serves the API
-            key, worker = fleet_worker(each.name, each.data, plans.get(each.name))
-            workers.setdefault(key, []).append(worker)
-        if each.runs_gateways:
-            gateway_hosts.append(each)
+    workers = {key: [fleet_worker(each, plans.get(each.name)) for each in hosts]
+               for key, hosts in everyone.workers.items()}
     out, errors = dict(plans), []
     for name, plan in plans.items():
         if plan is not None and plan.runs_gateways:
@@ -158,7 +126,7 @@ def fleet(plans: Mapping[str, HostPlan | None], inventory, refuse: bool = True,
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
-    every_front = fronts(gateway_hosts, workers)
+    every_front = everyone.fronts
     for name, plan in out.items():
         if plan is not None and plan.gateways:
             out[name] = replace(plan, gateways=tuple(replace(g, sole_front=len(every_front.get(g.key, ())) == 1)

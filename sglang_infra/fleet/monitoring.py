@@ -9,10 +9,9 @@ member's worker and node targets also with its group and rank (`node_group`,
 `node_rank`). Hosts outside this run
 (--limit) are scraped too: their data says where they listen. A target is
 reached where it is published: the address it binds when that is one
-address, the host's inventory address (sglang_worker_address, else
-ssh_hostname, else its name) when it binds every address, and loopback only
-from the same host. preflight.py calls `with_monitors()` once every host's
-plan is known; the rules are in refusals.check_monitor, the text in
+address, the host's fleet address (roles.fleet_address) when it binds every address, and loopback only
+from the same host. preflight.py calls `with_monitors()` with the run's Fleet
+once every host's plan is known; the rules are in refusals.check_monitor, the text in
 render.py, the host side in tasks/monitor.py.
 """
 
@@ -20,21 +19,18 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..plan import render
 from ..plan.refusals import DeployDataError, Unscrapable, check_monitor, raise_if
 from ..plan.types import GatewaySettings, HostPlan, Monitor, Target
-from .gateways import inventory_roles, place
-from .nodegroups import membership
+from .gateways import place
 from .roles import ROLE_GROUPS
 
+if TYPE_CHECKING:
+    from .hosts import Fleet
+
 JOB_WORKER, JOB_GATEWAY, JOB_NODE, JOB_PROMETHEUS = "sglang", "sglang-router", "node", "prometheus"
-
-
-def _reach(data: Mapping[str, Any], name: str) -> str:
-    """The address the inventory reaches a host on (the gateways' own rule, gateways.fleet_worker)."""
-    return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
 
 
 def _hostport(address: str, port: int) -> str:
@@ -53,7 +49,7 @@ def _labels(**labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
-def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
+def targets_of(monitor: str, everyone: Fleet) -> tuple[list[Target], list[Unscrapable]]:
     """Every target ``monitor`` scrapes, in inventory order, and the ports it could not reach."""
     found: list[Target] = []
     unreachable: list[Unscrapable] = []
@@ -69,24 +65,19 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
         else:
             found.append(Target(job, address, _labels(host=host_name, **labels)))
 
-    workers: dict[str, list[str]] = {}
-    for each in hosts:
-        if each.serves:
-            workers.setdefault(each.data.get("sglang_model"), []).append(each.name)
-    node_groups = membership(hosts)
-    for each in hosts:
-        data, reach = each.data, _reach(each.data, each.name)
+    for each in everyone.hosts:
+        data, reach = each.data, each.address
         serving = ",".join(g for g in each.groups if g not in ROLE_GROUPS) or "inventory"
         model = data.get("sglang_model") if each.serves else ""
         # A multi-node group's member: its worker and node targets name its group and rank, so the rules can judge
         # the group from its members' series (sglang-alerts.yml: SGLangGroupMemberDown, SGLangGroupStale).
-        member = node_groups.get(each.name)
+        member = everyone.node_groups.get(each.name)
         grouped = {"node_group": member.name, "node_rank": str(member.rank)} if member is not None else {}
         if each.serves and data.get("sglang_enable_metrics"):
             add(JOB_WORKER, each.name, "sglang_bind_address", data["sglang_bind_address"], data["sglang_port"],
                 group=serving, model=model, role="worker", **grouped)
         if each.runs_gateways:
-            for spot in place(GatewaySettings.of(data), workers):
+            for spot in place(GatewaySettings.of(data), everyone.workers):
                 add(JOB_GATEWAY, each.name, "sglang_router_prometheus_bind_address",
                     data["sglang_router_prometheus_bind_address"], spot.prometheus_port,
                     group="router", model=spot.key, role="gateway")
@@ -97,11 +88,12 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
     return found, unreachable
 
 
-def with_monitor(plan: HostPlan, hosts) -> HostPlan:
+def with_monitor(plan: HostPlan, everyone: Fleet) -> HostPlan:
     """A monitor host's plan with its Prometheus: targets, config, rules, drop-in and dashboard; raises naming
     every problem."""
-    found, unreachable = targets_of(plan.name, hosts)
-    raise_if(check_monitor(plan.name, [each for each in hosts if each.serves or each.runs_gateways], unreachable))
+    found, unreachable = targets_of(plan.name, everyone)
+    raise_if(check_monitor(plan.name, [each for each in everyone.hosts if each.serves or each.runs_gateways],
+                           unreachable))
     settings = plan.monitor_settings
     assert settings is not None, "with_monitors() calls this for monitor hosts only"
     own = scrape_address(*_split(settings.listen_address), "127.0.0.1", True)
@@ -118,7 +110,7 @@ def _split(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_path: str | None,
+def with_monitors(plans: Mapping[str, HostPlan | None], everyone: Fleet,
                   refuse: bool = True) -> dict[str, HostPlan | None]:
     """Every monitor host's plan with its Prometheus over the whole inventory; refused when any monitor host has
     a problem (a status report keeps such a plan as it is)."""
@@ -126,10 +118,9 @@ def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_pat
     monitors = {name: plan for name, plan in plans.items() if plan is not None and plan.monitors}
     if not monitors:
         return out
-    hosts = inventory_roles(inventory, inventory_path)
     for name, plan in monitors.items():
         try:
-            out[name] = with_monitor(plan, hosts)
+            out[name] = with_monitor(plan, everyone)
         except DeployDataError as error:
             errors += error.problems
     if refuse:

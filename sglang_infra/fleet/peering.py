@@ -27,10 +27,13 @@ serves it to the next ones).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..models import peerdoor
 from ..plan.types import HostPlan, PeerSources
+
+if TYPE_CHECKING:
+    from .hosts import Fleet
 
 # Seconds a pull after the seeds waits for a peer to hold a blob (their doors have just been reloaded); past it, or
 # when no peer answers, the Hub.
@@ -58,17 +61,16 @@ def split(files, hosts) -> dict[str, tuple[str, ...]]:
     return {host: tuple(sorted(paths)) for host, paths in shares.items()}
 
 
-def with_sources(plans: Mapping[str, HostPlan | None], hosts) -> dict[str, HostPlan | None]:
-    """Every plan of a serving host with a peer door, with its peer_sources; ``hosts``: the inventory's hosts with
-    their data and roles, in inventory order (gateways.inventory_roles). A host without a plan here (outside the
-    run, or refused) is nobody's peer; nor is one whose site key is another."""
+def with_sources(plans: Mapping[str, HostPlan | None], everyone: Fleet) -> dict[str, HostPlan | None]:
+    """Every plan of a serving host with a peer door, with its peer_sources, from the hosts that keep each model
+    (the Fleet's keepers, in inventory order). A host without a plan here (outside the run, or refused) is nobody's
+    peer; nor is one whose site key is another."""
     members: dict[str, list[tuple[str, str, str]]] = {}  # model key -> (host, its door, its key's id), in order
-    for each in hosts:
-        door = getattr(plans.get(each.name), "peer_door", None)
-        if door is None:
-            continue
-        for key in kept_keys(each.data):
-            members.setdefault(key, []).append((each.name, peerdoor.listen(door.address, door.port), door.key_id))
+    for key, keepers in everyone.keepers.items():
+        for name in keepers:
+            door = getattr(plans.get(name), "peer_door", None)
+            if door is not None:
+                members.setdefault(key, []).append((name, peerdoor.listen(door.address, door.port), door.key_id))
     out = dict(plans)
     for name, plan in plans.items():
         if plan is None or plan.peer_door is None:

@@ -316,7 +316,7 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
         err("sglang_gid", f"gid {want_gid} already belongs to the group {gid_owner!r}",
             "choose a free gid for the fleet, or None")
     if serves and data["sglang_peer_key_file"]:
-        wanted = peerdoor.fleet_address(data, host_name)
+        wanted = peerdoor.door_address(data, host_name)
         bad_bind = peerdoor.bind_problem(host_name, wanted, snapshot.get("peer"))
         if bad_bind:
             err("sglang_peer_bind_address", f"{bad_bind} (the peer door's address, from "

@@ -85,7 +85,7 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
     for key, values in peerdoor.door_spec().items():
         spec[key] = sorted({*spec.get(key, ()), *values}) if key == "system_dirs" else [*spec[key], *values]
     if data["sglang_peer_key_file"]:
-        spec["peer_address"] = peerdoor.fleet_address(data, name)
+        spec["peer_address"] = peerdoor.door_address(data, name)
     spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
     if report:
         spec["report"] = True

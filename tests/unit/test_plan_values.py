@@ -6,6 +6,7 @@ import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
 from sglang_infra.fleet.gateways import fleet_worker, with_gateways
+from sglang_infra.fleet.hosts import InventoryHost
 from sglang_infra.hostside import names
 from sglang_infra.hostside.gate import CHECKS_BUDGET
 from sglang_infra.machine import platforms
@@ -17,7 +18,9 @@ NO_ENGINE = {"cli": None, "api": False, "active": "inactive", "compose_plugin": 
 
 def gateway_plan():
     values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
-    key, worker = fleet_worker("gpu-01", values, resolve("gpu-01", values, converged_snapshot()))
+    key = values["sglang_model"]
+    worker = fleet_worker(InventoryHost("gpu-01", values, ("production",), True, False),
+                          resolve("gpu-01", values, converged_snapshot()))
     gateway_host = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5",
                                     "sglang_trusted_network": True}, converged_snapshot(None), ("router",))
     return with_gateways(gateway_host, {key: [worker]})
