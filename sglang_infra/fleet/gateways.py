@@ -138,8 +138,8 @@ def fleet(plans: Mapping[str, HostPlan | None], everyone: Fleet, refuse: bool = 
             if plan is not None and plan.serves:
                 pool = f"{key} behind " + ", ".join(f"{f.gateway_host}/{f.slug}" for f in behind)
                 size = len(workers[key])
-                allowed = unavailable(plan.max_unavailable, size)
-                errors += check_pool(plan.name, plan.max_unavailable, allowed, pool, size)
+                allowed = unavailable(plan.unavailable_setting, size)
+                errors += check_pool(plan.name, plan.unavailable_setting, allowed, pool, size)
                 others = tuple(f for other, found in fronting.items() if other != key for f in found)
                 out[worker.host] = replace(plan, roll=Roll(
                     url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,

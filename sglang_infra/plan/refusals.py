@@ -110,6 +110,7 @@ class Judged:
     token: bytes | None = field(default=None, repr=False)
     api_key: bytes | None = field(default=None, repr=False)
     peer_key: bytes | None = field(default=None, repr=False)   # the site's peer key (sglang_peer_key_file)
+    admin_key: bytes | None = field(default=None, repr=False)  # a gateway's control-plane key (check_gateway_host)
 
 
 def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
@@ -234,7 +235,8 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
     if data["sglang_docker_source"] == "docker" and not data["sglang_docker_apt_url"]:
         err("sglang_docker_apt_url", "empty while sglang_docker_source='docker'", "set Docker's repository URL")
-    return Judged(errors, data, lock, pins, ca_bundle, token, api_key, peer_key)
+    admin_key = models.read_secret(data["sglang_router_admin_key_file"])   # judged on a gateway host alone
+    return Judged(errors, data, lock, pins, ca_bundle, token, api_key, peer_key, admin_key)
 
 
 
@@ -352,9 +354,11 @@ def raise_if(errors: list[str]) -> None:
 API_KEY_SHAPE = rb"[A-Za-z0-9._~+/=-]{16,512}"   # a key a client sends in an HTTP header
 
 
-def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
+def check_gateway_host(name: str, judged: Judged) -> list[str]:
     """A gateway host's own data: the gateway's image (SMG, its own image: schema.image_problem judged it pinned
-    when set) and the control-plane key the deploy alone sends to its worker API."""
+    when set) and the control-plane key the deploy alone sends to its worker API (both keys as judge() read
+    them)."""
+    data = judged.data
     errors: list[str] = []
     if not data["sglang_router_image"]:
         errors.append(problem(name, "sglang_router_image", "None on a gateway host: the gateway (Shepherd Model "
@@ -378,12 +382,12 @@ def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
                               "remove its workers", "point it at a file holding one key, e.g. from "
                               "`openssl rand -hex 32`, kept apart from sglang_api_key_file"))
         return errors
-    key = models.read_secret(path)
+    key = judged.admin_key
     if not re.fullmatch(API_KEY_SHAPE, key or b""):
         errors.append(problem(name, "sglang_router_admin_key_file", f"{path} is empty or does not hold one key of "
                               "16-512 letters, digits or ._~+/=- (sent in an HTTP header)",
                               "put only the key in the file, e.g. from `openssl rand -hex 32`"))
-    elif data["sglang_api_key_file"] and key == models.read_secret(data["sglang_api_key_file"]):
+    elif judged.api_key is not None and key == judged.api_key:
         errors.append(problem(name, "sglang_router_admin_key_file", f"{path} holds the same key as "
                               "sglang_api_key_file: every client could then add and remove the gateway's workers",
                               "use a key of its own, e.g. from `openssl rand -hex 32`"))

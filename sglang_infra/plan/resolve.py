@@ -134,7 +134,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived)
              + (check_reach(name, node_group, snapshot) if node_group and serves else [])
              + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
-             + (check_gateway_host(name, data) if runs_gateways else []))
+             + (check_gateway_host(name, judged) if runs_gateways else []))
     derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)
     served = models.served(data)
@@ -190,11 +190,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
         serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or "",
         gateway_image_archive=data["sglang_router_image_archive"],
-        control_plane_config=server_config(models.read_secret(data["sglang_router_admin_key_file"]))
-        if runs_gateways else None,
+        control_plane_config=server_config(judged.admin_key) if runs_gateways else None,
         gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
         bind_address=bind, trusted_network=data["sglang_trusted_network"],
-        drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
+        drain_timeout=data["sglang_drain_timeout"], unavailable_setting=data["sglang_max_unavailable"],
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
         node_group=node_group if serves else None,

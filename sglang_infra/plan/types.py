@@ -418,7 +418,9 @@ class HostPlan:
     trusted_network: bool = False   # sglang_trusted_network: the operator said an open port is fine on this network
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
-    max_unavailable: int | str = 1  # sglang_max_unavailable as written: count or "N%" of a pool (gateways.unavailable)
+    # sglang_max_unavailable as written, a count or "N%" of a pool: the gateway pass works out the count once, for
+    # the pool's size, into Roll.max_unavailable (gateways.unavailable); nothing else reads this
+    unavailable_setting: int | str = 1
     # it ran a config its gate stamped when the run began (its snapshot before any change); the roll's "in service"
     validated_at_start: bool = False
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts

@@ -98,3 +98,34 @@ def test_every_pass_works_from_the_fleet(inventory):
         {"10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.13:9100", "10.0.0.5:9100", "10.0.0.9:9100"}
     assert (plans["gpu-02"].node_group.rank, plans["gpu-02"].node_group.head) == (1, "10.0.0.11")
     assert plans["gpu-01"].roll is not None and plans["gpu-01"].roll.fronts[0].gateway_host == "gw-1"
+
+
+def test_a_gateway_hosts_secrets_are_each_read_once(tmp_path, monkeypatch):
+    """The API key file and the control-plane key file are read by refusals.judge alone and handed on in Judged:
+    the gateway host's own check (refusals.check_gateway_host) and its plan take them from there."""
+    from sglang_infra.models import registry
+    from sglang_infra.plan.resolve import resolve
+
+    api_key = tmp_path / "api-key"
+    api_key.write_text("k3y-0123456789abcdef\n")
+    reads = Counter()
+    real = registry.read_secret
+    monkeypatch.setattr(registry, "read_secret", lambda path: reads.update([path]) or real(path))
+    plan = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_api_key_file": str(api_key)},
+                   converged_snapshot(None), ("router",))
+    assert plan.control_plane_config is not None and plan.api_key == b"k3y-0123456789abcdef"
+    assert reads == {str(api_key): 1, DEFAULTS["sglang_router_admin_key_file"]: 1}
+
+
+def test_a_control_plane_key_equal_to_the_api_key_is_still_refused(tmp_path):
+    from sglang_infra.plan.refusals import DeployDataError
+    from sglang_infra.plan.resolve import resolve
+
+    same = tmp_path / "api-key"
+    same.write_text(open(DEFAULTS["sglang_router_admin_key_file"]).read())
+    with pytest.raises(DeployDataError) as refused:
+        resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_api_key_file": str(same)},
+                converged_snapshot(None), ("router",))
+    [line] = refused.value.problems
+    assert line.startswith("host gw-1: sglang_router_admin_key_file: ") and "holds the same key as " \
+        "sglang_api_key_file" in line
