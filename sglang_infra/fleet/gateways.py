@@ -5,7 +5,8 @@ A host in any inventory group but `router` serves a model; a host in
 `router` runs one gateway (Shepherd Model Gateway, SMG) per model it fronts, each in its
 own compose project under router/<slug>/, with ports that follow the model's
 position in the registry. preflight.py calls `fleet()` with the run's Fleet (hosts.py)
-once every host's plan is known; the rules are in refusals.check_fleet, the rendering in render.py,
+once every host's plan is known; its refusals are here (check_fleet, check_open_worker,
+check_pool), the rendering in render.py,
 the host side in hostside/gateway_launch.py and hostside/gateway_workers.py.
 """
 
@@ -18,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..hostside import names
 from ..plan import render
-from ..plan.refusals import DeployDataError, check_fleet, check_open_worker, check_pool, raise_if
+from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.resolve import gate_files
 from ..plan.types import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker, worker_url
+from .roles import ROUTER_GROUP
 
 if TYPE_CHECKING:
     from .hosts import Fleet, InventoryHost
@@ -101,6 +103,99 @@ def fronts(gateway_hosts, workers: Mapping[str, Sequence[Any]]) -> dict[str, tup
     return {key: tuple(found) for key, found in out.items()}
 
 
+# ---------------------------------------------------------------- the gateway pass's refusals
+
+def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: list[Placement]) -> list[str]:
+    """A gateway host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
+    gateways.place() worked out for it."""
+    errors: list[str] = []
+    settings, name = plan.gateway_settings, plan.name
+    assert settings is not None, "check_fleet judges gateway hosts only"
+
+    def err(key: str, what: str, fix: str) -> None:
+        errors.append(problem(name, key, what, fix))
+
+    if not placed:
+        err("sglang_router_models", "no host of the inventory serves a model, so this gateway host would have no "
+            "workers", f"add serving hosts (e.g. the production group) to the inventory, or take {name} out of "
+            f"the {ROUTER_GROUP} group")
+    for key in settings.models or ():
+        if key not in settings.registry:
+            err("sglang_router_models", f"{key!r} is not a key of sglang_models", "use registry keys")
+        elif not workers.get(key):
+            err("sglang_router_models", f"no host of the inventory serves {key!r}, so its gateway would have no "
+                "workers", f"serve it on some host (sglang_model = {key!r}), or remove it from the list")
+    # Every fronted entry, listed or fronted because some host serves it (one outside this run too), is whole.
+    for spot in placed:
+        if spot.key not in plan.registry:
+            err("sglang_models", f"entry {spot.key!r}, which this gateway host fronts, is not a well-formed "
+                "registry entry", "give it repo_id, revision, served_name, role and baseline_tok_s (or "
+                "'unvetted': True) as group_data/all.py shows, or stop serving it")
+    ports: dict[int, str] = {}
+    for spot in placed:
+        for port_key, port in (("sglang_router_port", spot.port), ("sglang_router_prometheus_port",
+                                                                    spot.prometheus_port)):
+            if plan.serves and port == plan.port:
+                err(port_key, f"the gateway of {spot.key} would listen on {port}, the port this host's own server "
+                    "already publishes (sglang_port)", f"set {port_key} to a free port, e.g. {port + 80}")
+            elif port in ports:
+                err(port_key, f"the gateway of {spot.key} would listen on {port}, which the {ports[port]} uses too",
+                    "give sglang_router_port and sglang_router_prometheus_port ranges that do not overlap")
+            elif port > 65535:
+                err(port_key, f"the gateway of {spot.key} would listen on {port}, above 65535", "use a lower port")
+            ports[port] = f"{port_key} of {spot.key}"
+    slugs: dict[str, str] = {}
+    for spot in placed:
+        if spot.slug in slugs:
+            err("sglang_router_models", f"{spot.key!r} and {slugs[spot.slug]!r} make the same directory name",
+                "front only one of them from this host")
+        slugs[spot.slug] = spot.key
+    # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
+    if plan.api_key is None and not plan.trusted_network and \
+            not ipaddress.ip_address(settings.published_on).is_loopback:
+        where = "every address" if ipaddress.ip_address(settings.published_on).is_unspecified else \
+            settings.published_on
+        err("sglang_api_key_file", f"None, and this host's gateways would be published on {where} "
+            "(sglang_router_bind_address): anyone who reaches a gateway's port could use every worker of its "
+            "model", "set sglang_api_key_file (clients then send its key), or "
+            "sglang_router_bind_address = '127.0.0.1' when every client runs on this host, or, on a network where "
+            "everyone who reaches the port may call it, sglang_trusted_network = True")
+    if settings.health_check_timeout >= settings.health_check_interval:
+        err("sglang_router_health_check_timeout", f"{settings.health_check_timeout} s is not below "
+            f"sglang_router_health_check_interval ({settings.health_check_interval} s)",
+            "use a timeout shorter than the interval")
+    return errors
+
+
+def check_open_worker(plan: HostPlan, fronted_by: tuple[str, ...] = ()) -> list[str]:
+    """A serving host whose API would answer anyone on the network without a key: refused unless it is
+    published on loopback only or the operator said the network is trusted. ``fronted_by``: the gateway hosts
+    in front of it (they reach it over the network, so loopback is no fix for it)."""
+    if plan.api_key is not None or plan.trusted_network or ipaddress.ip_address(plan.bind_address).is_loopback:
+        return []
+    where = f"{plan.bind_address}:{plan.port} (sglang_bind_address)"
+    behind = f", which the gateways of {', '.join(fronted_by)} reach over the network" if fronted_by else ""
+    loopback = "" if fronted_by else "sglang_bind_address = '127.0.0.1' when no gateway fronts this host and " \
+        "every client runs on it, or "
+    return [problem(plan.name, "sglang_api_key_file", f"None, and this host's API would be published on {where}"
+                    f"{behind}: anyone who reaches it could call every SGLang route, those that load other weights "
+                    "or a LoRA adapter and flush the cache included, with no restart, while the gate's stamp still "
+                    "says the validated config serves", "set sglang_api_key_file (clients and the gateways then "
+                    f"send its key), or {loopback}on a network where everyone who reaches the port may call it, "
+                    "sglang_trusted_network = True")]
+
+
+def check_pool(name: str, setting: int | str, allowed: int, pool: str, size: int) -> list[str]:
+    """A serving host's problem with the pool it rolls in: more of its workers out at once than it can spare
+    (``allowed``: sglang_max_unavailable, ``setting``, worked out for the pool's ``size``)."""
+    if size > 1 and allowed >= size:
+        share = f" ({setting!r} of {size} is {allowed})" if isinstance(setting, str) else ""
+        return [problem(name, "sglang_max_unavailable", f"{setting!r}{share} would let every one of the {size} "
+                        f"workers of {pool} be out of service at once, and its gateways would have none to send "
+                        "requests to", f"use a number below {size}, e.g. 1, or a share such as \"25%\"")]
+    return []
+
+
 def unavailable(setting: int | str, size: int) -> int:
     """How many of a pool's ``size`` workers may be out of service at once: sglang_max_unavailable as a count,
     or as a share "N%" of the pool rounded down, never below 1 (as Kubernetes' maxUnavailable)."""
@@ -146,7 +241,7 @@ def fleet(plans: Mapping[str, HostPlan | None], everyone: Fleet, refuse: bool = 
                     drain_timeout=plan.drain_timeout, others=others,
                     members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start,
                     model=plan.served.served_name))
-    # No worker answers the network without a key unless the operator said so (refusals.check_open_worker).
+    # No worker answers the network without a key unless the operator said so (check_open_worker).
     for name, plan in plans.items():
         if plan is not None and plan.serves:
             behind = every_front.get(plan.served.key, ())

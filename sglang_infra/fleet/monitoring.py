@@ -11,21 +11,21 @@ member's worker and node targets also with its group and rank (`node_group`,
 reached where it is published: the address it binds when that is one
 address, the host's fleet address (roles.fleet_address) when it binds every address, and loopback only
 from the same host. preflight.py calls `with_monitors()` with the run's Fleet
-once every host's plan is known; the rules are in refusals.check_monitor, the text in
+once every host's plan is known; its refusals are here (check_monitor), the text in
 render.py, the host side in tasks/monitor.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
 from ..plan import render
-from ..plan.refusals import DeployDataError, Unscrapable, check_monitor, raise_if
+from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.types import GatewaySettings, HostPlan, Monitor, Target
 from .gateways import place
-from .roles import ROLE_GROUPS
+from .roles import MONITOR_GROUP, ROLE_GROUPS
 
 if TYPE_CHECKING:
     from .hosts import Fleet
@@ -47,6 +47,38 @@ def scrape_address(bind: str, port: int, reach: str, same_host: bool) -> str | N
 
 def _labels(**labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
+
+
+@dataclass(frozen=True)
+class Unscrapable:
+    """A port a monitor host would scrape on another host, where that host binds it to loopback only."""
+
+    host: str
+    key: str       # the data key that binds it
+    bind: str
+    job: str
+    loopback: bool = True   # False: the value is no IP address at all
+
+
+def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> list[str]:
+    """A monitor host's problems with the fleet: ``scraped``, the inventory's serving and gateway hosts, and the
+    ports of other hosts bound where it cannot reach them."""
+    errors = []
+    if not scraped:
+        errors.append(problem(name, "inventory", f"the {MONITOR_GROUP} group has no host to scrape: no host of "
+                              "the inventory serves a model or runs a gateway", "add the serving hosts (e.g. the "
+                              f"production group) to the inventory, or take {name} out of the {MONITOR_GROUP} group"))
+    for each in unreachable:
+        if not each.loopback:
+            errors.append(problem(each.host, each.key, f"{each.bind!r} is not an IP address, so monitor host {name} "
+                                  f"cannot tell where to scrape this host's {each.job} metrics",
+                                  "use an IP address, e.g. '10.0.0.11'"))
+            continue
+        errors.append(problem(each.host, each.key, f"{each.bind} is loopback, but monitor host {name} scrapes "
+                              f"this host's {each.job} metrics from another machine",
+                              f"set {each.key} for {each.host} to the address {name} reaches it on (e.g. its "
+                              "private interface's address)"))
+    return errors
 
 
 def targets_of(monitor: str, everyone: Fleet) -> tuple[list[Target], list[Unscrapable]]:

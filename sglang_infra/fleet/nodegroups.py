@@ -5,7 +5,7 @@
   member's rank its position among the group's members in inventory order
   (the first listed is rank 0), and rank 0's address as the members reach it;
 - check_groups(): the group's refusals, once every member's plan is known
-  (preflight.py), each one line through refusals.problem;
+  (preflight.py), each one line through problems.problem;
 - restart_reasons(): why a group must be recreated as a whole, from every
   member's snapshot: a member whose container is gone, exited, not started
   from its files as they are, or started out of the group's order (a stale
@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from ..hostside import names
-from ..plan.refusals import problem
+from ..plan.problems import problem
 from ..plan.types import GroupMember, HostPlan, NodeGroup
 from .roles import fleet_address
 

@@ -31,7 +31,8 @@ from . import render
 from . import types as plantypes
 from .defaults import reasons
 from .hostports import clashes
-from .refusals import Judged, check_gateway_host, check_host_state, judge, raise_if
+from .problems import raise_if
+from .refusals import Judged, check_gateway_host, check_host_state, judge
 from .types import (
     LOCAL_URL,
     AptSource,

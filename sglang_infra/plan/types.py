@@ -158,7 +158,7 @@ class Roll:
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    """A gateway host's settings for its gateways, as its data sets them (judged by refusals.check_fleet)."""
+    """A gateway host's settings for its gateways, as its data sets them (judged by gateways.check_fleet)."""
 
     models: tuple[str, ...] | None     # sglang_router_models: the keys it fronts; None: every served key
     registry: tuple[str, ...]          # every registry key, in order: a gateway's ports follow its position
@@ -171,7 +171,7 @@ class GatewaySettings:
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> "GatewaySettings":
-        """A gateway host's settings, from its data (judged by refusals.check_fleet)."""
+        """A gateway host's settings, from its data (judged by gateways.check_fleet)."""
         return cls(
             models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
             registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
@@ -413,7 +413,7 @@ class HostPlan:
     # router/.secrets/control-plane.yaml (the control-plane admin key), or None: no key (refused on a gateway host)
     control_plane_config: bytes | None = field(default=None, repr=False)
     gateway_settings: GatewaySettings | None = None
-    # who may call this host's ports without a key (refusals.check_open_worker, check_fleet)
+    # who may call this host's ports without a key (gateways.check_open_worker, check_fleet)
     bind_address: str = "0.0.0.0"   # sglang_bind_address: where the worker's API is published
     trusted_network: bool = False   # sglang_trusted_network: the operator said an open port is fine on this network
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)

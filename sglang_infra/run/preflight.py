@@ -25,7 +25,8 @@ from ..fleet.inventoryfile import inventory_file
 from ..fleet.monitoring import with_monitors
 from ..fleet.nodegroups import check_groups, not_serving, with_members
 from ..fleet.peering import with_sources
-from ..plan.refusals import DeployDataError, judge, raise_if
+from ..plan.problems import DeployDataError, raise_if
+from ..plan.refusals import judge
 from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
 from ..plan.types import HostPlan

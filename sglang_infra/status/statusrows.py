@@ -221,7 +221,7 @@ API_ACCESS = ("key", "no key, trusted network", "no key, loopback only", "NO KEY
 def api_access(plan) -> str:
     """Who may call the host's API and its gateways: with the key only; anyone, the operator having said the network
     is trusted (sglang_trusted_network); local callers only (every port on loopback); or anyone, undeclared (the
-    deploy refuses that: refusals.check_open_worker and check_fleet)."""
+    deploy refuses that: gateways.check_open_worker and check_fleet)."""
     if plan.api_key is not None:
         return API_ACCESS[0]
     if plan.trusted_network:

@@ -118,7 +118,7 @@ def test_a_gateway_hosts_secrets_are_each_read_once(tmp_path, monkeypatch):
 
 
 def test_a_control_plane_key_equal_to_the_api_key_is_still_refused(tmp_path):
-    from sglang_infra.plan.refusals import DeployDataError
+    from sglang_infra.plan.problems import DeployDataError
     from sglang_infra.plan.resolve import resolve
 
     same = tmp_path / "api-key"

@@ -18,7 +18,8 @@ from sglang_infra.fleet.gateways import fleet_worker, with_gateways
 from sglang_infra.fleet.hosts import InventoryHost as FleetHost
 from sglang_infra.hostside import gateway_launch
 from sglang_infra.operations import gateway as gateway_ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Worker
 from sglang_infra.run import factcache

@@ -21,7 +21,8 @@ from hfstandin import StandinHub
 from sglang_infra.machine import toolchain
 from sglang_infra.models import lockfile, lockgen
 from sglang_infra.operations import models as model_ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.run import factcache, ship
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-lock-")) / "hfpull.py"

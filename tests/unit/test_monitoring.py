@@ -14,7 +14,8 @@ from sglang_infra.fleet.hosts import Fleet, InventoryHost
 from sglang_infra.fleet.monitoring import scrape_address, targets_of, with_monitor
 from sglang_infra.fleet.roles import roles
 from sglang_infra.operations import system as ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve, snapshot_spec
 from sglang_infra.run import factcache
 

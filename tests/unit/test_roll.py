@@ -14,7 +14,8 @@ from sglang_infra.fleet.gateways import fleet as fleet_of
 from sglang_infra.fleet.hosts import read_fleet
 from sglang_infra.hostside.drain import in_flight
 from sglang_infra.operations import roll as roll_ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Front, Roll
 
