@@ -128,8 +128,8 @@ def pull_arguments(plan: HostPlan, model, first_round: bool = False) -> dict[str
                 " (the rest from the peers that hold it)" if sources.share is not None else
                 " (the Hub for what no peer holds)" if sources.seed else " (from the fleet's peers first)"),
         hub=plan.paths.hub, verified=plan.paths.verified, repo_id=model.repo_id, revision=model.revision,
-        tools_dir=plan.paths.tools, lock_wait=plan.pull_lock_wait, workers=plan.pull_workers,
-        endpoint=plan.hf_endpoint, token_file=plan.paths.token if plan.token else None,
+        tools_dir=plan.paths.tools, lock_wait=plan.pull.lock_wait, workers=plan.pull.workers,
+        endpoint=plan.pull.hf_endpoint, token_file=plan.paths.token if plan.pull.token else None,
         locked=plan.locked.get(model.key), peers=sources if sources is not None and sources.peers else None,
         peer_key_file=plan.paths.peer_key if sources is not None and sources.peers else None,
         _sudo=True, _sudo_user=plan.account)

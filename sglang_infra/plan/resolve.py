@@ -36,6 +36,7 @@ from .refusals import Judged, check_gateway_host, check_host_state, judge
 from .types import (
     LOCAL_URL,
     AptSource,
+    Engine,
     Gate,
     GatewaySettings,
     HostPlan,
@@ -45,6 +46,7 @@ from .types import (
     Paths,
     PeerDoor,
     PeerPin,
+    Pull,
     worker_url,
 )
 
@@ -159,21 +161,20 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     plan = HostPlan(
         name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
         admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
-        platform=platform, engine_works=engine_works, docker_source=data["sglang_docker_source"],
-        docker_apt_url=data["sglang_docker_apt_url"],
-        docker_repo=docker_repo(data, platform) if installs else None,
-        docker_packages=platforms.docker_packages(platform, data["sglang_docker_source"])
-        if installs and platform is not None else (),
-        apt_cache_time=data["sglang_apt_cache_time"],
-        gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
-        nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
+        engine=Engine(
+            platform=platform, works=engine_works, source=data["sglang_docker_source"],
+            apt_url=data["sglang_docker_apt_url"], repo=docker_repo(data, platform) if installs else None,
+            packages=platforms.docker_packages(platform, data["sglang_docker_source"])
+            if installs and platform is not None else (),
+            apt_cache_time=data["sglang_apt_cache_time"], install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
+            nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch")),
+        gpus=gpus,
         served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
-        hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
-        hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
-        pull_workers=data["sglang_pull_workers"],
-        token=judged.token, api_key=judged.api_key, server_config=server_config(judged.api_key),
-        prune=data["sglang_prune_models"],
+        pull=Pull(hub_version=data["sglang_huggingface_hub_version"], index_url=data["sglang_pip_index_url"],
+                  hf_endpoint=data["sglang_hf_endpoint"], lock_wait=data["sglang_pull_lock_wait"],
+                  workers=data["sglang_pull_workers"], token=judged.token, prune=data["sglang_prune_models"]),
+        api_key=judged.api_key, server_config=server_config(judged.api_key),
         image_tag=tag, locked_image=locked_image, image=image, image_archive=data["sglang_image_archive"],
         build=build, serving_image=build.tag if build else image, port=data["sglang_port"],
         derived=derived, flags=tuple(render.launch_flags(values, derived, served, node_group if serves else None)),

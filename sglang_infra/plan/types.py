@@ -349,6 +349,39 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """Docker and apt on one host, what tasks/docker_engine.py and tasks/gpu_runtime.py apply: the engine (left
+    alone when one already works, else installed from the platform's packages or Docker's repository), NVIDIA's
+    Container Toolkit, and how long apt's package lists count as fresh."""
+
+    platform: platforms.Platform | None   # the host's OS as platforms.py knows it (None: not one it supports)
+    works: bool                     # a Docker engine with compose v2 already works: left alone
+    source: str                     # sglang_docker_source: 'distribution' or 'docker'
+    apt_url: str                    # sglang_docker_apt_url
+    repo: AptSource | None          # Docker's apt repository, when the engine is installed from it
+    packages: tuple[str, ...]       # the engine's packages (none: a working engine is left alone)
+    apt_cache_time: int             # sglang_apt_cache_time: seconds apt's lists stay fresh, for every apt step
+    install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
+    nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
+    arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
+
+
+@dataclass(frozen=True)
+class Pull:
+    """How the host pulls its models, what tasks/models.py, peering.pull_arguments and tasks/model_pruning.py
+    apply: the pull's venv (huggingface_hub's version, the package index), the Hub (its endpoint, the token), how
+    the pull runs, and whether revisions no longer kept are pruned."""
+
+    hub_version: str                # sglang_huggingface_hub_version, in the pull's venv
+    index_url: str | None           # sglang_pip_index_url (None: pip's default)
+    hf_endpoint: str | None         # sglang_hf_endpoint (None: the Hub)
+    lock_wait: int                  # sglang_pull_lock_wait: seconds a pull waits for another's lock
+    workers: int                    # sglang_pull_workers: files and connections at a time
+    token: bytes | None = field(repr=False)   # the Hub token (models.control_token), uploaded to paths.token
+    prune: bool = False             # sglang_prune_models
+
+
+@dataclass(frozen=True)
 class HostPlan:
     name: str
     account: str
@@ -357,18 +390,8 @@ class HostPlan:
     admins: tuple[str, ...]
     paths: Paths
     layout: dict[str, str] = field(repr=False)
-    # Docker engine and the NVIDIA runtime
-    platform: platforms.Platform | None
-    engine_works: bool
-    docker_source: str
-    docker_apt_url: str
-    docker_repo: AptSource | None   # Docker's apt repository, when the engine is installed from it
-    docker_packages: tuple[str, ...]   # the engine's packages (none: a working engine is left alone)
-    apt_cache_time: int
+    engine: Engine                  # Docker and apt: the engine, NVIDIA's Container Toolkit, apt's cache
     gpus: GpuInventory = field(repr=False)
-    install_nvidia_toolkit: bool
-    nvidia_toolkit_apt_url: str
-    arch: str | None
     # models
     served: Model
     kept: tuple[Model, ...]
@@ -376,15 +399,9 @@ class HostPlan:
     warnings: tuple[str, ...]
     lock: Lock | None = field(repr=False)
     locked: Mapping[str, LockedModel] = field(repr=False)   # kept models' lock records, by key
-    hub_version: str
-    pip_index_url: str | None
-    hf_endpoint: str | None
-    pull_lock_wait: int
-    pull_workers: int
-    token: bytes | None = field(repr=False)
+    pull: Pull                      # the pull: its venv, the Hub, its token, pruning
     api_key: bytes | None = field(repr=False)
     server_config: bytes | None = field(repr=False)   # docker/secrets/server.yaml (the API key), or None: absent
-    prune: bool
     # image and stack
     image_tag: str                 # sglang_image as the data names it
     locked_image: str | None       # the digest the lock pins for it (None: no lock, or the lock pins none)

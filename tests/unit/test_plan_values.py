@@ -53,19 +53,19 @@ def test_a_gateways_gate_validates_its_scripts_launcher_and_compose_yaml_in_its_
 
 def test_dockers_repository_is_worked_out_for_its_platform():
     plan = plan_for({**DEFAULTS, "sglang_docker_source": "docker"}, docker=NO_ENGINE)
-    url = f"{plan.docker_apt_url}/{plan.platform.docker_repo_family}"
-    assert (plan.docker_repo.key_url, plan.docker_repo.line) == \
-        (f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {plan.platform.codename} stable")
-    assert plan.docker_packages == platforms.DOCKER_REPO_PACKAGES
+    url = f"{plan.engine.apt_url}/{plan.engine.platform.docker_repo_family}"
+    assert (plan.engine.repo.key_url, plan.engine.repo.line) == \
+        (f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {plan.engine.platform.codename} stable")
+    assert plan.engine.packages == platforms.DOCKER_REPO_PACKAGES
 
 
 def test_the_distributions_engine_needs_no_repository():
     plan = plan_for({**DEFAULTS, "sglang_docker_source": "distribution"}, docker=NO_ENGINE)
-    assert plan.docker_repo is None
-    assert plan.docker_packages == platforms.docker_packages(plan.platform, "distribution")
+    assert plan.engine.repo is None
+    assert plan.engine.packages == platforms.docker_packages(plan.engine.platform, "distribution")
 
 
 @pytest.mark.parametrize("source", ["distribution", "docker"])
 def test_a_working_engine_gets_no_repository_and_no_packages(source):
     plan = plan_for({**DEFAULTS, "sglang_docker_source": source})
-    assert (plan.docker_repo, plan.docker_packages) == (None, ())
+    assert (plan.engine.repo, plan.engine.packages) == (None, ())
