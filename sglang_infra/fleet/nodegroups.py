@@ -111,7 +111,7 @@ def _same(plan: HostPlan) -> dict[str, Any]:
         if flag["key"] not in _NOT_A_FLAG_DIFFERENCE:
             key = flag["key"] if flag["key"].startswith("sglang_") else "sglang_models"
             flags[key] = flags.get(key, ()) + (flag["arg"],)
-    return {"sglang_model": plan.served.pinned, "sglang_image": plan.serving_image,
+    return {"sglang_model": plan.served.pinned, "sglang_image": plan.image.serving,
             "sglang_tp_size": (tp.each or tp).value, **flags,
             **{key: plan.template_values.get(key) for key in _TEMPLATE_KEYS}}
 
@@ -190,7 +190,7 @@ def with_members(plans: Mapping[str, HostPlan | None]) -> dict[str, HostPlan | N
         group = plan.node_group if plan is not None else None
         if plan is None or group is None or any(plans.get(m) is None for m in group.members):
             continue
-        members = tuple(GroupMember(m, p.paths.docker, p.paths.home, p.compose_sha, p.serving_image)
+        members = tuple(GroupMember(m, p.paths.docker, p.paths.home, p.compose_sha, p.image.serving)
                         for m in group.members for p in [plans[m]] if p is not None)
         out[name] = replace(plan, node_group=replace(group, member_plans=members))
     return out

@@ -382,6 +382,20 @@ class Pull:
 
 
 @dataclass(frozen=True)
+class Image:
+    """The serving image, what tasks/image.py applies and tasks/stack.py runs: the tag the data names, the digest
+    the lock pins for it, what the host pulls (or loads from an archive), the toolchain image built on it, and the
+    one the server runs."""
+
+    tag: str                        # sglang_image as the data names it
+    locked: str | None              # the digest the lock pins for it (None: no lock, or the lock pins none)
+    pulled: str                     # what the host pulls: the locked digest, else the tag
+    archive: str | None             # sglang_image_archive: a `docker save` archive loaded instead of a pull
+    build: BuildContext | None = field(repr=False)   # the toolchain image built on it (None: sglang_toolchain off)
+    serving: str = ""               # what the server runs: the built image's tag, else the pulled one
+
+
+@dataclass(frozen=True)
 class HostPlan:
     name: str
     account: str
@@ -403,12 +417,7 @@ class HostPlan:
     api_key: bytes | None = field(repr=False)
     server_config: bytes | None = field(repr=False)   # docker/secrets/server.yaml (the API key), or None: absent
     # image and stack
-    image_tag: str                 # sglang_image as the data names it
-    locked_image: str | None       # the digest the lock pins for it (None: no lock, or the lock pins none)
-    image: str                     # what the host pulls: the locked digest, else the tag
-    image_archive: str | None
-    build: BuildContext | None = field(repr=False)
-    serving_image: str
+    image: Image                   # the serving image: pulled, loaded or built, and the one the server runs
     port: int
     derived: dict[str, Derived] = field(repr=False)
     flags: tuple[dict[str, str], ...] = field(repr=False)

@@ -63,7 +63,7 @@ def refusals(plan, workers):
 
 def test_a_gateway_only_host_serves_no_model_and_needs_no_gpu():
     plan = gateway_host()
-    assert (plan.serves, plan.runs_gateways, plan.build) == (False, True, None)
+    assert (plan.serves, plan.runs_gateways, plan.image.build) == (False, True, None)
 
 
 def test_a_host_in_router_and_production_does_both():

@@ -306,7 +306,7 @@ def member_snapshots(found, compose=None, good=None, env=None, env_good=None, st
         if started and name == "gpu-01":
             container["started_at"] = started
         out[name] = {"stack": {"container": container, "current": True}, "files": {plan.paths.docker: files},
-                     "docker": {"images": {plan.serving_image: {"id": "sha256:x"}}},
+                     "docker": {"images": {plan.image.serving: {"id": "sha256:x"}}},
                      "gate": {"started_at": gate_saw if gate_saw and name == "gpu-01" else GATED[name]["gate"]
                               ["started_at"]}}
     return out
