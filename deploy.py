@@ -11,7 +11,7 @@ from pyinfra import host, inventory, local, state
 
 from sglang_infra.run import factcache, failedhosts, settled
 from sglang_infra.run import workarounds as compat
-from sglang_infra.run.preflight import plan_of, preflight
+from sglang_infra.run.preflight import plan_of, plans, preflight, snapshots
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.install_fast_call_locations()  # operation call sites without reading source lines
@@ -19,9 +19,10 @@ failedhosts.install(state)    # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 settled.install(state)        # a host that changed nothing is stamped at the end of the run
 # every host's plan; bad data on any host refuses the run (a status report skips that host)
-if settled.unchanged(host, inventory):   # 0. as the last run that changed nothing left it: one no-op
+ready = preflight(host, inventory)
+if ready and settled.unchanged(host, plans(state), snapshots(state)):  # 0. as its last unchanged run left it
     local.include("tasks/settled.py")
-elif preflight(host, inventory):
+elif ready:
     plan = plan_of(host)
     serves = plan.serves  # a host only in the `router` or `monitor` group serves no model
     if serves or plan.runs_gateways:  # a host only in `monitor` runs Prometheus alone: no account, no Docker

@@ -51,6 +51,6 @@ if plan.gpus.count and facts.nvswitches and facts.version and plan.install_fabri
     driver_unit_running(name=f"Ensure {FABRIC_MANAGER_UNIT} is enabled and running", unit=FABRIC_MANAGER_UNIT)
 
 if plan.gpus.count and facts.version and plan.enable_persistence:
-    os_family = plan.platform.docker_repo_family if plan.platform else None   # "debian" or "ubuntu"
+    os_family = plan.engine.platform.docker_repo_family if plan.engine.platform else None   # "debian" or "ubuntu"
     driver_unit_running(name=f"Ensure {PERSISTENCED_UNIT} keeps the driver initialised", unit=PERSISTENCED_UNIT,
                         packages=persistenced_packages(facts, os_family))

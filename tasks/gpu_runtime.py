@@ -11,15 +11,16 @@ from sglang_infra.operations.docker import nvidia_runtime
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
+engine = plan.engine
 
-if plan.gpus.count and not plan.gpus.nvidia_runtime and plan.install_nvidia_toolkit:
-    url = plan.nvidia_toolkit_apt_url
-    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{plan.arch} /",
+if plan.gpus.count and not plan.gpus.nvidia_runtime and engine.install_nvidia_toolkit:
+    url = engine.nvidia_toolkit_apt_url
+    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /",
                       "nvidia-container-toolkit")
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],
         update=True,
-        cache_time=plan.apt_cache_time,
+        cache_time=engine.apt_cache_time,
     )
     nvidia_runtime(name="Ensure Docker has the NVIDIA runtime")

@@ -19,12 +19,12 @@ from sglang_infra.run.preflight import plan_of
 from sglang_infra.run.steps import account_file
 
 plan = plan_of(host)
-build = plan.build
+build = plan.image.build
 
 image_present(
-    name=f"Ensure the image {plan.image} is on the host",
-    image=plan.image,
-    archive=plan.image_archive,
+    name=f"Ensure the image {plan.image.pulled} is on the host",
+    image=plan.image.pulled,
+    archive=plan.image.archive,
 )
 
 if build:

@@ -14,7 +14,7 @@ from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
 
-if plan.prune:
+if plan.pull.prune:
     models_pruned(
         name="Ensure hf-cache/hub holds only the revisions this host serves, keeps or references",
         hub=plan.paths.hub,

@@ -34,22 +34,22 @@ if not plan.venv_module:
         name="Ensure python3-venv is installed (the pull's environment is a venv)",
         packages=["python3-venv"],
         update=True,
-        cache_time=plan.apt_cache_time,
+        cache_time=plan.engine.apt_cache_time,
     )
 
 pull_tools(
-    name=f"Ensure {tools}/venv has huggingface_hub {plan.hub_version} and the pull script",
+    name=f"Ensure {tools}/venv has huggingface_hub {plan.pull.hub_version} and the pull script",
     tools_dir=tools,
-    hub_version=plan.hub_version,
+    hub_version=plan.pull.hub_version,
     script=ship.program("pull.hfpull"),
     group=plan.account,
-    index_url=plan.pip_index_url,
+    index_url=plan.pull.index_url,
 )
 
 secret_file(
     name=f"Ensure {token} matches the control machine's Hub token (0600, {plan.account} only)",
     dest=token,
-    content=plan.token,
+    content=plan.pull.token,
     user=plan.account,
 )
 

@@ -58,7 +58,7 @@ if group is None and plan.roll is None:
     stack_up(
         name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
         project_dir=docker_dir,
-        image=plan.serving_image,
+        image=plan.image.serving,
         model=plan.served.pinned,
         compose_sha=compose_sha,
         recreate_if=server_secrets.did_change,
@@ -73,7 +73,7 @@ elif plan.roll is not None:   # a worker some gateway fronts restarts in its poo
         name=f"Ensure the stack runs the current compose.yaml and passed its gate, restarted in its turn in "
              f"{plan.roll.pool}, out of its gateways and drained (no restart when nothing changed)",
         project_dir=docker_dir,
-        image=plan.serving_image,
+        image=plan.image.serving,
         model=plan.served.pinned,
         compose_sha=compose_sha,
         gate=f"{home}/{names.GATE_SCRIPT}",
@@ -99,7 +99,7 @@ else:
     validated(
         name="Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
         home=home,
-        image=plan.serving_image,
+        image=plan.image.serving,
         gate=f"{home}/{names.GATE_SCRIPT}",
         files=plan.gate.files,
         always=plan.gate.always,

@@ -9,33 +9,31 @@ member's worker and node targets also with its group and rank (`node_group`,
 `node_rank`). Hosts outside this run
 (--limit) are scraped too: their data says where they listen. A target is
 reached where it is published: the address it binds when that is one
-address, the host's inventory address (sglang_worker_address, else
-ssh_hostname, else its name) when it binds every address, and loopback only
-from the same host. preflight.py calls `with_monitors()` once every host's
-plan is known; the rules are in refusals.check_monitor, the text in
+address, the host's fleet address (roles.fleet_address) when it binds every address, and loopback only
+from the same host. preflight.py calls `with_monitors()` with the run's Fleet
+once every host's plan is known; its refusals are here (check_monitor), the text in
 render.py, the host side in tasks/monitor.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
 
 from ..hostside.netloc import netloc
 from ..plan import render
-from ..plan.refusals import DeployDataError, Unscrapable, check_monitor, raise_if
+from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.types import GatewaySettings, HostPlan, Monitor, Target
-from .gateways import inventory_roles, place
-from .nodegroups import membership
-from .roles import ROLE_GROUPS
+from .gateways import place
+from .roles import MONITOR_GROUP, ROLE_GROUPS
+
+if TYPE_CHECKING:
+    from .hosts import Fleet
 
 JOB_WORKER, JOB_GATEWAY, JOB_NODE, JOB_PROMETHEUS = "sglang", "sglang-router", "node", "prometheus"
 
 
-def _reach(data: Mapping[str, Any], name: str) -> str:
-    """The address the inventory reaches a host on (the gateways' own rule, gateways.fleet_worker)."""
-    return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
 
 
 def scrape_address(bind: str, port: int, reach: str, same_host: bool) -> str | None:
@@ -50,7 +48,39 @@ def _labels(**labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
-def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
+@dataclass(frozen=True)
+class Unscrapable:
+    """A port a monitor host would scrape on another host, where that host binds it to loopback only."""
+
+    host: str
+    key: str       # the data key that binds it
+    bind: str
+    job: str
+    loopback: bool = True   # False: the value is no IP address at all
+
+
+def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> list[str]:
+    """A monitor host's problems with the fleet: ``scraped``, the inventory's serving and gateway hosts, and the
+    ports of other hosts bound where it cannot reach them."""
+    errors = []
+    if not scraped:
+        errors.append(problem(name, "inventory", f"the {MONITOR_GROUP} group has no host to scrape: no host of "
+                              "the inventory serves a model or runs a gateway", "add the serving hosts (e.g. the "
+                              f"production group) to the inventory, or take {name} out of the {MONITOR_GROUP} group"))
+    for each in unreachable:
+        if not each.loopback:
+            errors.append(problem(each.host, each.key, f"{each.bind!r} is not an IP address, so monitor host {name} "
+                                  f"cannot tell where to scrape this host's {each.job} metrics",
+                                  "use an IP address, e.g. '10.0.0.11'"))
+            continue
+        errors.append(problem(each.host, each.key, f"{each.bind} is loopback, but monitor host {name} scrapes "
+                              f"this host's {each.job} metrics from another machine",
+                              f"set {each.key} for {each.host} to the address {name} reaches it on (e.g. its "
+                              "private interface's address)"))
+    return errors
+
+
+def targets_of(monitor: str, everyone: Fleet) -> tuple[list[Target], list[Unscrapable]]:
     """Every target ``monitor`` scrapes, in inventory order, and the ports it could not reach."""
     found: list[Target] = []
     unreachable: list[Unscrapable] = []
@@ -66,24 +96,19 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
         else:
             found.append(Target(job, address, _labels(host=host_name, **labels)))
 
-    workers: dict[str, list[str]] = {}
-    for each in hosts:
-        if each.serves:
-            workers.setdefault(each.data.get("sglang_model"), []).append(each.name)
-    node_groups = membership(hosts)
-    for each in hosts:
-        data, reach = each.data, _reach(each.data, each.name)
+    for each in everyone.hosts:
+        data, reach = each.data, each.address
         serving = ",".join(g for g in each.groups if g not in ROLE_GROUPS) or "inventory"
         model = data.get("sglang_model") if each.serves else ""
         # A multi-node group's member: its worker and node targets name its group and rank, so the rules can judge
         # the group from its members' series (sglang-alerts.yml: SGLangGroupMemberDown, SGLangGroupStale).
-        member = node_groups.get(each.name)
+        member = everyone.node_groups.get(each.name)
         grouped = {"node_group": member.name, "node_rank": str(member.rank)} if member is not None else {}
         if each.serves and data.get("sglang_enable_metrics"):
             add(JOB_WORKER, each.name, "sglang_bind_address", data["sglang_bind_address"], data["sglang_port"],
                 group=serving, model=model, role="worker", **grouped)
         if each.runs_gateways:
-            for spot in place(GatewaySettings.of(data), workers):
+            for spot in place(GatewaySettings.of(data), everyone.workers):
                 add(JOB_GATEWAY, each.name, "sglang_router_prometheus_bind_address",
                     data["sglang_router_prometheus_bind_address"], spot.prometheus_port,
                     group="router", model=spot.key, role="gateway")
@@ -94,11 +119,12 @@ def targets_of(monitor: str, hosts) -> tuple[list[Target], list[Unscrapable]]:
     return found, unreachable
 
 
-def with_monitor(plan: HostPlan, hosts) -> HostPlan:
+def with_monitor(plan: HostPlan, everyone: Fleet) -> HostPlan:
     """A monitor host's plan with its Prometheus: targets, config, rules, drop-in and dashboard; raises naming
     every problem."""
-    found, unreachable = targets_of(plan.name, hosts)
-    raise_if(check_monitor(plan.name, [each for each in hosts if each.serves or each.runs_gateways], unreachable))
+    found, unreachable = targets_of(plan.name, everyone)
+    raise_if(check_monitor(plan.name, [each for each in everyone.hosts if each.serves or each.runs_gateways],
+                           unreachable))
     settings = plan.monitor_settings
     assert settings is not None, "with_monitors() calls this for monitor hosts only"
     own = scrape_address(*_split(settings.listen_address), "127.0.0.1", True)
@@ -115,7 +141,7 @@ def _split(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_path: str | None,
+def with_monitors(plans: Mapping[str, HostPlan | None], everyone: Fleet,
                   refuse: bool = True) -> dict[str, HostPlan | None]:
     """Every monitor host's plan with its Prometheus over the whole inventory; refused when any monitor host has
     a problem (a status report keeps such a plan as it is)."""
@@ -123,10 +149,9 @@ def with_monitors(plans: Mapping[str, HostPlan | None], inventory, inventory_pat
     monitors = {name: plan for name, plan in plans.items() if plan is not None and plan.monitors}
     if not monitors:
         return out
-    hosts = inventory_roles(inventory, inventory_path)
     for name, plan in monitors.items():
         try:
-            out[name] = with_monitor(plan, hosts)
+            out[name] = with_monitor(plan, everyone)
         except DeployDataError as error:
             errors += error.problems
     if refuse:

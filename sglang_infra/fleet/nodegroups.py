@@ -5,7 +5,7 @@
   member's rank its position among the group's members in inventory order
   (the first listed is rank 0), and rank 0's address as the members reach it;
 - check_groups(): the group's refusals, once every member's plan is known
-  (preflight.py), each one line through refusals.problem;
+  (preflight.py), each one line through problems.problem;
 - member_reasons() and stale(): why a group must be recreated as a whole,
   from every member's snapshot: a member whose container is gone, exited, not
   started from its files as they are, or started out of the group's order (a
@@ -26,8 +26,9 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from ..hostside import names
-from ..plan.refusals import problem
+from ..plan.problems import problem
 from ..plan.types import GroupMember, HostPlan, NodeGroup
+from .roles import fleet_address
 
 # The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
 # group's rank 0 started after every other member, within this many seconds of it. A member started after rank 0,
@@ -35,20 +36,15 @@ from ..plan.types import GroupMember, HostPlan, NodeGroup
 START_WINDOW = 600
 
 
-def address_of(name: str, data: Mapping[str, Any]) -> str:
-    """Where the fleet reaches a host: sglang_worker_address, else its ssh_hostname, else its inventory name."""
-    return data.get("sglang_worker_address") or data.get("ssh_hostname") or name
-
-
 def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> tuple[str, list[str]]:
     """Where this host's API listens, and the refusal when it cannot be worked out. A member runs on the host's
     network without a key, so sglang_bind_address as every address ('0.0.0.0', '::', the default) would be every
-    interface of the host: a member binds its fleet address instead (address_of), which must then be an IP
+    interface of the host: a member binds its fleet address instead (roles.fleet_address), which must then be an IP
     address. Any other host, or an address the data names: sglang_bind_address as it is."""
     bind = data["sglang_bind_address"]
     if group is None or not ipaddress.ip_address(bind).is_unspecified:
         return bind, []
-    fleet = address_of(name, data)
+    fleet = fleet_address(name, data)
     try:
         return str(ipaddress.ip_address(fleet)), []
     except ValueError:
@@ -60,7 +56,7 @@ def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> 
 
 
 def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
-    """Every serving host's NodeGroup by host name, from ``hosts`` (gateways.InventoryHost: name, data, serves),
+    """Every serving host's NodeGroup by host name, from ``hosts`` (hosts.InventoryHost: name, data, serves),
     in inventory order. A group's port, range and interface are rank 0's data (check_groups refuses members
     whose data disagree)."""
     groups: dict[str, list[Any]] = {}
@@ -73,7 +69,7 @@ def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
         head = members[0]
         for rank, member in enumerate(members):
             out[member.name] = NodeGroup(
-                name=name, rank=rank, members=tuple(m.name for m in members), head=address_of(head.name, head.data),
+                name=name, rank=rank, members=tuple(m.name for m in members), head=fleet_address(head.name, head.data),
                 port=head.data["sglang_dist_init_port"], ports=head.data["sglang_dist_init_ports"],
                 interface=head.data.get("sglang_node_interface"), head_ssh_port=int(head.data.get("ssh_port") or 22))
     return out
@@ -115,7 +111,7 @@ def _same(plan: HostPlan) -> dict[str, Any]:
         if flag["key"] not in _NOT_A_FLAG_DIFFERENCE:
             key = flag["key"] if flag["key"].startswith("sglang_") else "sglang_models"
             flags[key] = flags.get(key, ()) + (flag["arg"],)
-    return {"sglang_model": plan.served.pinned, "sglang_image": plan.serving_image,
+    return {"sglang_model": plan.served.pinned, "sglang_image": plan.image.serving,
             "sglang_tp_size": (tp.each or tp).value, **flags,
             **{key: plan.template_values.get(key) for key in _TEMPLATE_KEYS}}
 
@@ -194,7 +190,7 @@ def with_members(plans: Mapping[str, HostPlan | None]) -> dict[str, HostPlan | N
         group = plan.node_group if plan is not None else None
         if plan is None or group is None or any(plans.get(m) is None for m in group.members):
             continue
-        members = tuple(GroupMember(m, p.paths.docker, p.paths.home, p.compose_sha, p.serving_image)
+        members = tuple(GroupMember(m, p.paths.docker, p.paths.home, p.compose_sha, p.image.serving)
                         for m in group.members for p in [plans[m]] if p is not None)
         out[name] = replace(plan, node_group=replace(group, member_plans=members))
     return out

@@ -27,10 +27,13 @@ serves it to the next ones).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..hostside.netloc import netloc
 from ..plan.types import HostPlan, PeerSources
+
+if TYPE_CHECKING:
+    from .hosts import Fleet
 
 # Seconds a pull after the seeds waits for a peer to hold a blob (their doors have just been reloaded); past it, or
 # when no peer answers, the Hub.
@@ -58,17 +61,16 @@ def split(files, hosts) -> dict[str, tuple[str, ...]]:
     return {host: tuple(sorted(paths)) for host, paths in shares.items()}
 
 
-def with_sources(plans: Mapping[str, HostPlan | None], hosts) -> dict[str, HostPlan | None]:
-    """Every plan of a serving host with a peer door, with its peer_sources; ``hosts``: the inventory's hosts with
-    their data and roles, in inventory order (gateways.inventory_roles). A host without a plan here (outside the
-    run, or refused) is nobody's peer; nor is one whose site key is another."""
+def with_sources(plans: Mapping[str, HostPlan | None], everyone: Fleet) -> dict[str, HostPlan | None]:
+    """Every plan of a serving host with a peer door, with its peer_sources, from the hosts that keep each model
+    (the Fleet's keepers, in inventory order). A host without a plan here (outside the run, or refused) is nobody's
+    peer; nor is one whose site key is another."""
     members: dict[str, list[tuple[str, str, str]]] = {}  # model key -> (host, its door, its key's id), in order
-    for each in hosts:
-        door = getattr(plans.get(each.name), "peer_door", None)
-        if door is None:
-            continue
-        for key in kept_keys(each.data):
-            members.setdefault(key, []).append((each.name, netloc(door.address, door.port), door.key_id))
+    for key, keepers in everyone.keepers.items():
+        for name in keepers:
+            door = getattr(plans.get(name), "peer_door", None)
+            if door is not None:
+                members.setdefault(key, []).append((name, netloc(door.address, door.port), door.key_id))
     out = dict(plans)
     for name, plan in plans.items():
         if plan is None or plan.peer_door is None:
@@ -126,8 +128,8 @@ def pull_arguments(plan: HostPlan, model, first_round: bool = False) -> dict[str
                 " (the rest from the peers that hold it)" if sources.share is not None else
                 " (the Hub for what no peer holds)" if sources.seed else " (from the fleet's peers first)"),
         hub=plan.paths.hub, verified=plan.paths.verified, repo_id=model.repo_id, revision=model.revision,
-        tools_dir=plan.paths.tools, lock_wait=plan.pull_lock_wait, workers=plan.pull_workers,
-        endpoint=plan.hf_endpoint, token_file=plan.paths.token if plan.token else None,
+        tools_dir=plan.paths.tools, lock_wait=plan.pull.lock_wait, workers=plan.pull.workers,
+        endpoint=plan.pull.hf_endpoint, token_file=plan.paths.token if plan.pull.token else None,
         locked=plan.locked.get(model.key), peers=sources if sources is not None and sources.peers else None,
         peer_key_file=plan.paths.peer_key if sources is not None and sources.peers else None,
         _sudo=True, _sudo_user=plan.account)

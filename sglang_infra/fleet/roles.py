@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
 # The inventory group whose hosts run the gateway (SMG, the Shepherd Model Gateway), one per model.
 ROUTER_GROUP = "router"
@@ -46,3 +47,10 @@ def roles(groups) -> tuple[bool, bool]:
 def monitors(groups) -> bool:
     """True when a host in ``groups`` runs the fleet's Prometheus."""
     return MONITOR_GROUP in set(groups)
+
+
+def fleet_address(name: str, data: Mapping[str, Any]) -> str:
+    """Where the other hosts of the fleet reach a host (its gateways, its monitor, its group's members, its peers):
+    sglang_worker_address, else its ssh_hostname, else its inventory name. The one rule; the Fleet
+    (fleet/hosts.py) carries it for every host."""
+    return data.get("sglang_worker_address") or data.get("ssh_hostname") or name

@@ -32,6 +32,7 @@ import ipaddress
 import re
 from typing import Any, Mapping
 
+from ..fleet.roles import fleet_address
 from ..hostside.netloc import netloc
 from ..plan.templating import render_template
 from ..plan.types import PeerDoor, dropin_dir
@@ -92,14 +93,14 @@ def key_problem(key: bytes | None) -> str | None:
     return None
 
 
-def fleet_address(data: Mapping[str, Any], name: str) -> str:
-    """The address the door listens on: sglang_peer_bind_address, else the host's fleet address as the gateways
-    reach it (sglang_worker_address, else ssh_hostname, else the inventory name)."""
-    return data["sglang_peer_bind_address"] or data.get("sglang_worker_address") or data.get("ssh_hostname") or name
+def door_address(data: Mapping[str, Any], name: str) -> str:
+    """The address the door listens on: sglang_peer_bind_address, else the host's fleet address
+    (roles.fleet_address)."""
+    return data["sglang_peer_bind_address"] or fleet_address(name, data)
 
 
 def address_source(data: Mapping[str, Any], name: str) -> str:
-    """Where fleet_address() took the door's address from, said as the key (or the inventory name)."""
+    """Where door_address() took the door's address from, said as the key (or the inventory name)."""
     for key in ("sglang_peer_bind_address", "sglang_worker_address", "ssh_hostname"):
         if data.get(key):
             return f"{key} {data[key]!r}"

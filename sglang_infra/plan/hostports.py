@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-from .refusals import problem
+from .problems import problem
 from .types import NodeGroup
 
-# Pairs refusals.check_fleet judges once the gateways are placed (their exact ports, not one per registry entry).
+# Pairs gateways.check_fleet judges once the gateways are placed (their exact ports, not one per registry entry).
 PLACED = frozenset({"sglang_port", "sglang_router_port", "sglang_router_prometheus_port"})
 
 

@@ -1,7 +1,8 @@
-"""Every refusal, before anything runs on any host: one line per problem,
-naming the host, the key and the fix (`problem()`, the one formatter).
+"""One host's refusals, before anything runs on any host: one line per
+problem, naming the host, the key and the fix (problems.problem, the one
+formatter).
 
-Three passes, each over what it can see:
+The passes over one host, each over what it can see:
 - `judge` / `check_data`: one host's data alone (types, typos, the unpinned
   image, the model registry, the toolchain pins, the lock, the secrets).
   Pure, so it is unit-tested without hosts. What it reads to judge (the lock,
@@ -9,26 +10,23 @@ Three passes, each over what it can see:
   is resolved from the same reads and nothing is read twice.
 - `check_host_state`: the data against the host as it is (an account with
   other ids, admins that do not exist, an unsupported OS, the GPU rules).
-- `check_fleet`: a gateway host against the inventory's serving hosts (its
-  gateways' workers, ports and directories).
+- `check_gateway_host`: a gateway host's own data (its image, its
+  control-plane key).
+
+What needs other hosts lives with its concern: the gateway pass's refusals
+in fleet/gateways.py, a monitor host's in fleet/monitoring.py, a multi-node
+group's in fleet/nodegroups.py.
 """
 
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Mapping
-
-import click
-from pyinfra import logger
-from pyinfra.api.exceptions import PyinfraError
 
 from .. import ACCOUNT
 from ..fleet.inventoryfile import inventory_dir
-from ..fleet.roles import MONITOR_GROUP, ROUTER_GROUP
 from ..hostside import names
 from ..hostside.printable import printable
 from ..machine import platforms, toolchain
@@ -36,41 +34,9 @@ from ..machine.gpus import Derived, GpuInventory, derive_flags, plan_problems
 from ..models import lockfile, peerdoor
 from ..models import registry as models
 from .gateway_pin import GATEWAY_VERSION
+from .problems import problem
 from .schema import RETIRED, SCHEMA, by_digest, host_address, image_problem, system_dir_problem
 from .templating import template_path
-from .types import HostPlan, Placement, Worker
-
-
-class DeployDataError(PyinfraError):
-    """Raised while preparing the deploy, naming every problem; pyinfra exits non-zero."""
-
-    def __init__(self, message: str, problems: list[str] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.problems = problems or [message]
-
-    def show(self, file=None):
-        logger.warning(f"--> {click.style('refused', 'red', bold=True)}: {self.message}")
-
-
-@lru_cache(maxsize=1)
-def _refusal() -> type:
-    """
-    DeployDataError as pyinfra's CliError too: its command line passes a
-    CliError through untouched (pyinfra_cli/cli.py) and our show() prints the
-    tool's message alone, without a source path. Made on first use, because
-    importing pyinfra_cli monkey-patches threading for the whole process.
-    """
-    from pyinfra_cli.exceptions import CliError
-
-    return type("DeployRefused", (DeployDataError, CliError), {"show": DeployDataError.show})
-
-
-
-def problem(host_name: str, key: str, what: str, fix: str) -> str:
-    """The one shape of every refusal: the host, the key, what is wrong, and the fix."""
-    return f"host {printable(host_name)}: {key}: {what}. Fix: {fix}."
-
 
 # Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
 SITE_PREFIX = "site_"
@@ -111,6 +77,7 @@ class Judged:
     token: bytes | None = field(default=None, repr=False)
     api_key: bytes | None = field(default=None, repr=False)
     peer_key: bytes | None = field(default=None, repr=False)   # the site's peer key (sglang_peer_key_file)
+    admin_key: bytes | None = field(default=None, repr=False)  # a gateway's control-plane key (check_gateway_host)
 
 
 def check_data(host_name: str, data: Mapping[str, Any]) -> list[str]:
@@ -233,7 +200,8 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
             "under the home", "use a directory outside it, e.g. '/var/lib/sglang-tools'")
     if data["sglang_docker_source"] == "docker" and not data["sglang_docker_apt_url"]:
         err("sglang_docker_apt_url", "empty while sglang_docker_source='docker'", "set Docker's repository URL")
-    return Judged(errors, data, lock, pins, ca_bundle, token, api_key, peer_key)
+    admin_key = models.read_secret(data["sglang_router_admin_key_file"])   # judged on a gateway host alone
+    return Judged(errors, data, lock, pins, ca_bundle, token, api_key, peer_key, admin_key)
 
 
 
@@ -315,7 +283,7 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
         err("sglang_gid", f"gid {want_gid} already belongs to the group {gid_owner!r}",
             "choose a free gid for the fleet, or None")
     if serves and data["sglang_peer_key_file"]:
-        wanted = peerdoor.fleet_address(data, host_name)
+        wanted = peerdoor.door_address(data, host_name)
         bad_bind = peerdoor.bind_problem(host_name, wanted, snapshot.get("peer"))
         if bad_bind:
             err("sglang_peer_bind_address", f"{bad_bind} (the peer door's address, from "
@@ -338,22 +306,14 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
 
 
 
-def _summary(errors: list[str]) -> str:
-    lines = "\n  - ".join(errors)
-    return f"refused before any change on any host ({len(errors)} problem(s)):\n  - {lines}"
-
-
-def raise_if(errors: list[str]) -> None:
-    if errors:
-        raise _refusal()(_summary(errors), errors)
-
-
 API_KEY_SHAPE = rb"[A-Za-z0-9._~+/=-]{16,512}"   # a key a client sends in an HTTP header
 
 
-def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
+def check_gateway_host(name: str, judged: Judged) -> list[str]:
     """A gateway host's own data: the gateway's image (SMG, its own image: schema.image_problem judged it pinned
-    when set) and the control-plane key the deploy alone sends to its worker API."""
+    when set) and the control-plane key the deploy alone sends to its worker API (both keys as judge() read
+    them)."""
+    data = judged.data
     errors: list[str] = []
     if not data["sglang_router_image"]:
         errors.append(problem(name, "sglang_router_image", "None on a gateway host: the gateway (Shepherd Model "
@@ -377,136 +337,13 @@ def check_gateway_host(name: str, data: Mapping[str, Any]) -> list[str]:
                               "remove its workers", "point it at a file holding one key, e.g. from "
                               "`openssl rand -hex 32`, kept apart from sglang_api_key_file"))
         return errors
-    key = models.read_secret(path)
+    key = judged.admin_key
     if not re.fullmatch(API_KEY_SHAPE, key or b""):
         errors.append(problem(name, "sglang_router_admin_key_file", f"{path} is empty or does not hold one key of "
                               "16-512 letters, digits or ._~+/=- (sent in an HTTP header)",
                               "put only the key in the file, e.g. from `openssl rand -hex 32`"))
-    elif data["sglang_api_key_file"] and key == models.read_secret(data["sglang_api_key_file"]):
+    elif judged.api_key is not None and key == judged.api_key:
         errors.append(problem(name, "sglang_router_admin_key_file", f"{path} holds the same key as "
                               "sglang_api_key_file: every client could then add and remove the gateway's workers",
                               "use a key of its own, e.g. from `openssl rand -hex 32`"))
-    return errors
-
-
-def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: list[Placement]) -> list[str]:
-    """A gateway host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
-    gateways.place() worked out for it."""
-    errors: list[str] = []
-    settings, name = plan.gateway_settings, plan.name
-    assert settings is not None, "check_fleet judges gateway hosts only"
-
-    def err(key: str, what: str, fix: str) -> None:
-        errors.append(problem(name, key, what, fix))
-
-    if not placed:
-        err("sglang_router_models", "no host of the inventory serves a model, so this gateway host would have no "
-            "workers", f"add serving hosts (e.g. the production group) to the inventory, or take {name} out of "
-            f"the {ROUTER_GROUP} group")
-    for key in settings.models or ():
-        if key not in settings.registry:
-            err("sglang_router_models", f"{key!r} is not a key of sglang_models", "use registry keys")
-        elif not workers.get(key):
-            err("sglang_router_models", f"no host of the inventory serves {key!r}, so its gateway would have no "
-                "workers", f"serve it on some host (sglang_model = {key!r}), or remove it from the list")
-    # Every fronted entry, listed or fronted because some host serves it (one outside this run too), is whole.
-    for spot in placed:
-        if spot.key not in plan.registry:
-            err("sglang_models", f"entry {spot.key!r}, which this gateway host fronts, is not a well-formed "
-                "registry entry", "give it repo_id, revision, served_name, role and baseline_tok_s (or "
-                "'unvetted': True) as group_data/all.py shows, or stop serving it")
-    ports: dict[int, str] = {}
-    for spot in placed:
-        for port_key, port in (("sglang_router_port", spot.port), ("sglang_router_prometheus_port",
-                                                                    spot.prometheus_port)):
-            if plan.serves and port == plan.port:
-                err(port_key, f"the gateway of {spot.key} would listen on {port}, the port this host's own server "
-                    "already publishes (sglang_port)", f"set {port_key} to a free port, e.g. {port + 80}")
-            elif port in ports:
-                err(port_key, f"the gateway of {spot.key} would listen on {port}, which the {ports[port]} uses too",
-                    "give sglang_router_port and sglang_router_prometheus_port ranges that do not overlap")
-            elif port > 65535:
-                err(port_key, f"the gateway of {spot.key} would listen on {port}, above 65535", "use a lower port")
-            ports[port] = f"{port_key} of {spot.key}"
-    slugs: dict[str, str] = {}
-    for spot in placed:
-        if spot.slug in slugs:
-            err("sglang_router_models", f"{spot.key!r} and {slugs[spot.slug]!r} make the same directory name",
-                "front only one of them from this host")
-        slugs[spot.slug] = spot.key
-    # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
-    if plan.api_key is None and not plan.trusted_network and \
-            not ipaddress.ip_address(settings.published_on).is_loopback:
-        where = "every address" if ipaddress.ip_address(settings.published_on).is_unspecified else \
-            settings.published_on
-        err("sglang_api_key_file", f"None, and this host's gateways would be published on {where} "
-            "(sglang_router_bind_address): anyone who reaches a gateway's port could use every worker of its "
-            "model", "set sglang_api_key_file (clients then send its key), or "
-            "sglang_router_bind_address = '127.0.0.1' when every client runs on this host, or, on a network where "
-            "everyone who reaches the port may call it, sglang_trusted_network = True")
-    if settings.health_check_timeout >= settings.health_check_interval:
-        err("sglang_router_health_check_timeout", f"{settings.health_check_timeout} s is not below "
-            f"sglang_router_health_check_interval ({settings.health_check_interval} s)",
-            "use a timeout shorter than the interval")
-    return errors
-
-
-def check_open_worker(plan: HostPlan, fronted_by: tuple[str, ...] = ()) -> list[str]:
-    """A serving host whose API would answer anyone on the network without a key: refused unless it is
-    published on loopback only or the operator said the network is trusted. ``fronted_by``: the gateway hosts
-    in front of it (they reach it over the network, so loopback is no fix for it)."""
-    if plan.api_key is not None or plan.trusted_network or ipaddress.ip_address(plan.bind_address).is_loopback:
-        return []
-    where = f"{plan.bind_address}:{plan.port} (sglang_bind_address)"
-    behind = f", which the gateways of {', '.join(fronted_by)} reach over the network" if fronted_by else ""
-    loopback = "" if fronted_by else "sglang_bind_address = '127.0.0.1' when no gateway fronts this host and " \
-        "every client runs on it, or "
-    return [problem(plan.name, "sglang_api_key_file", f"None, and this host's API would be published on {where}"
-                    f"{behind}: anyone who reaches it could call every SGLang route, those that load other weights "
-                    "or a LoRA adapter and flush the cache included, with no restart, while the gate's stamp still "
-                    "says the validated config serves", "set sglang_api_key_file (clients and the gateways then "
-                    f"send its key), or {loopback}on a network where everyone who reaches the port may call it, "
-                    "sglang_trusted_network = True")]
-
-
-def check_pool(name: str, setting: int | str, allowed: int, pool: str, size: int) -> list[str]:
-    """A serving host's problem with the pool it rolls in: more of its workers out at once than it can spare
-    (``allowed``: sglang_max_unavailable, ``setting``, worked out for the pool's ``size``)."""
-    if size > 1 and allowed >= size:
-        share = f" ({setting!r} of {size} is {allowed})" if isinstance(setting, str) else ""
-        return [problem(name, "sglang_max_unavailable", f"{setting!r}{share} would let every one of the {size} "
-                        f"workers of {pool} be out of service at once, and its gateways would have none to send "
-                        "requests to", f"use a number below {size}, e.g. 1, or a share such as \"25%\"")]
-    return []
-
-
-@dataclass(frozen=True)
-class Unscrapable:
-    """A port a monitor host would scrape on another host, where that host binds it to loopback only."""
-
-    host: str
-    key: str       # the data key that binds it
-    bind: str
-    job: str
-    loopback: bool = True   # False: the value is no IP address at all
-
-
-def check_monitor(name: str, scraped: list, unreachable: list[Unscrapable]) -> list[str]:
-    """A monitor host's problems with the fleet: ``scraped``, the inventory's serving and gateway hosts, and the
-    ports of other hosts bound where it cannot reach them."""
-    errors = []
-    if not scraped:
-        errors.append(problem(name, "inventory", f"the {MONITOR_GROUP} group has no host to scrape: no host of "
-                              "the inventory serves a model or runs a gateway", "add the serving hosts (e.g. the "
-                              f"production group) to the inventory, or take {name} out of the {MONITOR_GROUP} group"))
-    for each in unreachable:
-        if not each.loopback:
-            errors.append(problem(each.host, each.key, f"{each.bind!r} is not an IP address, so monitor host {name} "
-                                  f"cannot tell where to scrape this host's {each.job} metrics",
-                                  "use an IP address, e.g. '10.0.0.11'"))
-            continue
-        errors.append(problem(each.host, each.key, f"{each.bind} is loopback, but monitor host {name} scrapes "
-                              f"this host's {each.job} metrics from another machine",
-                              f"set {each.key} for {each.host} to the address {name} reaches it on (e.g. its "
-                              "private interface's address)"))
     return errors

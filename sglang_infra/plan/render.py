@@ -113,9 +113,9 @@ def compose_yaml(plan: HostPlan) -> str:
     return render_template(
         plan.compose_template, **plan.template_values,
         model=plan.served,
-        serving_image=plan.serving_image,
-        built_from=plan.build.base_image if plan.build else None,
-        locked_from=plan.image_tag if plan.image != plan.image_tag else None,   # pulled by the lock's digest
+        serving_image=plan.image.serving,
+        built_from=plan.image.build.base_image if plan.image.build else None,
+        locked_from=plan.image.tag if plan.image.pulled != plan.image.tag else None,   # pulled by the lock's digest
         flags=plan.flags,
         reasons=reasons(),
         mamba_conv_dtype_source=plan.derived["sglang_mamba_conv_dtype"].source,

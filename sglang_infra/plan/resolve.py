@@ -31,20 +31,24 @@ from . import render
 from . import types as plantypes
 from .defaults import reasons
 from .hostports import clashes
-from .refusals import Judged, check_gateway_host, check_host_state, judge, raise_if
+from .problems import raise_if
+from .refusals import Judged, check_gateway_host, check_host_state, judge
 from .render import gate_files
 from .types import (
     LOCAL_URL,
     AptSource,
+    Engine,
     Gate,
     GatewaySettings,
     HostPlan,
+    Image,
     MonitorSettings,
     NodeExporter,
     NodeGroup,
     Paths,
     PeerDoor,
     PeerPin,
+    Pull,
     worker_url,
 )
 
@@ -79,7 +83,7 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
     for key, values in peerdoor.door_spec().items():
         spec[key] = sorted({*spec.get(key, ()), *values}) if key == "system_dirs" else [*spec[key], *values]
     if data["sglang_peer_key_file"]:
-        spec["peer_address"] = peerdoor.fleet_address(data, name)
+        spec["peer_address"] = peerdoor.door_address(data, name)
     spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
     if report:
         spec["report"] = True
@@ -128,7 +132,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived)
              + (check_reach(name, node_group, snapshot) if node_group and serves else [])
              + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
-             + (check_gateway_host(name, data) if runs_gateways else []))
+             + (check_gateway_host(name, judged) if runs_gateways else []))
     derived = group_tp(derived, node_group if serves else None)
     paths = paths_of(data)
     served = models.served(data)
@@ -152,23 +156,23 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     plan = HostPlan(
         name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
         admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
-        platform=platform, engine_works=engine_works, docker_source=data["sglang_docker_source"],
-        docker_apt_url=data["sglang_docker_apt_url"],
-        docker_repo=docker_repo(data, platform) if installs else None,
-        docker_packages=platforms.docker_packages(platform, data["sglang_docker_source"])
-        if installs and platform is not None else (),
-        apt_cache_time=data["sglang_apt_cache_time"],
-        gpus=gpus, install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
-        nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
+        engine=Engine(
+            platform=platform, works=engine_works, source=data["sglang_docker_source"],
+            apt_url=data["sglang_docker_apt_url"], repo=docker_repo(data, platform) if installs else None,
+            packages=platforms.docker_packages(platform, data["sglang_docker_source"])
+            if installs and platform is not None else (),
+            apt_cache_time=data["sglang_apt_cache_time"], install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
+            nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch")),
+        gpus=gpus,
         served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
-        hub_version=data["sglang_huggingface_hub_version"], pip_index_url=data["sglang_pip_index_url"],
-        hf_endpoint=data["sglang_hf_endpoint"], pull_lock_wait=data["sglang_pull_lock_wait"],
-        pull_workers=data["sglang_pull_workers"],
-        token=judged.token, api_key=judged.api_key, server_config=server_config(judged.api_key),
-        prune=data["sglang_prune_models"],
-        image_tag=tag, locked_image=locked_image, image=image, image_archive=data["sglang_image_archive"],
-        build=build, serving_image=build.tag if build else image, port=data["sglang_port"],
+        pull=Pull(hub_version=data["sglang_huggingface_hub_version"], index_url=data["sglang_pip_index_url"],
+                  hf_endpoint=data["sglang_hf_endpoint"], lock_wait=data["sglang_pull_lock_wait"],
+                  workers=data["sglang_pull_workers"], token=judged.token, prune=data["sglang_prune_models"]),
+        api_key=judged.api_key, server_config=server_config(judged.api_key),
+        image=Image(tag=tag, locked=locked_image, pulled=image, archive=data["sglang_image_archive"], build=build,
+                    serving=build.tag if build else image),
+        port=data["sglang_port"],
         derived=derived, flags=tuple(render.launch_flags(values, derived, served, node_group if serves else None)),
         template_values=values,
         gate=Gate(url=url,
@@ -184,11 +188,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
         serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or "",
         gateway_image_archive=data["sglang_router_image_archive"],
-        control_plane_config=server_config(models.read_secret(data["sglang_router_admin_key_file"]))
-        if runs_gateways else None,
+        control_plane_config=server_config(judged.admin_key) if runs_gateways else None,
         gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
         bind_address=bind, trusted_network=data["sglang_trusted_network"],
-        drain_timeout=data["sglang_drain_timeout"], max_unavailable=data["sglang_max_unavailable"],
+        drain_timeout=data["sglang_drain_timeout"], unavailable_setting=data["sglang_max_unavailable"],
         validated_at_start=worker_validated(snapshot),
         monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
         node_group=node_group if serves else None,

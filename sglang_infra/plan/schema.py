@@ -359,7 +359,7 @@ SCHEMA: dict[str, Key] = {
     "sglang_node_interface": Key("None or a network interface name", _optional(
         lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,14}", v) is not None),
         "name the interface the members reach each other on, e.g. 'eth1', or None"),
-    # fleet front door (the router group; the fleet's rules are in refusals.check_fleet)
+    # fleet front door (the router group; the fleet's rules are in gateways.check_fleet)
     "sglang_worker_address": Key("None or an IP address or DNS name", _optional(host_address),
                                  "use the address the gateway hosts reach this host on, e.g. '10.0.0.11', or None"),
     "sglang_router_image": Key("None or a pinned image reference", _optional(lambda v: image_problem(v) is None),
@@ -400,7 +400,7 @@ SCHEMA: dict[str, Key] = {
                                   "would leave a pool's gateways no worker, or stop no worker at all)"),
     "sglang_router_worker_startup_timeout": Key("an integer number of seconds 1-7200", _int_range(1, 7200),
                                                 "use e.g. 120"),
-    # fleet metrics: the node exporter on every host, Prometheus on the monitor group (rules in refusals.check_monitor)
+    # fleet metrics: the node exporter on every host, Prometheus on the monitor group (monitoring.check_monitor)
     "sglang_node_exporter": Key("True or False", lambda v: isinstance(v, bool), "use True or False"),
     "sglang_node_exporter_bind_address": Key("an IP address", _ip,
                                              "use '127.0.0.1', or the address the monitor hosts reach this host on"),

@@ -159,7 +159,7 @@ class Roll:
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    """A gateway host's settings for its gateways, as its data sets them (judged by refusals.check_fleet)."""
+    """A gateway host's settings for its gateways, as its data sets them (judged by gateways.check_fleet)."""
 
     models: tuple[str, ...] | None     # sglang_router_models: the keys it fronts; None: every served key
     registry: tuple[str, ...]          # every registry key, in order: a gateway's ports follow its position
@@ -172,7 +172,7 @@ class GatewaySettings:
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> "GatewaySettings":
-        """A gateway host's settings, from its data (judged by refusals.check_fleet)."""
+        """A gateway host's settings, from its data (judged by gateways.check_fleet)."""
         return cls(
             models=tuple(data["sglang_router_models"]) if data["sglang_router_models"] is not None else None,
             registry=tuple(data["sglang_models"]), port=data["sglang_router_port"],
@@ -350,6 +350,53 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """Docker and apt on one host, what tasks/docker_engine.py and tasks/gpu_runtime.py apply: the engine (left
+    alone when one already works, else installed from the platform's packages or Docker's repository), NVIDIA's
+    Container Toolkit, and how long apt's package lists count as fresh."""
+
+    platform: platforms.Platform | None   # the host's OS as platforms.py knows it (None: not one it supports)
+    works: bool                     # a Docker engine with compose v2 already works: left alone
+    source: str                     # sglang_docker_source: 'distribution' or 'docker'
+    apt_url: str                    # sglang_docker_apt_url
+    repo: AptSource | None          # Docker's apt repository, when the engine is installed from it
+    packages: tuple[str, ...]       # the engine's packages (none: a working engine is left alone)
+    apt_cache_time: int             # sglang_apt_cache_time: seconds apt's lists stay fresh, for every apt step
+    install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
+    nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
+    arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
+
+
+@dataclass(frozen=True)
+class Pull:
+    """How the host pulls its models, what tasks/models.py, peering.pull_arguments and tasks/model_pruning.py
+    apply: the pull's venv (huggingface_hub's version, the package index), the Hub (its endpoint, the token), how
+    the pull runs, and whether revisions no longer kept are pruned."""
+
+    hub_version: str                # sglang_huggingface_hub_version, in the pull's venv
+    index_url: str | None           # sglang_pip_index_url (None: pip's default)
+    hf_endpoint: str | None         # sglang_hf_endpoint (None: the Hub)
+    lock_wait: int                  # sglang_pull_lock_wait: seconds a pull waits for another's lock
+    workers: int                    # sglang_pull_workers: files and connections at a time
+    token: bytes | None = field(repr=False)   # the Hub token (registry.control_token), uploaded to paths.token
+    prune: bool = False             # sglang_prune_models
+
+
+@dataclass(frozen=True)
+class Image:
+    """The serving image, what tasks/image.py applies and tasks/stack.py runs: the tag the data names, the digest
+    the lock pins for it, what the host pulls (or loads from an archive), the toolchain image built on it, and the
+    one the server runs."""
+
+    tag: str                        # sglang_image as the data names it
+    locked: str | None              # the digest the lock pins for it (None: no lock, or the lock pins none)
+    pulled: str                     # what the host pulls: the locked digest, else the tag
+    archive: str | None             # sglang_image_archive: a `docker save` archive loaded instead of a pull
+    build: BuildContext | None = field(repr=False)   # the toolchain image built on it (None: sglang_toolchain off)
+    serving: str = ""               # what the server runs: the built image's tag, else the pulled one
+
+
+@dataclass(frozen=True)
 class HostPlan:
     name: str
     account: str
@@ -358,18 +405,8 @@ class HostPlan:
     admins: tuple[str, ...]
     paths: Paths
     layout: dict[str, str] = field(repr=False)
-    # Docker engine and the NVIDIA runtime
-    platform: platforms.Platform | None
-    engine_works: bool
-    docker_source: str
-    docker_apt_url: str
-    docker_repo: AptSource | None   # Docker's apt repository, when the engine is installed from it
-    docker_packages: tuple[str, ...]   # the engine's packages (none: a working engine is left alone)
-    apt_cache_time: int
+    engine: Engine                  # Docker and apt: the engine, NVIDIA's Container Toolkit, apt's cache
     gpus: GpuInventory = field(repr=False)
-    install_nvidia_toolkit: bool
-    nvidia_toolkit_apt_url: str
-    arch: str | None
     # models
     served: Model
     kept: tuple[Model, ...]
@@ -377,22 +414,11 @@ class HostPlan:
     warnings: tuple[str, ...]
     lock: Lock | None = field(repr=False)
     locked: Mapping[str, LockedModel] = field(repr=False)   # kept models' lock records, by key
-    hub_version: str
-    pip_index_url: str | None
-    hf_endpoint: str | None
-    pull_lock_wait: int
-    pull_workers: int
-    token: bytes | None = field(repr=False)
+    pull: Pull                      # the pull: its venv, the Hub, its token, pruning
     api_key: bytes | None = field(repr=False)
     server_config: bytes | None = field(repr=False)   # docker/secrets/server.yaml (the API key), or None: absent
-    prune: bool
     # image and stack
-    image_tag: str                 # sglang_image as the data names it
-    locked_image: str | None       # the digest the lock pins for it (None: no lock, or the lock pins none)
-    image: str                     # what the host pulls: the locked digest, else the tag
-    image_archive: str | None
-    build: BuildContext | None = field(repr=False)
-    serving_image: str
+    image: Image                   # the serving image: pulled, loaded or built, and the one the server runs
     port: int
     derived: dict[str, Derived] = field(repr=False)
     flags: tuple[dict[str, str], ...] = field(repr=False)
@@ -414,12 +440,14 @@ class HostPlan:
     # router/.secrets/control-plane.yaml (the control-plane admin key), or None: no key (refused on a gateway host)
     control_plane_config: bytes | None = field(default=None, repr=False)
     gateway_settings: GatewaySettings | None = None
-    # who may call this host's ports without a key (refusals.check_open_worker, check_fleet)
+    # who may call this host's ports without a key (gateways.check_open_worker, check_fleet)
     bind_address: str = "0.0.0.0"   # sglang_bind_address: where the worker's API is published
     trusted_network: bool = False   # sglang_trusted_network: the operator said an open port is fine on this network
     gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
     drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
-    max_unavailable: int | str = 1  # sglang_max_unavailable as written: count or "N%" of a pool (gateways.unavailable)
+    # sglang_max_unavailable as written, a count or "N%" of a pool: the gateway pass works out the count once, for
+    # the pool's size, into Roll.max_unavailable (gateways.unavailable); nothing else reads this
+    unavailable_setting: int | str = 1
     # it ran a config its gate stamped when the run began (its snapshot before any change); the roll's "in service"
     validated_at_start: bool = False
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts

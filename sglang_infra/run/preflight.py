@@ -6,7 +6,8 @@ parallel (one gevent job each, one pass per run, joined by every later
 host's load), judges and resolves each into its plan (plan/resolve.py), then gives
 the gateway hosts their gateways (gateways.fleet) and the monitor hosts their
 scrape targets (monitoring.with_monitors) and each serving host with a peer door
-the peers its pull looks to first (peering.with_sources). Any problem on any host
+the peers its pull looks to first (peering.with_sources). The inventory is read
+once per run, into the run's Fleet (fleet/hosts.py), which every pass takes. Any problem on any host
 refuses the run (refusals.py). In the status report's mode (statusrows.py) a
 refused or unreadable host becomes a row of the report instead, and its
 tasks are skipped. Tasks read their host's plan with plan_of(host).
@@ -18,28 +19,29 @@ import json
 
 from pyinfra import logger
 
-from ..fleet.gateways import fleet, inventory_roles
+from ..fleet.gateways import fleet
+from ..fleet.hosts import Fleet, read_fleet
 from ..fleet.inventoryfile import inventory_file
 from ..fleet.monitoring import with_monitors
-from ..fleet.nodegroups import check_groups, membership, not_serving, with_members
+from ..fleet.nodegroups import check_groups, not_serving, with_members
 from ..fleet.peering import with_sources
-from ..fleet.roles import groups_of
-from ..plan.refusals import DeployDataError, judge, raise_if
+from ..plan.problems import DeployDataError, raise_if
+from ..plan.refusals import judge
 from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
-from ..plan.types import HostPlan, NodeGroup
+from ..plan.types import HostPlan
 from ..status import statusrows
 from . import factcache
 from .facts import Snapshot
 
 _plans: dict[int, dict[str, HostPlan | None]] = {}
 _reads: dict[int, list] = {}   # the one parallel pass per run, joined by every host's load of deploy.py
-_groups: dict[int, tuple[dict[str, NodeGroup], list[str]]] = {}   # each run's multi-node groups, and their refusals
+_fleets: dict[int, Fleet] = {}   # each run's Fleet: the inventory read once
 
 
-def _resolve_host(host, report: bool = False, node_group: NodeGroup | None = None
-                  ) -> tuple[HostPlan | None, list[str], dict | None]:
+def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None, list[str], dict | None]:
     """The host's plan (or None), its problems, and its snapshot (None when it was not read)."""
+    node_group = everyone.node_groups.get(host.name)
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
@@ -48,7 +50,7 @@ def _resolve_host(host, report: bool = False, node_group: NodeGroup | None = Non
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return resolve_judged(host.name, judged, snapshot, groups_of(host, inventory_file()), node_group), [], snapshot
+        return resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group), [], snapshot
     except DeployDataError as error:
         return None, error.problems, snapshot
 
@@ -94,9 +96,8 @@ def preflight(host, inventory) -> bool:
             said = _overrides(each)
             if said:
                 logger.info(said)
-        everyone = inventory_roles(inventory, inventory_file())
-        _groups[key] = (membership(everyone), not_serving(everyone))
-        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report, _groups[key][0].get(h.name))) for h in hosts]
+        everyone = _fleets[key] = read_fleet(inventory, inventory_file())
+        _reads[key] = [(h, gevent.spawn(_resolve_host, h, report, everyone)) for h in hosts]
     jobs = _reads[key]
     gevent.joinall([job for _, job in jobs], raise_error=True)
     if report:
@@ -109,12 +110,13 @@ def preflight(host, inventory) -> bool:
             for line in walk_warnings(each.name, job.value[2]):
                 logger.warning(line)
         resolved = with_members({h.name: job.value[0] for h, job in jobs})
-        members, refused = _groups[key]
+        everyone = _fleets[key]
         if not report:   # a group's refusals, once every member's plan is known
-            raise_if(refused + check_groups(resolved, members, [h.name for h, _ in jobs]))
-        plans = fleet(resolved, inventory, refuse=not report)
-        plans = with_sources(plans, inventory_roles(inventory, inventory_file()))
-        _plans[key] = with_monitors(plans, inventory, inventory_file(), refuse=not report)
+            raise_if(not_serving(everyone.hosts)
+                     + check_groups(resolved, everyone.node_groups, [h.name for h, _ in jobs]))
+        plans = fleet(resolved, everyone, refuse=not report)
+        plans = with_sources(plans, everyone)
+        _plans[key] = with_monitors(plans, everyone, refuse=not report)
     return _plans[key].get(host.name) is not None
 
 

@@ -44,7 +44,6 @@ from ..fleet.inventoryfile import run_parameters
 from ..hostside import settled as stamp_file
 from ..plan.types import HostPlan
 from ..status import statusrows
-from . import preflight as preflight_module
 from .operation import connector_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,10 +163,10 @@ _runs: dict[int, tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]] = {
 _changed: dict[int, set[str]] = {}
 
 
-def _decided(state) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]:
+def _decided(state, plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, dict | None]
+             ) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]:
     key = id(state)
     if key not in _runs:
-        plans, snapshots = preflight_module.plans(state), preflight_module.snapshots(state)
         skips, stamps = decide(plans, snapshots, bool(statusrows.requested()), len(plans) == len(state.inventory),
                                bool(run_parameters().get("dry")))
         found = {name: (snapshots.get(name) or {}).get("settled") for name in stamps}
@@ -184,12 +183,11 @@ def stamp_of(host) -> str:
     return _runs[id(host.state)][1][host.name]["plan"]
 
 
-def unchanged(host, inventory) -> bool:
-    """True: this host is settled (after the preflight, which it runs): deploy.py includes tasks/settled.py
-    instead of the tasks. False: the preflight refused it (a status report) or it takes the full plan."""
-    if not preflight_module.preflight(host, inventory):
-        return False
-    return host.name in _decided(host.state)[0]
+def unchanged(host, plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, dict | None]) -> bool:
+    """True: this host is settled: deploy.py includes tasks/settled.py instead of the tasks. False: it takes the
+    full plan. ``plans`` and ``snapshots``: every host's, as the preflight (which has passed for ``host``) made and
+    read them (run/preflight.py plans() and snapshots()); the decision is made once per run, for every host."""
+    return host.name in _decided(host.state, plans, snapshots)[0]
 
 
 def _counting(execute):

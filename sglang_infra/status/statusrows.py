@@ -81,11 +81,11 @@ def image_lock(plan, tags_digests_labels) -> str:
 
     if plan.lock is None:
         return "no lock"
-    wanted = plan.locked_image
-    if wanted is None or plan.image_archive:
+    wanted = plan.image.locked
+    if wanted is None or plan.image.archive:
         return "n/a"
     _tags, digests, labels = tags_digests_labels
-    if plan.build is not None:
+    if plan.image.build is not None:
         return "yes" if labels.get(TOOLCHAIN_BASE_LABEL) == wanted else "no"
     return "yes" if any(repository(d) == repository(wanted) and d.split("@", 1)[1] == wanted.split("@", 1)[1]
                         for d in digests) else "no"
@@ -170,10 +170,10 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         # each GPU nvidia-smi reports unhealthy, named with its reason (gpus.gpu_faults)
         "gpu_faults": gpu_faults(snapshot.get("gpus")),
         "docker": {"engine": (report.get("engine") or {}).get("version"), "compose": report.get("compose")},
-        "image": {"ref": next((t for t in image[0] if t == plan.serving_image), next(iter(image[0] or image[1]), None)),
+        "image": {"ref": next((t for t in image[0] if t == plan.image.serving), next(iter(image[0] or image[1]), None)),
                   "digest": _short_digest(image[1][0].split("@", 1)[1] if image[1] else None),
                   "id": _short_digest((container or {}).get("image_id")),
-                  "wanted": plan.serving_image, "lock": image_lock(plan, image) if container else "?"},
+                  "wanted": plan.image.serving, "lock": image_lock(plan, image) if container else "?"},
         "model": _model(plan, snapshot, container),
         "container": None if container is None else {
             "state": container.get("state"), "health": container.get("health"),
@@ -222,7 +222,7 @@ API_ACCESS = ("key", "no key, trusted network", "no key, loopback only", "NO KEY
 def api_access(plan) -> str:
     """Who may call the host's API and its gateways: with the key only; anyone, the operator having said the network
     is trusted (sglang_trusted_network); local callers only (every port on loopback); or anyone, undeclared (the
-    deploy refuses that: refusals.check_open_worker and check_fleet)."""
+    deploy refuses that: gateways.check_open_worker and check_fleet)."""
     if plan.api_key is not None:
         return API_ACCESS[0]
     if plan.trusted_network:

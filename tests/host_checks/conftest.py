@@ -19,8 +19,9 @@ import paramiko
 import pytest
 import testinfra
 
-from sglang_infra.fleet import gateways, monitoring, nodegroups
+from sglang_infra.fleet import gateways, monitoring
 from sglang_infra.fleet import roles as groups
+from sglang_infra.fleet.hosts import read_fleet
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -144,9 +145,14 @@ class Target:
         return Snapshot().process(self.run(command).stdout.splitlines())
 
     @cached_property
+    def fleet(self):
+        """The inventory's Fleet, as the deploy reads it once (sglang_infra/fleet/hosts.py)."""
+        return read_fleet(self.inventory, self.inventory_path)
+
+    @cached_property
     def node_group(self):
         """This host's multi-node group as the deploy works it out from the inventory (None: not a member)."""
-        return nodegroups.membership(gateways.inventory_roles(self.inventory, self.inventory_path)).get(self.name)
+        return self.fleet.node_groups.get(self.name)
 
     @cached_property
     def plan(self):
@@ -156,11 +162,9 @@ class Target:
 
         plan = resolve(self.name, self.data, self.snapshot, self.groups, self.node_group)
         if plan.runs_gateways:
-            plan = gateways.fleet({self.name: plan}, self.inventory, refuse=False,
-                                  inventory_path=self.inventory_path)[self.name]
+            plan = gateways.fleet({self.name: plan}, self.fleet, refuse=False)[self.name]
         if plan.monitors:
-            plan = monitoring.with_monitors({self.name: plan}, self.inventory, self.inventory_path,
-                                            refuse=False)[self.name]
+            plan = monitoring.with_monitors({self.name: plan}, self.fleet, refuse=False)[self.name]
         return plan
 
     def member(self, name: str) -> Target | None:

@@ -176,14 +176,14 @@ def test_compose_pins_the_image(serving):
     target = serving
     docker_dir = f"{target.data['sglang_home']}/docker"
     images = target.run(f"docker compose --project-directory {docker_dir} config --images").stdout.split()
-    assert images == [target.plan.serving_image]
+    assert images == [target.plan.image.serving]
 
 
 def test_the_serving_image_carries_the_toolchain_pins(serving):
     target = serving
-    if not target.plan.build:
+    if not target.plan.image.build:
         return
-    result = target.run(f"docker run --rm --entrypoint /bin/sh {target.plan.serving_image} "
+    result = target.run(f"docker run --rm --entrypoint /bin/sh {target.plan.image.serving} "
                         f"-c '{target.plan.gate.toolchain_check}'")
     assert result.rc == 0 and json.loads(result.stdout.strip().splitlines()[-1])["ok"], result.stdout
 

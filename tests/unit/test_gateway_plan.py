@@ -15,9 +15,11 @@ from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned
 from harness import PROJECT_DIR
 from sglang_infra.fleet import roles as fleet_groups
 from sglang_infra.fleet.gateways import fleet_worker, with_gateways
+from sglang_infra.fleet.hosts import InventoryHost as FleetHost
 from sglang_infra.hostside import gateway_launch
 from sglang_infra.operations import gateway as gateway_ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Worker
 from sglang_infra.run import factcache
@@ -39,7 +41,8 @@ def gateway_host(groups=("router",), **data):
 
 def worker(name, address, model=PROD, **data):
     values = {**DEFAULTS, "sglang_model": model, "ssh_hostname": address, **data}
-    return fleet_worker(name, values, resolve(name, values, converged_snapshot()))
+    return model, fleet_worker(FleetHost(name, values, ("production",), True, False),
+                               resolve(name, values, converged_snapshot()))
 
 
 def fleet(*entries):
@@ -60,7 +63,7 @@ def refusals(plan, workers):
 
 def test_a_gateway_only_host_serves_no_model_and_needs_no_gpu():
     plan = gateway_host()
-    assert (plan.serves, plan.runs_gateways, plan.build) == (False, True, None)
+    assert (plan.serves, plan.runs_gateways, plan.image.build) == (False, True, None)
 
 
 def test_a_host_in_router_and_production_does_both():
@@ -87,9 +90,10 @@ def test_a_worker_address_overrides_the_ssh_hostname():
 def test_the_worker_carries_the_sha_of_the_compose_its_plan_renders():
     values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
     plan = resolve("gpu-01", values, converged_snapshot())
-    _, each = fleet_worker("gpu-01", values, plan)
+    each = fleet_worker(FleetHost("gpu-01", values, ("production",), True, False), plan)
     assert each.compose_sha == hashlib.sha256(plan.compose.encode()).hexdigest()
-    assert fleet_worker("gpu-01", values, None)[1].compose_sha is None   # outside this run
+    assert fleet_worker(FleetHost("gpu-01", values, ("production",), True, False), None).compose_sha is None  # outside
+
 
 
 def test_a_gateway_host_with_no_workers_is_refused():
@@ -116,7 +120,8 @@ def test_a_listed_model_with_a_malformed_entry_is_refused_by_the_data_alone():
 def test_a_served_model_with_a_malformed_entry_is_not_fronted():
     """Fronting every served key: a host outside this run serves a key whose entry here is malformed."""
     plan = gateway_host(sglang_models={**DEFAULTS["sglang_models"], "broken": BROKEN})
-    _, outside = fleet_worker("gpu-09", {**DEFAULTS, "sglang_model": "broken", "ssh_hostname": "10.0.0.19"}, None)
+    outside = fleet_worker(FleetHost("gpu-09", {**DEFAULTS, "sglang_model": "broken", "ssh_hostname": "10.0.0.19"},
+                                     ("production",), True, False), None)
     found = refusals(plan, {**TWO, "broken": [outside]})
     assert found == ["host gw-1: sglang_models: entry 'broken', which this gateway host fronts, is not a well-formed "
                      "registry entry. Fix: give it repo_id, revision, served_name, role and baseline_tok_s (or "
@@ -434,6 +439,7 @@ class InventoryHost:
 def fleet_problems(worker_data=None, gateway=True, gateway_data=None):
     """Every refusal of gateways.fleet() over gpu-01 (with ``worker_data``) and, with ``gateway``, gw-1."""
     from sglang_infra.fleet.gateways import fleet as fleet_of
+    from sglang_infra.fleet.hosts import read_fleet
 
     hosts = [InventoryHost("gpu-01", ["production"], {**DEFAULTS, "ssh_hostname": "10.0.0.11", **(worker_data or {})})]
     if gateway:
@@ -442,9 +448,9 @@ def fleet_problems(worker_data=None, gateway=True, gateway_data=None):
                                                          "sglang_trusted_network": True, **(gateway_data or {})}))
     plans = {each.name: resolve(each.name, each.values, converged_snapshot(
         None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
-    with mock.patch("sglang_infra.fleet.gateways.groups_of", lambda host, path=None: host.groups):
+    with mock.patch("sglang_infra.fleet.hosts.groups_of", lambda host, path=None: host.groups):
         try:
-            fleet_of(plans, hosts)
+            fleet_of(plans, read_fleet(hosts, None))
         except DeployDataError as error:
             return error.problems
     return []
@@ -504,6 +510,7 @@ def test_the_old_trusted_network_key_is_refused_in_one_line_naming_the_new_one()
 def gateways_of(count):
     """gw-1's gateways as gateways.fleet() plans them, with ``count`` gateway hosts in front of gpu-01."""
     from sglang_infra.fleet.gateways import fleet as fleet_of
+    from sglang_infra.fleet.hosts import read_fleet
 
     gateway = {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": INTERNAL,
                "sglang_trusted_network": True}
@@ -512,8 +519,8 @@ def gateways_of(count):
              *(InventoryHost(f"gw-{n}", ["router"], gateway) for n in range(1, count + 1))]
     plans = {each.name: resolve(each.name, each.values, converged_snapshot(
         None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
-    with mock.patch("sglang_infra.fleet.gateways.groups_of", lambda host, path=None: host.groups):
-        return fleet_of(plans, hosts)["gw-1"].gateways
+    with mock.patch("sglang_infra.fleet.hosts.groups_of", lambda host, path=None: host.groups):
+        return fleet_of(plans, read_fleet(hosts, None))["gw-1"].gateways
 
 
 def test_a_gateway_is_the_sole_front_only_when_no_other_gateway_host_fronts_its_model():

@@ -12,7 +12,7 @@ import pytest
 from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.fleet import nodegroups
-from sglang_infra.fleet.gateways import InventoryHost
+from sglang_infra.fleet.hosts import InventoryHost
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.status import fleetstatus, groupstatus, statusrows
 

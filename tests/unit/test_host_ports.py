@@ -7,8 +7,8 @@ import pytest
 from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.fleet import nodegroups
-from sglang_infra.fleet.gateways import InventoryHost
-from sglang_infra.plan.refusals import DeployDataError
+from sglang_infra.fleet.hosts import InventoryHost
+from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.resolve import resolve
 
 DEFAULTS = pinned_defaults()

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (refusals._refusal)
+import pyinfra_cli.exceptions  # noqa: F401  first, before any thread: it patches threading (problems._refusal)
 import pytest
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 
@@ -21,7 +21,8 @@ from hfstandin import StandinHub
 from sglang_infra.machine import toolchain
 from sglang_infra.models import lockfile, lockgen
 from sglang_infra.operations import models as model_ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.run import factcache, ship
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-lock-")) / "hfpull.py"
@@ -175,7 +176,7 @@ def test_with_a_lock_the_plan_takes_its_commit_and_pulls_the_image_by_digest(hub
     data = host_data(hub, sglang_lock=write_lock(tmp_path, hub, **{TAGGED: digest}), sglang_image=TAGGED)
     plan = plan_for(data)
     assert plan.served.revision == hub.commit(REPO, "main")
-    assert plan.image == plan.serving_image == f"lmsysorg/sglang@{digest}"
+    assert plan.image.pulled == plan.image.serving == f"lmsysorg/sglang@{digest}"
     assert f'image: "lmsysorg/sglang@{digest}"\n    # {TAGGED} by the digest sglang.lock records' in plan.compose
     assert plan.locked["m"].commit == plan.served.revision
 
@@ -184,7 +185,7 @@ def test_without_the_lock_file_nothing_changes(hub, tmp_path):
     data = host_data(hub, sglang_lock=str(tmp_path / "absent.lock"), sglang_image=TAGGED)
     data["sglang_models"]["m"]["revision"] = "1" * 40
     plan = plan_for(data)
-    assert plan.lock is None and plan.image == "lmsysorg/sglang:v0.5.16" and plan.served.revision == "1" * 40
+    assert plan.lock is None and plan.image.pulled == "lmsysorg/sglang:v0.5.16" and plan.served.revision == "1" * 40
 
 
 @pytest.mark.parametrize("change,expected", [

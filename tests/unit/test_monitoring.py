@@ -10,11 +10,12 @@ import pytest
 import yaml
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
 
-from sglang_infra.fleet.gateways import InventoryHost
+from sglang_infra.fleet.hosts import Fleet, InventoryHost
 from sglang_infra.fleet.monitoring import scrape_address, targets_of, with_monitor
 from sglang_infra.fleet.roles import roles
 from sglang_infra.operations import system as ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve, snapshot_spec
 from sglang_infra.run import factcache
 
@@ -58,7 +59,7 @@ def test_a_monitor_only_host_serves_no_model_and_runs_no_gateway():
 
 
 def test_a_monitor_scrapes_every_worker_gateway_and_node_exporter_of_the_inventory_with_their_labels():
-    targets, unreachable = targets_of("mon-1", fleet())
+    targets, unreachable = targets_of("mon-1", Fleet.of(fleet()))
     assert unreachable == []
     jobs = by_job(targets)
     assert jobs["sglang"] == {
@@ -79,7 +80,7 @@ def test_a_multi_node_groups_members_are_scraped_with_their_group_and_rank():
     hosts = fleet()
     for i in (0, 1):
         hosts[i] = inventory_host(hosts[i].name, ["production"], **{**hosts[i].data, "sglang_node_group": "ds-a"})
-    jobs = by_job(targets_of("mon-1", hosts)[0])
+    jobs = by_job(targets_of("mon-1", Fleet.of(hosts))[0])
     for job, port in (("sglang", 30000), ("node", 9100)):
         assert {(labels["host"], labels.get("node_group"), labels.get("node_rank"))
                 for address, labels in jobs[job].items() if address.startswith("10.0.0.1")} == \
@@ -90,14 +91,14 @@ def test_a_multi_node_groups_members_are_scraped_with_their_group_and_rank():
 def test_a_worker_address_is_where_the_monitor_reaches_its_server_as_the_gateways_do():
     hosts = [inventory_host("gpu-01", ["production"], ssh_hostname="gpu-01.example", sglang_model=PROD,
                             sglang_worker_address="10.1.0.11"), inventory_host("mon-1", ["monitor"])]
-    targets, _ = targets_of("mon-1", hosts)
+    targets, _ = targets_of("mon-1", Fleet.of(hosts))
     assert "10.1.0.11:30000" in by_job(targets)["sglang"]
 
 
 def test_a_worker_without_metrics_is_not_scraped_for_them():
     hosts = [inventory_host("gpu-01", ["production"], ssh_hostname="10.0.0.11", sglang_enable_metrics=False),
              inventory_host("mon-1", ["monitor"])]
-    assert "sglang" not in by_job(targets_of("mon-1", hosts)[0])
+    assert "sglang" not in by_job(targets_of("mon-1", Fleet.of(hosts))[0])
 
 
 @pytest.mark.parametrize("bind,same,expected", [
@@ -110,7 +111,7 @@ def test_a_port_is_scraped_where_it_is_published(bind, same, expected):
 
 def refusals(plan, hosts):
     with pytest.raises(DeployDataError) as caught:
-        with_monitor(plan, hosts)
+        with_monitor(plan, Fleet.of(hosts))
     return caught.value.problems
 
 
@@ -155,7 +156,7 @@ def config_of(plan):
 
 
 def test_the_config_lists_every_target_with_its_labels_and_the_rules():
-    plan = with_monitor(monitor_plan(sglang_prometheus_scrape_interval="5s"), fleet())
+    plan = with_monitor(monitor_plan(sglang_prometheus_scrape_interval="5s"), Fleet.of(fleet()))
     config = config_of(plan)
     assert config["global"]["scrape_interval"] == "5s"
     assert config["rule_files"] == ["/etc/prometheus/sglang-alerts.yml"]
@@ -171,14 +172,14 @@ def test_a_host_name_with_quotes_stays_one_yaml_string():
     hosts = [inventory_host('gpu-"01": x', ["production"], ssh_hostname="10.0.0.11",
                             sglang_node_exporter_bind_address="10.0.0.11"),
              inventory_host("mon-1", ["monitor"])]
-    config = config_of(with_monitor(monitor_plan(), hosts))
+    config = config_of(with_monitor(monitor_plan(), Fleet.of(hosts)))
     [worker] = [job for job in config["scrape_configs"] if job["job_name"] == "sglang"]
     assert worker["static_configs"][0]["labels"]["host"] == 'gpu-"01": x'
 
 
 def test_the_drop_in_sets_listen_address_and_retention_on_the_command_line():
     plan = with_monitor(monitor_plan(sglang_prometheus_listen_address="10.0.0.9:9191",
-                                     sglang_prometheus_retention="30d"), fleet())
+                                     sglang_prometheus_retention="30d"), Fleet.of(fleet()))
     [start] = [line for line in plan.monitor.dropin.splitlines() if line.startswith("ExecStart=/")]
     assert "--web.listen-address=10.0.0.9:9191" in start and "--storage.tsdb.retention.time=30d" in start
     assert "--config.file=/etc/prometheus/prometheus.yml" in start
@@ -222,7 +223,7 @@ def test_the_snapshot_reads_the_metrics_units_and_packages():
 
 def test_promtool_accepts_the_rendered_config_and_rules(tmp_path):
     assert shutil.which("promtool"), "promtool is missing: scripts/setup-machine.sh installs Debian's prometheus"
-    plan = with_monitor(monitor_plan(), fleet())
+    plan = with_monitor(monitor_plan(), Fleet.of(fleet()))
     rules = tmp_path / "sglang-alerts.yml"
     rules.write_text(plan.monitor.rules)
     config = tmp_path / "prometheus.yml"

@@ -11,9 +11,9 @@ import yaml
 from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.fleet import nodegroups
-from sglang_infra.fleet.gateways import InventoryHost
+from sglang_infra.fleet.hosts import InventoryHost
 from sglang_infra.hostside import names
-from sglang_infra.plan.refusals import DeployDataError
+from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.resolve import resolve
 
 DEFAULTS = pinned_defaults()
@@ -306,7 +306,7 @@ def member_snapshots(found, compose=None, good=None, env=None, env_good=None, st
         if started and name == "gpu-01":
             container["started_at"] = started
         out[name] = {"stack": {"container": container, "current": True}, "files": {plan.paths.docker: files},
-                     "docker": {"images": {plan.serving_image: {"id": "sha256:x"}}},
+                     "docker": {"images": {plan.image.serving: {"id": "sha256:x"}}},
                      "gate": {"started_at": gate_saw if gate_saw and name == "gpu-01" else GATED[name]["gate"]
                               ["started_at"]}}
     return out

@@ -10,7 +10,8 @@ from conftest import converged_snapshot, pinned_defaults, plan_for
 
 from sglang_infra.hostside import snapshot as host_snapshot
 from sglang_infra.models import peerdoor
-from sglang_infra.plan.refusals import DeployDataError, check_data, check_host_state
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data, check_host_state
 from sglang_infra.plan.resolve import resolve, snapshot_spec
 from sglang_infra.plan.types import PeerDoor, PeerPin
 

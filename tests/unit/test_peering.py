@@ -8,7 +8,7 @@ from dataclasses import replace
 from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.fleet import peering
-from sglang_infra.fleet.gateways import InventoryHost
+from sglang_infra.fleet.hosts import Fleet, InventoryHost
 from sglang_infra.hostside import names
 from sglang_infra.models import peerdoor
 from sglang_infra.models.lockfile import LockedModel
@@ -39,7 +39,7 @@ def test_the_first_host_of_a_model_in_this_run_is_its_seed_and_every_other_one_p
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13"),
              host("gpu-04", "10.0.0.14", QUALITY, cached=[PROD]), host("gpu-05", "10.0.0.15", QUALITY)]
     plans = {h.name: plan_of(h) for h in hosts if h.name != "gpu-01"}  # gpu-01 is not in this run
-    out = peering.with_sources(plans, hosts)
+    out = peering.with_sources(plans, Fleet.of(hosts))
     prod = {name: out[name].peer_sources[PROD] for name in ("gpu-02", "gpu-03", "gpu-04")}
     assert prod["gpu-02"].seed and not prod["gpu-03"].seed and not prod["gpu-04"].seed
     # inventory order; gpu-01, outside this run, is nobody's peer (its door is not checked by this run)
@@ -58,7 +58,7 @@ def test_the_first_host_of_a_model_in_this_run_is_its_seed_and_every_other_one_p
 
 def test_a_host_without_the_site_key_has_no_peers_and_is_no_peer():
     hosts = [host("gpu-01", "10.0.0.11", key_file=None), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13")]
-    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, hosts)
+    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, Fleet.of(hosts))
     assert out["gpu-01"].peer_sources == {}
     assert not peering.after_seeds(out["gpu-01"], out["gpu-01"].kept[0])
     assert out["gpu-02"].peer_sources[PROD].seed
@@ -69,7 +69,7 @@ def test_a_host_without_the_site_key_has_no_peers_and_is_no_peer():
 
 def test_a_fleet_of_one_pulls_from_the_hub_as_before():
     (only,) = hosts = [host("gpu-01", "10.0.0.11")]
-    out = peering.with_sources({only.name: plan_of(only)}, hosts)
+    out = peering.with_sources({only.name: plan_of(only)}, Fleet.of(hosts))
     sources = out["gpu-01"].peer_sources[PROD]
     assert sources.seed and sources.peers == ()
     args = peering.pull_arguments(out["gpu-01"], out["gpu-01"].kept[0])
@@ -78,7 +78,7 @@ def test_a_fleet_of_one_pulls_from_the_hub_as_before():
 
 def test_the_pull_gets_its_peers_and_the_key_file_path_never_the_key():
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12")]
-    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, hosts)
+    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, Fleet.of(hosts))
     plan = out["gpu-02"]
     args = peering.pull_arguments(plan, plan.kept[0])
     assert args["peer_key_file"] == f"{plan.paths.tools}/secret/{names.PEER_KEY}"
@@ -121,7 +121,7 @@ def test_with_a_lock_every_host_of_the_model_in_this_run_pulls_its_share_then_th
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13"),
              host("gpu-04", "10.0.0.14")]
     plans = {h.name: locked_plan(h) for h in hosts if h.name != "gpu-01"}   # gpu-01 is not in this run
-    out = peering.with_sources(plans, hosts)
+    out = peering.with_sources(plans, Fleet.of(hosts))
     sources = {name: out[name].peer_sources[PROD] for name in plans}
     assert {name: s.share for name, s in sources.items()} == {
         "gpu-02": ("model-1.safetensors",), "gpu-03": ("model-2.safetensors",), "gpu-04": ("config.json",)}
@@ -136,7 +136,8 @@ def test_with_a_lock_every_host_of_the_model_in_this_run_pulls_its_share_then_th
 
 def test_with_a_lock_a_fleet_of_one_in_this_run_pulls_as_before():
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12")]
-    out = peering.with_sources({"gpu-02": locked_plan(hosts[1])}, hosts)   # gpu-01 outside the run: not a peer
+    # gpu-01 outside the run: not a peer
+    out = peering.with_sources({"gpu-02": locked_plan(hosts[1])}, Fleet.of(hosts))
     sources = out["gpu-02"].peer_sources[PROD]
     assert sources.seed and sources.share is None and sources.peers == ()
     assert not peering.in_swarm(out["gpu-02"], out["gpu-02"].kept[0])
@@ -147,7 +148,8 @@ def test_a_host_holding_another_site_key_is_not_a_peer():
     """Peers hold the very same key: compared by its fingerprint (peerdoor.key_id), never the key."""
     other = b"o" * 40
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13")]
-    out = peering.with_sources({h.name: plan_of(h, key=other if h.name == "gpu-03" else KEY) for h in hosts}, hosts)
+    out = peering.with_sources({h.name: plan_of(h, key=other if h.name == "gpu-03" else KEY) for h in hosts},
+                               Fleet.of(hosts))
     assert out["gpu-01"].peer_sources[PROD].peers == ("10.0.0.12:880",)
     assert out["gpu-02"].peer_sources[PROD].peers == ("10.0.0.11:880",)
     assert out["gpu-03"].peer_sources[PROD].peers == () and out["gpu-03"].peer_sources[PROD].seed
@@ -160,7 +162,7 @@ def test_a_pull_asks_only_the_doors_this_run_checked():
     from types import SimpleNamespace
 
     hosts = [host("gpu-01", "10.0.0.11"), host("gpu-02", "10.0.0.12"), host("gpu-03", "10.0.0.13")]
-    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, hosts)
+    out = peering.with_sources({h.name: plan_of(h) for h in hosts}, Fleet.of(hosts))
     sources = out["gpu-03"].peer_sources[PROD]
     state = SimpleNamespace()
     assert peering.checked(state, sources).peers == ()

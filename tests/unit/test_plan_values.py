@@ -6,6 +6,7 @@ import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
 from sglang_infra.fleet.gateways import fleet_worker, with_gateways
+from sglang_infra.fleet.hosts import InventoryHost
 from sglang_infra.hostside import names
 from sglang_infra.hostside.gate import CHECKS_BUDGET
 from sglang_infra.machine import platforms
@@ -17,7 +18,9 @@ NO_ENGINE = {"cli": None, "api": False, "active": "inactive", "compose_plugin": 
 
 def gateway_plan():
     values = {**DEFAULTS, "ssh_hostname": "10.0.0.11"}
-    key, worker = fleet_worker("gpu-01", values, resolve("gpu-01", values, converged_snapshot()))
+    key = values["sglang_model"]
+    worker = fleet_worker(InventoryHost("gpu-01", values, ("production",), True, False),
+                          resolve("gpu-01", values, converged_snapshot()))
     gateway_host = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_router_bind_address": "10.0.0.5",
                                     "sglang_trusted_network": True}, converged_snapshot(None), ("router",))
     return with_gateways(gateway_host, {key: [worker]})
@@ -50,19 +53,19 @@ def test_a_gateways_gate_validates_its_scripts_launcher_and_compose_yaml_in_its_
 
 def test_dockers_repository_is_worked_out_for_its_platform():
     plan = plan_for({**DEFAULTS, "sglang_docker_source": "docker"}, docker=NO_ENGINE)
-    url = f"{plan.docker_apt_url}/{plan.platform.docker_repo_family}"
-    assert (plan.docker_repo.key_url, plan.docker_repo.line) == \
-        (f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {plan.platform.codename} stable")
-    assert plan.docker_packages == platforms.DOCKER_REPO_PACKAGES
+    url = f"{plan.engine.apt_url}/{plan.engine.platform.docker_repo_family}"
+    assert (plan.engine.repo.key_url, plan.engine.repo.line) == \
+        (f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {plan.engine.platform.codename} stable")
+    assert plan.engine.packages == platforms.DOCKER_REPO_PACKAGES
 
 
 def test_the_distributions_engine_needs_no_repository():
     plan = plan_for({**DEFAULTS, "sglang_docker_source": "distribution"}, docker=NO_ENGINE)
-    assert plan.docker_repo is None
-    assert plan.docker_packages == platforms.docker_packages(plan.platform, "distribution")
+    assert plan.engine.repo is None
+    assert plan.engine.packages == platforms.docker_packages(plan.engine.platform, "distribution")
 
 
 @pytest.mark.parametrize("source", ["distribution", "docker"])
 def test_a_working_engine_gets_no_repository_and_no_packages(source):
     plan = plan_for({**DEFAULTS, "sglang_docker_source": source})
-    assert (plan.docker_repo, plan.docker_packages) == (None, ())
+    assert (plan.engine.repo, plan.engine.packages) == (None, ())

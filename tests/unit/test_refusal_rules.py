@@ -259,7 +259,7 @@ def test_a_refusal_is_shown_as_the_tools_own_message():
 
     code = ("import logging; logging.basicConfig()\n"
             "from pyinfra_cli.exceptions import CliError\n"
-            "from sglang_infra.plan.refusals import DeployDataError, raise_if\n"
+            "from sglang_infra.plan.problems import DeployDataError, raise_if\n"
             "try:\n    raise_if(['host gpu-01: sglang_port: bad. Fix: use a port number.'])\n"
             "except DeployDataError as refused:\n    assert isinstance(refused, CliError)\n    refused.show()\n")
     shown = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True,

@@ -187,7 +187,7 @@ def test_extra_env_may_not_set_what_the_deploy_sets():
     from sglang_infra.plan.schema import DEPLOY_ENV
 
     rendered = set(yaml.safe_load(compose())["services"]["sglang"]["environment"])
-    image_env = {line.split("=")[0].split()[-1] for line in plan_for(DEFAULTS).build.dockerfile.splitlines()
+    image_env = {line.split("=")[0].split()[-1] for line in plan_for(DEFAULTS).image.build.dockerfile.splitlines()
                  if line.startswith("ENV ") or line.strip().startswith("PATH=")}
     assert rendered | image_env == set(DEPLOY_ENV)
 

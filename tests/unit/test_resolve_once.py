@@ -76,7 +76,7 @@ def test_one_resolve_reads_each_input_once_and_applies_the_lock_once(host_data, 
     assert counted["lock applied"] == 1
     assert counted["flags derived"] == 1
     # What was read once is what the plan carries.
-    assert plan.build.files["sglang-extra-ca.crt"] == PEM.encode()
+    assert plan.image.build.files["sglang-extra-ca.crt"] == PEM.encode()
     assert plan.api_key == b"k" * 32 and plan.server_config == b'api-key: "' + b"k" * 32 + b'"\n'
-    assert plan.locked_image == f"lmsysorg/sglang@{DIGEST}" == plan.image
-    assert plan.image_tag == host_data["sglang_image"]
+    assert plan.image.locked == f"lmsysorg/sglang@{DIGEST}" == plan.image.pulled
+    assert plan.image.tag == host_data["sglang_image"]

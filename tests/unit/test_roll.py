@@ -11,9 +11,11 @@ import pytest
 from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.fleet.gateways import fleet as fleet_of
+from sglang_infra.fleet.hosts import read_fleet
 from sglang_infra.hostside.drain import in_flight
 from sglang_infra.operations import roll as roll_ops
-from sglang_infra.plan.refusals import DeployDataError, check_data
+from sglang_infra.plan.problems import DeployDataError
+from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Front, Roll
 
@@ -357,8 +359,8 @@ def inventory_plans(workers=3, **data):
 def fleet_plans(hosts, plans, names=None):
     from unittest import mock
 
-    with mock.patch("sglang_infra.fleet.gateways.groups_of", lambda host, path=None: host.groups):
-        return fleet_of({n: p for n, p in plans.items() if names is None or n in names}, hosts)
+    with mock.patch("sglang_infra.fleet.hosts.groups_of", lambda host, path=None: host.groups):
+        return fleet_of({n: p for n, p in plans.items() if names is None or n in names}, read_fleet(hosts, None))
 
 
 def test_each_worker_knows_the_gateways_in_front_of_it_and_its_pool():

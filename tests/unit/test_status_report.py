@@ -29,18 +29,18 @@ def _plan(toolchain=False, **data):
 
 def _locked(plan, lock):
     """The plan as resolve makes it with ``lock``: the lock, and the digest it pins for the image."""
-    return replace(plan, lock=lock, locked_image=lock.pinned_image(plan.image_tag))
+    return replace(plan, lock=lock, image=replace(plan.image, locked=lock.pinned_image(plan.image.tag)))
 
 
 def _lock(plan, digest=DIGEST, commit=None):
     model = LockedModel(plan.served.key, plan.served.repo_id, commit or plan.served.revision, FILES)
     return Lock(path="/inv/sglang.lock", written_at="", models={plan.served.key: model},
-                images={plan.image_tag: digest} if digest else {}, wheels={})
+                images={plan.image.tag: digest} if digest else {}, wheels={})
 
 
 def _snapshot(plan, repo_digest=None, labels=None, content=None, verified=True, gate_record=None, state="running"):
-    repo = plan.image_tag.split(":")[0]
-    images = {plan.serving_image: {"id": IMAGE_ID, "labels": labels or {}}}
+    repo = plan.image.tag.split(":")[0]
+    images = {plan.image.serving: {"id": IMAGE_ID, "labels": labels or {}}}
     if repo_digest:
         images[f"{repo}@{repo_digest}"] = {"id": IMAGE_ID, "labels": labels or {}}
     revision = {"complete": verified, "verified": verified, "size": 2,
@@ -73,7 +73,7 @@ def test_a_row_says_what_the_host_runs():
     assert row["gpus"] == {"count": 2, "names": {"NVIDIA GeForce RTX 4090": 2}, "used_mib": 40000,
                            "total_mib": 49128}
     assert row["docker"] == {"engine": "26.1.5", "compose": "2.26.1"}
-    assert row["image"]["ref"] == plan.serving_image and row["image"]["id"] == "ee" * 6
+    assert row["image"]["ref"] == plan.image.serving and row["image"]["id"] == "ee" * 6
     assert row["image"]["lock"] == "no lock" and row["model"]["lock"] == "no lock"
     assert row["model"]["key"] == plan.served.key and row["model"]["short"] == plan.served.revision[:7]
     assert row["container"]["uptime_s"] == 3725

@@ -6,7 +6,7 @@ and on the test hosts (this machine cannot resolve container names).
 Each test run has its own registry container, named with the run's prefix and labelled like the run's other
 objects; the sandbox uses the unprefixed one. While it runs, this machine's Docker engine trusts it through
 /etc/docker/certs.d/IP:PORT/ca.crt; that directory carries a marker naming the run, and the run's cleanup
-(hosts.remove_run_objects) removes it together with every local image reference under that address.
+(testbed.hosts.remove_run_objects) removes it together with every local image reference under that address.
 """
 
 from __future__ import annotations
