@@ -20,7 +20,7 @@ factcache.install()           # the snapshot is read once per host until a comma
 settled.install(state)        # a host that changed nothing is stamped at the end of the run
 # every host's plan; bad data on any host refuses the run (a status report skips that host)
 ready = preflight(host, inventory)
-if ready and settled.unchanged(host, plans(state), snapshots(state)):  # 0. as its last unchanged run left it
+if ready and settled.unchanged(host, plans(host.state), snapshots(host.state)):  # 0. as its last run left it
     local.include("tasks/settled.py")
 elif ready:
     plan = plan_of(host)
