@@ -49,13 +49,9 @@ def container(project=PROJECT, service=SERVICE):
     """The service's container as the engine reports it (with when it last started), or None."""
     found = dockerapi.compose_containers(project).get(service)
     if found is not None:
-        inspected = dockerapi.get(f"/containers/{found['id']}/json") or {}
-        details = inspected.get("State") or {}
+        details = (dockerapi.get(f"/containers/{found['id']}/json") or {}).get("State") or {}
         found["started_at"] = details.get("StartedAt")
         found["health"] = (details.get("Health") or {}).get("Status")   # starting, healthy, unhealthy or None
-        # Restarts by the restart policy since the container was last started by the daemon or a client (the
-        # daemon's start at boot resets it): 0 after a reboot that brought the gated container back (stamp.as_gated).
-        found["restart_count"] = inspected.get("RestartCount")
     return found
 
 

@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 
-from . import names, safefs
+from . import dockerapi, names, safefs
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
@@ -83,10 +83,24 @@ def as_gated(container, record, boot=None):
         return container
     boot = boot or boot_id()
     rebooted = bool(boot) and isinstance(record.get("boot_id"), str) and record["boot_id"] != boot
-    if (rebooted and gated.get("id") == container.get("id") and container.get("restart_count") == 0
-            and container.get("state") == "running" and isinstance(gated.get("started_at"), str)):
+    if (rebooted and gated.get("id") == container.get("id") and container.get("state") == "running"
+            and isinstance(gated.get("started_at"), str) and restart_count(container) == 0):
         return {**container, "started_at": gated["started_at"]}
     return container
+
+
+def restart_count(container):
+    """Docker's RestartCount of ``container``: restarts by its policy since the daemon or a client last started it
+    (the daemon's start at boot resets it); None when the engine does not say. Read here, not by stack.container(),
+    whose module the validation scripts carry: their text is part of the stamp."""
+    if "restart_count" in container:
+        return container["restart_count"]
+    try:
+        found = dockerapi.get(f"/containers/{container['id']}/json") or {}
+    except (dockerapi.Unavailable, ValueError, KeyError):
+        return None
+    count = found.get("RestartCount")
+    return count if isinstance(count, int) else None
 
 
 def current(home, container, docker_dir=None, extra=()):

@@ -82,3 +82,26 @@ def test_a_link_in_place_of_the_record_is_no_record(home, tmp_path):
 def test_the_boot_id_is_the_kernels():
     found = stamp.boot_id()
     assert found is None or (len(found) == 36 and found.count("-") == 4)
+
+
+def test_the_restart_count_is_asked_of_the_engine_when_the_container_does_not_carry_it(home, monkeypatch):
+    """stack.container() does not read it (the validation scripts carry that module, and their text is part of the
+    stamp): the stamp asks the engine for the one container, and only once the cheap conditions hold."""
+    from sglang_infra.hostside import dockerapi
+
+    asked = []
+    answers = {"c" * 64: {"RestartCount": 0}}
+    monkeypatch.setattr(dockerapi, "get", lambda path, *a, **k: asked.append(path) or answers.get(path.split("/")[2]))
+    bare = {key: value for key, value in AFTER_BOOT.items() if key != "restart_count"}
+    assert holds(home, bare) and asked == [f"/containers/{'c' * 64}/json"]
+    answers["c" * 64] = {"RestartCount": 2}
+    assert not holds(home, bare)
+
+    def unavailable(path, *a, **k):
+        raise dockerapi.Unavailable("no engine")
+    monkeypatch.setattr(dockerapi, "get", unavailable)
+    assert not holds(home, bare)
+    asked.clear()
+    monkeypatch.setattr(dockerapi, "get", lambda path, *a, **k: asked.append(path) or {"RestartCount": 0})
+    monkeypatch.setattr(stamp, "boot_id", lambda: GATE_BOOT)   # the gate's own boot: the engine is not asked
+    assert not holds(home, bare) and asked == []
