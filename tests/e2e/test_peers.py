@@ -22,7 +22,7 @@ import pytest
 
 from harness import PROJECT_DIR, _env, door_pin, run_deploy
 from hfstandin.server import count_kinds
-from sglang_infra import peerdoor
+from sglang_infra.models import peerdoor
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port
