@@ -69,6 +69,25 @@ def parse_output(output: str) -> dict[str, dict[str, str]]:
     return statuses
 
 
+# Two drifts more than one module plants on a converged host (test_drift, test_settled_fleet), the operations that
+# repair them, and the lines `--dry --diff` must print for them: written once.
+HUB = "/opt/sglang/hf-cache/hub"
+COMPOSE = "/opt/sglang/docker/compose.yaml"
+LAYOUT_OP = ("tasks/layout.py | Ensure /opt/sglang/{docker,hf-cache/hub,verified} have the runbook's owners and "
+             "modes, and nothing below has drifted")
+COMPOSE_OP = ("tasks/stack.py | Ensure /opt/sglang/docker/compose.yaml is rendered from templates/compose.yaml.j2 "
+              "and accepted by compose")
+HUB_LOST_SETGID = f"chmod g-s {HUB}"
+COMPOSE_HAND_EDITED = f"sed -i 's/--mem-fraction-static=0.85/--mem-fraction-static=0.95/' {COMPOSE}"
+
+
+def diff_misses(output: str) -> list[str]:
+    """What `--dry --diff` must say of HUB_LOST_SETGID and COMPOSE_HAND_EDITED that ``output`` does not."""
+    wanted = (f"Will modify {COMPOSE}", "--mem-fraction-static=0.95", "--mem-fraction-static=0.85",
+              f"Will fix {HUB}: sglang:sglang 775 -> sglang:sglang 2775")
+    return [line for line in wanted if line not in output]
+
+
 def with_trust(data: dict[str, Any]) -> dict[str, Any]:
     """The one place the tests say their network is trusted: a host without sglang_api_key_file gets
     sglang_trusted_network = True (the test hosts' Docker network is this machine's own), unless its data says
