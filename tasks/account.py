@@ -7,13 +7,14 @@ from sglang_infra.operations.account import service_account
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
+account = plan.account
 
 service_account(
-    name=f"Ensure {plan.account} is a locked nologin system account in the docker group, with admins in its group",
-    user=plan.account,
+    name=f"Ensure {account.name} is a locked nologin system account in the docker group, with admins in its group",
+    user=account.name,
     home=plan.paths.home,
-    uid=plan.uid,
-    gid=plan.gid,
+    uid=account.uid,
+    gid=account.gid,
     groups=["docker"],
-    admins=plan.admins,
+    admins=account.admins,
 )

@@ -29,29 +29,30 @@ plan = plan_of(host)
 fleet_barrier(name="Ensure every worker of this run was gated before any gateway sets its workers",
               reason="every worker of this run has been through its gate")
 
-if plan.runs_gateways:
+front_door = plan.front_door
+if front_door is not None:
     image_present(
-        name=f"Ensure the gateway image {plan.gateway_image} is on the host",
-        image=plan.gateway_image,
-        archive=plan.gateway_image_archive,
+        name=f"Ensure the gateway image {front_door.image} is on the host",
+        image=front_door.image,
+        archive=front_door.image_archive,
     )
     secrets = secret_file(
         name=f"Ensure {plan.paths.server_config} holds the API key the gateways send and require, or is absent",
         dest=plan.paths.server_config,
         content=plan.server_config,
-        user=plan.account,
+        user=plan.account.name,
     )
     control = secret_file(
         name=f"Ensure {plan.paths.control_plane_config} holds the gateways' control-plane key (role admin)",
         dest=plan.paths.control_plane_config,
-        content=plan.control_plane_config,
-        user=plan.account,
+        content=front_door.control_plane_config,
+        user=plan.account.name,
     )
 
-for gateway in plan.gateways:
+for gateway in front_door.gateways if front_door is not None else ():
     where = gateway.dir
     compose_sha = gateway.compose_sha
-    scripts_in_place(where, dict(sorted(gateway.scripts.items())), plan.account)
+    scripts_in_place(where, dict(sorted(gateway.scripts.items())), plan.account.name)
     not_failed_before(
         name=f"Ensure the {gateway.key} gateway's compose.yaml is not one that already failed its gate here",
         failed=f"{where}/{names.failed(names.COMPOSE_FILE)}",
@@ -60,7 +61,7 @@ for gateway in plan.gateways:
     )
     compose_file(
         f"Ensure {where}/compose.yaml is rendered from templates/gateway-compose.yaml.j2 and accepted by compose",
-        where, gateway.compose, plan.account)
+        where, gateway.compose, plan.account.name)
     gateway_workers(
         name=f"Ensure the {gateway.key} gateway has exactly the workers that passed their gate",
         directory=where,
@@ -72,7 +73,7 @@ for gateway in plan.gateways:
     stack_up(
         name=f"Ensure the {gateway.key} gateway runs its current compose.yaml (no restart when nothing changed)",
         project_dir=where,
-        image=plan.gateway_image,
+        image=front_door.image,
         model=None,
         compose_sha=compose_sha,
         recreate_if=lambda: secrets.did_change() or control.did_change(),
@@ -85,7 +86,7 @@ for gateway in plan.gateways:
     validated(
         name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
         home=plan.paths.home,
-        image=plan.gateway_image,
+        image=front_door.image,
         gate=f"{where}/{names.GATE_SCRIPT}",
         files=gateway.gate.files,
         always=gateway.gate.always,

@@ -30,27 +30,28 @@ from sglang_infra.operations.gpu_driver import (
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
-pin = plan.driver_pin
+driver = plan.driver
+pin = driver.pin
 facts = replace(plan.gpus.driver, version=pin) if pin else plan.gpus.driver   # the driver the host runs after this
 
 if pin and plan.gpus.driver.version != pin:   # a host already running the pinned driver is left alone
-    repo = plan.driver_repo
+    repo = driver.repo
     if repo:   # Debian: NVIDIA's CUDA repository (Ubuntu's own archive needs none)
         vendor_repository("NVIDIA CUDA", repo.key_url, f"deb [signed-by={{keyring}}] {repo.directory}/ /",
                           "nvidia-cuda", fingerprint=repo.fingerprint)
     nvidia_driver_installed(name=f"Ensure NVIDIA driver {pin} is installed and held", version=pin,
-                            packages=list(plan.driver_packages), held=DRIVER_HELD, preferences=DRIVER_PREFERENCES)
-    if plan.allow_reboot:
+                            packages=list(driver.packages), held=DRIVER_HELD, preferences=DRIVER_PREFERENCES)
+    if driver.allow_reboot:
         server.reboot(name=f"Reboot to load NVIDIA driver {pin} (sglang_allow_reboot)", reboot_timeout=REBOOT_TIMEOUT)
     nvidia_driver_loaded(name=f"Ensure NVIDIA driver {pin} is the one loaded", version=pin,
-                         rebooted=plan.allow_reboot, planned_gpus=plan.gpus.count)
+                         rebooted=driver.allow_reboot, planned_gpus=plan.gpus.count)
 
-if plan.gpus.count and facts.nvswitches and facts.version and plan.install_fabric_manager:
+if plan.gpus.count and facts.nvswitches and facts.version and driver.install_fabric_manager:
     fabric_manager_installed(name=f"Ensure Fabric Manager {facts.version} is installed (the driver's version)",
                              version=facts.version, packages=fabric_manager_packages(facts))
     driver_unit_running(name=f"Ensure {FABRIC_MANAGER_UNIT} is enabled and running", unit=FABRIC_MANAGER_UNIT)
 
-if plan.gpus.count and facts.version and plan.enable_persistence:
+if plan.gpus.count and facts.version and driver.enable_persistence:
     os_family = plan.engine.platform.docker_repo_family if plan.engine.platform else None   # "debian" or "ubuntu"
     driver_unit_running(name=f"Ensure {PERSISTENCED_UNIT} keeps the driver initialised", unit=PERSISTENCED_UNIT,
                         packages=persistenced_packages(facts, os_family))

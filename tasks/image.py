@@ -30,10 +30,10 @@ image_present(
 if build:
     context_dir = plan.paths.toolchain_context
     account_file(f"Ensure {plan.paths.dockerfile} is rendered from templates/Dockerfile.j2",
-                 plan.paths.dockerfile, build.dockerfile, plan.account)
+                 plan.paths.dockerfile, build.dockerfile, plan.account.name)
     for file_name, content in sorted(build.files.items()):
         account_file(f"Ensure {context_dir}/{file_name} is in the image's build context",
-                     f"{context_dir}/{file_name}", content.decode(), plan.account)
+                     f"{context_dir}/{file_name}", content.decode(), plan.account.name)
     toolchain_image(
         name=f"Ensure {build.tag} is built with the toolchain pins and passes its check",
         tag=build.tag,

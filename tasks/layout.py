@@ -25,6 +25,6 @@ layout(
          "has drifted",
     home=home,
     dirs=plan.layout,
-    user=plan.account,
-    group=plan.account,
+    user=plan.account.name,
+    group=plan.account.name,
 )

@@ -22,5 +22,5 @@ if plan.pull.prune:
         keep=plan.keep,
         tools_dir=plan.paths.tools,
         _sudo=True,
-        _sudo_user=plan.account,
+        _sudo_user=plan.account.name,
     )

@@ -29,7 +29,7 @@ tools, token = plan.paths.tools, plan.paths.token
 for warning in plan.warnings:
     logger.warning(f"[{host.name}] {warning}")
 
-if not plan.venv_module:
+if not plan.pull.venv_module:
     apt.packages(
         name="Ensure python3-venv is installed (the pull's environment is a venv)",
         packages=["python3-venv"],
@@ -42,22 +42,22 @@ pull_tools(
     tools_dir=tools,
     hub_version=plan.pull.hub_version,
     script=ship.program("pull.hfpull"),
-    group=plan.account,
+    group=plan.account.name,
     index_url=plan.pull.index_url,
 )
 
 secret_file(
-    name=f"Ensure {token} matches the control machine's Hub token (0600, {plan.account} only)",
+    name=f"Ensure {token} matches the control machine's Hub token (0600, {plan.account.name} only)",
     dest=token,
     content=plan.pull.token,
-    user=plan.account,
+    user=plan.account.name,
 )
 
 secret_file(
-    name=f"Ensure {plan.paths.peer_key} holds the site's peer key (0600, {plan.account} only), or is absent",
+    name=f"Ensure {plan.paths.peer_key} holds the site's peer key (0600, {plan.account.name} only), or is absent",
     dest=plan.paths.peer_key,
     content=plan.peer_door.key if plan.peer_door is not None and plan.peer_sources else None,
-    user=plan.account,
+    user=plan.account.name,
 )
 
 # A model some peer may serve this host later (peering.py) is pulled after the seeds' doors list it:

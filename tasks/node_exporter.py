@@ -35,15 +35,15 @@ else:
     service_running(name=f"Ensure {NODE_EXPORTER_SERVICE} is running its current flags",
                     unit=f"{NODE_EXPORTER_SERVICE}.service", restart_if=dropin.did_change)
 
-    if plan.gate_metrics_units:
+    if exporter.gate_metrics_units:
         root_directory(name=f"Ensure {PROGRAM_DIR} exists", path=PROGRAM_DIR)
         written = [checked_file(name=f"Ensure {path} is up to date", dest=path, content=text,
                                 user="root", group="root")
-                   for path, text in plan.gate_metrics_units.items()]
+                   for path, text in exporter.gate_metrics_units.items()]
         service_running(name="Ensure the gate's metrics are refreshed every minute",
                         unit=f"{GATE_METRICS_UNIT}.timer",
                         restart_if=lambda: any(op.did_change() for op in written))
-    if plan.gpus.count and plan.gate_metrics_units:
+    if plan.gpus.count and exporter.gate_metrics_units:
         service_running(name="Ensure each GPU's health is written for the node exporter every minute",
                         unit=f"{GPU_METRICS_UNIT}.timer",
                         restart_if=lambda: any(op.did_change() for op in written))

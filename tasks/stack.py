@@ -41,17 +41,17 @@ server_secrets = secret_file(
     name=f"Ensure {plan.paths.server_config} holds the API key from sglang_api_key_file (0600), or is absent",
     dest=plan.paths.server_config,
     content=plan.server_config,
-    user=plan.account,
+    user=plan.account.name,
 )
 
 account_env_file(
-    name=f"Ensure {docker_dir}/.env carries the {plan.account} account's real uid and gid",
+    name=f"Ensure {docker_dir}/.env carries the {plan.account.name} account's real uid and gid",
     dest=f"{docker_dir}/{names.ENV_FILE}",
-    user=plan.account,
+    user=plan.account.name,
 )
 
 compose_file(f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_template} and accepted by compose",
-             docker_dir, plan.compose, plan.account)
+             docker_dir, plan.compose, plan.account.name)
 
 group = plan.node_group
 if group is None and plan.roll is None:
@@ -64,7 +64,7 @@ if group is None and plan.roll is None:
         recreate_if=server_secrets.did_change,
     )
 
-scripts_in_place(home, plan.scripts, plan.account)
+scripts_in_place(home, plan.scripts, plan.account.name)
 
 if group is not None and group.rank > 0:
     pass   # a member of a multi-node group is restarted and gated with its group, from rank 0 (below)

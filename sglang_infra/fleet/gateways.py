@@ -60,8 +60,9 @@ def place(settings: GatewaySettings, workers: Mapping[str, Sequence[Any]]) -> li
 
 def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPlan:
     """A gateway host's plan with its gateways, one per fronted model; raises naming every fleet problem."""
-    assert plan.gateway_settings is not None, "fleet() calls this for gateway hosts only"
-    placed = place(plan.gateway_settings, workers)
+    front_door = plan.front_door
+    assert front_door is not None, "fleet() calls this for gateway hosts only"
+    placed = place(front_door.settings, workers)
     raise_if(check_fleet(plan, workers, placed))
     gateways = []
     for spot in placed:
@@ -70,7 +71,7 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
             key=spot.key, slug=spot.slug, served_name=model.served_name, port=spot.port,
             prometheus_port=spot.prometheus_port, dir=f"{plan.paths.gateways}/{spot.slug}",
             workers=tuple(sorted(workers.get(spot.key, ()), key=lambda w: w.host)),
-            gate=replace(plan.gate, url=own_url(plan.gateway_settings.published_on, spot.port),
+            gate=replace(plan.gate, url=own_url(front_door.settings.published_on, spot.port),
                          served_name=model.served_name, baseline_tok_s=model.baseline_tok_s, toolchain_check=None,
                          metrics_url=None))
         compose = render.gateway_compose_yaml(plan, gateway)
@@ -80,7 +81,7 @@ def with_gateways(plan: HostPlan, workers: Mapping[str, list[Worker]]) -> HostPl
                                 gate=gate))
     layout = dict(plan.layout, **{plan.paths.gateways: "755", plan.paths.gateway_secrets: "700"},
                   **{g.dir: "755" for g in gateways})
-    return replace(plan, gateways=tuple(gateways), layout=layout)
+    return replace(plan, front_door=replace(front_door, gateways=tuple(gateways)), layout=layout)
 
 
 def fronts(gateway_hosts, workers: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Front, ...]]:
@@ -109,8 +110,8 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
     """A gateway host's problems with the fleet: ``workers`` (model key -> its serving hosts) and the gateways
     gateways.place() worked out for it."""
     errors: list[str] = []
-    settings, name = plan.gateway_settings, plan.name
-    assert settings is not None, "check_fleet judges gateway hosts only"
+    assert plan.front_door is not None, "check_fleet judges gateway hosts only"
+    settings, name = plan.front_door.settings, plan.name
 
     def err(key: str, what: str, fix: str) -> None:
         errors.append(problem(name, key, what, fix))
@@ -151,7 +152,7 @@ def check_fleet(plan: HostPlan, workers: Mapping[str, list[Worker]], placed: lis
                 "front only one of them from this host")
         slugs[spot.slug] = spot.key
     # The front door: without a key, the gateway's POST /workers is open to whoever reaches its port.
-    if plan.api_key is None and not plan.trusted_network and \
+    if plan.api_key is None and not plan.exposure.trusted_network and \
             not ipaddress.ip_address(settings.published_on).is_loopback:
         where = "every address" if ipaddress.ip_address(settings.published_on).is_unspecified else \
             settings.published_on
@@ -171,9 +172,10 @@ def check_open_worker(plan: HostPlan, fronted_by: tuple[str, ...] = ()) -> list[
     """A serving host whose API would answer anyone on the network without a key: refused unless it is
     published on loopback only or the operator said the network is trusted. ``fronted_by``: the gateway hosts
     in front of it (they reach it over the network, so loopback is no fix for it)."""
-    if plan.api_key is not None or plan.trusted_network or ipaddress.ip_address(plan.bind_address).is_loopback:
+    exposure = plan.exposure
+    if plan.api_key is not None or exposure.trusted_network or ipaddress.ip_address(exposure.bind_address).is_loopback:
         return []
-    where = f"{plan.bind_address}:{plan.port} (sglang_bind_address)"
+    where = f"{exposure.bind_address}:{plan.port} (sglang_bind_address)"
     behind = f", which the gateways of {', '.join(fronted_by)} reach over the network" if fronted_by else ""
     loopback = "" if fronted_by else "sglang_bind_address = '127.0.0.1' when no gateway fronts this host and " \
         "every client runs on it, or "
@@ -223,9 +225,10 @@ def fleet(plans: Mapping[str, HostPlan | None], everyone: Fleet, refuse: bool = 
                 errors += error.problems
     every_front = everyone.fronts
     for name, plan in out.items():
-        if plan is not None and plan.gateways:
-            out[name] = replace(plan, gateways=tuple(replace(g, sole_front=len(every_front.get(g.key, ())) == 1)
-                                                     for g in plan.gateways))
+        if plan is not None and plan.front_door is not None and plan.front_door.gateways:
+            gateways = tuple(replace(g, sole_front=len(every_front.get(g.key, ())) == 1)
+                             for g in plan.front_door.gateways)
+            out[name] = replace(plan, front_door=replace(plan.front_door, gateways=gateways))
     fronting = every_front if not errors else {}
     for key, behind in fronting.items():
         for worker in workers.get(key, ()):
@@ -233,13 +236,14 @@ def fleet(plans: Mapping[str, HostPlan | None], everyone: Fleet, refuse: bool = 
             if plan is not None and plan.serves:
                 pool = f"{key} behind " + ", ".join(f"{f.gateway_host}/{f.slug}" for f in behind)
                 size = len(workers[key])
-                allowed = unavailable(plan.unavailable_setting, size)
-                errors += check_pool(plan.name, plan.unavailable_setting, allowed, pool, size)
+                settings = plan.roll_settings
+                allowed = unavailable(settings.max_unavailable, size)
+                errors += check_pool(plan.name, settings.max_unavailable, allowed, pool, size)
                 others = tuple(f for other, found in fronting.items() if other != key for f in found)
                 out[worker.host] = replace(plan, roll=Roll(
                     url=worker.url, fronts=behind, pool=pool, pool_size=size, max_unavailable=allowed,
-                    drain_timeout=plan.drain_timeout, others=others,
-                    members=tuple((each.host, each.url) for each in workers[key]), stamped=plan.validated_at_start,
+                    drain_timeout=settings.drain_timeout, others=others,
+                    members=tuple((each.host, each.url) for each in workers[key]), stamped=settings.validated_at_start,
                     model=plan.served.served_name))
     # No worker answers the network without a key unless the operator said so (check_open_worker).
     for name, plan in plans.items():

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping
 from ..hostside.netloc import netloc
 from ..plan import render
 from ..plan.problems import DeployDataError, problem, raise_if
-from ..plan.types import GatewaySettings, HostPlan, Monitor, Target
+from ..plan.types import GatewaySettings, HostPlan, Target
 from .gateways import place
 from .roles import MONITOR_GROUP, ROLE_GROUPS
 
@@ -125,12 +125,12 @@ def with_monitor(plan: HostPlan, everyone: Fleet) -> HostPlan:
     found, unreachable = targets_of(plan.name, everyone)
     raise_if(check_monitor(plan.name, [each for each in everyone.hosts if each.serves or each.runs_gateways],
                            unreachable))
-    settings = plan.monitor_settings
-    assert settings is not None, "with_monitors() calls this for monitor hosts only"
+    assert plan.monitor is not None, "with_monitors() calls this for monitor hosts only"
+    settings = plan.monitor.settings
     own = scrape_address(*_split(settings.listen_address), "127.0.0.1", True)
     assert own is not None  # same_host: loopback too
     found.append(Target(JOB_PROMETHEUS, own, _labels(host=plan.name, group="monitor", model="", role="monitor")))
-    monitor = Monitor(settings=settings, targets=tuple(found))
+    monitor = replace(plan.monitor, targets=tuple(found))
     return replace(plan, monitor=replace(monitor, config=render.prometheus_config(monitor),
                                          rules=render.alert_rules(settings), dropin=render.prometheus_dropin(settings),
                                          dashboard=render.dashboard()))

@@ -169,7 +169,7 @@ def check_groups(plans: Mapping[str, HostPlan | None], groups: Mapping[str, Node
         plan = plans.get(host)
         if plan is None:
             continue
-        if not plan.trusted_network:
+        if not plan.exposure.trusted_network:
             errors.append(problem(host, "sglang_trusted_network", f"False, but group {group.name!r} needs rank 0's "
                                   f"ports {group.port}-{group.port + group.ports - 1} (the rendezvous and SGLang's "
                                   "ZMQ sockets) and NCCL's between the members, which answer without a key",

@@ -132,7 +132,7 @@ def pull_arguments(plan: HostPlan, model, first_round: bool = False) -> dict[str
         endpoint=plan.pull.hf_endpoint, token_file=plan.paths.token if plan.pull.token else None,
         locked=plan.locked.get(model.key), peers=sources if sources is not None and sources.peers else None,
         peer_key_file=plan.paths.peer_key if sources is not None and sources.peers else None,
-        _sudo=True, _sudo_user=plan.account)
+        _sudo=True, _sudo_user=plan.account.name)
 
 
 def model_files(plan: HostPlan, model) -> tuple:

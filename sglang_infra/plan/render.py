@@ -123,7 +123,7 @@ def compose_yaml(plan: HostPlan) -> str:
         server_config=SERVER_CONFIG_IN_CONTAINER,
         hf_cache=(plan.paths.hf_cache, CONTAINER_HF_CACHE),
         gpu_reservation=plan.gpus.count > 0,
-        stop_grace_period=plan.drain_timeout + STOP_MARGIN,
+        stop_grace_period=plan.roll_settings.drain_timeout + STOP_MARGIN,
         model_label=names.MODEL_LABEL,
         group=plan.node_group,
         health_url=f"{plan.gate.url}/health",
@@ -170,11 +170,13 @@ GATEWAY_IN_CONTAINER = "/etc/sglang-router"
 
 
 def gateway_compose_yaml(plan: HostPlan, gateway: Gateway) -> str:
+    front_door = plan.front_door
+    assert front_door is not None, "gateways.with_gateways renders for gateway hosts only"
     why = reasons()
     flags = [{"arg": f"{flag}={plan.template_values[key]}", "reason": why[key]} for key, flag in GATEWAY_FLAGS]
     return render_template(
         "templates/gateway-compose.yaml.j2", **plan.template_values,
-        gateway=gateway, settings=plan.gateway_settings, image=plan.gateway_image, flags=flags, reasons=why,
+        gateway=gateway, settings=front_door.settings, image=front_door.image, flags=flags, reasons=why,
         mount=GATEWAY_IN_CONTAINER, gateway_version=GATEWAY_VERSION,
         launcher=names.LAUNCHER, workers_file=names.WORKERS_FILE,
         secrets=(plan.paths.secrets, SECRETS_IN_CONTAINER) if plan.api_key else None,

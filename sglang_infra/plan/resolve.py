@@ -36,12 +36,17 @@ from .refusals import Judged, check_gateway_host, check_host_state, judge
 from .render import gate_files
 from .types import (
     LOCAL_URL,
+    Account,
     AptSource,
     Engine,
+    Exposure,
+    FrontDoor,
     Gate,
     GatewaySettings,
+    GpuDriver,
     HostPlan,
     Image,
+    Monitor,
     MonitorSettings,
     NodeExporter,
     NodeGroup,
@@ -49,6 +54,7 @@ from .types import (
     PeerDoor,
     PeerPin,
     Pull,
+    RollSettings,
     worker_url,
 )
 
@@ -154,8 +160,9 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     url = worker_url(bind, data["sglang_port"]) if node_group and serves else LOCAL_URL.format(port=data["sglang_port"])
     pin = data["sglang_nvidia_driver_version"]
     plan = HostPlan(
-        name=name, account=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
-        admins=tuple(data["sglang_admins"]), paths=paths, layout=paths.layout(build is not None),
+        name=name, account=Account(name=ACCOUNT, uid=data["sglang_uid"], gid=data["sglang_gid"],
+                                   admins=tuple(data["sglang_admins"])),
+        paths=paths, layout=paths.layout(build is not None),
         engine=Engine(
             platform=platform, works=engine_works, source=data["sglang_docker_source"],
             apt_url=data["sglang_docker_apt_url"], repo=docker_repo(data, platform) if installs else None,
@@ -168,7 +175,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
         pull=Pull(hub_version=data["sglang_huggingface_hub_version"], index_url=data["sglang_pip_index_url"],
                   hf_endpoint=data["sglang_hf_endpoint"], lock_wait=data["sglang_pull_lock_wait"],
-                  workers=data["sglang_pull_workers"], token=judged.token, prune=data["sglang_prune_models"]),
+                  workers=data["sglang_pull_workers"], token=judged.token, prune=data["sglang_prune_models"],
+                  venv_module=bool((snapshot.get("tools") or {}).get("venv_module"))),
         api_key=judged.api_key, server_config=server_config(judged.api_key),
         image=Image(tag=tag, locked=locked_image, pulled=image, archive=data["sglang_image_archive"], build=build,
                     serving=build.tag if build else image),
@@ -185,24 +193,23 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
                   metrics_url=f"{url}/metrics",
                   turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
         compose_template=data["sglang_compose_template"],
-        venv_module=bool((snapshot.get("tools") or {}).get("venv_module")),
-        serves=serves, runs_gateways=runs_gateways, gateway_image=data["sglang_router_image"] or "",
-        gateway_image_archive=data["sglang_router_image_archive"],
-        control_plane_config=server_config(judged.admin_key) if runs_gateways else None,
-        gateway_settings=GatewaySettings.of(data) if runs_gateways else None,
-        bind_address=bind, trusted_network=data["sglang_trusted_network"],
-        drain_timeout=data["sglang_drain_timeout"], unavailable_setting=data["sglang_max_unavailable"],
-        validated_at_start=worker_validated(snapshot),
-        monitors=monitors(groups), monitor_settings=MonitorSettings.of(data) if monitors(groups) else None,
+        serves=serves,
+        front_door=FrontDoor(image=data["sglang_router_image"] or "", image_archive=data["sglang_router_image_archive"],
+                             control_plane_config=server_config(judged.admin_key),
+                             settings=GatewaySettings.of(data)) if runs_gateways else None,
+        exposure=Exposure(bind_address=bind, trusted_network=data["sglang_trusted_network"]),
+        roll_settings=RollSettings(drain_timeout=data["sglang_drain_timeout"],
+                                   max_unavailable=data["sglang_max_unavailable"],
+                                   validated_at_start=worker_validated(snapshot)),
+        monitor=Monitor(settings=MonitorSettings.of(data)) if monitors(groups) else None,
         node_group=node_group if serves else None,
-        install_fabric_manager=data["sglang_install_fabric_manager"],
-        enable_persistence=data["sglang_enable_persistence"],
-        driver_pin=pin,
-        driver_packages=tuple(driver_packages(pin, os_release.get("id"), data["sglang_nvidia_driver_open"]))
-        if pin else (),
-        driver_repo=cuda_repository(data["sglang_nvidia_cuda_apt_url"], os_release.get("id"),
-                                    os_release.get("version"), os_release.get("arch")) if pin else None,
-        allow_reboot=data["sglang_allow_reboot"],
+        driver=GpuDriver(
+            pin=pin, packages=tuple(driver_packages(pin, os_release.get("id"), data["sglang_nvidia_driver_open"]))
+            if pin else (),
+            repo=cuda_repository(data["sglang_nvidia_cuda_apt_url"], os_release.get("id"), os_release.get("version"),
+                                 os_release.get("arch")) if pin else None,
+            allow_reboot=data["sglang_allow_reboot"], install_fabric_manager=data["sglang_install_fabric_manager"],
+            enable_persistence=data["sglang_enable_persistence"]),
     )
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \
@@ -212,9 +219,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     door = peer_door(plan, data, judged.peer_key, snapshot) if serves else None
     return replace(plan, compose=compose, compose_sha=names.text_digest(compose), scripts=scripts, gate=gate,
                    peer_door=door,
-                   node_exporter=exporter and replace(exporter, dropin=render.node_exporter_dropin(exporter)),
-                   gate_metrics_units={**render.gate_metrics_units(plan), **render.gpu_metrics_units(plan)}
-                   if exporter and serves else {})
+                   node_exporter=exporter and replace(
+                       exporter, dropin=render.node_exporter_dropin(exporter),
+                       gate_metrics_units={**render.gate_metrics_units(plan), **render.gpu_metrics_units(plan)}
+                       if serves else {}))
 
 
 def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
@@ -228,7 +236,7 @@ def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
     pins = tuple(PeerPin(model.repo_id, model.revision, locked[key_].content if key_ in locked else None,
                          frozenset(f["sha256"] for f in locked[key_].files) if key_ in locked else frozenset())
                  for key_, model in sorted(plan.registry.items()) if models.is_commit(model.revision))
-    door = PeerDoor(address=address, port=data["sglang_peer_port"], group=plan.account,
+    door = PeerDoor(address=address, port=data["sglang_peer_port"], group=plan.account.name,
                     hub=plan.paths.hub, pins=pins, key=key, key_id=peerdoor.key_id(key))
     config, key_conf, dropin = peerdoor.render(door, reasons()["sglang_peer_bind_address"])
     return replace(door, config=config, key_conf=key_conf, dropin=dropin)

@@ -153,7 +153,7 @@ class Roll:
     drain_timeout: int
     others: tuple[Front, ...] = ()  # the gateways of every other model: a worker switching models leaves them
     members: tuple[tuple[str, str], ...] = ()   # (host, url) of every worker of the pool, in this run or not
-    stamped: bool = False           # HostPlan.validated_at_start: one half of being in service
+    stamped: bool = False           # RollSettings.validated_at_start: one half of being in service
     model: str | None = None        # the served name its gateways list it with once they can read its /v1/models
 
 
@@ -222,6 +222,8 @@ class NodeExporter:
     bind_address: str        # sglang_node_exporter_bind_address
     port: int                # sglang_node_exporter_port
     dropin: str = field(default="", repr=False)   # its systemd drop-in (render.py): listen address, textfile dir
+    # a serving host's timers and their programs (path -> text): the gate's metrics, and each GPU's health
+    gate_metrics_units: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def listen(self) -> str:
@@ -300,7 +302,7 @@ class Monitor:
     """What a monitor host runs: Prometheus scraping ``targets``, with the alert rules and the dashboard."""
 
     settings: MonitorSettings
-    targets: tuple[Target, ...]
+    targets: tuple[Target, ...] = ()   # set by preflight, which sees the whole Fleet (monitoring.with_monitor)
     config: str = field(default="", repr=False)      # prometheus.yml
     rules: str = field(default="", repr=False)       # the alert rules
     dropin: str = field(default="", repr=False)      # prometheus.service's drop-in: listen address, retention
@@ -380,6 +382,7 @@ class Pull:
     workers: int                    # sglang_pull_workers: files and connections at a time
     token: bytes | None = field(repr=False)   # the Hub token (registry.control_token), uploaded to paths.token
     prune: bool = False             # sglang_prune_models
+    venv_module: bool = False       # the host's python3 can make the pull's venv
 
 
 @dataclass(frozen=True)
@@ -397,12 +400,67 @@ class Image:
 
 
 @dataclass(frozen=True)
+class Account:
+    """The service account, what tasks/account.py ensures: its name, its ids (None: the system picks them), and
+    the admins in its group."""
+
+    name: str
+    uid: int | None                 # sglang_uid
+    gid: int | None                 # sglang_gid
+    admins: tuple[str, ...]         # sglang_admins
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    """A gateway host's part of the fleet's front door, what tasks/gateways.py applies: the gateway image, the
+    control-plane key, the host's gateway settings, and its gateways (one per fronted model)."""
+
+    image: str                      # sglang_router_image (check_gateway_host refuses it unset)
+    image_archive: str | None       # sglang_router_image_archive: a `docker save` archive loaded instead of a pull
+    # router/.secrets/control-plane.yaml (the control-plane admin key), or None: no key (refused on a gateway host)
+    control_plane_config: bytes | None = field(repr=False)
+    settings: GatewaySettings
+    gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Who may call this host's ports without a key (gateways.check_open_worker, check_fleet, nodegroups)."""
+
+    bind_address: str = EVERY_ADDRESS   # sglang_bind_address: where the worker's API is published
+    trusted_network: bool = False   # sglang_trusted_network: the operator said an open port is fine on this network
+
+
+@dataclass(frozen=True)
+class RollSettings:
+    """A serving host's data for its rolling restart, which the gateway pass turns into its Roll."""
+
+    drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
+    # sglang_max_unavailable as written, a count or "N%" of a pool: the gateway pass works out the count once, for
+    # the pool's size, into Roll.max_unavailable (gateways.unavailable); nothing else reads this
+    max_unavailable: int | str = 1
+    # it ran a config its gate stamped when the run began (its snapshot before any change); the roll's "in service"
+    validated_at_start: bool = False
+
+
+@dataclass(frozen=True)
+class GpuDriver:
+    """The NVIDIA driver layer, what tasks/gpu_driver.py applies: the pinned driver (sglang_nvidia_driver_version,
+    None: the operator's), its apt packages, NVIDIA's CUDA repository directory where it is the source (Debian),
+    whether the deploy may reboot to load it, and the driver's companions it may install."""
+
+    pin: str | None = None
+    packages: tuple[str, ...] = ()
+    repo: CudaRepository | None = None
+    allow_reboot: bool = False              # sglang_allow_reboot
+    install_fabric_manager: bool = False    # sglang_install_fabric_manager
+    enable_persistence: bool = False        # sglang_enable_persistence
+
+
+@dataclass(frozen=True)
 class HostPlan:
     name: str
-    account: str
-    uid: int | None
-    gid: int | None
-    admins: tuple[str, ...]
+    account: Account                # the service account the deploy runs the models and the stack as
     paths: Paths
     layout: dict[str, str] = field(repr=False)
     engine: Engine                  # Docker and apt: the engine, NVIDIA's Container Toolkit, apt's cache
@@ -427,51 +485,35 @@ class HostPlan:
     template_values: Mapping[str, Any] = field(repr=False)
     compose_template: str
     gate: Gate
-    venv_module: bool   # the host's python3 can make the pull's venv
     # the rendered files (render.py), set once the rest of the plan is known
     compose: str = field(default="", repr=False)
     compose_sha: str = ""
     scripts: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # the fleet front door: a host in any group but `router` serves a model; one in `router` runs its gateways
+    # the roles: a host in any group but `router` and `monitor` serves a model; one in `router` runs its gateways
+    # (front_door), one in `monitor` the fleet's Prometheus (monitor)
     serves: bool = True
-    runs_gateways: bool = False
-    gateway_image: str = ""         # sglang_router_image ("" when unset: refused on a gateway host)
-    gateway_image_archive: str | None = None
-    # router/.secrets/control-plane.yaml (the control-plane admin key), or None: no key (refused on a gateway host)
-    control_plane_config: bytes | None = field(default=None, repr=False)
-    gateway_settings: GatewaySettings | None = None
-    # who may call this host's ports without a key (gateways.check_open_worker, check_fleet)
-    bind_address: str = "0.0.0.0"   # sglang_bind_address: where the worker's API is published
-    trusted_network: bool = False   # sglang_trusted_network: the operator said an open port is fine on this network
-    gateways: tuple[Gateway, ...] = ()   # set by preflight, which sees every host's plan (gateways.with_gateways)
-    drain_timeout: int = 0          # sglang_drain_timeout: also what compose's stop_grace_period is worked out from
-    # sglang_max_unavailable as written, a count or "N%" of a pool: the gateway pass works out the count once, for
-    # the pool's size, into Roll.max_unavailable (gateways.unavailable); nothing else reads this
-    unavailable_setting: int | str = 1
-    # it ran a config its gate stamped when the run began (its snapshot before any change); the roll's "in service"
-    validated_at_start: bool = False
+    front_door: FrontDoor | None = None   # a gateway host's gateways: image, control-plane key, settings
+    exposure: Exposure = Exposure()       # who may call this host's ports without a key
+    roll_settings: RollSettings = RollSettings()   # how the gateway pass rolls it (into roll)
     roll: Roll | None = None        # set by preflight for a serving host some gateway of the inventory fronts
-    # fleet metrics: the node exporter (None: sglang_node_exporter off), the gate's metrics timer on a serving
-    # host with one, and, on a host of the `monitor` group, Prometheus over the inventory (set by preflight)
+    # fleet metrics: the node exporter (None: sglang_node_exporter off) with the gate's metrics timer on a serving
+    # host, and, on a host of the `monitor` group, Prometheus over the inventory (its targets set by preflight)
     node_exporter: NodeExporter | None = None
-    gate_metrics_units: Mapping[str, str] = field(default_factory=dict, repr=False)
-    monitors: bool = False
-    monitor_settings: MonitorSettings | None = None
     monitor: Monitor | None = None
     node_group: NodeGroup | None = None   # sglang_node_group: this host's multi-node group, its rank and members
     # peer distribution: the door (None: sglang_peer_key_file is None, or the host serves no model)
     peer_door: PeerDoor | None = None
     # where the pull looks for each kept model's blobs first, by model key (set by preflight, peering.py)
     peer_sources: Mapping[str, PeerSources] = field(default_factory=dict)
-    # the driver's companions the deploy may install (sglang_install_fabric_manager, sglang_enable_persistence)
-    install_fabric_manager: bool = False
-    enable_persistence: bool = False
-    # the pinned NVIDIA driver (sglang_nvidia_driver_version, None: the operator's), its apt package, NVIDIA's CUDA
-    # repository directory where it is the source (Debian), and whether the deploy may reboot to load it
-    driver_pin: str | None = None
-    driver_packages: tuple[str, ...] = ()
-    driver_repo: CudaRepository | None = None
-    allow_reboot: bool = False
+    driver: GpuDriver = GpuDriver()   # the NVIDIA driver layer the deploy may install
+
+    @property
+    def runs_gateways(self) -> bool:
+        return self.front_door is not None
+
+    @property
+    def monitors(self) -> bool:
+        return self.monitor is not None
 
     @property
     def keep(self) -> list[str]:

@@ -122,7 +122,7 @@ def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
 def involves_others(plan: HostPlan) -> bool:
     """Its operations reach other hosts or depend on their state: it may not skip while another host changes."""
     return bool(plan.runs_gateways or plan.monitors or plan.roll is not None or plan.node_group is not None
-                or plan.peer_door is not None or plan.peer_sources or plan.gateways)
+                or plan.peer_door is not None or plan.peer_sources)
 
 
 def checked_live(plan: HostPlan) -> bool:

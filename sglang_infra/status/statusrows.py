@@ -199,7 +199,7 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "api": api_access(plan),
         "gateways": report.get("gateways") or [],
         # a monitor host: where its Prometheus answers (the fleet's metrics, alerts and the dashboard's source)
-        "prometheus": prometheus_url(name, plan.monitor_settings) if plan.monitors else None,
+        "prometheus": prometheus_url(name, plan.monitor.settings) if plan.monitor else None,
         # a member of a multi-node group: the group, its members and its rank (fleetstatus judges the group whole)
         "node_group": group_fields(plan.node_group),
     }
@@ -225,10 +225,10 @@ def api_access(plan) -> str:
     deploy refuses that: gateways.check_open_worker and check_fleet)."""
     if plan.api_key is not None:
         return API_ACCESS[0]
-    if plan.trusted_network:
+    if plan.exposure.trusted_network:
         return API_ACCESS[1]
-    published = ([plan.bind_address] if plan.serves else []) + \
-        ([plan.gateway_settings.published_on] if plan.gateway_settings is not None else [])
+    published = ([plan.exposure.bind_address] if plan.serves else []) + \
+        ([plan.front_door.settings.published_on] if plan.front_door is not None else [])
     return API_ACCESS[2] if all(ipaddress.ip_address(a).is_loopback for a in published) else API_ACCESS[3]
 
 

@@ -299,18 +299,18 @@ def test_the_multi_node_group_is_whole(serving):
 # ---------------------------------------------------------------- gateway hosts: each gateway
 def test_a_gateway_host_runs_a_gateway_for_each_model_it_fronts(routing):
     found = routing.snapshot.get("routers") or {}
-    assert sorted(found) == sorted(g.slug for g in routing.plan.gateways), found
+    assert sorted(found) == sorted(g.slug for g in routing.plan.front_door.gateways), found
 
 
 def test_each_gateways_compose_yaml_is_the_rendering_of_the_data(routing):
-    for gateway in routing.plan.gateways:
+    for gateway in routing.plan.front_door.gateways:
         path = f"{gateway.dir}/{names.COMPOSE_FILE}"
         remote = routing.run(f"sha256sum {path}").stdout.split()[:1]
         assert remote == [gateway.compose_sha], f"the {gateway.key} gateway's {path} is not the rendered one"
 
 
 def test_each_gateway_runs_and_passed_its_gate_for_what_runs_now(routing):
-    for gateway in routing.plan.gateways:
+    for gateway in routing.plan.front_door.gateways:
         found = (routing.snapshot.get("routers") or {}).get(gateway.slug) or {}
         container = (found.get("stack") or {}).get("container") or {}
         assert container.get("state") == "running", f"the {gateway.key} gateway's container is not running"
@@ -319,7 +319,7 @@ def test_each_gateway_runs_and_passed_its_gate_for_what_runs_now(routing):
 
 
 def test_each_gateway_answers_with_its_model(routing):
-    for gateway in routing.plan.gateways:
+    for gateway in routing.plan.front_door.gateways:
         result = routing.run(api_probe(gateway.gate.url, gateway.gate.api_key_file))
         assert result.rc == 0, f"the {gateway.key} gateway does not answer on {gateway.gate.url}: " \
                                f"{result.stderr.strip()[-300:]}"

@@ -57,7 +57,7 @@ def test_debian_installs_nvidia_s_open_driver_from_the_cuda_repository_with_its_
 
 
 def test_debian_13_s_cuda_repository_is_signed_by_its_newer_key():
-    repo = plan("580.105.08", os={"id": "debian", "version": "13", "arch": "arm64"}).driver_repo
+    repo = plan("580.105.08", os={"id": "debian", "version": "13", "arch": "arm64"}).driver.repo
     assert repo.directory == f"{CUDA_URL}/debian13/sbsa"
     assert repo.key_url.endswith("/debian13/sbsa/8793F200.pub")
     assert repo.fingerprint == "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
@@ -70,9 +70,9 @@ def test_ubuntu_installs_its_own_archive_s_server_open_driver_and_adds_no_reposi
 
 
 def test_the_proprietary_modules_where_the_data_says_so():
-    assert plan("580.105.08", os=UBUNTU, sglang_nvidia_driver_open=False).driver_packages == \
+    assert plan("580.105.08", os=UBUNTU, sglang_nvidia_driver_open=False).driver.packages == \
         ("nvidia-driver-580-server=580.105.08-*",)
-    assert plan("580.105.08", sglang_nvidia_driver_open=False).driver_packages == ("cuda-drivers=580.105.08-*",)
+    assert plan("580.105.08", sglang_nvidia_driver_open=False).driver.packages == ("cuda-drivers=580.105.08-*",)
 
 
 def test_a_host_running_the_pinned_driver_gets_nothing_of_the_driver():

@@ -92,7 +92,7 @@ def test_a_run_builds_one_fleet(inventory):
 def test_every_pass_works_from_the_fleet(inventory):
     """The gateways' workers, the monitor's targets and the group's ranks, as the inventory says."""
     plans = run(inventory)
-    [gateway] = plans["gw-1"].gateways
+    [gateway] = plans["gw-1"].front_door.gateways
     assert [worker.host for worker in gateway.workers] == ["gpu-01", "gpu-03"]   # the group once, through rank 0
     assert {target.address for target in plans["mon-1"].monitor.targets if target.job == "node"} == \
         {"10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.13:9100", "10.0.0.5:9100", "10.0.0.9:9100"}
@@ -113,7 +113,7 @@ def test_a_gateway_hosts_secrets_are_each_read_once(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "read_secret", lambda path: reads.update([path]) or real(path))
     plan = resolve("gw-1", {**DEFAULTS, "sglang_require_gpu": False, "sglang_api_key_file": str(api_key)},
                    converged_snapshot(None), ("router",))
-    assert plan.control_plane_config is not None and plan.api_key == b"k3y-0123456789abcdef"
+    assert plan.front_door.control_plane_config is not None and plan.api_key == b"k3y-0123456789abcdef"
     assert reads == {str(api_key): 1, DEFAULTS["sglang_router_admin_key_file"]: 1}
 
 

@@ -74,7 +74,7 @@ def test_a_host_in_router_and_production_does_both():
 
 def test_each_served_model_gets_its_own_gateway_port_and_the_workers_that_serve_it():
     workers = {**TWO, **fleet(worker("gpu-03", "10.0.0.13", QUALITY))}
-    gateways = {g.key: g for g in with_gateways(gateway_host(), workers).gateways}
+    gateways = {g.key: g for g in with_gateways(gateway_host(), workers).front_door.gateways}
     assert [g.port for g in gateways.values()] == [30080, 30081]           # registry order
     assert [g.prometheus_port for g in gateways.values()] == [29000, 29001]
     assert [w.url for w in gateways[PROD].workers] == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
@@ -137,7 +137,7 @@ def test_a_gateway_port_on_the_workers_port_of_the_same_host_is_refused():
 
 
 def test_the_same_port_on_a_gateway_only_host_is_no_clash():
-    assert with_gateways(gateway_host(sglang_router_port=30000), TWO).gateways[0].port == 30000
+    assert with_gateways(gateway_host(sglang_router_port=30000), TWO).front_door.gateways[0].port == 30000
 
 
 def test_an_unknown_policy_is_refused_naming_the_choices():
@@ -170,7 +170,7 @@ def test_a_gateway_host_without_the_smg_image_is_refused_before_any_change():
     assert "templates/gateway-requirements.txt" in problem
     # A host that serves only needs neither.
     assert resolve("gpu-1", {**DEFAULTS, "sglang_router_image": None, "sglang_router_admin_key_file": None},
-                   converged_snapshot()).gateway_image == ""
+                   converged_snapshot()).front_door is None
 
 
 @pytest.mark.parametrize("image", ["smg-gateway", "smg-gateway:latest"])
@@ -191,7 +191,7 @@ def test_a_registry_image_by_tag_alone_without_an_archive_is_refused_before_any_
 @pytest.mark.parametrize("image", ["registry:5000/x/smg-gateway@sha256:" + "cd" * 32,
                                    "registry:5000/x/smg-gateway:1.13.0@sha256:" + "cd" * 32])
 def test_a_registry_image_by_digest_needs_no_archive(image):
-    assert gateway_host(sglang_router_image=image).gateway_image == image
+    assert gateway_host(sglang_router_image=image).front_door.image == image
 
 
 @pytest.mark.parametrize("content", [None, "", "\n", "short", "two words-0123456789abcdef"])
@@ -225,16 +225,18 @@ def test_a_gateway_without_a_key_off_loopback_is_refused_unless_the_network_is_t
                               f"{'every address' if address in (None, '0.0.0.0', '::') else address} ")
     assert "could use every worker of its model" in problem
     assert "Fix: set sglang_api_key_file" in problem and "sglang_trusted_network = True." in problem
-    assert with_gateways(gateway_host(sglang_router_bind_address=address, sglang_trusted_network=True), TWO).gateways
+    plan = with_gateways(gateway_host(sglang_router_bind_address=address, sglang_trusted_network=True), TWO)
+    assert plan.front_door.gateways
 
 
 def test_a_gateway_without_a_key_on_loopback_only_is_accepted():
     plan = with_gateways(gateway_host(sglang_router_bind_address="127.0.0.1", sglang_trusted_network=False), TWO)
-    assert yaml.safe_load(plan.gateways[0].compose)["services"]["router"]["ports"][0] == "127.0.0.1:30080:30080"
+    gateway = plan.front_door.gateways[0]
+    assert yaml.safe_load(gateway.compose)["services"]["router"]["ports"][0] == "127.0.0.1:30080:30080"
 
 
 def published(plan):
-    return yaml.safe_load(with_gateways(plan, TWO).gateways[0].compose)["services"]["router"]["ports"]
+    return yaml.safe_load(with_gateways(plan, TWO).front_door.gateways[0].compose)["services"]["router"]["ports"]
 
 
 def test_the_front_door_is_open_on_every_address_only_with_a_key_or_by_decision(tmp_path):
@@ -258,7 +260,7 @@ def test_the_shipped_defaults_publish_no_gateway_port_on_every_address_without_a
 
 
 def compose(**data):
-    return yaml.safe_load(with_gateways(gateway_host(**data), TWO).gateways[0].compose)
+    return yaml.safe_load(with_gateways(gateway_host(**data), TWO).front_door.gateways[0].compose)
 
 
 def test_the_compose_runs_smgs_launcher_with_the_fleets_health_settings():
@@ -283,8 +285,8 @@ def test_the_control_plane_key_is_written_0700_dir_and_never_into_compose_or_scr
     plan = with_gateways(gateway_host(), TWO)
     assert plan.layout["/opt/sglang/router/.secrets"] == "700"
     assert plan.paths.control_plane_config == "/opt/sglang/router/.secrets/control-plane.yaml"
-    assert plan.control_plane_config == f'api-key: "{key}"\n'.encode()
-    assert key not in plan.gateways[0].compose + "".join(plan.gateways[0].scripts.values())
+    assert plan.front_door.control_plane_config == f'api-key: "{key}"\n'.encode()
+    assert key not in plan.front_door.gateways[0].compose + "".join(plan.front_door.gateways[0].scripts.values())
 
 
 def test_the_gateway_image_is_its_own(tmp_path):
@@ -297,7 +299,7 @@ def test_the_gateway_image_is_its_own(tmp_path):
 def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path):
     key_file = tmp_path / "api-key"
     key_file.write_text("k3y-0123456789abcdef\n")
-    gateway = with_gateways(gateway_host(sglang_api_key_file=str(key_file)), TWO).gateways[0]
+    gateway = with_gateways(gateway_host(sglang_api_key_file=str(key_file)), TWO).front_door.gateways[0]
     service = yaml.safe_load(gateway.compose)["services"]["router"]
     assert service["command"][3] == "/etc/sglang-secrets/server.yaml"
     assert "/opt/sglang/docker/secrets:/etc/sglang-secrets:ro" in service["volumes"]
@@ -306,11 +308,11 @@ def test_an_api_key_reaches_the_gateway_as_a_mounted_file_never_as_text(tmp_path
 
 
 def test_the_gateway_is_gated_through_its_own_port_by_the_same_scripts():
-    gateway = with_gateways(gateway_host(), TWO).gateways[0]
+    gateway = with_gateways(gateway_host(), TWO).front_door.gateways[0]
     assert set(gateway.scripts) == {"test_tool_calling.sh", "benchmark.sh", "gate.sh", "launch.py"}
     assert f'--url http://{INTERNAL}:30080 ' in gateway.scripts["benchmark.sh"]   # where it is published
     everywhere = with_gateways(gateway_host(sglang_router_bind_address=None), TWO)
-    assert '--url http://127.0.0.1:30080 ' in everywhere.gateways[0].scripts["benchmark.sh"]
+    assert '--url http://127.0.0.1:30080 ' in everywhere.front_door.gateways[0].scripts["benchmark.sh"]
     assert '--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts["gate.sh"]
     # The checks send the key only to a port the gateway's own container publishes (checks.py --gateway).
     assert all('--gateway qwen3-6-35b-a3b-awq ' in gateway.scripts[name]
@@ -520,7 +522,7 @@ def gateways_of(count):
     plans = {each.name: resolve(each.name, each.values, converged_snapshot(
         None if each.groups == ["router"] else "rtx4090-2gpu-node"), each.groups) for each in hosts}
     with mock.patch("sglang_infra.fleet.hosts.groups_of", lambda host, path=None: host.groups):
-        return fleet_of(plans, read_fleet(hosts, None))["gw-1"].gateways
+        return fleet_of(plans, read_fleet(hosts, None))["gw-1"].front_door.gateways
 
 
 def test_a_gateway_is_the_sole_front_only_when_no_other_gateway_host_fronts_its_model():

@@ -192,25 +192,26 @@ def test_the_node_exporter_listens_where_the_data_says_and_reads_the_gates_textf
     [start] = [line for line in plan.node_exporter.dropin.splitlines() if line.startswith("ExecStart=/")]
     assert f"--web.listen-address=10.0.0.11:9100 --collector.textfile.directory={names.TEXTFILE_DIR}" in start
     # A host with GPUs also gets the GPU metrics' program and timer, expecting the GPUs found now.
-    assert set(plan.gate_metrics_units) == {"/usr/local/lib/sglang/gate_metrics.py",
+    assert set(plan.node_exporter.gate_metrics_units) == {"/usr/local/lib/sglang/gate_metrics.py",
                                             "/etc/systemd/system/sglang-gate-metrics.service",
                                             "/etc/systemd/system/sglang-gate-metrics.timer",
                                             "/usr/local/lib/sglang/gpu_metrics.py",
                                             "/etc/systemd/system/sglang-gpu-metrics.service",
                                             "/etc/systemd/system/sglang-gpu-metrics.timer"}
-    service = plan.gate_metrics_units["/etc/systemd/system/sglang-gpu-metrics.service"]
+    service = plan.node_exporter.gate_metrics_units["/etc/systemd/system/sglang-gpu-metrics.service"]
     assert f"--planned {plan.gpus.count} --textfile-dir {names.TEXTFILE_DIR}" in service
 
 
 def test_a_host_without_gpus_gets_no_gpu_metrics():
     snapshot = {**converged_snapshot(), "gpus": None}
     plan = resolve("gpu-01", {**DEFAULTS, "sglang_require_gpu": False}, snapshot)
-    assert plan.gate_metrics_units and not [path for path in plan.gate_metrics_units if "gpu" in path]
+    units = plan.node_exporter.gate_metrics_units
+    assert units and not [path for path in units if "gpu" in path]
 
 
 def test_no_node_exporter_when_it_is_off():
     plan = resolve("gpu-01", {**DEFAULTS, "sglang_node_exporter": False}, converged_snapshot())
-    assert (plan.node_exporter, plan.gate_metrics_units) == (None, {})
+    assert plan.node_exporter is None
 
 
 def test_the_snapshot_reads_the_metrics_units_and_packages():

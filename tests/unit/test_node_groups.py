@@ -390,7 +390,7 @@ def test_a_member_listens_on_its_fleet_address_not_every_address_of_the_host():
                                ("gpu-04", "127.0.0.1", "http://127.0.0.1:30000")):
         plan = found[name]
         assert f"--host={address}" in service(plan)["command"], name
-        assert (plan.bind_address, plan.gate.url) == (address, url), name
+        assert (plan.exposure.bind_address, plan.gate.url) == (address, url), name
         assert f"urlopen('{url}/health'" in service(plan)["healthcheck"]["test"][-1], name
         assert service(plan)["cap_drop"] == ["NET_RAW"], name
     solo = service(plans()[0]["solo"])

@@ -44,7 +44,7 @@ def test_the_gate_validates_the_scripts_then_compose_yaml_by_digest():
 
 
 def test_a_gateways_gate_validates_its_scripts_launcher_and_compose_yaml_in_its_directory():
-    gateway = gateway_plan().gateways[0]
+    gateway = gateway_plan().front_door.gateways[0]
     expected = {f"{gateway.dir}/{name}": names.text_digest(text)
                 for name, text in {**gateway.scripts, names.COMPOSE_FILE: gateway.compose}.items()}
     assert list(gateway.gate.files.items()) == list(expected.items())

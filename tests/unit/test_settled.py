@@ -13,6 +13,7 @@ from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.hostside import settled as stamp_file
 from sglang_infra.plan.resolve import resolve
+from sglang_infra.plan.types import FrontDoor, GatewaySettings, Monitor, MonitorSettings
 from sglang_infra.run import settled
 
 DEFAULTS = pinned_defaults()
@@ -54,7 +55,8 @@ def test_fingerprint_changes_with_the_api_key_file_content(tmp_path):
 
 def test_fingerprint_changes_with_a_fleet_value_the_preflight_sets():
     base = plan()
-    assert settled.plan_fingerprint(dataclasses.replace(base, drain_timeout=base.drain_timeout + 1)) \
+    assert settled.plan_fingerprint(dataclasses.replace(base, roll_settings=dataclasses.replace(
+        base.roll_settings, drain_timeout=base.roll_settings.drain_timeout + 1))) \
         != settled.plan_fingerprint(base)
 
 
@@ -151,7 +153,12 @@ def test_a_drifted_host_takes_the_full_plan_and_a_standalone_one_still_skips():
     assert skips == {"b"}
 
 
-@pytest.mark.parametrize("involved", [{"runs_gateways": True}, {"monitors": True}, {"peer_sources": {"m": None}}])
+FRONT_DOOR = FrontDoor(image="smg@sha256:" + "0" * 64, image_archive=None, control_plane_config=None,
+                       settings=GatewaySettings.of(DEFAULTS))
+
+
+@pytest.mark.parametrize("involved", [{"front_door": FRONT_DOOR}, {"monitor": Monitor(MonitorSettings.of(DEFAULTS))},
+                                      {"peer_sources": {"m": None}}])
 def test_a_host_that_involves_others_skips_only_when_no_host_takes_the_full_plan(involved):
     plans = {"a": plan("a"), "gw": dataclasses.replace(plan("gw"), **involved)}
     assert settled.decide(plans, stamped(plans))[0] == {"a", "gw"}
