@@ -127,12 +127,8 @@ def pull_arguments(plan: HostPlan, model, first_round: bool = False) -> dict[str
              + ("" if sources is None or not sources.peers else
                 " (the rest from the peers that hold it)" if sources.share is not None else
                 " (the Hub for what no peer holds)" if sources.seed else " (from the fleet's peers first)"),
-        hub=plan.paths.hub, verified=plan.paths.verified, repo_id=model.repo_id, revision=model.revision,
-        tools_dir=plan.paths.tools, lock_wait=plan.pull.lock_wait, workers=plan.pull.workers,
-        endpoint=plan.pull.hf_endpoint, token_file=plan.paths.token if plan.pull.token else None,
-        locked=plan.locked.get(model.key), peers=sources if sources is not None and sources.peers else None,
-        peer_key_file=plan.paths.peer_key if sources is not None and sources.peers else None,
-        _sudo=True, _sudo_user=plan.account.name)
+        pull=plan.pull, paths=plan.paths, model=model, locked=plan.locked.get(model.key),
+        peers=sources if sources is not None and sources.peers else None, _sudo=True, _sudo_user=plan.account.name)
 
 
 def model_files(plan: HostPlan, model) -> tuple:

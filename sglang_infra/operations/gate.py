@@ -3,6 +3,8 @@ running the gate unless its stamp matches what runs."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from pyinfra import host
 from pyinfra.api import FunctionCommand
 
@@ -47,7 +49,7 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
     yield FunctionCommand(run_streamed, (f"bash {q(gate)}",), {})
 
 
-def gate_passed(image: str, files: dict[str, str], gateway: str | None = None) -> bool:
+def gate_passed(image: str, files: Mapping[str, str], gateway: str | None = None) -> bool:
     """validated's decision: the gate's stamp matches the host as it is, and ``files`` and ``image`` are on it."""
     section = stack_section(gateway)
     found = section["stack"]["container"]

@@ -13,7 +13,9 @@ from ..fleet.peering import checked
 from ..hostside.printable import printable
 from ..hostside.units import human
 from ..machine.toolchain import pip_index_options
-from ..plan.types import PeerSources
+from ..models.lockfile import LockedModel
+from ..models.registry import Model
+from ..plan.types import Paths, PeerSources, Pull
 from ..run import ship
 from ..run.facts import current
 from ..run.operation import diff_wanted, q, run_streamed, snapshot_operation
@@ -50,20 +52,21 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
     yield from swap_in(f"{tools_dir}/hfpull.py", script.encode(), "root", group, "644", None)
 
 
-def pull_command(tools_dir: str, hub: str, verified: str, repo_id: str, revision: str, endpoint: str | None,
-                 token_file: str | None, lock_wait: int, workers: int, locked: bool = False,
-                 peers: PeerSources | None = None, peer_key_file: str | None = None) -> str:
-    args = [f"{tools_dir}/venv/bin/python", "-I", f"{tools_dir}/hfpull.py", "pull", "--cache-dir", hub,
-            "--records-dir", verified, "--repo-id", repo_id, "--revision", revision, "--lock-wait", str(lock_wait),
-            "--workers", str(workers)]
+def pull_command(pull: Pull, paths: Paths, model: Model, locked: bool = False,
+                 peers: PeerSources | None = None) -> str:
+    """hfpull.py's command line for ``model``: the Hub token and the site's peer key by their files alone."""
+    tools = paths.tools
+    args = [f"{tools}/venv/bin/python", "-I", f"{tools}/hfpull.py", "pull", "--cache-dir", paths.hub,
+            "--records-dir", paths.verified, "--repo-id", model.repo_id, "--revision", model.revision,
+            "--lock-wait", str(pull.lock_wait), "--workers", str(pull.workers)]
     if locked:
         args.append("--locked-stdin")
-    if endpoint:
-        args += ["--endpoint", endpoint]
-    if token_file:
-        args += ["--token-file", token_file]
-    if peers is not None and peers.peers and peer_key_file:  # the key itself never on the command line
-        args += ["--peer-key-file", peer_key_file, "--peer-wait", str(peers.wait)]
+    if pull.hf_endpoint:
+        args += ["--endpoint", pull.hf_endpoint]
+    if pull.token:
+        args += ["--token-file", paths.token]
+    if peers is not None and peers.peers:  # the key itself never on the command line
+        args += ["--peer-key-file", paths.peer_key, "--peer-wait", str(peers.wait)]
         args += ["--peer-seed"] if peers.seed else []
         for door in peers.peers:
             args += ["--peer", door]
@@ -79,46 +82,45 @@ def _revision_state(cache: dict, repo_id: str, revision: str) -> dict | None:
 
 
 @snapshot_operation
-def model_pulled(hub: str, verified: str, repo_id: str, revision: str, tools_dir: str, lock_wait: int, workers: int,
-                 endpoint: str | None = None, token_file: str | None = None, locked=None,
-                 peers: PeerSources | None = None, peer_key_file: str | None = None,
-                 share: tuple[str, ...] | None = None):
+def model_pulled(pull: Pull, paths: Paths, model: Model, locked: LockedModel | None = None,
+                 peers: PeerSources | None = None, share: tuple[str, ...] | None = None):
     """
-    Ensure ``repo_id`` at commit ``revision`` is complete and verified in the
-    cache ``hub``, as the pull's records in ``verified`` (the account's
+    Ensure ``model`` at its pinned commit is complete and verified in the
+    cache (paths.hub), as the pull's records in paths.verified (the account's
     alone, outside hf-cache) say. Decided from the cache alone (the snapshot): a complete
-    revision costs no request to the Hub. Otherwise hfpull.py fetches only
-    what is missing, resuming partial files, ``workers`` files and
+    revision costs no request to the Hub. Otherwise hfpull.py (paths.tools) fetches only
+    what is missing, resuming partial files, ``pull``.workers files and
     connections at a time, and marks the snapshot complete only after every
     file matches the Hub's size and hash, and with ``locked`` (the lock's
     record, lock.LockedModel) the lock's sha256 of every file too: until then
     a complete revision whose content digest is not the lock's counts as not
     pulled. With ``peers`` (peering.py), each file from the fleet's peers
-    that hold it verified first, the site key read from ``peer_key_file``:
+    that hold it verified first, the site key read from paths.peer_key:
     when the operation runs, only the peers whose door this run has checked.
     With ``share`` (a swarm's round 1, peering.split; needs ``locked``), only
     the files of those paths, recorded as a revision verified in part.
     """
     cache = current(host)["models"]
+    repo_id, revision = model.repo_id, model.revision
     found = _revision_state(cache, repo_id, revision)
     matches = found and found.get("complete") and (locked is None or found.get("content") == locked.content)
     if matches:
         host.noop(f"{repo_id}@{revision[:12]} is already complete and verified in the cache"
                   + (" (as the lock records it)" if locked is not None else ""))
         return
-    assert share is None or locked is not None, "peering.with_sources gives a share only with a lock"
-    if share is not None and found and {f["sha256"] for f in locked.files if f["path"] in share} <= set(
-            (found.get("verified_blobs") or {}).values()):
-        host.noop(f"this host's share of {repo_id}@{revision[:12]} is already verified in the cache")
-        return
+    if share is not None:
+        assert locked is not None, "peering.with_sources gives a share only with a lock"
+        if found and {f["sha256"] for f in locked.files if f["path"] in share} <= set(
+                (found.get("verified_blobs") or {}).values()):
+            host.noop(f"this host's share of {repo_id}@{revision[:12]} is already verified in the cache")
+            return
     if diff_wanted():
         state = "missing" if not found else "not verified against the lock" if found.get("complete") else \
             f"incomplete ({'; '.join(found.get('problems', [])[:3]) or 'unverified'})"
         host.log(f"Will pull {repo_id}@{revision[:12]}: {state}", logger.info)
     if peers is not None and host.state.is_executing:  # only the doors this run has checked (peering.checked)
         peers = checked(host.state, peers)
-    command = pull_command(tools_dir, hub, verified, repo_id, revision, endpoint, token_file, lock_wait, workers,
-                           locked is not None, peers, peer_key_file)
+    command = pull_command(pull, paths, model, locked is not None, peers)
     record = locked.record() if locked is not None else None
     if record is not None and share is not None:
         record["share"] = list(share)  # the paths, on stdin: never on a command line

@@ -45,7 +45,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
-from ..plan.types import NodeGroup, Roll
+from ..plan.types import Gate, NodeGroup, Roll
 from ..run import factcache, ship
 from ..run.facts import Snapshot
 from ..run.operation import connector_arguments, q, run_on, snapshot_operation
@@ -125,8 +125,7 @@ def no_turn_needed(roll: Roll) -> None:
 
 
 @snapshot_operation
-def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str, files: dict[str, str],
-           roll: Roll, metrics_url: str, key_file: str | None, turn_seconds: int, always: bool = False,
+def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: str, gate: Gate, roll: Roll,
            recreate_if=None, group: NodeGroup | None = None):
     """
     Ensure the stack runs the current compose.yaml and that it passed its
@@ -135,13 +134,14 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
     docstring). Yields nothing when the container runs the current config
     and its gate's stamp matches: no gateway is touched.
 
-    + turn_seconds: the longest one worker's gate may take (its readiness wait and checks)
+    + script: the gate's script on the host; gate: what it validates (its files, whether always), the worker's
+      metrics and key file (the drain), and the longest one worker's gate may take (its readiness wait and checks)
     + group: rank 0's multi-node group: the worker is the group, restarted and gated as one (operations/group.py)
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if)
     if group is not None:
         reasons = group_reasons(host.state, group)
-    if not reasons and not always and gate_passed(image, files):
+    if not reasons and not gate.always and gate_passed(image, gate.files):
         no_turn_needed(roll)
         host.noop("the stack already runs the current compose.yaml, which passed the gate")
         return
@@ -159,8 +159,9 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, gate: str
         # out of service, the old container serves nobody: stopped at once, not after compose's long grace
         stop = f"{' '.join(COMPOSE_COMMAND)} stop --timeout {QUICK_STOP_SECONDS}"
         up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
-    yield FunctionCommand(roll_worker, (roll, up, f"bash {q(gate)}", why, metrics_url, key_file, turn_seconds,
-                                        project_dir, leaving, roll.stamped, *([group] if group else [])), {})
+    yield FunctionCommand(roll_worker, (roll, up, f"bash {q(script)}", why, gate.metrics_url, gate.api_key_file,
+                                        gate.turn_seconds, project_dir, leaving, roll.stamped,
+                                        *([group] if group else [])), {})
 
 
 @dataclass(frozen=True)

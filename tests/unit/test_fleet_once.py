@@ -129,3 +129,34 @@ def test_a_control_plane_key_equal_to_the_api_key_is_still_refused(tmp_path):
     [line] = refused.value.problems
     assert line.startswith("host gw-1: sglang_router_admin_key_file: ") and "holds the same key as " \
         "sglang_api_key_file" in line
+
+
+def test_a_run_reads_each_hosts_key_files_once_and_works_out_max_unavailable_once_per_worker(inventory, tmp_path,
+                                                                                           monkeypatch):
+    """issue 41's single passes, over a whole run's preflight: each host's API key file (and a gateway host's
+    control-plane key file) is opened once, by refusals.judge, however many passes follow (gateways, peers,
+    monitors); sglang_max_unavailable is worked out into a count once per fronted worker, by the gateway pass."""
+    from sglang_infra.fleet import gateways
+    from sglang_infra.models import registry
+
+    for host in inventory:
+        if host.name in ("gpu-03", "gw-1"):   # a node group's members run without a key (nodegroups.check_groups)
+            key = tmp_path / f"{host.name}.key"
+            key.write_text(f"k3y-{host.name}-0123456789abcdef\n")
+            host.data.values["sglang_api_key_file"] = str(key)
+    reads: Counter = Counter()
+    real = registry.read_secret
+    monkeypatch.setattr(registry, "read_secret", lambda path: reads.update([path]) or real(path))
+    counted: Counter = Counter()
+    real_unavailable = gateways.unavailable
+    monkeypatch.setattr(gateways, "unavailable",
+                        lambda setting, size: counted.update([(setting, size)]) or real_unavailable(setting, size))
+    plans = run(inventory)
+    for host in inventory:   # deploy.py calls the preflight once per host: the later calls reuse the plans
+        assert preflight.preflight(host, inventory)
+    # every host's data names the one control-plane key file here: once per host (judge knows no roles)
+    assert reads == {str(tmp_path / "gpu-03.key"): 1, str(tmp_path / "gw-1.key"): 1,
+                     DEFAULTS["sglang_router_admin_key_file"]: len(inventory)}
+    assert plans["gpu-03"].api_key == b"k3y-gpu-03-0123456789abcdef"
+    assert counted == {(1, 2): 2}   # gpu-01 (its group, through rank 0) and gpu-03, each a pool of 2
+    assert (plans["gpu-01"].roll.max_unavailable, plans["gpu-03"].roll.max_unavailable) == (1, 1)

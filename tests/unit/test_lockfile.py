@@ -5,6 +5,7 @@ tests/e2e/test_toolchain.py and tests/e2e/test_toolchain_build.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -306,8 +307,9 @@ def test_a_complete_revision_with_other_content_than_the_lock_is_pulled_again(hu
     locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
     state = {"complete": True, "verified": True, "files": 3, "size": 1, "problems": [], "content": "0" * 64}
     facts = {"Snapshot": {"models": {"repos": {REPO: {"revisions": {locked.commit: state}}}}}}
-    args = dict(hub="/opt/sglang/hf-cache/hub", verified="/opt/sglang/verified", repo_id=REPO, revision=locked.commit,
-                tools_dir="/t", lock_wait=5, workers=8, locked=locked)
+    plan = plan_for(pinned_defaults())
+    args = dict(pull=plan.pull, paths=plan.paths, model=dataclasses.replace(plan.served, repo_id=REPO,
+                                                                            revision=locked.commit), locked=locked)
 
     def run(facts):
         fake = FakeHost(facts)

@@ -36,7 +36,7 @@ OPERATIONS = _operations()
 
 def _arguments(op: str, args: dict) -> dict:
     """A fixture's arguments as the operation takes them: JSON has no types.Worker, so gateway_workers'
-    workers are written as their fields."""
+    workers are written as their fields (and so are the other records an operation takes)."""
     if op == "gateway_workers":
         from sglang_infra.plan.types import Worker
 
@@ -53,6 +53,19 @@ def _arguments(op: str, args: dict) -> dict:
         door = args["door"]
         args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
                                             "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
+    if op == "rolled":
+        from sglang_infra.plan.types import Gate
+
+        args = {**args, "gate": Gate(**args["gate"])}
+    if op == "model_pulled":
+        from sglang_infra.hostside import names
+        from sglang_infra.models.registry import Model
+        from sglang_infra.plan.types import Paths, Pull
+
+        pull = args["pull"]
+        args = {**args, "pull": Pull(**{**pull, "token": pull["token"] and pull["token"].encode()}),
+                "paths": Paths.of(args["paths"]["home"], args["paths"]["tools"], names.GATEWAY_DIR),
+                "model": Model(**args["model"])}
     return args
 
 

@@ -64,7 +64,8 @@ def test_a_host_without_the_site_key_has_no_peers_and_is_no_peer():
     assert out["gpu-02"].peer_sources[PROD].seed
     assert out["gpu-02"].peer_sources[PROD].peers == ("10.0.0.13:880",)
     args = peering.pull_arguments(out["gpu-01"], out["gpu-01"].kept[0])
-    assert args["peers"] is None and args["peer_key_file"] is None
+    assert args["peers"] is None
+    assert "--peer" not in pull_command(args["pull"], args["paths"], args["model"], False, args["peers"])
 
 
 def test_a_fleet_of_one_pulls_from_the_hub_as_before():
@@ -81,18 +82,16 @@ def test_the_pull_gets_its_peers_and_the_key_file_path_never_the_key():
     out = peering.with_sources({h.name: plan_of(h) for h in hosts}, Fleet.of(hosts))
     plan = out["gpu-02"]
     args = peering.pull_arguments(plan, plan.kept[0])
-    assert args["peer_key_file"] == f"{plan.paths.tools}/secret/{names.PEER_KEY}"
-    command = pull_command(args["tools_dir"], args["hub"], args["verified"], args["repo_id"], args["revision"],
-                           None, None, 1800, 8, False, args["peers"], args["peer_key_file"])
+    assert args["paths"].peer_key == f"{plan.paths.tools}/secret/{names.PEER_KEY}"
+    command = pull_command(args["pull"], args["paths"], args["model"], False, args["peers"])
     assert f"--peer-key-file {plan.paths.tools}/secret/peer-key" in command
     assert "--peer 10.0.0.11:880" in command and "--peer-seed" not in command
     assert f"--peer-wait {peering.SETTLE}" in command
     assert KEY.decode() not in command
     seed = out["gpu-01"]
     seed_args = peering.pull_arguments(seed, seed.kept[0])
-    assert "--peer-seed" in pull_command(seed_args["tools_dir"], seed_args["hub"], seed_args["verified"],
-                                         seed_args["repo_id"], seed_args["revision"], None, None, 1800, 8, False,
-                                         seed_args["peers"], seed_args["peer_key_file"])
+    assert "--peer-seed" in pull_command(seed_args["pull"], seed_args["paths"], seed_args["model"], False,
+                                         seed_args["peers"])
 
 
 def f(path, size, sha=None):
