@@ -1,7 +1,7 @@
 """A settled host takes one no-op instead of planning every operation (issue 45).
 
 A host is settled when its last run found it exactly as its plan wants it and nothing has moved since: the
-stamp that run left on the host (hostside/settled.py, read back by the one snapshot the preflight takes
+stamp that run left on the host (hostside/read/settled.py, read back by the one snapshot the preflight takes
 anyway) names the same plan fingerprint and the same snapshot digest this run works out. The fingerprint
 covers everything a host's operations are made from: the whole resolved plan (every field, secrets and rendered
 files included, the fleet-derived values the preflight set on it), and the deploy's own code and templates.
@@ -41,7 +41,7 @@ from pyinfra.api.state import BaseStateCallback
 from pyinfra.version import __version__ as PYINFRA_VERSION
 
 from ..fleet.inventoryfile import run_parameters
-from ..hostside import settled as stamp_file
+from ..hostside.read import settled as stamp_file
 from ..plan.types import HostPlan
 from ..status import statusrows
 from .operation import connector_arguments

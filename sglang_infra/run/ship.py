@@ -1,14 +1,16 @@
 """Ships the host-side programs (sglang_infra/hostside/) to the hosts.
 
 A program there may import its neighbours (`from . import manifest`), and a
-program of hostside/pull/ those of hostside/ too (`from .. import manifest`).
-On a host there is no sglang_infra package, so `program()` bundles the entry
+program of a folder below (hostside/pull/, read/, write/, roll/) those of
+hostside/ too (`from .. import manifest`, `from ..write import acl`). On a
+host there is no sglang_infra package, so `program()` bundles the entry
 module with every neighbour it imports, transitively, into one
 self-contained Python source: a few lines register the neighbours as
 modules, then the entry runs as __main__. The same text is run with
-`python3 -c` (the snapshot), written into a script (the gate and the
-validation scripts) or uploaded (the pull). A module is named by its path
-below hostside/, dotted: `gate`, `pull.hfpull`.
+`python3 -c` per command (command(): the snapshot), written into a script
+(the gate and the validation scripts) or uploaded (the pull).
+A module is named by its path below hostside/, dotted: `gate`,
+`read.snapshot`, `pull.hfpull`.
 """
 
 from __future__ import annotations
@@ -82,16 +84,18 @@ def programs() -> list[str]:
 @lru_cache(maxsize=None)
 def _neighbours(name: str) -> list[str]:
     """Modules below hostside/ that hostside/<name>.py imports (`from . import a`, `from .a import b`,
-    `from .. import c` in a subpackage), by their dotted names."""
+    `from .. import c` and `from ..read import d` in a subpackage), by their dotted names."""
     package = name.split(".")[:-1]
     found = []
     for node in ast.parse(_source(name)).body:
         if isinstance(node, ast.ImportFrom) and node.level:
             if node.level - 1 > len(package):
                 raise ValueError(f"hostside/{name}.py imports from outside hostside/")
-            base = package[:len(package) - (node.level - 1)]
-            found += [".".join(base + [node.module])] if node.module else [
-                ".".join(base + [alias.name]) for alias in node.names]
+            base = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            if node.module and not HOSTSIDE.joinpath(*base).is_dir():
+                found.append(".".join(base))   # `from .a import b`: b is a name of the module a
+            else:   # `from . import a`, `from ..read import a`: a is a module of that package
+                found += [".".join(base + [alias.name]) for alias in node.names]
     return found
 
 

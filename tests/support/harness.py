@@ -287,7 +287,7 @@ def read_snapshot(host: TestHost) -> dict:
     spec = {"user": "sglang", "home": "/opt/sglang", "tools_dir": "/var/lib/sglang-tools", "admins": [],
             "groups": ["docker"], "uid": None, "gid": None, "dirs": []}
     out = subprocess.run(["docker", "exec", "-i", host.container, "python3", "-", json.dumps(spec)],
-                         input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
+                         input=ship.program("read.snapshot"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
-from sglang_infra.hostside import snapshot as host_snapshot
+from sglang_infra.hostside.read import snapshot as host_snapshot
 from sglang_infra.models import peerdoor
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data, check_host_state
@@ -316,7 +316,7 @@ def test_a_revision_pulled_in_part_lists_only_the_files_its_pull_verified():
     assert list(peerdoor.served_blobs(door, found)) == [LFS]   # the small file's sha256 is not the lock's
 
 
-# ---------------------------------------------------------------- the door's check (hostside/doorcheck.py)
+# ---------------------------------------------------------------- the door's check (hostside/read/doorcheck.py)
 
 
 @pytest.fixture
@@ -332,7 +332,7 @@ def listener():
 def test_the_door_check_finds_the_port_held_by_the_process_named(listener):
     import os
 
-    from sglang_infra.hostside import doorcheck
+    from sglang_infra.hostside.read import doorcheck
 
     mine = doorcheck.held("127.0.0.1", listener, "pytest", pid=os.getpid())
     assert mine["held"] and mine["pid"] == os.getpid(), mine
@@ -351,7 +351,7 @@ def test_the_door_check_reads_the_certificate_a_client_is_sent(listener, tmp_pat
     import os
     import ssl
 
-    from sglang_infra.hostside import doorcheck
+    from sglang_infra.hostside.read import doorcheck
 
     cert = os.path.join(os.path.dirname(__file__), "fixtures", "peer_tls", "door.crt")
     with open(cert) as f:
@@ -375,7 +375,7 @@ def test_the_door_check_reads_the_kernels_spelling_of_an_address(tmp_path):
         "   1: 0B00000A:0370 0C00000A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4712 1\n"
         "   2: 00000000:0370 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4713 1\n")
     (tmp_path / "tcp6").write_text("header\n")
-    from sglang_infra.hostside import doorcheck
+    from sglang_infra.hostside.read import doorcheck
 
     assert doorcheck.listening("10.0.0.11", 880, str(tmp_path)) == ["4711"]   # LISTEN on exactly that address
     assert doorcheck.listening("fd00::11", 880, str(tmp_path)) == []

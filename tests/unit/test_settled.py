@@ -11,7 +11,7 @@ import os
 import pytest
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra.hostside import settled as stamp_file
+from sglang_infra.hostside.read import settled as stamp_file
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.run import settled
 

@@ -53,7 +53,7 @@ def test_a_program_carries_exactly_the_modules_it_imports(imported, name):
         assert set(imported[module]) <= set(carried[:k]), (module, carried)
 
 
-@pytest.mark.parametrize("name", ["drain", "gateway_workers", "report"])
+@pytest.mark.parametrize("name", ["roll.drain", "roll.gateway_workers", "report"])
 def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name):
     carried = ship.carried(name)
     assert {"apikey", "bounded"} <= set(carried) and "checks" not in carried

@@ -34,7 +34,9 @@ import stat
 import subprocess
 import sys
 
-from . import acl, cachestate, dockerapi, manifest, names, nvsmi, report, safefs, settled, stack, stamp
+from .. import dockerapi, manifest, names, nvsmi, report, safefs, stack, stamp
+from ..write import acl
+from . import cachestate, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
