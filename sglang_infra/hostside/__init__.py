@@ -13,9 +13,14 @@ program and the modules it imports into one self-contained source. A program
 the hosts keep (the gate's scripts and the modules they carry) is part of what
 a worker's stamp covers: a change of its text re-gates the worker.
 
-The programs run per command and never stored on a host live in folders by
-concern (read/, write/, roll/); the programs a host keeps as files and the
-modules they carry stay at this folder's top, since moving one changes its text.
+Laid out by what the hosts keep. This folder's top holds the programs a host
+keeps as files (the gate and its checks, the metrics programs, the kernel check,
+the gateway's launcher, the toolchain image's check) and the modules they, or
+the pull, carry; no other module may lie here (tests/unit/test_tree_shape.py
+computes the set from ship.py). They stay side by side, more than twelve: moving
+one changes its text or its bundle's, so every converged host would re-gate or
+recreate its gateway. The programs run inline per command and never stored on a
+host live in folders by concern.
 
 Every module, a line each (tests/unit/test_hostside_index.py keeps the list whole):
 

@@ -7,8 +7,8 @@ host there is no sglang_infra package, so `program()` bundles the entry
 module with every neighbour it imports, transitively, into one
 self-contained Python source: a few lines register the neighbours as
 modules, then the entry runs as __main__. The same text is run with
-`python3 -c` per command (command(): the snapshot), written into a script
-(the gate and the validation scripts) or uploaded (the pull).
+`python3 -c` per command (command(): the snapshot), or written into a file
+the host keeps (installed(): the gate and the validation scripts, the pull).
 A module is named by its path below hostside/, dotted: `gate`,
 `read.snapshot`, `pull.hfpull`.
 """
@@ -26,6 +26,13 @@ HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # a member's home) is never imported by root.
 PYTHON = "python3 -I"
 PACKAGE = "sglang_infra.hostside"
+# The programs a host keeps as files (installed()): the validation scripts and the gate (checks, gate,
+# gpu_kernel_check), the timers' metrics programs, the gateway's launcher, the toolchain image's check and the
+# pull. Their text, and that of every module they carry, is part of what a converged host holds: a change of it
+# re-gates a worker, recreates a gateway or rebuilds the toolchain image. Every other program runs inline per
+# command (command()) and is never stored on a host.
+INSTALLED = ("checks", "gate", "gpu_kernel_check", "gate_metrics", "gpu_metrics", "gateway_launch", "toolchain_check",
+             "pull.hfpull")
 
 # The header still names ship.py's old place (sglang_infra/, before the packages): a program of hostside/ alone is
 # kept byte for byte, since a changed header would change every converged host's gate scripts and re-gate them.
@@ -135,6 +142,18 @@ def program(entry: str) -> str:
         sources=repr(tuple((name, _source(name)) for name in neighbours)),
         entry_source=repr(_source(entry)),
     )
+
+
+def installed(entry: str) -> str:
+    """program(entry) for a program a host keeps as a file, one of INSTALLED."""
+    if entry not in INSTALLED:
+        raise ValueError(f"hostside/{entry.replace('.', '/')}.py is not a program the hosts keep (ship.INSTALLED)")
+    return program(entry)
+
+
+def kept() -> set[str]:
+    """Every module whose text the hosts keep: the installed programs and the modules they carry."""
+    return {name for entry in INSTALLED for name in [entry, *carried(entry)]}
 
 
 def _nested(entry: str, neighbours: list[str]) -> str:
