@@ -298,3 +298,13 @@ def door_pin(host) -> str:
     out = host.exec(f"openssl x509 -in {peerdoor.TLS_CERT} -outform DER | sha256sum").stdout.split()
     assert out and len(out[0]) == 64, out
     return out[0]
+
+
+# A settled host's one operation (tasks/settled.py, sglang_infra/run/settled.py).
+SETTLED_OP = ("tasks/settled.py | Ensure the host is as its last settled run left it "
+              "(its snapshot and plan match its stamp)")
+
+
+def planned(result, name: str) -> list[str]:
+    """The operations a run planned on ``name`` (a settled host: SETTLED_OP alone)."""
+    return [op for op, by_host in result.statuses.items() if name in by_host]

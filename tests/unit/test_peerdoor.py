@@ -297,6 +297,20 @@ def test_the_snapshot_resolves_the_fleet_address_only_with_the_door(key_file):
     assert "nginx.service" in snapshot_spec(DEFAULTS)["services"]
 
 
+def test_the_snapshot_checks_the_door_as_the_run_does(key_file, monkeypatch):
+    """A settled host skips the run's door check (run/settled.py): its snapshot must read who holds the door's port
+    the same way, with the door's config and certificate, and only on the host's own address."""
+    spec = snapshot_spec(door_data(key_file, sglang_peer_bind_address="10.0.0.8", sglang_peer_port=8443))
+    assert spec["door"] == {"port": 8443, "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT}
+    asked = []
+    monkeypatch.setattr(host_snapshot.doorcheck, "checked", lambda *args: asked.append(args) or {"held": True})
+    monkeypatch.setattr(host_snapshot, "peer_address", lambda wanted: {"address": wanted, "local": True})
+    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": True, "door": {"held": True}}
+    assert asked == [("10.0.0.8", 8443, peerdoor.CONFIG, peerdoor.TLS_CERT)]
+    monkeypatch.setattr(host_snapshot, "peer_address", lambda wanted: {"address": wanted, "local": False})
+    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": False}   # not its address: no door here
+
+
 def test_the_host_says_whether_an_address_is_its_own():
     assert host_snapshot.peer_address("127.0.0.1") == {"address": "127.0.0.1", "local": True}
     assert host_snapshot.peer_address("192.0.2.1") == {"address": "192.0.2.1", "local": False}   # TEST-NET-1

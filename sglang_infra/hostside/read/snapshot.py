@@ -15,8 +15,9 @@ metrics' and the peer door's systemd units and Debian packages), routers: each
 gateway in router/<slug>/ (its stack, stamp and the worker set in its
 workers.json), settled (settled.py: the stamp of the last run that found the host as
 its plan wants it), and, with "peer_address" in the spec, peer: the peer door's
-address resolved and whether it is the host's; with "report": true in the spec also report (report.py), what
-scripts/status.sh shows beyond the deploy's needs.
+address resolved and whether it is the host's, and with "door" in the spec (its port, config and certificate)
+who holds that address and port (doorcheck.py, as the run's door check reads it); with "report": true in the
+spec also report (report.py), what scripts/status.sh shows beyond the deploy's needs.
 """
 
 import glob
@@ -36,7 +37,7 @@ import sys
 
 from .. import dockerapi, manifest, names, nvsmi, report, safefs, stack, stamp
 from ..write import acl
-from . import cachestate, settled
+from . import cachestate, doorcheck, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -346,6 +347,16 @@ def peer_address(wanted):
     return {"address": infos[0][4][0] if infos else None, "local": False}
 
 
+def peer(spec):
+    """peer_address() of the spec's "peer_address", and with "door" in the spec (its port, config and certificate)
+    who holds that address and port, as the run's door check reads it (doorcheck.py)."""
+    found = peer_address(spec["peer_address"])
+    door = spec.get("door")
+    if door and found["local"]:
+        found["door"] = doorcheck.checked(found["address"], door["port"], door["config"], door["cert"])
+    return found
+
+
 def files(directory):
     """Owner, group, mode and sha256 of each regular file directly in ``directory``; False for anything else."""
     out = {}
@@ -533,7 +544,7 @@ def read(spec):
         "settled": settled.read(),
     }
     if spec.get("peer_address"):
-        found["peer"] = peer_address(spec["peer_address"])
+        found["peer"] = peer(spec)
     if spec.get("door_reader"):
         found["door_reader"] = acl.search_only(home, spec["door_reader"])
     if spec.get("report"):
