@@ -15,6 +15,7 @@ a worker's stamp covers: a change of its text re-gates the worker.
 Every module, a line each (tests/unit/test_hostside_index.py keeps the list whole):
 
     snapshot.py          the one read of a host: everything the deploy compares against, as one JSON document
+    codecache.py         the snapshot's compiled code kept by root, keyed by its sources' digest (sent ahead of them)
     settled.py           the settled stamp: root's record of the last run that found the host as its plan wants it
     report.py            the snapshot's report section for status.sh: GPUs, engine, compose, cache, disk, last gate
     cachestate.py        the model cache, read without the Hub (used by snapshot.py)

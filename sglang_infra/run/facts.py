@@ -26,7 +26,7 @@ class Snapshot(FactBase):
     """Everything the deploy compares against, as one JSON document (see hostside/snapshot.py)."""
 
     def command(self, spec: str):
-        return f"{_WITHOUT_PYTHON}; exec {ship.command('snapshot')} {shlex.quote(spec)}"
+        return f"{_WITHOUT_PYTHON}; exec {ship.cached_command('snapshot')} {shlex.quote(spec)}"
 
     def process(self, output):
         return json.loads("\n".join(output))

@@ -133,16 +133,24 @@ def program(entry: str) -> str:
     )
 
 
+def _package(name: str) -> str:
+    return ".".join([PACKAGE, *name.split(".")[:-1]])
+
+
+def _path(name: str) -> str:
+    return "hostside/" + name.replace(".", "/") + ".py"
+
+
+def _packages(names: list[str]) -> list[str]:
+    """Every package the modules ``names`` lie in, each after its parents."""
+    packages = sorted({_package(name) for name in names})
+    return sorted({".".join(p.split(".")[:k]) for p in packages for k in range(1, p.count(".") + 2)})
+
+
 def _nested(entry: str, neighbours: list[str]) -> str:
     """program(entry) where a module lies in a subpackage of hostside/."""
-    def package(name: str) -> str:
-        return ".".join([PACKAGE, *name.split(".")[:-1]])
-
-    def path(name: str) -> str:
-        return "hostside/" + name.replace(".", "/") + ".py"
-
-    packages = sorted({package(name) for name in [entry, *neighbours]})
-    packages = sorted({".".join(p.split(".")[:k]) for p in packages for k in range(1, p.count(".") + 2)})
+    package, path = _package, _path
+    packages = _packages([entry, *neighbours])
     return _NESTED_BOOT.format(
         entry_file=entry.replace(".", "/") + ".py", entry_path=path(entry), neighbours=", ".join(neighbours),
         packages=repr(tuple(packages)),
@@ -154,3 +162,22 @@ def _nested(entry: str, neighbours: list[str]) -> str:
 def command(entry: str) -> str:
     """The shell command that runs ``entry`` on a host: isolated (PYTHON), its bundled source as -c's argument."""
     return f"{PYTHON} -c {shlex.quote(program(entry))}"
+
+
+CODECACHE = "codecache"
+
+
+@lru_cache(maxsize=None)
+def cached_program(entry: str, directory: str | None = None) -> str:
+    """The source of hostside/<entry>.py with its neighbours, run through hostside/codecache.py: the same modules
+    in the same order as program(entry), compiled once per host and then read from root's own cache (``directory``,
+    codecache.DIRECTORY when None)."""
+    names = [*carried(entry), entry]
+    modules = tuple((f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)) for name in names)
+    where = "" if directory is None else f", {directory!r}"
+    return f"{_source(CODECACHE)}\nrun({tuple(_packages(names))!r}, {modules!r}{where})\n"
+
+
+def cached_command(entry: str, directory: str | None = None) -> str:
+    """command(entry) through the compiled-code cache (cached_program)."""
+    return f"{PYTHON} -c {shlex.quote(cached_program(entry, directory))}"

@@ -1,0 +1,150 @@
+"""Runs a bundled host program (run/ship.py) from root's own cache of its compiled code, keyed by the sources'
+sha256: the snapshot is read on every run of every host, and compiling its bundle again each time is about a
+tenth of the host's CPU for one read (docs/benchmarks.md).
+
+The command carries the sources every time; this module, sent ahead of them, computes their digest, and runs the
+code compiled from exactly those sources: from DIRECTORY when a cache entry is there and sound, else compiled here
+(and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is
+ignored (and replaced): the directory is root's own, 0700, not a link, in a parent only root writes; the entry is
+root's own regular file, 0600, not a link, within LIMIT; its header names the digest of these very sources and of
+this Python (marshal's format is Python's own), and the sha256 of its payload, which the payload matches. So an
+entry for other sources (stale) or one changed after it was written (truncated, edited) is never executed.
+Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
+"""
+
+import hashlib
+import marshal
+import os
+import stat
+import sys
+import types
+
+DIRECTORY = "/var/cache/sglang-infra"
+LIMIT = 16 << 20   # bytes: the snapshot's compiled code is a few hundred KB
+MAGIC = b"sglang-infra code cache 1\n"
+OWNER = 0
+
+
+def key(modules):
+    """The sha256 of ``modules`` (each (name, package, path, source), the entry last) and of this Python."""
+    digest = hashlib.sha256(sys.version.encode())
+    for module in modules:
+        for part in module:
+            digest.update(len(part.encode()).to_bytes(8, "big") + part.encode())
+    return digest.hexdigest()
+
+
+def _root_only(st, kind):
+    return kind(st.st_mode) and st.st_uid == OWNER and not st.st_mode & 0o077
+
+
+def _open_directory(directory, create):
+    """A descriptor of ``directory`` when it is root's own 0700 directory in a parent only root writes (made so
+    when ``create`` and absent), else None."""
+    parent = os.path.dirname(directory.rstrip("/")) or "/"
+    try:
+        st = os.lstat(parent)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != OWNER or st.st_mode & 0o022:
+            return None
+        if create:
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                pass
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    if _root_only(os.fstat(fd), stat.S_ISDIR):
+        return fd
+    os.close(fd)
+    return None
+
+
+def load(directory, name):
+    """The code objects kept under ``name`` in ``directory``, or None (absent, or not sound: see above)."""
+    fd = _open_directory(directory, create=False)
+    if fd is None:
+        return None
+    try:
+        entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        st = os.fstat(entry)
+        if not _root_only(st, stat.S_ISREG) or st.st_size > LIMIT:
+            return None
+        with os.fdopen(entry, "rb", closefd=False) as f:
+            raw = f.read(LIMIT + 1)
+    finally:
+        os.close(entry)
+        os.close(fd)
+    head = MAGIC + name.encode() + b"\n"
+    if not raw.startswith(head) or len(raw) < len(head) + 65:
+        return None
+    digest, payload = raw[len(head):len(head) + 64], raw[len(head) + 65:]
+    if raw[len(head) + 64:len(head) + 65] != b"\n" or hashlib.sha256(payload).hexdigest().encode() != digest:
+        return None
+    try:
+        codes = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return None
+    if not isinstance(codes, tuple) or not all(isinstance(code, types.CodeType) for code in codes):
+        return None
+    return codes
+
+
+def store(directory, name, codes):
+    """Keep ``codes`` under ``name`` (root only; any other entry there removed). Never fails the program."""
+    if os.geteuid() != OWNER:
+        return
+    fd = _open_directory(directory, create=True)
+    if fd is None:
+        return
+    try:
+        payload = marshal.dumps(codes)
+        raw = MAGIC + name.encode() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+        candidate = f".{name}.{os.getpid()}"
+        entry = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+        try:
+            os.fchmod(entry, 0o600)
+            with os.fdopen(entry, "wb", closefd=False) as f:
+                f.write(raw)
+        finally:
+            os.close(entry)
+        os.rename(candidate, name, src_dir_fd=fd, dst_dir_fd=fd)
+        for other in os.listdir(fd):
+            if other != name and not other.startswith("."):
+                os.unlink(other, dir_fd=fd)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(fd)
+
+
+def codes_for(modules, directory=DIRECTORY):
+    """The code objects of ``modules``: from the cache when sound, else compiled (and kept)."""
+    name = key(modules)
+    codes = load(directory, name)
+    if codes is None or len(codes) != len(modules):
+        codes = tuple(compile(source, path, "exec") for _, _, path, source in modules)
+        store(directory, name, codes)
+    return codes
+
+
+def run(packages, modules, directory=DIRECTORY):
+    """Run the bundle: each of ``packages`` registered empty, each module of ``modules`` (the entry last, run as
+    __main__) executed in order, as run/ship.py's own bundle does."""
+    codes = codes_for(modules, directory)
+    for package in packages:
+        sys.modules.setdefault(package, types.ModuleType(package)).__path__ = []
+    for (name, package, _, _), code in zip(modules[:-1], codes):
+        module = types.ModuleType(name)
+        module.__package__ = package
+        sys.modules[name] = module
+        exec(code, module.__dict__)
+        setattr(sys.modules[package], name.rpartition(".")[2], module)
+    main = types.ModuleType("__main__")
+    main.__package__ = modules[-1][1]
+    sys.modules["__main__"] = main
+    exec(codes[-1], main.__dict__)
