@@ -1,26 +1,29 @@
-"""Runs a bundled host program (run/ship.py) from root's own cache of its compiled code, keyed by the sources'
-sha256: the snapshot is read on every run of every host, and compiling its bundle again each time is about a
-tenth of the host's CPU for one read (docs/benchmarks.md).
+"""Runs a bundled host program (run/ship.py) from the compiled code root keeps for it, keyed by the digest of its
+sources: the snapshot is read on every run of every host, and compiling its bundle again each time was about a
+tenth of the host CPU of one read (docs/benchmarks.md).
 
 The command carries the sources every time; this module, sent ahead of them, computes their digest, and runs the
 code compiled from exactly those sources: from DIRECTORY when a cache entry is there and sound, else compiled here
 (and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is
-ignored (and replaced): the directory is root's own, 0700, not a link, in a parent only root writes; the entry is
-root's own regular file, 0600, not a link, within LIMIT; its header names the digest of these very sources and of
-this Python (marshal's format is Python's own), and the sha256 of its payload, which the payload matches. So an
-entry for other sources (stale) or one changed after it was written (truncated, edited) is never executed.
-Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
+ignored (and replaced): the directory belongs to root, is 0700 and no link, in a parent only root writes; the
+entry is a regular file of root, 0600, no link, within LIMIT; its header names the digest of these very sources
+and of this Python (the marshal format changes with Python), and the sha256 of its payload, which the payload
+matches. So an entry for other sources (stale) or one changed after it was written (truncated, edited) is never
+executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
+This text holds no single quote: the command quotes it for the shell twice, and each would grow to 17 bytes.
 """
-
+import binascii
 import hashlib
+import json
 import marshal
 import os
 import stat
 import sys
 import types
+import zlib
 
 DIRECTORY = "/var/cache/sglang-infra"
-LIMIT = 16 << 20   # bytes: the snapshot's compiled code is a few hundred KB
+LIMIT = 16 << 20   # bytes: the compiled snapshot is a few hundred KB
 MAGIC = b"sglang-infra code cache 1\n"
 OWNER = 0
 
@@ -39,7 +42,7 @@ def _root_only(st, kind):
 
 
 def _open_directory(directory, create):
-    """A descriptor of ``directory`` when it is root's own 0700 directory in a parent only root writes (made so
+    """A descriptor of ``directory`` when it is a 0700 directory of root in a parent only root writes (made so
     when ``create`` and absent), else None."""
     parent = os.path.dirname(directory.rstrip("/")) or "/"
     try:
@@ -132,9 +135,11 @@ def codes_for(modules, directory=DIRECTORY):
     return codes
 
 
-def run(packages, modules, directory=DIRECTORY):
-    """Run the bundle: each of ``packages`` registered empty, each module of ``modules`` (the entry last, run as
-    __main__) executed in order, as run/ship.py's own bundle does."""
+def run(packages, blob, directory=DIRECTORY):
+    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (base64 of the zlib
+    of a JSON list of [name, package, path, source], the entry last, run as __main__) executed in order, as the
+    bundle of run/ship.py does."""
+    modules = json.loads(zlib.decompress(binascii.a2b_base64(blob)))
     codes = codes_for(modules, directory)
     for package in packages:
         sys.modules.setdefault(package, types.ModuleType(package)).__path__ = []

@@ -14,7 +14,10 @@ below hostside/, dotted: `gate`, `pull.hfpull`.
 from __future__ import annotations
 
 import ast
+import base64
+import json
 import shlex
+import zlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -171,11 +174,14 @@ CODECACHE = "codecache"
 def cached_program(entry: str, directory: str | None = None) -> str:
     """The source of hostside/<entry>.py with its neighbours, run through hostside/codecache.py: the same modules
     in the same order as program(entry), compiled once per host and then read from root's own cache (``directory``,
-    codecache.DIRECTORY when None)."""
+    codecache.DIRECTORY when None). The modules travel compressed, in base64: a third of the bytes, and no quote
+    for the shell to escape (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this
+    one, where one argument may hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
     names = [*carried(entry), entry]
-    modules = tuple((f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)) for name in names)
-    where = "" if directory is None else f", {directory!r}"
-    return f"{_source(CODECACHE)}\nrun({tuple(_packages(names))!r}, {modules!r}{where})\n"
+    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)] for name in names]
+    blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
+    where = "" if directory is None else f", {json.dumps(directory)}"
+    return f"{_source(CODECACHE)}\nrun({json.dumps(_packages(names))}, \"{blob}\"{where})\n"
 
 
 def cached_command(entry: str, directory: str | None = None) -> str:

@@ -151,3 +151,13 @@ def test_the_snapshot_fact_runs_through_roots_cache():
     command = Snapshot().command(spec="{}")
     assert f"exec python3 -I -c {shlex.quote(ship.cached_program('snapshot'))} " in command
     assert ship.cached_program("snapshot").startswith(ship.path_of("codecache").read_text())   # DIRECTORY, root's
+
+
+def test_the_snapshot_command_leaves_room_in_one_argument():
+    """pyinfra sends a fact's command as one argument of `sh -c`, quoted once more, and Linux takes at most 128 KiB
+    in one argument (MAX_ARG_STRLEN): the bundle's own text, quoted twice, was 125 KiB of it; compressed, the
+    command keeps at least half of it free for the host programs to grow."""
+    from sglang_infra.run.facts import Snapshot
+
+    sent = "sh -c " + shlex.quote(Snapshot().command(spec=json.dumps({"home": "/opt/sglang"})))
+    assert len(sent.encode()) <= 64 * 1024
