@@ -185,5 +185,6 @@ def cached_program(entry: str, directory: str | None = None) -> str:
 
 
 def cached_command(entry: str, directory: str | None = None) -> str:
-    """command(entry) through the compiled-code cache (cached_program)."""
-    return f"{PYTHON} -c {shlex.quote(cached_program(entry, directory))}"
+    """command(entry) through the compiled-code cache (cached_program), without the site module (-S): a program of
+    the standard library needs no site-packages, and the .pth files there are not run on every read (2 to 3 ms)."""
+    return f"{PYTHON} -S -c {shlex.quote(cached_program(entry, directory))}"

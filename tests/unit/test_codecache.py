@@ -127,12 +127,12 @@ def test_the_key_names_the_sources_and_this_python(monkeypatch):
     assert codecache.key(MODULES) != kept
 
 
-def snapshot(tmp_path, program: str) -> dict:
+def snapshot(tmp_path, program: str, *flags: str) -> dict:
     """The snapshot of an empty home, minus what the engine says (other runs change its images meanwhile)."""
     spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run([sys.executable, "-I", "-c", program, json.dumps(spec)], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-I", *flags, "-c", program, json.dumps(spec)], capture_output=True,
+                         text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
     return {key: value for key, value in found.items() if key not in ("docker", "stack", "routers")}
@@ -140,16 +140,16 @@ def snapshot(tmp_path, program: str) -> dict:
 
 def test_the_snapshot_through_the_cache_reads_what_the_bundle_reads(tmp_path, cache):
     cached = ship.cached_program("snapshot", str(cache))
-    assert snapshot(tmp_path, cached) == snapshot(tmp_path, ship.program("snapshot"))   # a miss
+    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.program("snapshot"))   # a miss
     assert len(os.listdir(cache)) == 1
-    assert snapshot(tmp_path, cached) == snapshot(tmp_path, ship.program("snapshot"))   # a hit
+    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.program("snapshot"))   # a hit
 
 
 def test_the_snapshot_fact_runs_through_roots_cache():
     from sglang_infra.run.facts import Snapshot
 
     command = Snapshot().command(spec="{}")
-    assert f"exec python3 -I -c {shlex.quote(ship.cached_program('snapshot'))} " in command
+    assert f"exec python3 -I -S -c {shlex.quote(ship.cached_program('snapshot'))} " in command
     assert ship.cached_program("snapshot").startswith(ship.path_of("codecache").read_text())   # DIRECTORY, root's
 
 
@@ -161,3 +161,11 @@ def test_the_snapshot_command_leaves_room_in_one_argument():
 
     sent = "sh -c " + shlex.quote(Snapshot().command(spec=json.dumps({"home": "/opt/sglang"})))
     assert len(sent.encode()) <= 64 * 1024
+
+
+def test_the_snapshot_runs_without_site_packages(tmp_path):
+    """The cached command starts python3 without the site module: no site-packages on the path, no .pth run."""
+    probe = ship.cached_command("snapshot").replace(ship.PYTHON, sys.executable, 1).split(" -c ")[0]
+    found = subprocess.run([*probe.split(), "-c", "import sys; print(any('-packages' in p for p in sys.path))"],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.strip() == "False"
