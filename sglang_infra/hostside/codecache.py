@@ -19,6 +19,7 @@ import marshal
 import os
 import stat
 import sys
+import time
 import types
 import zlib
 
@@ -26,6 +27,7 @@ DIRECTORY = "/var/cache/sglang-infra"
 LIMIT = 16 << 20   # bytes: the compiled snapshot is a few hundred KB
 MAGIC = b"sglang-infra code cache 1\n"
 OWNER = 0
+CANDIDATE_SECONDS = 600   # a read writes its entry in well under a second
 
 
 def key(modules):
@@ -97,6 +99,16 @@ def load(directory, name):
     return codes
 
 
+def _writing(name, fd):
+    """Whether ``name`` is a candidate another read may be writing now: made within CANDIDATE_SECONDS (an older
+    one was left by a read that was killed, and goes with the stale entries)."""
+    try:
+        made = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime
+    except OSError:
+        return True
+    return name.startswith(".") and time.time() - made < CANDIDATE_SECONDS
+
+
 def store(directory, name, codes):
     """Keep ``codes`` under ``name`` (root only; any other entry there removed). Never fails the program."""
     if os.geteuid() != OWNER:
@@ -117,7 +129,7 @@ def store(directory, name, codes):
             os.close(entry)
         os.rename(candidate, name, src_dir_fd=fd, dst_dir_fd=fd)
         for other in os.listdir(fd):
-            if other != name and not other.startswith("."):
+            if other != name and not _writing(other, fd):
                 os.unlink(other, dir_fd=fd)
     except (OSError, ValueError):
         pass

@@ -169,3 +169,12 @@ def test_the_snapshot_runs_without_site_packages(tmp_path):
     found = subprocess.run([*probe.split(), "-c", "import sys; print(any('-packages' in p for p in sys.path))"],
                            capture_output=True, text=True, timeout=60)
     assert found.stdout.strip() == "False"
+
+
+def test_a_candidate_left_by_a_killed_read_goes_and_one_being_written_stays(cache):
+    left, writing = cache / ".left-by-a-killed-read.123", cache / ".being-written.456"
+    for candidate in (left, writing):
+        candidate.write_bytes(b"partial")
+    os.utime(left, (0, 0))
+    codecache.codes_for(MODULES, str(cache))
+    assert sorted(os.listdir(cache)) == sorted([codecache.key(MODULES), writing.name])
