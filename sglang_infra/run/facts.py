@@ -26,7 +26,7 @@ class Snapshot(FactBase):
     """Everything the deploy compares against, as one JSON document (see hostside/read/snapshot.py)."""
 
     def command(self, spec: str):
-        return f"{_WITHOUT_PYTHON}; exec {ship.command('read.snapshot')} {shlex.quote(spec)}"
+        return f"{_WITHOUT_PYTHON}; exec {ship.cached_command('read.snapshot')} {shlex.quote(spec)}"
 
     def process(self, output):
         return json.loads("\n".join(output))

@@ -174,7 +174,7 @@ def test_config_validated_is_what_the_snapshot_reports_to_the_deploy(home, textf
     from sglang_infra.hostside.read import snapshot
 
     validated(home)
-    monkeypatch.setattr(snapshot, "docker", lambda: {"api": True, "runtimes": []})
+    monkeypatch.setattr(snapshot, "docker", lambda unit: {"api": True, "runtimes": []})
     monkeypatch.setattr(snapshot, "gpus", lambda: None)
     found = snapshot.read({"home": str(home), "tools_dir": str(home / "tools"), "user": "root", "admins": [],
                            "groups": [], "uid": None, "gid": None})["gate"]

@@ -394,3 +394,22 @@ def test_a_gateway_hosts_layout_reads_router_secrets_as_the_plan_names_it():
     dirs = hostside_snapshot.layout_dirs({"dirs": ["/h/docker"]}, "/h", {"m": "/h/router/m"})
     assert dirs == ["/h/docker", "/h/router", "/h/router/.secrets", "/h/router/m"]
     assert hostside_snapshot.layout_dirs({"dirs": ["/h/docker"]}, "/h", {}) == ["/h/docker"]
+
+
+def test_systemd_is_asked_once_for_the_engine_and_the_units(tree, tmp_path, monkeypatch):
+    """One systemctl call answers for docker.service and the spec's units: each call is a process on the host and
+    a D-Bus question to PID 1, on every read of every host (docs/benchmarks.md)."""
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    calls = tmp_path / "calls"
+    answer = ("Id=docker.service\\nLoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n"
+              "NeedDaemonReload=no\\n\\nId=nginx.service\\nLoadState=loaded\\nActiveState=failed\\n"
+              "UnitFileState=disabled\\nNeedDaemonReload=yes\\n")
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nprintf "{answer}"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    found = read(tree, services=["nginx.service"])
+    assert calls.read_text().count("\n") == 1
+    assert (found["docker"]["active"], found["docker"]["enabled"]) == ("active", "enabled")
+    assert found["services"] == {"nginx.service": {"loaded": True, "active": "failed", "enabled": "disabled",
+                                                   "reload_needed": True}}

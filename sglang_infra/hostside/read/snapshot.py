@@ -123,16 +123,19 @@ def account(spec):
     return out
 
 
-def docker():
-    units = dict(line.split("=", 1) for line in _run("systemctl", "show", "docker", "-p", "ActiveState",
-                                                    "-p", "UnitFileState").splitlines() if "=" in line)
+DOCKER_UNIT = "docker.service"
+
+
+def docker(unit):
+    """The engine: its CLI, socket, compose plugin, API, images and runtimes; ``unit`` is docker.service's state
+    as services() read it (read() asks systemctl once for it and the spec's units)."""
     out = {
         "cli": shutil.which("docker"),
         "socket": stat.S_ISSOCK(os.stat(dockerapi.SOCKET).st_mode) if os.path.exists(dockerapi.SOCKET) else False,
         "compose_plugin": next((f"{d}/docker-compose" for d in COMPOSE_PLUGIN_DIRS
                                 if os.access(f"{d}/docker-compose", os.X_OK)), None),
-        "active": units.get("ActiveState") or None,
-        "enabled": units.get("UnitFileState") or None,
+        "active": (unit or {}).get("active") or None,
+        "enabled": (unit or {}).get("enabled") or None,
         "api": False, "images": {}, "runtimes": [],
     }
     if out["socket"]:
@@ -505,7 +508,8 @@ def read(spec):
     docker_dir = os.path.join(home, names.DOCKER_DIR)
     gateways = stack.gateway_dirs(home)
     spec = dict(spec, dirs=layout_dirs(spec, home, gateways))
-    engine = docker()
+    units = services([DOCKER_UNIT, *spec.get("services", [])])
+    engine = docker(units.get(DOCKER_UNIT))
     running = {"container": None, "record": None, "current": False}
     if engine["api"]:
         try:
@@ -531,7 +535,7 @@ def read(spec):
                                         os.path.join(home, names.GATEWAY_SECRETS_DIR),
                                         *spec.get("system_dirs", ()))},
         "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},
-        "services": services(spec.get("services", [])),
+        "services": {name: units[name] for name in spec.get("services", []) if name in units},
         "packages": packages(spec.get("packages", [])),
         "models": models(home, spec["user"]),
         "tools": tools(tools_dir),
