@@ -41,7 +41,7 @@ pull_tools(
     name=f"Ensure {tools}/venv has huggingface_hub {plan.pull.hub_version} and the pull script",
     tools_dir=tools,
     hub_version=plan.pull.hub_version,
-    script=ship.program("pull.hfpull"),
+    script=ship.installed("pull.hfpull"),
     group=plan.account.name,
     index_url=plan.pull.index_url,
 )

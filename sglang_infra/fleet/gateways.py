@@ -7,7 +7,7 @@ own compose project under router/<slug>/, with ports that follow the model's
 position in the registry. preflight.py calls `fleet()` with the run's Fleet (hosts.py)
 once every host's plan is known; its refusals are here (check_fleet, check_open_worker,
 check_pool), the rendering in render.py,
-the host side in hostside/gateway_launch.py and hostside/gateway_workers.py.
+the host side in hostside/gateway_launch.py and hostside/roll/gateway_workers.py.
 """
 
 from __future__ import annotations

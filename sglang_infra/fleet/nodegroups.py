@@ -84,7 +84,7 @@ def not_serving(hosts: Iterable[Any]) -> list[str]:
 
 
 def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> list[str]:
-    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/snapshot.py's
+    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/read/snapshot.py's
     reach: bounded in time): refused, naming the address."""
     found = snapshot.get("reach")
     if group.rank == 0 or found is None or found.get("ok"):

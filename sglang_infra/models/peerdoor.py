@@ -16,13 +16,13 @@ The key reaches the host only inside KEY_CONF (root's, 0600, written
 through stdin), which nginx's master process (root) includes; the workers
 never read it. The workers run as www-data alone, never with the account's
 group (which may write in hf-cache): an ACL entry on the home
-(hostside/acl.py) lets them pass through it, and the cache's "other" bits
+(hostside/write/acl.py) lets them pass through it, and the cache's "other" bits
 let them read, never write. The door speaks TLS alone, with a key pair made
 on the host by root (TLS_KEY, TLS_CERT: operations.peerdoor.tls_made); the
 run reads the certificate's sha256 when it checks the door, and each pull
 trusts that certificate alone there (peering.checked, hostside/pull/peers.py).
 The snapshot's part is in resolve.snapshot_spec (door_spec) and
-hostside/snapshot.py (peer_address); the task is tasks/peer_door.py.
+hostside/read/snapshot.py (peer_address); the task is tasks/peer_door.py.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ KEY_CONF = f"{DOOR_DIR}/key.conf"           # 0600, root's: the one line that ho
 BLOBS_CONF = f"{DOOR_DIR}/blobs.conf"       # the verified blobs nginx serves, one exact location each
 # The door's TLS identity, made on the host by root once and kept (tls_command): the key never leaves the host.
 TLS_KEY = f"{DOOR_DIR}/tls.key"             # 0600, root's: read by nginx's master process alone
-TLS_CERT = f"{DOOR_DIR}/tls.crt"            # 0644: self-signed; each puller pins its sha256 (hostside/doorcheck.py)
+TLS_CERT = f"{DOOR_DIR}/tls.crt"            # 0644: self-signed; each puller pins its sha256 (read/doorcheck.py)
 TLS_PACKAGE = "openssl"                     # Debian's CLI that makes the pair
 SERVICE = "nginx"
 PACKAGE = "nginx"

@@ -14,7 +14,7 @@ from ..run import ship
 from ..run.facts import current
 from ..run.operation import diff_wanted, q, snapshot_operation
 
-# Drift categories the snapshot lists (hostside/snapshot.py, layout), each repaired by hostside/repair.py.
+# Drift categories the snapshot lists (hostside/read/snapshot.py, layout), each repaired by hostside/write/repair.py.
 DRIFT_CATEGORIES = ("cache_group", "cache_file_mode", "cache_dir_mode", "owner", "world_writable",
                     "docker_group_writable")
 # Bytes of one repair command, program and paths together, as the shell receives it: pyinfra runs a command as
@@ -156,7 +156,7 @@ def layout(home: str, dirs: dict[str, str], user: str, group: str):
                        "are left as they are (their owner and mode are not repaired: another name may be a file "
                        f"from elsewhere): {', '.join(printable(p) for p in found['linked'])}{more}")
     changed = False
-    program = ship.command("repair")
+    program = ship.command("write.repair")
     _show_drift(found, dirs, user, group)
     for path, mode in dirs.items():
         if found["dirs"].get(path) != {"owner": user, "group": group, "mode": mode}:

@@ -18,7 +18,7 @@ from ..run.operation import file_entry, q, show_diff, snapshot_operation
 def put_command(dest: str, content: bytes, user: str, group: str, mode: str, keep_previous: bool = False,
                 check: str | None = None) -> StringCommand:
     """
-    hostside/put.py writing ``content`` (through the command's stdin, never
+    hostside/write/put.py writing ``content`` (through the command's stdin, never
     on its command line) into ``dest``: a new file root creates itself,
     checked, then renamed into place; a symlink at ``dest``, beside it or on
     the way to it is refused and named, never followed.
@@ -28,7 +28,7 @@ def put_command(dest: str, content: bytes, user: str, group: str, mode: str, kee
         words.append("--keep-previous")
     if check:
         words += ["--check", q(check)]
-    return StringCommand(f"{ship.command('put')} {' '.join(words)}", _stdin=content.decode())
+    return StringCommand(f"{ship.command('write.put')} {' '.join(words)}", _stdin=content.decode())
 
 
 def swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: str | None):

@@ -50,7 +50,7 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     tasks/stack.py). A worker outside this run (--limit) keeps the
     membership it has. On a difference, workers.json is rewritten (the
     gateway's launcher reads it on start) and the gateway's /workers API adds
-    and removes workers without a restart (hostside/gateway_workers.py).
+    and removes workers without a restart (hostside/roll/gateway_workers.py).
     """
     have = stack_section(gateway)["workers"]
     wanted = sorted(w.url for w in workers
@@ -64,5 +64,5 @@ def gateway_workers(directory: str, gateway: str, url: str, workers, key_file: s
     if diff_wanted():
         host.log(f"Will set the gateway's workers: {sorted(have or [])} -> {wanted}", logger.info)
     args = [directory, url, *([key_file] if key_file else [])]
-    yield StringCommand(f"{ship.command('gateway_workers')} " + " ".join(q(a) for a in args),
+    yield StringCommand(f"{ship.command('roll.gateway_workers')} " + " ".join(q(a) for a in args),
                         _stdin=json.dumps(wanted))

@@ -1,7 +1,7 @@
 """The driver layer of a GPU host, when the operator's data lets the deploy install it: the pinned NVIDIA driver and
 the check that it is the one loaded; Fabric Manager at the driver's exact version on an NVSwitch board (and NVLSM
 where the board needs it), and nvidia-persistenced.
-Both read the snapshot's gpus section (hostside/snapshot.py: nv-fabricmanager's own version, the units' states)."""
+Both read the snapshot's gpus section (hostside/read/snapshot.py: nv-fabricmanager's own version, the units' states)."""
 
 from __future__ import annotations
 

@@ -24,12 +24,12 @@ from .files import swap_in
 
 class DoorHeld(FactBase):
     """Whether every socket listening on the door's address and port is nginx.service's main process's, running
-    the door's config, and the sha256 of the door's certificate (hostside/doorcheck.py, as root):
+    the door's config, and the sha256 of the door's certificate (hostside/read/doorcheck.py, as root):
     {"held", "pid", "why", "cert"}."""
 
     def command(self, address: str, port: int):
-        return (f"exec {ship.command('doorcheck')} {shlex.quote(address)} {int(port)} {shlex.quote(peerdoor.CONFIG)} "
-                f"{shlex.quote(peerdoor.TLS_CERT)}")
+        return (f"exec {ship.command('read.doorcheck')} {shlex.quote(address)} {int(port)} "
+                f"{shlex.quote(peerdoor.CONFIG)} {shlex.quote(peerdoor.TLS_CERT)}")
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -121,4 +121,4 @@ def home_passable(home: str, wanted: bool):
     if has == wanted:
         host.noop(f"{peerdoor.WORKER_USER} {'may' if has else 'has no entry to'} pass through {home}")
         return
-    yield f"{ship.command('acl')} {'grant' if wanted else 'revoke'} {q(home)} {q(peerdoor.WORKER_USER)}"
+    yield f"{ship.command('write.acl')} {'grant' if wanted else 'revoke'} {q(home)} {q(peerdoor.WORKER_USER)}"

@@ -19,7 +19,7 @@ of the pool are out of service (those already out count, so they go first).
 Then:
 1. out of every gateway that fronts it (on a model switch, also those of every
    other model, which may still list it), through each gateway host's own
-   connection (hostside/gateway_workers.py), until none lists it;
+   connection (hostside/roll/gateway_workers.py), until none lists it;
 2. drained: no request in flight (its own /metrics, else the gateway's
    smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
@@ -180,7 +180,7 @@ def on_gateway_host(state, front, change: dict) -> tuple[bool, str]:
         gateway_host.connect(reason="to take a worker out of its gateway and back", raise_exceptions=True)
     args = [front.directory, front.url, *([front.key_file] if front.key_file else [])]
     try:
-        status, output = run_on(gateway_host, f"{ship.command('gateway_workers')} " +
+        status, output = run_on(gateway_host, f"{ship.command('roll.gateway_workers')} " +
                                 " ".join(q(a) for a in args), json.dumps(change), print_output=False,
                                 arguments=connector_arguments(state, gateway_host))
     finally:
@@ -190,7 +190,7 @@ def on_gateway_host(state, front, change: dict) -> tuple[bool, str]:
 
 def drain(state, this, roll: Roll, metrics_url: str, key_file: str | None) -> str:
     """Wait until the worker has no request in flight: its own count, else each gateway's; a line saying how."""
-    drain_cmd = f"{ship.command('drain')} {roll.drain_timeout}"
+    drain_cmd = f"{ship.command('roll.drain')} {roll.drain_timeout}"
     _, output = run_on(this, f"{drain_cmd} {q(metrics_url)}" + (f" {q(key_file)}" if key_file else ""),
                        print_output=False)
     said = (output.stdout_lines or ["drain: unknown"])[-1]
@@ -238,7 +238,7 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     if waited is not None or pool.failed:
         pool.done.add(roll.url)
         # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-        run_on(host, f"{ship.command('restore_good')} {q(project_dir)}", print_output=False)
+        run_on(host, f"{ship.command('roll.restore_good')} {q(project_dir)}", print_output=False)
         say(f"not restarted: {waited or f'the roll of {roll.pool} stopped at {pool.failed}'}; it keeps serving "
             "its last good config", logger.error)
         return False

@@ -140,10 +140,10 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
     gate = gateway.gate if gateway else plan.gate
     context = dict(plan.template_values, url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
                    baseline=gate.baseline_tok_s,
-                   checks_program=ship.program("checks"), gate_program=ship.program("gate"), python=ship.PYTHON,
+                   checks_program=ship.installed("checks"), gate_program=ship.installed("gate"), python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
                    kernel_check_nvcc=gate.kernel_check_nvcc,
-                   kernel_check_program=ship.program("gpu_kernel_check") if gate.kernel_check_nvcc else None,
+                   kernel_check_program=ship.installed("gpu_kernel_check") if gate.kernel_check_nvcc else None,
                    results_dir=plan.paths.results,
                    gateway=gateway.slug if gateway else None)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}
@@ -151,7 +151,7 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
 
 def gateway_scripts(plan: HostPlan, gateway: Gateway) -> dict[str, str]:
     """A gateway's validation scripts and gate (the same templates, through the gateway), and its launcher."""
-    return {**scripts(plan, gateway), names.LAUNCHER: ship.program("gateway_launch")}
+    return {**scripts(plan, gateway), names.LAUNCHER: ship.installed("gateway_launch")}
 
 
 # (data key, flag of the pinned SMG, smg/router_args.py) of the gateway, each rendered with its reason from
@@ -200,7 +200,7 @@ def _timed_program(name: str, unit_name: str, **values: object) -> dict[str, str
     program = f"{plantypes.PROGRAM_DIR}/{name}.py"
     unit = f"{plantypes.SYSTEMD_DIR}/{unit_name}"
     return {
-        program: ship.program(name),
+        program: ship.installed(name),
         f"{unit}.service": render_template(f"templates/systemd/{unit_name}.service.j2", program=program,
                                            textfile_dir=names.TEXTFILE_DIR, python=f"/usr/bin/{ship.PYTHON}",
                                            **values),

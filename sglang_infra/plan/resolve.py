@@ -90,6 +90,8 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
         spec[key] = sorted({*spec.get(key, ()), *values}) if key == "system_dirs" else [*spec[key], *values]
     if data["sglang_peer_key_file"]:
         spec["peer_address"] = peerdoor.door_address(data, name)
+        # who holds the door's port, as the run's door check reads it: a settled host's door is checked too
+        spec["door"] = {"port": data["sglang_peer_port"], "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT}
     spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
     if report:
         spec["report"] = True

@@ -1,4 +1,4 @@
-"""The Snapshot fact: the one read of a host (hostside/snapshot.py, shipped
+"""The Snapshot fact: the one read of a host (hostside/read/snapshot.py, shipped
 inline by ship.py), as one remote command. Every operation compares the plan
 against this document; factcache reads it once per host until a command
 changes that host.
@@ -23,10 +23,10 @@ _WITHOUT_PYTHON = (
 
 
 class Snapshot(FactBase):
-    """Everything the deploy compares against, as one JSON document (see hostside/snapshot.py)."""
+    """Everything the deploy compares against, as one JSON document (see hostside/read/snapshot.py)."""
 
     def command(self, spec: str):
-        return f"{_WITHOUT_PYTHON}; exec {ship.command('snapshot')} {shlex.quote(spec)}"
+        return f"{_WITHOUT_PYTHON}; exec {ship.cached_command('read.snapshot')} {shlex.quote(spec)}"
 
     def process(self, output):
         return json.loads("\n".join(output))

@@ -6,7 +6,7 @@ runs and must be recreated, on a model that another gateway host fronts too
 gevent lock shared by that model's gateways in this run): it asks itself
 which workers it lists healthy, `docker compose up`, and gives the turn back
 only once the new gateway answers /health and lists those workers healthy
-again (hostside/gateway_workers.py, bounded by
+again (hostside/roll/gateway_workers.py, bounded by
 sglang_router_worker_startup_timeout), so the other gateway host serves
 meanwhile. A failed turn stops the model's later turns: those gateways are
 not restarted and keep serving their old config, and fail naming the gateway
@@ -59,9 +59,9 @@ def model_turns(state, model: str) -> ModelTurns:
 
 
 def on_own_gateway(host, turn: GatewayTurn, change: dict) -> tuple[bool, str]:
-    """hostside/gateway_workers.py on this gateway host, for its own gateway; (ok, its last line)."""
+    """hostside/roll/gateway_workers.py on this gateway host, for its own gateway; (ok, its last line)."""
     args = [turn.directory, turn.url, *([turn.key_file] if turn.key_file else [])]
-    status, output = run_on(host, f"{ship.command('gateway_workers')} " + " ".join(q(a) for a in args),
+    status, output = run_on(host, f"{ship.command('roll.gateway_workers')} " + " ".join(q(a) for a in args),
                             json.dumps(change), print_output=False)
     return status, (output.stdout_lines + output.stderr_lines or ["no output"])[-1]
 

@@ -1,7 +1,7 @@
 """A settled host takes one no-op instead of planning every operation (issue 45).
 
 A host is settled when its last run found it exactly as its plan wants it and nothing has moved since: the
-stamp that run left on the host (hostside/settled.py, read back by the one snapshot the preflight takes
+stamp that run left on the host (hostside/read/settled.py, read back by the one snapshot the preflight takes
 anyway) names the same plan fingerprint and the same snapshot digest this run works out. The fingerprint
 covers everything a host's operations are made from: the whole resolved plan (every field, secrets and rendered
 files included, the fleet-derived values the preflight set on it), and the deploy's own code and templates.
@@ -12,8 +12,9 @@ repairs the drift, and `--dry --diff` shows it as before.
 Conservative where hosts involve each other: when any host of the run takes the full plan, a host whose
 operations reach other hosts or depend on their state (a gateway host, a worker some gateway fronts, a
 multi-node group member, a monitor, a host with peer sources) takes the full plan too; only a standalone worker
-still skips. A host with a peer door never skips (its run checks who holds the door's port, which no snapshot
-holds); nor does any host under `sglang_validate=always`, in the status report or in a `--dry` run (which
+still skips. A host with a peer door skips only when its snapshot found the door held by the door's own nginx
+with its certificate (the snapshot reads that as the run's door check does; who holds the port is in its digest);
+no host skips under `sglang_validate=always`, in the status report or in a `--dry` run (which
 shows every operation's plan, as before).
 
 The stamp is written at the end of a run, outside any operation (it is the run's record, not a change of the
@@ -41,7 +42,7 @@ from pyinfra.api.state import BaseStateCallback
 from pyinfra.version import __version__ as PYINFRA_VERSION
 
 from ..fleet.inventoryfile import run_parameters
-from ..hostside import settled as stamp_file
+from ..hostside.read import settled as stamp_file
 from ..plan.types import HostPlan
 from ..status import statusrows
 from .operation import connector_arguments
@@ -125,10 +126,13 @@ def involves_others(plan: HostPlan) -> bool:
                 or plan.peer_door is not None or plan.peer_sources)
 
 
-def checked_live(plan: HostPlan) -> bool:
-    """Its run checks something no snapshot holds (the peer door's port, held by the door's own nginx, read when
-    the operation runs): it never skips."""
-    return plan.peer_door is not None
+def door_unheld(plan: HostPlan, snapshot: Mapping[str, Any]) -> bool:
+    """It keeps a peer door that its snapshot did not find held by the door's own nginx with its certificate
+    (hostside/read/doorcheck.py): it takes the full plan, whose door check fails it or finds the door up."""
+    if plan.peer_door is None:
+        return False
+    door = (snapshot.get("peer") or {}).get("door") or {}
+    return not (door.get("held") and door.get("cert"))
 
 
 def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping[str, Any] | None],
@@ -141,7 +145,8 @@ def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping
         if plan is None or snapshot is None:
             continue
         stamps[name] = {"plan": plan_fingerprint(plan), "snapshot": snapshot_digest(snapshot)}
-        if snapshot.get("settled") == stamps[name] and not (plan.gate.always or report or dry or checked_live(plan)):
+        if snapshot.get("settled") == stamps[name] and not (
+                plan.gate.always or report or dry or door_unheld(plan, snapshot)):
             matching.add(name)
     if matching != set(plans) or not whole:
         matching = {name for name in matching if not involves_others(plans[name])}   # type: ignore[arg-type]

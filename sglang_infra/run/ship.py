@@ -1,20 +1,25 @@
 """Ships the host-side programs (sglang_infra/hostside/) to the hosts.
 
 A program there may import its neighbours (`from . import manifest`), and a
-program of hostside/pull/ those of hostside/ too (`from .. import manifest`).
-On a host there is no sglang_infra package, so `program()` bundles the entry
+program of a folder below (hostside/pull/, read/, write/, roll/) those of
+hostside/ too (`from .. import manifest`, `from ..write import acl`). On a
+host there is no sglang_infra package, so `program()` bundles the entry
 module with every neighbour it imports, transitively, into one
 self-contained Python source: a few lines register the neighbours as
 modules, then the entry runs as __main__. The same text is run with
-`python3 -c` (the snapshot), written into a script (the gate and the
-validation scripts) or uploaded (the pull). A module is named by its path
-below hostside/, dotted: `gate`, `pull.hfpull`.
+`python3 -c` per command (command(): the snapshot), or written into a file
+the host keeps (installed(): the gate and the validation scripts, the pull).
+A module is named by its path below hostside/, dotted: `gate`,
+`read.snapshot`, `pull.hfpull`.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
+import json
 import shlex
+import zlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,6 +29,13 @@ HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # a member's home) is never imported by root.
 PYTHON = "python3 -I"
 PACKAGE = "sglang_infra.hostside"
+# The programs a host keeps as files (installed()): the validation scripts and the gate (checks, gate,
+# gpu_kernel_check), the timers' metrics programs, the gateway's launcher, the toolchain image's check and the
+# pull. Their text, and that of every module they carry, is part of what a converged host holds: a change of it
+# re-gates a worker, recreates a gateway or rebuilds the toolchain image. Every other program runs inline per
+# command (command()) and is never stored on a host.
+INSTALLED = ("checks", "gate", "gpu_kernel_check", "gate_metrics", "gpu_metrics", "gateway_launch", "toolchain_check",
+             "pull.hfpull")
 
 # The header still names ship.py's old place (sglang_infra/, before the packages): a program of hostside/ alone is
 # kept byte for byte, since a changed header would change every converged host's gate scripts and re-gate them.
@@ -82,16 +94,18 @@ def programs() -> list[str]:
 @lru_cache(maxsize=None)
 def _neighbours(name: str) -> list[str]:
     """Modules below hostside/ that hostside/<name>.py imports (`from . import a`, `from .a import b`,
-    `from .. import c` in a subpackage), by their dotted names."""
+    `from .. import c` and `from ..read import d` in a subpackage), by their dotted names."""
     package = name.split(".")[:-1]
     found = []
     for node in ast.parse(_source(name)).body:
         if isinstance(node, ast.ImportFrom) and node.level:
             if node.level - 1 > len(package):
                 raise ValueError(f"hostside/{name}.py imports from outside hostside/")
-            base = package[:len(package) - (node.level - 1)]
-            found += [".".join(base + [node.module])] if node.module else [
-                ".".join(base + [alias.name]) for alias in node.names]
+            base = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            if node.module and not HOSTSIDE.joinpath(*base).is_dir():
+                found.append(".".join(base))   # `from .a import b`: b is a name of the module a
+            else:   # `from . import a`, `from ..read import a`: a is a module of that package
+                found += [".".join(base + [alias.name]) for alias in node.names]
     return found
 
 
@@ -133,16 +147,36 @@ def program(entry: str) -> str:
     )
 
 
+def installed(entry: str) -> str:
+    """program(entry) for a program a host keeps as a file, one of INSTALLED."""
+    if entry not in INSTALLED:
+        raise ValueError(f"hostside/{entry.replace('.', '/')}.py is not a program the hosts keep (ship.INSTALLED)")
+    return program(entry)
+
+
+def kept() -> set[str]:
+    """Every module whose text the hosts keep: the installed programs and the modules they carry."""
+    return {name for entry in INSTALLED for name in [entry, *carried(entry)]}
+
+
+def _package(name: str) -> str:
+    return ".".join([PACKAGE, *name.split(".")[:-1]])
+
+
+def _path(name: str) -> str:
+    return "hostside/" + name.replace(".", "/") + ".py"
+
+
+def _packages(names: list[str]) -> list[str]:
+    """Every package the modules ``names`` lie in, each after its parents."""
+    packages = sorted({_package(name) for name in names})
+    return sorted({".".join(p.split(".")[:k]) for p in packages for k in range(1, p.count(".") + 2)})
+
+
 def _nested(entry: str, neighbours: list[str]) -> str:
     """program(entry) where a module lies in a subpackage of hostside/."""
-    def package(name: str) -> str:
-        return ".".join([PACKAGE, *name.split(".")[:-1]])
-
-    def path(name: str) -> str:
-        return "hostside/" + name.replace(".", "/") + ".py"
-
-    packages = sorted({package(name) for name in [entry, *neighbours]})
-    packages = sorted({".".join(p.split(".")[:k]) for p in packages for k in range(1, p.count(".") + 2)})
+    package, path = _package, _path
+    packages = _packages([entry, *neighbours])
     return _NESTED_BOOT.format(
         entry_file=entry.replace(".", "/") + ".py", entry_path=path(entry), neighbours=", ".join(neighbours),
         packages=repr(tuple(packages)),
@@ -154,3 +188,26 @@ def _nested(entry: str, neighbours: list[str]) -> str:
 def command(entry: str) -> str:
     """The shell command that runs ``entry`` on a host: isolated (PYTHON), its bundled source as -c's argument."""
     return f"{PYTHON} -c {shlex.quote(program(entry))}"
+
+
+CODECACHE = "read.codecache"
+
+
+@lru_cache(maxsize=None)
+def cached_program(entry: str, directory: str | None = None) -> str:
+    """The source of hostside/<entry>.py with its neighbours, run through hostside/read/codecache.py: the same modules
+    in the same order as program(entry), compiled once per host and then read from root's own cache (``directory``,
+    codecache.DIRECTORY when None). The modules travel compressed, in base64: a third of the bytes, and no quote
+    for the shell to escape (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this
+    one, where one argument may hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
+    names = [*carried(entry), entry]
+    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)] for name in names]
+    blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
+    where = "" if directory is None else f", {json.dumps(directory)}"
+    return f"{_source(CODECACHE)}\nrun({json.dumps(_packages(names))}, \"{blob}\"{where})\n"
+
+
+def cached_command(entry: str, directory: str | None = None) -> str:
+    """command(entry) through the compiled-code cache (cached_program), without the site module (-S): a program of
+    the standard library needs no site-packages, and the .pth files there are not run on every read (2 to 3 ms)."""
+    return f"{PYTHON} -S -c {shlex.quote(cached_program(entry, directory))}"

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from harness import PROJECT_DIR, _env, door_pin, run_deploy
+from harness import PROJECT_DIR, SETTLED_OP, _env, door_pin, planned, run_deploy
 from hfstandin.server import count_kinds
 from sglang_infra.models import peerdoor
 from testbed import hub as standin_hub
@@ -171,6 +171,21 @@ def test_a_second_run_pulls_nothing_and_touches_no_peer(fleet, hub):
     assert "SGLANG_PULL_RESULT" not in again.output
     assert hub_file_bytes(hub.requests()) == 0
     assert [door_requests(h) for h in hosts] == before
+
+
+def test_a_fleet_with_the_site_key_settles_and_its_doors_stay_checked(fleet):
+    """The run after a run that changed nothing finds every door held by its own nginx in the snapshot and plans
+    one no-op per host; a door whose nginx restarted (a new main process) is checked again by the full plan."""
+    hosts, inventory, _, _ = fleet
+    settled = run_deploy(inventory)
+    assert settled.returncode == 0, settled.why()
+    assert {h.name: planned(settled, h.name) for h in hosts} == {h.name: [SETTLED_OP] for h in hosts}
+    hosts[0].exec("systemctl restart nginx.service")
+    again = run_deploy(inventory)
+    assert again.returncode == 0, again.why()
+    assert all(again.changed(h.name) == [] for h in hosts), again.why()
+    ops = planned(again, hosts[0].name)
+    assert len(ops) > 10 and any(op.startswith("tasks/peer_door.py") for op in ops), ops   # the full plan, checked
 
 
 def test_a_peer_that_sends_wrong_bytes_is_named_and_its_ranges_fetched_from_another(fleet, hub):

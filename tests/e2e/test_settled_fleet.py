@@ -13,21 +13,24 @@ import secrets
 
 import pytest
 
-from harness import COMPOSE_HAND_EDITED, COMPOSE_OP, HUB, HUB_LOST_SETGID, LAYOUT_OP, diff_misses, run_deploy, run_dry
+from harness import (
+    COMPOSE_HAND_EDITED,
+    COMPOSE_OP,
+    HUB,
+    HUB_LOST_SETGID,
+    LAYOUT_OP,
+    SETTLED_OP,
+    diff_misses,
+    planned,
+    run_deploy,
+    run_dry,
+)
 
 DRIFTED, OTHER = "sg-settled-1", "sg-settled-2"
 ALIASES = ("sg-settled-2-alias-a", "sg-settled-2-alias-b")
 EVERY = (DRIFTED, OTHER, *ALIASES)
 STAMP = "/var/lib/sglang-settled.json"
 DRIFTS = (HUB_LOST_SETGID, COMPOSE_HAND_EDITED)
-SETTLED_OP = ("tasks/settled.py | Ensure the host is as its last settled run left it "
-              "(its snapshot and plan match its stamp)")
-
-
-def planned(result, name: str) -> list[str]:
-    """The operations a run planned on ``name`` (a settled host: SETTLED_OP alone)."""
-    return [op for op, by_host in result.statuses.items() if name in by_host]
-
 
 @pytest.fixture(scope="module")
 def fleet(testbed, workdir):

@@ -287,7 +287,7 @@ def read_snapshot(host: TestHost) -> dict:
     spec = {"user": "sglang", "home": "/opt/sglang", "tools_dir": "/var/lib/sglang-tools", "admins": [],
             "groups": ["docker"], "uid": None, "gid": None, "dirs": []}
     out = subprocess.run(["docker", "exec", "-i", host.container, "python3", "-", json.dumps(spec)],
-                         input=ship.program("snapshot"), capture_output=True, text=True, timeout=300)
+                         input=ship.program("read.snapshot"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
@@ -298,3 +298,13 @@ def door_pin(host) -> str:
     out = host.exec(f"openssl x509 -in {peerdoor.TLS_CERT} -outform DER | sha256sum").stdout.split()
     assert out and len(out[0]) == 64, out
     return out[0]
+
+
+# A settled host's one operation (tasks/settled.py, sglang_infra/run/settled.py).
+SETTLED_OP = ("tasks/settled.py | Ensure the host is as its last settled run left it "
+              "(its snapshot and plan match its stamp)")
+
+
+def planned(result, name: str) -> list[str]:
+    """The operations a run planned on ``name`` (a settled host: SETTLED_OP alone)."""
+    return [op for op, by_host in result.statuses.items() if name in by_host]

@@ -77,7 +77,7 @@ def command_text(command) -> str:
     if isinstance(command, StringCommand):
         text = _short(str(command))
         stdin = command.connector_arguments.get("_stdin")
-        if text.startswith("python3 -I -c <hostside/put.py>") and isinstance(stdin, str):
+        if text.startswith("python3 -I -c <hostside/write/put.py>") and isinstance(stdin, str):
             text += f" <stdin sha256={hashlib.sha256(stdin.encode()).hexdigest()}>"  # the file's content
         return text
     if isinstance(command, FunctionCommand):

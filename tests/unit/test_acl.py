@@ -1,4 +1,4 @@
-"""hostside/acl.py: one named user's entry in a directory's POSIX access ACL, written as the kernel's
+"""hostside/write/acl.py: one named user's entry in a directory's POSIX access ACL, written as the kernel's
 system.posix_acl_access attribute (the peer door's workers pass through the home by it, nothing more). What
 the entry lets www-data do on a real host: tests/e2e/test_peer_door.py."""
 
@@ -9,7 +9,7 @@ import pwd
 
 import pytest
 
-from sglang_infra.hostside import acl
+from sglang_infra.hostside.write import acl
 
 USER = "www-data"
 

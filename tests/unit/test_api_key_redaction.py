@@ -22,11 +22,11 @@ from sglang_infra.hostside import (
     dockerapi,
     gate,
     gateway_launch,
-    gateway_workers,
     report,
     stack,
     stamp,
 )
+from sglang_infra.hostside.roll import gateway_workers
 
 KEY = "apikey-0123456789abcdef+/=0123"
 SLUG = "m"

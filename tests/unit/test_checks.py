@@ -445,7 +445,7 @@ def test_the_models_probe_lists_the_served_model(standin, capsys, monkeypatch):
 
 
 def test_the_gateways_worker_api_is_read_within_its_deadline(standin, monkeypatch):
-    from sglang_infra.hostside import gateway_workers
+    from sglang_infra.hostside.roll import gateway_workers
 
     monkeypatch.setattr(gateway_workers, "TIMEOUT", 2)
     elapsed, error = finished_within(20, gateway_workers.registered, standin(failure="drip", drip=0.5))

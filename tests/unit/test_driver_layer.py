@@ -26,7 +26,7 @@ def document(case: str) -> str:
 
 
 def section(case: str, nvswitches=(), fabric_manager=None, units=None) -> dict:
-    """The snapshot's gpus section as hostside/snapshot.py makes it from ``case``'s document."""
+    """The snapshot's gpus section as hostside/read/snapshot.py makes it from ``case``'s document."""
     return {"query": QUERY, "topo": [], "runtimes": ["nvidia"], "driver": nvsmi.parse(document(case)),
             "nvswitches": list(nvswitches), "fabric_manager": fabric_manager, "units": units or {}}
 

@@ -171,10 +171,10 @@ def test_a_change_since_the_gate_shows_the_config_not_validated(home, textfile, 
 
 def test_config_validated_is_what_the_snapshot_reports_to_the_deploy(home, textfile, monkeypatch):
     """The same stamp, the same digest, the same comparison as snapshot.py's "gate" section."""
-    from sglang_infra.hostside import snapshot
+    from sglang_infra.hostside.read import snapshot
 
     validated(home)
-    monkeypatch.setattr(snapshot, "docker", lambda: {"api": True, "runtimes": []})
+    monkeypatch.setattr(snapshot, "docker", lambda unit: {"api": True, "runtimes": []})
     monkeypatch.setattr(snapshot, "gpus", lambda: None)
     found = snapshot.read({"home": str(home), "tools_dir": str(home / "tools"), "user": "root", "admins": [],
                            "groups": [], "uid": None, "gid": None})["gate"]

@@ -396,7 +396,7 @@ def test_a_worker_that_failed_its_gate_is_removed_through_the_api():
     commands, _ = members([W1.url, W2.url], (W1, W2), {"gpu-01": worker_snapshot("c1"),
                                                         "gpu-02": worker_snapshot("c2", stamp="none")})
     assert [command_text(c) for c in commands] == [
-        "python3 -I -c <hostside/gateway_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
+        "python3 -I -c <hostside/roll/gateway_workers.py> /opt/sglang/router/m http://127.0.0.1:30080"]
     assert json.loads(commands[0].connector_arguments["_stdin"]) == [W1.url]
 
 
@@ -609,7 +609,7 @@ class TurnHost:
 
         text = str(command)
         gevent.sleep(0.02)
-        if "# gateway_workers.py from sglang_infra/hostside" in text:
+        if "# roll/gateway_workers.py from sglang_infra/hostside" in text:
             change = json.loads(_stdin)
             if change.get("view"):
                 self.log.append((self.name, "view"))

@@ -1,4 +1,4 @@
-"""hostside/gateway_workers.py's one-worker steps of a rolling restart, against a small fake of sglang-router
+"""hostside/roll/gateway_workers.py's one-worker steps of a rolling restart, against a small fake of sglang-router
 0.3.2's worker API on loopback: out (and no longer listed), back in (and healthy), workers.json following."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_infra.hostside import gateway_workers
+from sglang_infra.hostside.roll import gateway_workers
 
 A, B = "http://10.0.0.11:30000", "http://10.0.0.12:30000"
 

@@ -1,6 +1,7 @@
 """The hosts' programs are indexed where a reader looks first: hostside/__init__.py lists every module of
-hostside/ (a line each, its name first), and hostside/pull/__init__.py every module of the pull; an index line
-names a module that exists (the issue 41 count: the index had left out 5 of its modules)."""
+hostside/'s top and every folder below it (a line each, its name first), and each folder's __init__.py (pull/,
+read/, write/, roll/) every module of that folder; an index line names a module that exists (the issue 41 count:
+the index had left out 5 of its modules)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ def index(package: Path) -> list[str]:
     return ENTRY.findall(ast.get_docstring(ast.parse((package / "__init__.py").read_text()), clean=False) or "")
 
 
-@pytest.mark.parametrize("package", [HOSTSIDE, HOSTSIDE / "pull"], ids=["hostside", "hostside/pull"])
+PACKAGES = sorted(init.parent for init in HOSTSIDE.rglob("__init__.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=[str(p.relative_to(HOSTSIDE.parent)) for p in PACKAGES])
 def test_the_index_lists_every_module_once_and_nothing_else(package):
     modules = sorted(p.name for p in package.glob("*.py") if p.name != "__init__.py")
     folders = sorted(p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file())

@@ -282,7 +282,7 @@ def test_an_existing_system_directory_is_left_alone():
 
 
 def test_the_snapshot_reads_each_units_state_from_one_systemctl_call(monkeypatch):
-    from sglang_infra.hostside import snapshot
+    from sglang_infra.hostside.read import snapshot
 
     calls = []
     shown = ("Id=prometheus.service\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
@@ -298,7 +298,7 @@ def test_the_snapshot_reads_each_units_state_from_one_systemctl_call(monkeypatch
 
 
 def test_the_snapshot_counts_only_installed_packages(monkeypatch):
-    from sglang_infra.hostside import snapshot
+    from sglang_infra.hostside.read import snapshot
 
     monkeypatch.setattr(snapshot.shutil, "which", lambda name: "/usr/bin/dpkg-query")
     monkeypatch.setattr(snapshot, "_run", lambda *argv: "prometheus\tii \t2.53.3+ds1-2\n"

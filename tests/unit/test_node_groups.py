@@ -343,7 +343,7 @@ def test_a_config_is_unchanged_only_when_every_members_files_are_its_last_good_o
 def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_path):
     import socket
 
-    from sglang_infra.hostside import snapshot as host_snapshot
+    from sglang_infra.hostside.read import snapshot as host_snapshot
     from sglang_infra.plan.resolve import snapshot_spec
 
     group = nodegroups.membership(MEMBERS)

@@ -111,7 +111,7 @@ def test_the_token_is_uploaded_private_and_only_when_it_differs():
         raw = list(files.secret_file._inner(dest=f"{SECRET_DIR}/hf-token", content=token, user="sglang"))
     factcache.invalidate(fake)
     assert [command_text(c) for c in raw] == [
-        f"python3 -I -c <hostside/put.py> {SECRET_DIR}/hf-token sglang sglang 600 {len(token)} "
+        f"python3 -I -c <hostside/write/put.py> {SECRET_DIR}/hf-token sglang sglang 600 {len(token)} "
         f"<stdin sha256={sha}>"]
     assert raw[0].connector_arguments["_stdin"] == token.decode()
     commands, fake = run("secret_file", {"dest": f"{SECRET_DIR}/hf-token", "content": token, "user": "sglang"},
@@ -168,8 +168,8 @@ def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument
     commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
                       {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths,
                                                                      "cache_group": short}}}})
-    program = shlex.quote(__import__("sglang_infra.run.ship", fromlist=["program"]).program("repair"))
-    sent = [c.replace("<hostside/repair.py>", program) for c in commands]
+    program = shlex.quote(__import__("sglang_infra.run.ship", fromlist=["program"]).program("write.repair"))
+    sent = [c.replace("<hostside/write/repair.py>", program) for c in commands]
     assert all(len(shlex.quote(c).encode()) < 128 * 1024 for c in sent), [len(c) for c in sent]
     listed = [w for c in sent for w in shlex.split(c)[8:]]   # python3 -I -c PROGRAM CATEGORY HOME USER GROUP
     assert sorted(listed) == sorted(paths + short)

@@ -421,7 +421,8 @@ def lock_of(cache: Path) -> dict:
 
 def served(cache: Path, lock: dict) -> dict[str, str]:
     """What the door of a host whose cache is ``cache`` lists, from its snapshot (cachestate) as the deploy reads it."""
-    from sglang_infra.hostside import cachestate, manifest
+    from sglang_infra.hostside import manifest
+    from sglang_infra.hostside.read import cachestate
     from sglang_infra.models import peerdoor
     from sglang_infra.plan.types import PeerDoor, PeerPin
     found = cachestate.scan(str(cache / "hub"), manifest.Records(str(cache / "verified"), manifest.owners()))

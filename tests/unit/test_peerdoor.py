@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
-from sglang_infra.hostside import snapshot as host_snapshot
+from sglang_infra.hostside.read import snapshot as host_snapshot
 from sglang_infra.models import peerdoor
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data, check_host_state
@@ -297,6 +297,20 @@ def test_the_snapshot_resolves_the_fleet_address_only_with_the_door(key_file):
     assert "nginx.service" in snapshot_spec(DEFAULTS)["services"]
 
 
+def test_the_snapshot_checks_the_door_as_the_run_does(key_file, monkeypatch):
+    """A settled host skips the run's door check (run/settled.py): its snapshot must read who holds the door's port
+    the same way, with the door's config and certificate, and only on the host's own address."""
+    spec = snapshot_spec(door_data(key_file, sglang_peer_bind_address="10.0.0.8", sglang_peer_port=8443))
+    assert spec["door"] == {"port": 8443, "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT}
+    asked = []
+    monkeypatch.setattr(host_snapshot.doorcheck, "checked", lambda *args: asked.append(args) or {"held": True})
+    monkeypatch.setattr(host_snapshot, "peer_address", lambda wanted: {"address": wanted, "local": True})
+    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": True, "door": {"held": True}}
+    assert asked == [("10.0.0.8", 8443, peerdoor.CONFIG, peerdoor.TLS_CERT)]
+    monkeypatch.setattr(host_snapshot, "peer_address", lambda wanted: {"address": wanted, "local": False})
+    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": False}   # not its address: no door here
+
+
 def test_the_host_says_whether_an_address_is_its_own():
     assert host_snapshot.peer_address("127.0.0.1") == {"address": "127.0.0.1", "local": True}
     assert host_snapshot.peer_address("192.0.2.1") == {"address": "192.0.2.1", "local": False}   # TEST-NET-1
@@ -316,7 +330,7 @@ def test_a_revision_pulled_in_part_lists_only_the_files_its_pull_verified():
     assert list(peerdoor.served_blobs(door, found)) == [LFS]   # the small file's sha256 is not the lock's
 
 
-# ---------------------------------------------------------------- the door's check (hostside/doorcheck.py)
+# ---------------------------------------------------------------- the door's check (hostside/read/doorcheck.py)
 
 
 @pytest.fixture
@@ -332,7 +346,7 @@ def listener():
 def test_the_door_check_finds_the_port_held_by_the_process_named(listener):
     import os
 
-    from sglang_infra.hostside import doorcheck
+    from sglang_infra.hostside.read import doorcheck
 
     mine = doorcheck.held("127.0.0.1", listener, "pytest", pid=os.getpid())
     assert mine["held"] and mine["pid"] == os.getpid(), mine
@@ -351,7 +365,7 @@ def test_the_door_check_reads_the_certificate_a_client_is_sent(listener, tmp_pat
     import os
     import ssl
 
-    from sglang_infra.hostside import doorcheck
+    from sglang_infra.hostside.read import doorcheck
 
     cert = os.path.join(os.path.dirname(__file__), "fixtures", "peer_tls", "door.crt")
     with open(cert) as f:
@@ -375,7 +389,7 @@ def test_the_door_check_reads_the_kernels_spelling_of_an_address(tmp_path):
         "   1: 0B00000A:0370 0C00000A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4712 1\n"
         "   2: 00000000:0370 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4713 1\n")
     (tmp_path / "tcp6").write_text("header\n")
-    from sglang_infra.hostside import doorcheck
+    from sglang_infra.hostside.read import doorcheck
 
     assert doorcheck.listening("10.0.0.11", 880, str(tmp_path)) == ["4711"]   # LISTEN on exactly that address
     assert doorcheck.listening("fd00::11", 880, str(tmp_path)) == []

@@ -22,7 +22,7 @@ GROUP = grp.getgrgid(os.getegid()).gr_name
 
 
 def facts(dest: Path) -> dict:
-    """The snapshot's files section for dest's directory, as hostside/snapshot.py reads it."""
+    """The snapshot's files section for dest's directory, as hostside/read/snapshot.py reads it."""
     entries = {}
     for entry in os.scandir(dest.parent):
         st = entry.stat(follow_symlinks=False)
@@ -147,7 +147,7 @@ def test_the_secret_is_written_private_and_no_link_beside_it_is_followed(docker,
 
 
 def test_the_program_reads_exactly_its_size_from_stdin(docker):
-    program = ship.program("put")
+    program = ship.program("write.put")
     short = subprocess.run(["python3", "-c", program, str(docker / "f"), USER, GROUP, "600", "10"],
                            input=b"abc", capture_output=True)
     assert short.returncode == 1 and b"stdin ended after 3 of 10 bytes" in short.stderr

@@ -12,7 +12,7 @@ from conftest import converged_snapshot, pinned_defaults
 
 from sglang_infra.fleet.gateways import fleet as fleet_of
 from sglang_infra.fleet.hosts import read_fleet
-from sglang_infra.hostside.drain import in_flight
+from sglang_infra.hostside.roll.drain import in_flight
 from sglang_infra.operations import roll as roll_ops
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data
@@ -54,7 +54,7 @@ class Host:
     def run_shell_command(self, command, print_output=False, _stdin=None, **_):
         text = str(command)
         gevent.sleep(0.01)
-        if shipped("gateway_workers", text):
+        if shipped("roll/gateway_workers", text):
             change = json.loads(_stdin)
             if change.get("view"):
                 self.log.append((self.name, "view"))
@@ -67,10 +67,10 @@ class Host:
                 self.gateway.pop(url, None)
             self.log.append((self.name, ("add " if "add" in change else "remove ") + url))
             return True, Output([f"gateway_workers: {url} done"])
-        if shipped("restore_good", text):
+        if shipped("roll/restore_good", text):
             self.log.append((self.name, "restore good config"))
             return True, Output()
-        if shipped("drain", text):
+        if shipped("roll/drain", text):
             self.log.append((self.name, "drain"))
             return True, Output(["drain: no request in flight"])
         if text == UP.drained:
@@ -438,7 +438,7 @@ def test_the_stop_grace_period_outlasts_the_drain():
 
 
 def test_a_worker_whose_turn_was_called_off_gets_its_last_good_config_back_on_disk(tmp_path, capsys):
-    from sglang_infra.hostside import restore_good
+    from sglang_infra.hostside.roll import restore_good
 
     (tmp_path / "compose.yaml").write_text("new")
     (tmp_path / "compose.yaml.good").write_text("old")
@@ -462,7 +462,7 @@ def test_pyinfra_hands_the_roll_its_state_and_host(fleet):
 
 
 def test_drain_says_unknown_when_the_worker_has_no_metrics(capsys):
-    from sglang_infra.hostside import drain
+    from sglang_infra.hostside.roll import drain
 
     assert drain.main(["1", "http://127.0.0.1:9/metrics"]) == 3
     assert capsys.readouterr().out.startswith("drain: unknown: ")
@@ -470,7 +470,7 @@ def test_drain_says_unknown_when_the_worker_has_no_metrics(capsys):
 
 def test_a_linked_good_copy_is_not_followed(tmp_path, capsys):
     """The docker directory is the account's: a .good that is a link to a file elsewhere is left, never read."""
-    from sglang_infra.hostside import restore_good
+    from sglang_infra.hostside.roll import restore_good
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("root's own file\n")
@@ -485,7 +485,8 @@ def test_a_linked_good_copy_is_not_followed(tmp_path, capsys):
 
 @pytest.mark.parametrize("own_port, sent", [(True, True), (False, False)])
 def test_drain_sends_the_key_only_to_the_servers_own_port(monkeypatch, own_port, sent):
-    from sglang_infra.hostside import apikey, bounded, drain, stack
+    from sglang_infra.hostside import apikey, bounded, stack
+    from sglang_infra.hostside.roll import drain
 
     seen = []
 

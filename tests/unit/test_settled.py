@@ -11,7 +11,7 @@ import os
 import pytest
 from conftest import converged_snapshot, pinned_defaults
 
-from sglang_infra.hostside import settled as stamp_file
+from sglang_infra.hostside.read import settled as stamp_file
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import FrontDoor, GatewaySettings, Monitor, MonitorSettings
 from sglang_infra.run import settled
@@ -185,13 +185,48 @@ def test_validate_always_and_the_status_report_never_skip():
     assert settled.decide(plans, stamped(plans), report=True)[0] == set()
 
 
-def test_a_host_with_a_peer_door_never_skips():
+def _door_plans():
     from sglang_infra.plan.types import PeerDoor
 
     door = PeerDoor(address="10.0.0.1", port=8765, group="sglang", hub="/opt/sglang/hf-cache/hub", pins=(),
                     key=b"k" * 32)
-    plans = {"a": plan("a"), "door": dataclasses.replace(plan("door"), peer_door=door)}
-    assert settled.decide(plans, stamped(plans))[0] == {"a"}
+    return {"a": plan("a"), "door": dataclasses.replace(plan("door"), peer_door=door)}
+
+
+def _with_door(snapshots, name, door):
+    """``snapshots`` with the door check ``door`` in ``name``'s snapshot, its stamp made for that snapshot."""
+    found = snapshots[name]
+    found["peer"] = {"address": "10.0.0.1", "local": True, "door": door}
+    found["settled"] = {**found["settled"], "snapshot": settled.snapshot_digest(found)}
+    return snapshots
+
+
+HELD = {"held": True, "pid": 4242, "why": "10.0.0.1:8765 is held by nginx.service (pid 4242)", "cert": "c" * 64}
+
+
+def test_a_host_whose_door_its_snapshot_found_held_skips():
+    """A fleet with the site key settles too: the snapshot checks the door as the run's door check would."""
+    plans = _door_plans()
+    assert settled.decide(plans, _with_door(stamped(plans), "door", HELD))[0] == {"a", "door"}
+
+
+@pytest.mark.parametrize("door", [
+    None,                                                  # no door check in the snapshot: an older reader
+    {**HELD, "held": False, "why": "another process holds 10.0.0.1:8765"},
+    {**HELD, "cert": None},                                # no certificate a puller could pin
+])
+def test_a_host_whose_door_is_not_found_held_takes_the_full_plan(door):
+    """Even with a stamp that matches (a door lost since its last settled run would change the digest; here the
+    stamp was made for this very snapshot): an unheld door goes to the run's door check."""
+    plans = _door_plans()
+    assert settled.decide(plans, _with_door(stamped(plans), "door", door))[0] == {"a"}
+
+
+def test_another_listener_on_the_door_is_a_drift():
+    plans = _door_plans()
+    snapshots = _with_door(stamped(plans), "door", HELD)
+    snapshots["door"]["peer"]["door"] = {**HELD, "pid": 999, "why": "held by another process"}
+    assert settled.decide(plans, snapshots)[0] == {"a"}
 
 
 def test_no_stamp_takes_the_full_plan():

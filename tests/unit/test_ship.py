@@ -4,9 +4,13 @@ or a server's answer ships apikey.py and bounded.py, not the checks' tool-call a
 
 from __future__ import annotations
 
+import ast
 import json
+import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +57,7 @@ def test_a_program_carries_exactly_the_modules_it_imports(imported, name):
         assert set(imported[module]) <= set(carried[:k]), (module, carried)
 
 
-@pytest.mark.parametrize("name", ["drain", "gateway_workers", "report"])
+@pytest.mark.parametrize("name", ["roll.drain", "roll.gateway_workers", "report"])
 def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name):
     carried = ship.carried(name)
     assert {"apikey", "bounded"} <= set(carried) and "checks" not in carried
@@ -62,3 +66,59 @@ def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name
 
 def test_the_gateways_launcher_reads_the_key_with_the_one_reader():
     assert ship.carried("gateway_launch") == ["safefs", "apikey", "names"]   # read_key opens as safefs does
+
+
+
+# What the hosts keep does not depend on where the programs run per command lie (issue 41 moved them into read/,
+# write/ and roll/ and no converged host changed): the installed programs are built from the modules the hosts
+# keep alone, and every program the control side writes onto a host goes through installed().
+
+@contextmanager
+def shipping_from(folder: Path):
+    """ship.py reading its modules from ``folder`` instead of hostside/."""
+    caches = (ship._source, ship._neighbours, ship.program)
+    real = ship.HOSTSIDE
+    for function in caches:
+        function.cache_clear()
+    ship.HOSTSIDE = folder
+    try:
+        yield
+    finally:
+        ship.HOSTSIDE = real
+        for function in caches:
+            function.cache_clear()
+
+
+def test_the_programs_the_hosts_keep_are_built_from_the_kept_modules_alone(tmp_path):
+    shipped = {entry: ship.installed(entry) for entry in ship.INSTALLED}
+    kept = ship.kept()
+    copy = tmp_path / "hostside"
+    shutil.copytree(ship.HOSTSIDE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    removed = [path for path in copy.rglob("*.py")
+               if path.name != "__init__.py" and ".".join(path.relative_to(copy).with_suffix("").parts) not in kept]
+    for path in removed:
+        path.unlink()
+    assert {"read/snapshot.py", "write/put.py", "roll/drain.py"} <= {str(p.relative_to(copy)) for p in removed}
+    with shipping_from(copy):
+        assert {entry: ship.installed(entry) for entry in ship.INSTALLED} == shipped
+
+
+def test_a_program_run_per_command_is_refused_as_an_installed_one():
+    with pytest.raises(ValueError, match="read/snapshot.py is not a program the hosts keep"):
+        ship.installed("read.snapshot")
+
+
+def test_the_control_side_writes_a_host_program_only_through_installed():
+    """ship.program() called outside ship.py would write a program onto a host that ship.INSTALLED does not name,
+    and the tree's rule (test_tree_shape) would not hold its modules at hostside/'s top."""
+    root = ship.HOSTSIDE.parent.parent
+    callers = []
+    for path in [*root.joinpath("sglang_infra").rglob("*.py"), *root.joinpath("tasks").rglob("*.py"),
+                 root / "deploy.py"]:
+        if path == Path(ship.__file__):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "program"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "ship"):
+                callers.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert callers == []

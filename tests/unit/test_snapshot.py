@@ -1,4 +1,4 @@
-"""The snapshot: the one read of a host (hostside/snapshot.py), run for real
+"""The snapshot: the one read of a host (hostside/read/snapshot.py), run for real
 on temp trees the way the deploy ships it (python3 -c, one JSON document)."""
 
 from __future__ import annotations
@@ -209,9 +209,9 @@ def test_engine_works_needs_every_part(broken):
 
 
 def test_the_loader_bundles_a_program_with_the_neighbours_it_imports():
-    source = ship.program("snapshot")
-    for neighbour in ("cachestate", "manifest", "safefs", "dockerapi", "stack", "stamp"):
-        assert f"hostside/{neighbour}.py" in source or f"'{neighbour}'" in source
+    source = ship.program("read.snapshot")
+    for neighbour in ("read/cachestate", "write/acl", "manifest", "safefs", "dockerapi", "stack", "stamp"):
+        assert f"'hostside/{neighbour}.py'" in source
     assert ship.program("toolchain_check") == (ship.HOSTSIDE / "toolchain_check.py").read_text()
     out = subprocess.run([sys.executable, "-c", ship.program("checks"), "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "tool-calling" in out.stdout
@@ -219,7 +219,7 @@ def test_the_loader_bundles_a_program_with_the_neighbours_it_imports():
 
 # ---------------------------------------------------------------- the repair, run for real on temp trees
 def repair(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", ship.program("repair"), *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-c", ship.program("write.repair"), *map(str, args)], capture_output=True,
                           text=True, timeout=60)
 
 
@@ -266,7 +266,7 @@ def test_the_repair_walks_with_safefs_and_names_the_link_it_refused(tree, tmp_pa
     result = repair("cache_file_mode", tree, user, group, swapped / "abc")
     assert result.returncode == 0
     assert f"skipped {str(swapped / 'abc')!r}: {swapped} is a symlink; refusing to follow it" in result.stderr
-    assert "safefs" in ship.carried("repair")
+    assert "safefs" in ship.carried("write.repair")
 
 
 def test_a_managed_directory_replaced_by_a_symlink_is_refused_not_followed(tree, tmp_path):
@@ -330,7 +330,7 @@ def test_an_existing_tools_dir_is_reported_with_its_entries_bounded(tmp_path):
 
 
 def test_the_layout_walk_is_bounded_and_the_deploy_says_so(tree, monkeypatch):
-    from sglang_infra.hostside import snapshot as hostsnapshot
+    from sglang_infra.hostside.read import snapshot as hostsnapshot
     from sglang_infra.run.preflight import walk_warnings
 
     monkeypatch.setattr(hostsnapshot, "LAYOUT_ENTRIES", 3)
@@ -377,7 +377,7 @@ def test_repair_leaves_a_file_with_two_links_and_names_it(tree, tmp_path):
 
 
 def test_the_kernels_hard_link_protection_is_read(tmp_path):
-    from sglang_infra.hostside import snapshot as hostsnapshot
+    from sglang_infra.hostside.read import snapshot as hostsnapshot
 
     setting = tmp_path / "protected_hardlinks"
     setting.write_text("0\n")
@@ -389,8 +389,27 @@ def test_the_kernels_hard_link_protection_is_read(tmp_path):
 def test_a_gateway_hosts_layout_reads_router_secrets_as_the_plan_names_it():
     """router/.secrets/ (0700, the control-plane key) is in the plan's layout: the snapshot reads its mode, or every
     re-run would 'repair' it again."""
-    from sglang_infra.hostside import snapshot as hostside_snapshot
+    from sglang_infra.hostside.read import snapshot as hostside_snapshot
 
     dirs = hostside_snapshot.layout_dirs({"dirs": ["/h/docker"]}, "/h", {"m": "/h/router/m"})
     assert dirs == ["/h/docker", "/h/router", "/h/router/.secrets", "/h/router/m"]
     assert hostside_snapshot.layout_dirs({"dirs": ["/h/docker"]}, "/h", {}) == ["/h/docker"]
+
+
+def test_systemd_is_asked_once_for_the_engine_and_the_units(tree, tmp_path, monkeypatch):
+    """One systemctl call answers for docker.service and the spec's units: each call is a process on the host and
+    a D-Bus question to PID 1, on every read of every host (docs/benchmarks.md)."""
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    calls = tmp_path / "calls"
+    answer = ("Id=docker.service\\nLoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n"
+              "NeedDaemonReload=no\\n\\nId=nginx.service\\nLoadState=loaded\\nActiveState=failed\\n"
+              "UnitFileState=disabled\\nNeedDaemonReload=yes\\n")
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nprintf "{answer}"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    found = read(tree, services=["nginx.service"])
+    assert calls.read_text().count("\n") == 1
+    assert (found["docker"]["active"], found["docker"]["enabled"]) == ("active", "enabled")
+    assert found["services"] == {"nginx.service": {"loaded": True, "active": "failed", "enabled": "disabled",
+                                                   "reload_needed": True}}

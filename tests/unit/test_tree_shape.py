@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from sglang_infra.run import ship
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 LIBRARY = ROOT / "sglang_infra"
-# hostside/ holds the programs the hosts run, not the control library: its modules stay side by side, since
-# moving one changes the text of every program that carries it, and the gate re-validates a host whose scripts
-# changed. Its pull programs are apart already (hostside/pull/).
+# hostside/'s top is the one folder allowed more than MAX_SIDE_BY_SIDE modules, and only modules whose text a host
+# keeps: the programs installed as files (ship.INSTALLED) and the modules they carry. Moving one of those changes
+# its text (its relative imports) or its bundle's (the names and format ship.py writes), so every converged host
+# would re-gate its workers or recreate its gateway. The set is computed from ship.py, so the exemption cannot
+# grow: a program run inline per command belongs in a folder by concern (read/, write/, roll/).
 HOSTSIDE = LIBRARY / "hostside"
 # Issue 41's bound: eight floors, the preflight at the top, hostside's shared modules at the bottom.
 MAX_DEPTH = 8
@@ -134,6 +138,21 @@ def test_the_control_library_is_at_most_max_depth_deep():
 def test_no_folder_of_the_control_library_holds_more_than_12_modules(folder):
     modules = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
     assert len(modules) <= MAX_SIDE_BY_SIDE, modules
+
+
+def misplaced(folder: Path, kept: set[str]) -> list[str]:
+    """The modules at ``folder``'s top whose text no host keeps (``kept``: dotted names below the folder)."""
+    return sorted(p.stem for p in folder.glob("*.py") if p.name != "__init__.py" and p.stem not in kept)
+
+
+def test_hostsides_top_holds_only_modules_whose_text_the_hosts_keep():
+    assert misplaced(HOSTSIDE, ship.kept()) == []
+
+
+def test_an_inline_program_at_hostsides_top_is_caught(tmp_path):
+    for name in ("gate.py", "stamp.py", "drain.py", "__init__.py"):
+        (tmp_path / name).write_text("")
+    assert misplaced(tmp_path, {"gate", "stamp", "pull.hfpull"}) == ["drain"]
 
 
 def test_every_package_of_the_control_library_says_what_it_holds():

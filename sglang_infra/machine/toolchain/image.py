@@ -65,7 +65,7 @@ def context_files(data: Mapping[str, Any], pinned: Mapping[str, str], ca_bundle:
     """The build context besides the Dockerfile: the check script, its expectations, the CA if any, and with
     a lock the hashed requirements."""
     files = {
-        CHECK_NAME: ship.program("toolchain_check").encode(),
+        CHECK_NAME: ship.installed("toolchain_check").encode(),
         EXPECTED_NAME: (json.dumps(expected(data, pinned), indent=2, sort_keys=True) + "\n").encode(),
     }
     if ca_bundle is not None:

@@ -191,7 +191,11 @@ def ensure_hub(name: str | None = None) -> Hub:
     inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True)
     if inspect.returncode == 0:
         info = json.loads(inspect.stdout)[0]
-        if ok and info["State"]["Running"] and info["Config"]["Labels"].get("sglang-hfhub") == fingerprint:
+        # Its server mounted from this checkout: a Hub whose checkout is gone (a removed worktree) restarts forever.
+        mounted = any(m.get("Destination") == "/opt/hfstandin" and m.get("Source") == str(HUB_DIR)
+                      for m in info.get("Mounts") or ())
+        if ok and mounted and info["State"]["Running"] and not info["State"].get("Restarting") and \
+                info["Config"]["Labels"].get("sglang-hfhub") == fingerprint:
             return Hub(name, info["NetworkSettings"]["Networks"][hosts.NETWORK]["IPAddress"])
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     if not ok:

@@ -10,7 +10,7 @@ import json
 import os
 import stat
 
-from . import safefs
+from .. import safefs
 
 PATH = "/var/lib/sglang-settled.json"
 LIMIT = 4096   # bytes: two digests and their keys

@@ -21,7 +21,7 @@ import pwd
 import stat
 import sys
 
-from . import safefs
+from .. import safefs
 
 _ANY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 

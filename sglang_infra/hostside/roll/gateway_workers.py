@@ -46,8 +46,8 @@ import time
 import urllib.error
 import urllib.request
 
-from . import apikey, bounded, names, safefs, stack
-from .printable import printable
+from .. import apikey, bounded, names, safefs, stack
+from ..printable import printable
 
 UNKNOWN_MODEL = "unknown"   # SMG's model for a worker whose /v1/models it could not read: routed nothing
 SETTLE_SECONDS = 30   # the gateway applies queued additions and removals within milliseconds here

@@ -15,8 +15,9 @@ metrics' and the peer door's systemd units and Debian packages), routers: each
 gateway in router/<slug>/ (its stack, stamp and the worker set in its
 workers.json), settled (settled.py: the stamp of the last run that found the host as
 its plan wants it), and, with "peer_address" in the spec, peer: the peer door's
-address resolved and whether it is the host's; with "report": true in the spec also report (report.py), what
-scripts/status.sh shows beyond the deploy's needs.
+address resolved and whether it is the host's, and with "door" in the spec (its port, config and certificate)
+who holds that address and port (doorcheck.py, as the run's door check reads it); with "report": true in the
+spec also report (report.py), what scripts/status.sh shows beyond the deploy's needs.
 """
 
 import glob
@@ -34,7 +35,9 @@ import stat
 import subprocess
 import sys
 
-from . import acl, cachestate, dockerapi, manifest, names, nvsmi, report, safefs, settled, stack, stamp
+from .. import dockerapi, manifest, names, nvsmi, report, safefs, stack, stamp
+from ..write import acl
+from . import cachestate, doorcheck, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -120,16 +123,19 @@ def account(spec):
     return out
 
 
-def docker():
-    units = dict(line.split("=", 1) for line in _run("systemctl", "show", "docker", "-p", "ActiveState",
-                                                    "-p", "UnitFileState").splitlines() if "=" in line)
+DOCKER_UNIT = "docker.service"
+
+
+def docker(unit):
+    """The engine: its CLI, socket, compose plugin, API, images and runtimes; ``unit`` is docker.service's state
+    as services() read it (read() asks systemctl once for it and the spec's units)."""
     out = {
         "cli": shutil.which("docker"),
         "socket": stat.S_ISSOCK(os.stat(dockerapi.SOCKET).st_mode) if os.path.exists(dockerapi.SOCKET) else False,
         "compose_plugin": next((f"{d}/docker-compose" for d in COMPOSE_PLUGIN_DIRS
                                 if os.access(f"{d}/docker-compose", os.X_OK)), None),
-        "active": units.get("ActiveState") or None,
-        "enabled": units.get("UnitFileState") or None,
+        "active": (unit or {}).get("active") or None,
+        "enabled": (unit or {}).get("enabled") or None,
         "api": False, "images": {}, "runtimes": [],
     }
     if out["socket"]:
@@ -344,6 +350,16 @@ def peer_address(wanted):
     return {"address": infos[0][4][0] if infos else None, "local": False}
 
 
+def peer(spec):
+    """peer_address() of the spec's "peer_address", and with "door" in the spec (its port, config and certificate)
+    who holds that address and port, as the run's door check reads it (doorcheck.py)."""
+    found = peer_address(spec["peer_address"])
+    door = spec.get("door")
+    if door and found["local"]:
+        found["door"] = doorcheck.checked(found["address"], door["port"], door["config"], door["cert"])
+    return found
+
+
 def files(directory):
     """Owner, group, mode and sha256 of each regular file directly in ``directory``; False for anything else."""
     out = {}
@@ -492,7 +508,8 @@ def read(spec):
     docker_dir = os.path.join(home, names.DOCKER_DIR)
     gateways = stack.gateway_dirs(home)
     spec = dict(spec, dirs=layout_dirs(spec, home, gateways))
-    engine = docker()
+    units = services([DOCKER_UNIT, *spec.get("services", [])])
+    engine = docker(units.get(DOCKER_UNIT))
     running = {"container": None, "record": None, "current": False}
     if engine["api"]:
         try:
@@ -518,7 +535,7 @@ def read(spec):
                                         os.path.join(home, names.GATEWAY_SECRETS_DIR),
                                         *spec.get("system_dirs", ()))},
         "system_dirs": {d: _is_dir(d) for d in spec.get("system_dirs", ())},
-        "services": services(spec.get("services", [])),
+        "services": {name: units[name] for name in spec.get("services", []) if name in units},
         "packages": packages(spec.get("packages", [])),
         "models": models(home, spec["user"]),
         "tools": tools(tools_dir),
@@ -531,7 +548,7 @@ def read(spec):
         "settled": settled.read(),
     }
     if spec.get("peer_address"):
-        found["peer"] = peer_address(spec["peer_address"])
+        found["peer"] = peer(spec)
     if spec.get("door_reader"):
         found["door_reader"] = acl.search_only(home, spec["door_reader"])
     if spec.get("report"):

@@ -22,7 +22,7 @@ import stat
 import subprocess
 import sys
 
-from . import safefs
+from .. import safefs
 
 CHECK_TIMEOUT = 300  # seconds, for the candidate's check (docker compose config)
 MAX_PREVIOUS = 64 << 20

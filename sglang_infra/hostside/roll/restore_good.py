@@ -8,7 +8,7 @@ restarted and still runs that config, so the host stays as its last gate stamped
 import os
 import sys
 
-from . import gate, safefs
+from .. import gate, safefs
 
 
 def main(argv=None):

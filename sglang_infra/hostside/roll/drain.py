@@ -17,8 +17,8 @@ import time
 import urllib.error
 import urllib.request
 
-from . import apikey, bounded, stack
-from .printable import printable
+from .. import apikey, bounded, stack
+from ..printable import printable
 
 WORKER_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 GATEWAY_GAUGE = "smg_worker_requests_active"

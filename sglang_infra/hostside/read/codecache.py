@@ -1,0 +1,167 @@
+"""Runs a bundled host program (run/ship.py) from the compiled code root keeps for it, keyed by the digest of its
+sources: the snapshot is read on every run of every host, and compiling its bundle again each time was about a
+tenth of the host CPU of one read (docs/benchmarks.md).
+
+The command carries the sources every time; this module, sent ahead of them, computes their digest, and runs the
+code compiled from exactly those sources: from DIRECTORY when a cache entry is there and sound, else compiled here
+(and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is
+ignored (and replaced): the directory belongs to root, is 0700 and no link, in a parent only root writes; the
+entry is a regular file of root, 0600, no link, within LIMIT; its header names the digest of these very sources
+and of this Python (the marshal format changes with Python), and the sha256 of its payload, which the payload
+matches. So an entry for other sources (stale) or one changed after it was written (truncated, edited) is never
+executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
+This text holds no single quote: the command quotes it for the shell twice, and each would grow to 17 bytes.
+"""
+import binascii
+import hashlib
+import json
+import marshal
+import os
+import stat
+import sys
+import time
+import types
+import zlib
+
+DIRECTORY = "/var/cache/sglang-infra"
+LIMIT = 16 << 20   # bytes: the compiled snapshot is a few hundred KB
+MAGIC = b"sglang-infra code cache 1\n"
+OWNER = 0
+CANDIDATE_SECONDS = 600   # a read writes its entry in well under a second
+
+
+def key(modules):
+    """The sha256 of ``modules`` (each (name, package, path, source), the entry last) and of this Python."""
+    digest = hashlib.sha256(sys.version.encode())
+    for module in modules:
+        for part in module:
+            digest.update(len(part.encode()).to_bytes(8, "big") + part.encode())
+    return digest.hexdigest()
+
+
+def _root_only(st, kind):
+    return kind(st.st_mode) and st.st_uid == OWNER and not st.st_mode & 0o077
+
+
+def _open_directory(directory, create):
+    """A descriptor of ``directory`` when it is a 0700 directory of root in a parent only root writes (made so
+    when ``create`` and absent), else None."""
+    parent = os.path.dirname(directory.rstrip("/")) or "/"
+    try:
+        st = os.lstat(parent)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != OWNER or st.st_mode & 0o022:
+            return None
+        if create:
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                pass
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    if _root_only(os.fstat(fd), stat.S_ISDIR):
+        return fd
+    os.close(fd)
+    return None
+
+
+def load(directory, name):
+    """The code objects kept under ``name`` in ``directory``, or None (absent, or not sound: see above)."""
+    fd = _open_directory(directory, create=False)
+    if fd is None:
+        return None
+    try:
+        entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        st = os.fstat(entry)
+        if not _root_only(st, stat.S_ISREG) or st.st_size > LIMIT:
+            return None
+        with os.fdopen(entry, "rb", closefd=False) as f:
+            raw = f.read(LIMIT + 1)
+    finally:
+        os.close(entry)
+        os.close(fd)
+    head = MAGIC + name.encode() + b"\n"
+    if not raw.startswith(head) or len(raw) < len(head) + 65:
+        return None
+    digest, payload = raw[len(head):len(head) + 64], raw[len(head) + 65:]
+    if raw[len(head) + 64:len(head) + 65] != b"\n" or hashlib.sha256(payload).hexdigest().encode() != digest:
+        return None
+    try:
+        codes = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return None
+    if not isinstance(codes, tuple) or not all(isinstance(code, types.CodeType) for code in codes):
+        return None
+    return codes
+
+
+def _writing(name, fd):
+    """Whether ``name`` is a candidate another read may be writing now: made within CANDIDATE_SECONDS (an older
+    one was left by a read that was killed, and goes with the stale entries)."""
+    try:
+        made = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime
+    except OSError:
+        return True
+    return name.startswith(".") and time.time() - made < CANDIDATE_SECONDS
+
+
+def store(directory, name, codes):
+    """Keep ``codes`` under ``name`` (root only; any other entry there removed). Never fails the program."""
+    if os.geteuid() != OWNER:
+        return
+    fd = _open_directory(directory, create=True)
+    if fd is None:
+        return
+    try:
+        payload = marshal.dumps(codes)
+        raw = MAGIC + name.encode() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+        candidate = f".{name}.{os.getpid()}"
+        entry = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+        try:
+            os.fchmod(entry, 0o600)
+            with os.fdopen(entry, "wb", closefd=False) as f:
+                f.write(raw)
+        finally:
+            os.close(entry)
+        os.rename(candidate, name, src_dir_fd=fd, dst_dir_fd=fd)
+        for other in os.listdir(fd):
+            if other != name and not _writing(other, fd):
+                os.unlink(other, dir_fd=fd)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(fd)
+
+
+def codes_for(modules, directory=DIRECTORY):
+    """The code objects of ``modules``: from the cache when sound, else compiled (and kept)."""
+    name = key(modules)
+    codes = load(directory, name)
+    if codes is None or len(codes) != len(modules):
+        codes = tuple(compile(source, path, "exec") for _, _, path, source in modules)
+        store(directory, name, codes)
+    return codes
+
+
+def run(packages, blob, directory=DIRECTORY):
+    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (base64 of the zlib
+    of a JSON list of [name, package, path, source], the entry last, run as __main__) executed in order, as the
+    bundle of run/ship.py does."""
+    modules = json.loads(zlib.decompress(binascii.a2b_base64(blob)))
+    codes = codes_for(modules, directory)
+    for package in packages:
+        sys.modules.setdefault(package, types.ModuleType(package)).__path__ = []
+    for (name, package, _, _), code in zip(modules[:-1], codes):
+        module = types.ModuleType(name)
+        module.__package__ = package
+        sys.modules[name] = module
+        exec(code, module.__dict__)
+        setattr(sys.modules[package], name.rpartition(".")[2], module)
+    main = types.ModuleType("__main__")
+    main.__package__ = modules[-1][1]
+    sys.modules["__main__"] = main
+    exec(codes[-1], main.__dict__)

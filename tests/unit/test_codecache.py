@@ -1,0 +1,180 @@
+"""The snapshot's compiled-code cache (hostside/read/codecache.py): root's own entry, keyed by the sources' digest, is
+run on a hit; an entry that is absent, stale, changed, or not root's own 0600 file in root's own 0700 directory is
+never executed: the sources the command carries are compiled instead (and kept, by root only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from sglang_infra.hostside.read import codecache
+from sglang_infra.run import ship
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the cache is root's: the tests chown its entries")
+
+MODULES = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'compiled'\n"),
+           ("pkg.entry", "pkg", "hostside/entry.py", "from pkg.helper import VALUE\n"))
+OTHER = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'older sources'\n"),
+         MODULES[1])
+PLANTED = (compile("VALUE = 'from the cache'\n", "hostside/helper.py", "exec"), compile("", "e", "exec"))
+
+
+@pytest.fixture
+def cache(tmp_path):
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    return directory
+
+
+def value_of(codes) -> str:
+    found: dict = {}
+    exec(codes[0], found)
+    return found["VALUE"]
+
+
+def entry(cache):
+    return cache / codecache.key(MODULES)
+
+
+def plant(cache, name=None):
+    """A sound entry under MODULES' key whose code differs from MODULES' sources: running it shows a hit."""
+    codecache.store(str(cache), name or codecache.key(MODULES), PLANTED)
+
+
+def test_a_miss_compiles_and_keeps_a_root_only_entry(cache):
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    st = entry(cache).lstat()
+    assert (st.st_uid, oct(st.st_mode & 0o777)) == (0, "0o600")
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"
+
+
+def test_a_hit_runs_the_kept_code(cache):
+    plant(cache)
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "from the cache"
+
+
+def test_an_entry_changed_after_it_was_written_is_never_run(cache):
+    plant(cache)
+    raw = entry(cache).read_bytes()
+    assert raw.count(b"from the cache") == 1
+    entry(cache).write_bytes(raw.replace(b"from the cache", b"tampered cache"))   # still loads, runs elsewhere
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"   # replaced by a sound one
+
+
+def test_an_entry_of_other_sources_is_never_run_under_this_key(cache):
+    plant(cache, codecache.key(OTHER))
+    (cache / codecache.key(OTHER)).rename(entry(cache))   # its header still names OTHER's digest
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+
+
+def test_sources_changed_since_the_entry_was_kept_are_compiled_and_the_stale_entry_removed(cache):
+    plant(cache, codecache.key(OTHER))
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    assert sorted(os.listdir(cache)) == [codecache.key(MODULES)]
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda cache: os.chown(entry(cache), 1000, -1), id="entry-not-roots"),
+    pytest.param(lambda cache: os.chmod(entry(cache), 0o640), id="entry-readable-by-group"),
+    pytest.param(lambda cache: os.chmod(entry(cache), 0o606), id="entry-writable-by-others"),
+    pytest.param(lambda cache: os.chown(cache, 1000, -1), id="directory-not-roots"),
+    pytest.param(lambda cache: os.chmod(cache, 0o770), id="directory-group-writable"),
+    pytest.param(lambda cache: os.chmod(cache.parent, 0o777), id="parent-writable-by-others"),
+])
+def test_an_entry_not_kept_by_root_alone_is_never_run(cache, change):
+    plant(cache)
+    change(cache)
+    assert codecache.load(str(cache), codecache.key(MODULES)) is None
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+
+
+def test_an_entry_reached_through_a_link_is_never_run(cache, tmp_path):
+    plant(cache)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    entry(cache).rename(elsewhere / "kept")
+    entry(cache).symlink_to(elsewhere / "kept")
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    linked = tmp_path / "linked"
+    linked.symlink_to(elsewhere)
+    (elsewhere / "kept").rename(elsewhere / codecache.key(MODULES))
+    assert codecache.load(str(linked), codecache.key(MODULES)) is None
+
+
+def test_a_directory_someone_else_may_write_is_neither_read_nor_written(cache):
+    os.chmod(cache, 0o777)
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    assert os.listdir(cache) == []
+
+
+def test_only_root_keeps_entries(cache, monkeypatch):
+    monkeypatch.setattr(codecache.os, "geteuid", lambda: 1000)
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    assert os.listdir(cache) == []
+
+
+def test_the_key_names_the_sources_and_this_python(monkeypatch):
+    assert codecache.key(MODULES) != codecache.key(OTHER)
+    kept = codecache.key(MODULES)
+    monkeypatch.setattr(codecache.sys, "version", sys.version + " (another build)")
+    assert codecache.key(MODULES) != kept
+
+
+def snapshot(tmp_path, program: str, *flags: str) -> dict:
+    """The snapshot of an empty home, minus what the engine says (other runs change its images meanwhile)."""
+    spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
+            "groups": [], "uid": None, "gid": None, "dirs": []}
+    out = subprocess.run([sys.executable, "-I", *flags, "-c", program, json.dumps(spec)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    return {key: value for key, value in found.items() if key not in ("docker", "stack", "routers")}
+
+
+def test_the_snapshot_through_the_cache_reads_what_the_bundle_reads(tmp_path, cache):
+    cached = ship.cached_program("read.snapshot", str(cache))
+    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.program("read.snapshot"))   # a miss
+    assert len(os.listdir(cache)) == 1
+    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.program("read.snapshot"))   # a hit
+
+
+def test_the_snapshot_fact_runs_through_roots_cache():
+    from sglang_infra.run.facts import Snapshot
+
+    command = Snapshot().command(spec="{}")
+    assert f"exec python3 -I -S -c {shlex.quote(ship.cached_program('read.snapshot'))} " in command
+    assert ship.cached_program("read.snapshot").startswith(ship.path_of("read.codecache").read_text())
+
+
+def test_the_snapshot_command_leaves_room_in_one_argument():
+    """pyinfra sends a fact's command as one argument of `sh -c`, quoted once more, and Linux takes at most 128 KiB
+    in one argument (MAX_ARG_STRLEN): the bundle's own text, quoted twice, was 125 KiB of it; compressed, the
+    command keeps at least half of it free for the host programs to grow."""
+    from sglang_infra.run.facts import Snapshot
+
+    sent = "sh -c " + shlex.quote(Snapshot().command(spec=json.dumps({"home": "/opt/sglang"})))
+    assert len(sent.encode()) <= 64 * 1024
+
+
+def test_the_snapshot_runs_without_site_packages(tmp_path):
+    """The cached command starts python3 without the site module: no site-packages on the path, no .pth run."""
+    probe = ship.cached_command("read.snapshot").replace(ship.PYTHON, sys.executable, 1).split(" -c ")[0]
+    found = subprocess.run([*probe.split(), "-c", "import sys; print(any('-packages' in p for p in sys.path))"],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.strip() == "False"
+
+
+def test_a_candidate_left_by_a_killed_read_goes_and_one_being_written_stays(cache):
+    left, writing = cache / ".left-by-a-killed-read.123", cache / ".being-written.456"
+    for candidate in (left, writing):
+        candidate.write_bytes(b"partial")
+    os.utime(left, (0, 0))
+    codecache.codes_for(MODULES, str(cache))
+    assert sorted(os.listdir(cache)) == sorted([codecache.key(MODULES), writing.name])
