@@ -81,7 +81,7 @@ for gateway in front_door.gateways if front_door is not None else ():
         gateway=gateway.slug,
         turn=GatewayTurn(model=gateway.key, slug=gateway.slug, directory=where, url=gateway.gate.url,
                          key_file=plan.paths.control_plane_config,
-                         ready_within=plan.template_values["sglang_router_worker_startup_timeout"]),
+                         ready_within=front_door.settings.worker_startup_timeout),
     )
     validated(
         name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",

@@ -169,6 +169,7 @@ class GatewaySettings:
     health_check_timeout: int
     bind_address: str | None           # sglang_router_bind_address: None publishes on every address
     prometheus_bind_address: str       # where the Prometheus ports are published
+    worker_startup_timeout: int        # sglang_router_worker_startup_timeout: a turn waits this long for its workers
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> "GatewaySettings":
@@ -180,7 +181,8 @@ class GatewaySettings:
             health_check_interval=data["sglang_router_health_check_interval"],
             health_check_timeout=data["sglang_router_health_check_timeout"],
             bind_address=data["sglang_router_bind_address"],
-            prometheus_bind_address=data["sglang_router_prometheus_bind_address"])
+            prometheus_bind_address=data["sglang_router_prometheus_bind_address"],
+            worker_startup_timeout=data["sglang_router_worker_startup_timeout"])
 
     @property
     def published_on(self) -> str:
@@ -481,7 +483,8 @@ class HostPlan:
     derived: dict[str, Derived] = field(repr=False)
     flags: tuple[dict[str, str], ...] = field(repr=False)
     # The sglang_* values the templates render, hardware-dependent ones at their final value. Read by
-    # render.py alone: a value any other caller needs is a field of its own.
+    # render.py, and by nodegroups._same, which compares what the members render; a value any other caller
+    # needs is a field of its own.
     template_values: Mapping[str, Any] = field(repr=False)
     compose_template: str
     gate: Gate

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
@@ -69,3 +71,14 @@ def test_the_distributions_engine_needs_no_repository():
 def test_a_working_engine_gets_no_repository_and_no_packages(source):
     plan = plan_for({**DEFAULTS, "sglang_docker_source": source})
     assert (plan.engine.repo, plan.engine.packages) == (None, ())
+
+
+def test_the_template_values_are_read_where_the_plan_says_alone():
+    """HostPlan.template_values is read by render.py and nodegroups._same alone (its comment says so); a value
+    another caller needs is a field of its own (the gateway's turn: GatewaySettings.worker_startup_timeout)."""
+    root = Path(__file__).resolve().parents[2]
+    allowed = {"sglang_infra/plan/render.py", "sglang_infra/plan/resolve.py", "sglang_infra/plan/types.py",
+               "sglang_infra/fleet/nodegroups.py"}
+    sources = [path for folder in ("sglang_infra", "tasks") for path in (root / folder).rglob("*.py")]
+    readers = {str(path.relative_to(root)) for path in sources if "template_values" in path.read_text()}
+    assert readers - allowed == set()
