@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_infra.plan.gateway_pin import GATEWAY_VERSION
+
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build-image.sh"
 NETWORK = "sglang-testbed"
@@ -254,12 +256,13 @@ ADMIN_KEY = "testbed-control-plane-admin-key-0123456789"
 
 
 def ensure_gateway_image() -> tuple[str, Path]:
-    """The gateway image (SMG 1.13.0 from its wheels, hashes checked) and its archive; built once, then reused.
+    """The gateway image (SMG at templates/gateway-requirements.txt's pin, from its wheels, hashes checked) and
+    its archive; built once, then reused.
     Its tag names the build script and the pinned requirements, so an edit of either rebuilds."""
     digest = hashlib.sha256()
     for path in (GATEWAY_BUILD, GATEWAY_REQUIREMENTS):
         digest.update(path.read_bytes())
-    tag = f"sglang-smg-gateway:1.13.0-{digest.hexdigest()[:12]}"
+    tag = f"sglang-smg-gateway:{GATEWAY_VERSION}-{digest.hexdigest()[:12]}"
     archive = CACHE_DIR / f"{tag.replace(':', '-')}.tar.gz"
     if archive.exists() and _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
         return tag, archive
@@ -294,7 +297,7 @@ def standin_data() -> dict:
         "sglang_require_gpu": False,
         "sglang_image": tag,
         "sglang_image_archive": str(archive),
-        # The gateway: the real SMG 1.13.0 in its own image, and the control-plane key the deploy alone holds.
+        # The gateway: the real, pinned SMG in its own image, and the control-plane key the deploy alone holds.
         "sglang_router_image": gateway_tag,
         "sglang_router_image_archive": str(gateway_archive),
         "sglang_router_admin_key_file": str(admin_key_file()),
