@@ -10,7 +10,7 @@ own door lists what it now holds, for the hosts after it."""
 from pyinfra import host
 
 from sglang_infra.fleet.peering import after_seeds, pull_arguments
-from sglang_infra.hostside.netloc import netloc
+from sglang_infra.hostside.formats.netloc import netloc
 from sglang_infra.models import peerdoor
 from sglang_infra.operations.models import model_pulled
 from sglang_infra.operations.peerdoor import blobs_listed

@@ -12,7 +12,7 @@ removed."""
 
 from pyinfra import host
 
-from sglang_infra.hostside.netloc import netloc
+from sglang_infra.hostside.formats.netloc import netloc
 from sglang_infra.models import peerdoor
 from sglang_infra.operations.files import checked_file, secret_file
 from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked, home_passable, tls_made

@@ -21,7 +21,7 @@ import ipaddress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
-from ..hostside.netloc import netloc
+from ..hostside.formats.netloc import netloc
 from ..plan import render
 from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.types import GatewaySettings, HostPlan, Target

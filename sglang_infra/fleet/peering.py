@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..hostside.netloc import netloc
+from ..hostside.formats.netloc import netloc
 from ..plan.types import HostPlan, PeerSources
 
 if TYPE_CHECKING:

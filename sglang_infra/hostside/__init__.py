@@ -13,42 +13,36 @@ program and the modules it imports into one self-contained source. A program
 the hosts keep (the gate's scripts and the modules they carry) is part of what
 a worker's stamp covers: a change of its text re-gates the worker.
 
-Laid out by what the hosts keep. This folder's top holds the programs a host
-keeps as files (the gate and its checks, the metrics programs, the kernel check,
-the gateway's launcher, the toolchain image's check) and the modules they, or
-the pull, carry; no other module may lie here (tests/unit/test_tree_shape.py
-computes the set from ship.py). They stay side by side, more than twelve: moving
-one changes its text or its bundle's, so every converged host would re-gate or
-recreate its gateway. The programs run inline per command and never stored on a
-host live in folders by concern.
+Laid out by what a change costs the hosts. This folder's top holds only the
+modules a change of which re-gates every worker, recreates a gateway or
+rebuilds the toolchain image: the checks and the modules they carry (the
+validation scripts carry them, and their text is in every worker's gate
+stamp), the gateway's launcher and the toolchain image's check
+(ship.COSTLY; tests/unit/test_tree_shape.py computes the set from ship.py, so
+nothing else may lie here). Moving one would change its text or its bundle's
+on every converged host. Every other program, kept as a file or run inline per
+command, lives in a folder by concern.
 
-Every module, a line each (tests/unit/test_hostside_index.py keeps the list whole):
+Every module and folder, a line each; each folder's __init__.py lists its own modules
+(tests/unit/test_hostside_index.py keeps the lists whole):
 
     read/                the host's reads, run per command: the snapshot, the settled stamp, the cache, the door
     write/               the host's writes, run per command: put, a directory's ACL entry, drift repair
     roll/                the rolling change, run per command: drain, the gateways' worker sets, the last good back
-    pull/                the pull, in the pull's venv: its modules are listed in pull/__init__.py
+    gate/                the gate (kept as files): its program, its stamp, its metrics, the status report's section
+    gpu/                 the GPUs: nvidia-smi read, their health as metrics, the kernel check the gate runs
+    formats/             the forms host programs and the control side share: host:port, sizes
+    pull/                the pull, in the pull's venv, and the verified-pull record
 
-    gate.py              the gate: checks after a change, stamp or roll back
     checks.py            readiness, the tool-calling check and the benchmark
-    gate_metrics.py      the last gate's result as Prometheus metrics for the node exporter's textfile collector
-    gpu_metrics.py       each GPU's health as Prometheus metrics for the node exporter's textfile collector
-    gpu_kernel_check.py  a CUDA kernel compiled for the GPUs' architecture and run on every GPU (driver API,
-                         ctypes), its result checked; the gate runs it inside the serving container
     gateway_launch.py    starts SMG inside the gateway's image, worker set and keys from files
     toolchain_check.py   the pins inside the toolchain image
-    report.py            the snapshot's report section for status.sh: GPUs, engine, compose, cache, disk, last gate
-    manifest.py          the verified-pull record `<home>/verified/<repo folder>/<commit>.json`, and whose it must be
     apikey.py            the server's API key: its file's format (read and written here only), its header, redaction
     bounded.py           reads of a server's answer bounded in bytes and in time
-    nvsmi.py             nvidia-smi -q -x read: the driver, its CUDA, each GPU's persistence, fabric and health
-    stamp.py             the gate's contract: the digest of what passed
     stack.py             the record of what `docker compose up` started, and whether it still runs
     dockerapi.py         Docker's Engine API over its unix socket (no Go binary started)
     safefs.py            directories opened without links, reads that never follow a symlink, atomic writes,
                          bounded walks
-    units.py             the one size formatter (host programs and the control side alike)
-    netloc.py            the one host:port form, an IPv6 address in brackets (host programs and the control side)
     printable.py         the one escape of control characters in text that came from a host
     names.py             the names host programs and the control side share (directories, files, labels,
                          scripts), the stamp comparison and the rendered-file digest: defined once

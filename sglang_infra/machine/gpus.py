@@ -112,7 +112,7 @@ def parse_topo(lines: list[str]) -> dict[tuple[int, int], str]:
 
 
 def parse_driver(section: Mapping[str, Any]) -> DriverFacts:
-    """The driver's part of the snapshot's gpus section (hostside/nvsmi.py's reading, the units' states)."""
+    """The driver's part of the snapshot's gpus section (hostside/gpu/nvsmi.py's reading, the units' states)."""
     found = section.get("driver") or {}
     units = section.get("units") or {}
     gpus = found.get("gpus") or []
@@ -410,7 +410,8 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
 
 def gpu_faults(section: Mapping[str, Any] | None) -> list[str]:
     """'GPU <i> (<bus id>): <reason>; ...' for each GPU whose health says it should not be trusted with a server,
-    from the snapshot's gpus section (hostside/nvsmi.py's reading): uncorrectable ECC errors since the driver loaded,
+    from the snapshot's gpus section (hostside/gpu/nvsmi.py's reading):
+    uncorrectable ECC errors since the driver loaded,
     a row remap or page retirement pending or failed, a temperature at or over the card's slowdown threshold, a
     fabric not registered on an NVSwitch board. [] for healthy GPUs, and for a host without nvidia-smi."""
     found = (section or {}).get("driver") or {}

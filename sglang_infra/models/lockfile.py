@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..hostside.manifest import content_digest
+from ..hostside.pull.manifest import content_digest
 
 FORMAT = 1
 DEFAULT_NAME = "sglang.lock"

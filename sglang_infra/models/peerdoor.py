@@ -33,7 +33,7 @@ import re
 from typing import Any, Mapping
 
 from ..fleet.roles import fleet_address
-from ..hostside.netloc import netloc
+from ..hostside.formats.netloc import netloc
 from ..plan.templating import render_template
 from ..plan.types import PeerDoor, dropin_dir
 

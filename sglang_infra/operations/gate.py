@@ -36,7 +36,7 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
               gateway: str | None = None):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
-    wrote matches the host as it is (hostside/stamp.py) and ``files`` (path:
+    wrote matches the host as it is (hostside/gate/stamp.py) and ``files`` (path:
     sha256, the plan's compose.yaml and scripts) and ``image`` are what is on
     it, run ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll
     back on failure). ``always`` runs it regardless.

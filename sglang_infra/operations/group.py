@@ -36,7 +36,7 @@ from pyinfra.api import FunctionCommand
 
 from ..fleet.nodegroups import member_reasons, stale
 from ..hostside import names
-from ..hostside.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAILED
+from ..hostside.gate.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAILED
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..plan.types import NodeGroup
 from ..run import factcache, ship

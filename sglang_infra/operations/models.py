@@ -10,8 +10,8 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
 from ..fleet.peering import checked
+from ..hostside.formats.units import human
 from ..hostside.printable import printable
-from ..hostside.units import human
 from ..machine.toolchain import pip_index_options
 from ..models.lockfile import LockedModel
 from ..models.registry import Model

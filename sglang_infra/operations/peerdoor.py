@@ -13,7 +13,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
 from ..fleet import peering
-from ..hostside.netloc import netloc
+from ..hostside.formats.netloc import netloc
 from ..models import peerdoor
 from ..plan.types import PeerDoor
 from ..run import ship

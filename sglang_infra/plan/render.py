@@ -140,10 +140,11 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
     gate = gateway.gate if gateway else plan.gate
     context = dict(plan.template_values, url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
                    baseline=gate.baseline_tok_s,
-                   checks_program=ship.installed("checks"), gate_program=ship.installed("gate"), python=ship.PYTHON,
+                   checks_program=ship.installed("checks"), gate_program=ship.installed("gate.gate"),
+                   python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,
                    kernel_check_nvcc=gate.kernel_check_nvcc,
-                   kernel_check_program=ship.installed("gpu_kernel_check") if gate.kernel_check_nvcc else None,
+                   kernel_check_program=ship.installed("gpu.gpu_kernel_check") if gate.kernel_check_nvcc else None,
                    results_dir=plan.paths.results,
                    gateway=gateway.slug if gateway else None)
     return {name: render_template(f"templates/{name}.j2", **context) for name in SCRIPTS}
@@ -195,9 +196,10 @@ def node_exporter_dropin(exporter: NodeExporter) -> str:
 
 
 def _timed_program(name: str, unit_name: str, **values: object) -> dict[str, str]:
-    """A host program run every minute by its systemd service and timer (templates/systemd/<unit>.{service,timer}.j2),
+    """A host program (``name`` dotted below hostside/, kept as its last part .py) run every minute by its systemd
+    service and timer (templates/systemd/<unit>.{service,timer}.j2),
     by the path each has on the host; the service's template gets the program's path and ``values``."""
-    program = f"{plantypes.PROGRAM_DIR}/{name}.py"
+    program = f"{plantypes.PROGRAM_DIR}/{name.rpartition('.')[2]}.py"
     unit = f"{plantypes.SYSTEMD_DIR}/{unit_name}"
     return {
         program: ship.installed(name),
@@ -211,15 +213,15 @@ def _timed_program(name: str, unit_name: str, **values: object) -> dict[str, str
 def gate_metrics_units(plan: HostPlan) -> dict[str, str]:
     """The gate's metrics program and the systemd service and timer that refresh its file every minute, by the
     path each has on the host."""
-    return _timed_program("gate_metrics", plantypes.GATE_METRICS_UNIT, home=plan.paths.home)
+    return _timed_program("gate.gate_metrics", plantypes.GATE_METRICS_UNIT, home=plan.paths.home)
 
 
 def gpu_metrics_units(plan: HostPlan) -> dict[str, str]:
-    """On a host with GPUs: the GPU metrics program (hostside/gpu_metrics.py) and the systemd service and timer
+    """On a host with GPUs: the GPU metrics program (hostside/gpu/gpu_metrics.py) and the systemd service and timer
     that write each GPU's health every minute, expecting the GPUs nvidia-smi found at deploy time; none without."""
     if not plan.gpus.count:
         return {}
-    return _timed_program("gpu_metrics", plantypes.GPU_METRICS_UNIT, planned=plan.gpus.count)
+    return _timed_program("gpu.gpu_metrics", plantypes.GPU_METRICS_UNIT, planned=plan.gpus.count)
 
 
 def prometheus_config(monitor: Monitor) -> str:

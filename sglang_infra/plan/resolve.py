@@ -21,7 +21,7 @@ from .. import ACCOUNT
 from ..fleet.nodegroups import check_reach, member_bind
 from ..fleet.roles import monitors, roles
 from ..hostside import apikey, names
-from ..hostside.gate import CHECKS_BUDGET
+from ..hostside.gate.gate import CHECKS_BUDGET
 from ..machine import platforms, toolchain
 from ..machine.gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
 from ..models import peerdoor

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from ..hostside import names
-from ..hostside.netloc import netloc
+from ..hostside.formats.netloc import netloc
 from ..machine import platforms
 from ..machine.gpus import CudaRepository, Derived, GpuInventory
 from ..machine.toolchain.image import BuildContext

@@ -1,8 +1,8 @@
 """Ships the host-side programs (sglang_infra/hostside/) to the hosts.
 
-A program there may import its neighbours (`from . import manifest`), and a
-program of a folder below (hostside/pull/, read/, write/, roll/) those of
-hostside/ too (`from .. import manifest`, `from ..write import acl`). On a
+A program there may import its neighbours (`from . import safefs`), and a
+program of a folder below (hostside/gate/, gpu/, pull/, read/, ...) those of
+hostside/ too (`from .. import safefs`, `from ..write import acl`). On a
 host there is no sglang_infra package, so `program()` bundles the entry
 module with every neighbour it imports, transitively, into one
 self-contained Python source: a few lines register the neighbours as
@@ -34,8 +34,13 @@ PACKAGE = "sglang_infra.hostside"
 # pull. Their text, and that of every module they carry, is part of what a converged host holds: a change of it
 # re-gates a worker, recreates a gateway or rebuilds the toolchain image. Every other program runs inline per
 # command (command()) and is never stored on a host.
-INSTALLED = ("checks", "gate", "gpu_kernel_check", "gate_metrics", "gpu_metrics", "gateway_launch", "toolchain_check",
-             "pull.hfpull")
+INSTALLED = ("checks", "gate.gate", "gpu.gpu_kernel_check", "gate.gate_metrics", "gpu.gpu_metrics", "gateway_launch",
+             "toolchain_check", "pull.hfpull")
+# The installed programs whose text, or that of a module they carry, a converged host holds to more than a file:
+# the validation scripts carry checks' (it is in every worker's gate stamp: a change re-gates every worker), the
+# gateway's container runs gateway_launch's (a change recreates it), the toolchain image bakes toolchain_check's in
+# (a change rebuilds it). A change of any other installed program rewrites its file and nothing more.
+COSTLY = ("checks", "gateway_launch", "toolchain_check")
 
 # The header still names ship.py's old place (sglang_infra/, before the packages): a program of hostside/ alone is
 # kept byte for byte, since a changed header would change every converged host's gate scripts and re-gate them.
@@ -157,6 +162,12 @@ def installed(entry: str) -> str:
 def kept() -> set[str]:
     """Every module whose text the hosts keep: the installed programs and the modules they carry."""
     return {name for entry in INSTALLED for name in [entry, *carried(entry)]}
+
+
+def costly() -> set[str]:
+    """Every module a change of which re-gates a worker, recreates a gateway or rebuilds the toolchain image: the
+    COSTLY programs and the modules they carry (hostside/'s top holds these and nothing else)."""
+    return {name for entry in COSTLY for name in [entry, *carried(entry)]}
 
 
 def _package(name: str) -> str:

@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..hostside.formats.units import human
 from ..hostside.printable import printable
-from ..hostside.units import human
 from . import groupstatus, statusrows
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent.parent

@@ -3,7 +3,7 @@ sglang_infra/status/fleetstatus.py, runs `pyinfra INVENTORY deploy.py --dry` wit
 SGLANG_STATUS_REPORT set to a file name).
 
 In that run the preflight reads each host's snapshot with its report section
-(hostside/report.py), and a host whose data is refused or that cannot be read
+(hostside/gate/report.py), and a host whose data is refused or that cannot be read
 is noted here instead of stopping the run; its tasks are skipped. The other
 hosts' tasks are planned as in any `--dry` run, from the same one snapshot,
 so how many of their operations would change is the drift. When pyinfra
@@ -33,8 +33,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from ..hostside.formats.netloc import netloc
 from ..hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
-from ..hostside.netloc import netloc
 from ..machine.gpus import gpu_faults
 from ..plan.schema import listen_address
 
@@ -184,7 +184,7 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "rolled_back": gate.get("rolled_back"), "tok_per_s": benchmark.get("tok_per_s"),
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
-            # whether what runs now is what the gate last passed (the stamp, hostside/stamp.py)
+            # whether what runs now is what the gate last passed (the stamp, hostside/gate/stamp.py)
             "current": stamp_current((snapshot.get("gate") or {}).get("stamp"),
                                      (snapshot.get("gate") or {}).get("digest")),
             # when the container it stamped had started (a group's member started since restarted alone)

@@ -138,7 +138,7 @@ def test_the_h200s_gpu_metrics_scraped_by_prometheus_feed_every_gpu_panel_and_fi
 
     from dashboard_queries import concrete, metric_names, panel_queries
     from harness import PROJECT_DIR
-    from sglang_infra.hostside import gpu_metrics, nvsmi
+    from sglang_infra.hostside.gpu import gpu_metrics, nvsmi
     from sglang_infra.plan import render
     from sglang_infra.plan.types import MonitorSettings
 

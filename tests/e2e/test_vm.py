@@ -3,7 +3,7 @@ stand-ins, keyed (API keys on, a peer door), as the container hosts are: `script
 changes nothing; then the guest reboots and, with no deploy run, comes back serving: the units the deploy enabled
 (Docker, node exporter, the peer door's nginx) are started by systemd at boot, the stack's restart policy brings the
 serving container back, the tool-call check answers through its port with the key, `scripts/check.sh` passes whole
-(the stamp still names the container the daemon started at the new boot: hostside/stamp.py) and a run of the deploy
+(the stamp still names the container the daemon started at the new boot: hostside/gate/stamp.py) and a run of the deploy
 changes nothing. Then a crash: the container's process killed and restarted by its policy in the same boot asks for
 the gate (check.sh fails the stamp alone); the deploy runs the gate, it passes, check.sh passes whole and a further
 run changes nothing. What a container host cannot show, because it shares this machine's kernel and is never
@@ -169,7 +169,8 @@ def test_after_a_reboot_the_api_still_refuses_a_client_without_the_key(rebooted)
 
 def test_after_a_reboot_check_sh_passes_whole_with_no_deploy(rebooted):
     """A reboot asks for no deploy: the gate's record names its boot, and the stamp still names the container the
-    Docker daemon started again at this boot (hostside/stamp.py as_gated), so every check passes, the stamp's too."""
+    Docker daemon started again at this boot (hostside/gate/stamp.py as_gated),
+    so every check passes, the stamp's too."""
     host, inventory, _, _ = rebooted
     record = json.loads(host.exec(f"cat {DOCKER}/.last-gate").stdout)
     assert record["boot_id"] != host.exec("cat /proc/sys/kernel/random/boot_id").stdout.strip()

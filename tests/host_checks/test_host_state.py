@@ -11,7 +11,7 @@ import pytest
 from sglang_infra import ACCOUNT
 from sglang_infra.fleet.roles import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
-from sglang_infra.hostside.netloc import netloc
+from sglang_infra.hostside.formats.netloc import netloc
 from sglang_infra.machine.gpus import gpu_faults
 from sglang_infra.machine.platforms import NOLOGIN_SHELL
 from sglang_infra.models import peerdoor

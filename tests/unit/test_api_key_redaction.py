@@ -16,16 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_infra.hostside import (
-    apikey,
-    checks,
-    dockerapi,
-    gate,
-    gateway_launch,
-    report,
-    stack,
-    stamp,
-)
+from sglang_infra.hostside import apikey, checks, dockerapi, gateway_launch, stack
+from sglang_infra.hostside.gate import gate, report, stamp
 from sglang_infra.hostside.roll import gateway_workers
 
 KEY = "apikey-0123456789abcdef+/=0123"

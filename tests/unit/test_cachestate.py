@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra.hostside import manifest
+from sglang_infra.hostside.pull import manifest
 from sglang_infra.hostside.read import cachestate
 from sglang_infra.run import ship
 

@@ -454,7 +454,7 @@ def test_the_gateways_worker_api_is_read_within_its_deadline(standin, monkeypatc
 
 
 def test_the_status_probe_of_a_gateway_is_read_within_its_deadline(standin, monkeypatch, tmp_path):
-    from sglang_infra.hostside import report
+    from sglang_infra.hostside.gate import report
 
     url = standin(failure="endless_line")
     (tmp_path / "router" / "model").mkdir(parents=True)

@@ -23,7 +23,7 @@ QUERIES = panel_queries(DASHBOARD)
 VARIABLES = {variable["name"]: variable for variable in json.loads(DASHBOARD.read_text())["templating"]["list"]}
 
 # What the targets of prometheus.yml give: SGLang's server (--enable-metrics), the gateway (sglang-router 0.3.2),
-# the gate's textfile (sglang_infra/hostside/gate_metrics.py) and Prometheus' own `up`; the node exporter's node_*.
+# the gate's textfile (sglang_infra/hostside/gate/gate_metrics.py) and Prometheus' own `up`; the node exporter's node_*.
 HISTOGRAMS = ("sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds",
               "sglang:inter_token_latency_seconds", "smg_router_request_duration_seconds")
 KNOWN = {
@@ -35,7 +35,7 @@ KNOWN = {
     "sglang_gate_last_run_timestamp_seconds", "sglang_gate_passed", "sglang_gate_tool_call_ok",
     "sglang_gate_tokens_per_second", "sglang_gate_baseline_tokens_per_second", "sglang_config_validated",
     "sglang_hf_cache_avail_bytes", "sglang_hf_cache_size_bytes",
-    # the GPU textfile (sglang_infra/hostside/gpu_metrics.py)
+    # the GPU textfile (sglang_infra/hostside/gpu/gpu_metrics.py)
     "sglang_gpus_seen", "sglang_gpus_planned", "sglang_gpu_temperature_celsius",
     "sglang_gpu_slowdown_temperature_celsius", "sglang_gpu_power_watts", "sglang_gpu_power_limit_watts",
     "sglang_gpu_utilization_ratio", "sglang_gpu_memory_used_bytes", "sglang_gpu_memory_total_bytes",

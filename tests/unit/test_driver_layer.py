@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import pinned_defaults
 
-from sglang_infra.hostside import nvsmi
+from sglang_infra.hostside.gpu import nvsmi
 from sglang_infra.machine.gpus import derive_flags, gpu_faults, min_driver, parse_snapshot, plan_problems
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_infra.hostside import gate, names, safefs, stamp
+from sglang_infra.hostside import names, safefs
+from sglang_infra.hostside.gate import gate, stamp
 
 
 def test_the_known_good_copy_keeps_content_mode_and_replaces_a_planted_symlink(tmp_path):

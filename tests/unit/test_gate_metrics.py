@@ -1,4 +1,4 @@
-"""The gate's metrics for the node exporter's textfile collector (hostside/gate_metrics.py), written for real
+"""The gate's metrics for the node exporter's textfile collector (hostside/gate/gate_metrics.py), written for real
 into a temp home and a temp textfile directory. No Docker here: the worker's container is a stand-in
 dictionary, shaped as stack.container() returns the engine's answer, put where stack.state() looks it up."""
 
@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-from sglang_infra.hostside import dockerapi, gate_metrics, names, safefs, stack, stamp
+from sglang_infra.hostside import dockerapi, names, safefs, stack
+from sglang_infra.hostside.gate import gate_metrics, stamp
 
 CONTAINER = {"id": "c" * 64, "state": "running", "status": "Up 5 minutes", "image_id": "sha256:" + "ee" * 32,
              "labels": {}, "ports": [], "started_at": "2026-01-01T10:00:00.000000000Z", "health": None}

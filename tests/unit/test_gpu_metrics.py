@@ -1,5 +1,5 @@
-"""hostside/gpu_metrics.py: each GPU's health for the node exporter's textfile collector, over the file it wrote on
-the lent H200 (2026-12-04) and over hand-written failures; hostside/gpu_kernel_check.py's recorded results there."""
+"""hostside/gpu/gpu_metrics.py: each GPU's health for the node exporter's textfile collector, over the file it wrote on
+the lent H200 (2026-12-04) and over hand-written failures; hostside/gpu/gpu_kernel_check.py's recorded results there."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra.hostside import gpu_kernel_check, gpu_metrics, nvsmi
+from sglang_infra.hostside.gpu import gpu_kernel_check, gpu_metrics, nvsmi
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RUN = FIXTURES / "h200-2026-12-04"

@@ -21,8 +21,7 @@ from huggingface_hub import scan_cache_dir, snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
 from hfstandin import StandinHub
-from sglang_infra.hostside import manifest
-from sglang_infra.hostside.pull import hfpull, pull_errors, pull_locks, ranges, transfer
+from sglang_infra.hostside.pull import hfpull, manifest, pull_errors, pull_locks, ranges, transfer
 from sglang_infra.hostside.pull.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath
 from sglang_infra.hostside.pull.transfer import RETRY_AFTER_MAX, Transfer, retry_after
 from sglang_infra.hostside.read import cachestate

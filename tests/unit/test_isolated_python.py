@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 from conftest import load_cases, pinned_defaults, plan_for
 
-from sglang_infra.hostside import gate, names, safefs
+from sglang_infra.hostside import names, safefs
+from sglang_infra.hostside.gate import gate
 from sglang_infra.plan import render
 from sglang_infra.run import ship
 

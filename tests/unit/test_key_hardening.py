@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_infra.hostside import apikey, bounded, checks, report, safefs, stack, stamp
+from sglang_infra.hostside import apikey, bounded, checks, safefs, stack
+from sglang_infra.hostside.gate import report, stamp
 from sglang_infra.hostside.roll import drain, gateway_workers
 
 KEY = "Zq9Xw7Vb5Nm3Lk1Jh8Gf6Dd4Ss2Aa0Pp"   # 32 characters, none of them in the padding below

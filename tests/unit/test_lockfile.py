@@ -220,7 +220,7 @@ def test_the_pull_verifies_every_file_against_the_lock(hub, tmp_path):
     assert done.returncode == 0, done.stderr
     manifest = json.loads(record(cache, locked.commit).read_text())
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == {f["path"]: f["sha256"] for f in locked.files}
-    from sglang_infra.hostside import manifest
+    from sglang_infra.hostside.pull import manifest
     from sglang_infra.hostside.read import cachestate
     records = manifest.Records(str(records_of(cache)), manifest.owners())
     state = cachestate.scan(str(cache), records)["repos"][REPO]["revisions"][locked.commit]

@@ -1,4 +1,4 @@
-"""host:port is written in one place (hostside/netloc.py), for the host programs and the control side alike: an
+"""host:port is written in one place (hostside/formats/netloc.py), for the host programs and the control side alike: an
 IPv6 address in brackets, anything else as it is. A module that writes the bracketed form again fails here."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra.hostside.netloc import netloc
+from sglang_infra.hostside.formats.netloc import netloc
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # An f-string that brackets an address before a port: `[{address}]:{port}`.
 BRACKETED = re.compile(r"\[\{[^{}]+\}\]:\{")
-# report.py is carried by the gate's scripts, whose text a worker's stamp covers (see netloc.py).
-ALLOWED = {"sglang_infra/hostside/netloc.py", "sglang_infra/hostside/report.py"}
+# gate/report.py is carried by the gate's scripts, whose text a worker's stamp covers (see netloc.py).
+ALLOWED = {"sglang_infra/hostside/formats/netloc.py", "sglang_infra/hostside/gate/report.py"}
 
 
 @pytest.mark.parametrize(("address", "port", "expected"), [

@@ -247,7 +247,7 @@ def test_the_group_stops_every_member_then_starts_rank_0_last_and_gates_through_
 
 
 def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restarts_them_together(monkeypatch):
-    from sglang_infra.hostside.gate import GROUP_NOT_ROLLED_BACK
+    from sglang_infra.hostside.gate.gate import GROUP_NOT_ROLLED_BACK
 
     failed = (False, Output([f"gate[gpu-01]: FAILED: benchmark.sh: too slow. {GROUP_NOT_ROLLED_BACK}"]))
     failure, ran = turn(monkeypatch, [failed, (True, Output())])
@@ -264,7 +264,7 @@ def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restar
 def test_a_group_recreated_on_its_good_config_is_gated_so_that_a_failure_marks_no_config_failed(monkeypatch):
     """Issue 40: rank 0 restarted alone, every member's config its last good one: recreated, rank 0 last, and gated
     with revalidate; a failure then rolls nothing back and marks nothing failed on any member."""
-    from sglang_infra.hostside.gate import GROUP_STATE_FAILED
+    from sglang_infra.hostside.gate.gate import GROUP_STATE_FAILED
 
     healed, ran = turn(monkeypatch, [(True, Output())], changed=False)
     assert healed is None
@@ -280,7 +280,7 @@ def test_a_group_recreated_on_its_good_config_is_gated_so_that_a_failure_marks_n
 def test_a_good_config_that_fails_on_a_group_not_recreated_is_recreated_and_gated_once_more(monkeypatch):
     """A member restarted alone that no record can show (one written before records kept the container): the gate,
     due, fails with every config its last good one; the group is recreated (rank 0 last) and gated once more."""
-    from sglang_infra.hostside.gate import GROUP_STATE_FAILED
+    from sglang_infra.hostside.gate.gate import GROUP_STATE_FAILED
 
     failed = (False, Output([f"gate[gpu-01]: FAILED: the server did not become ready. {GROUP_STATE_FAILED}"]))
     healed, ran = turn(monkeypatch, [failed, (True, Output())], changed=False, restart=False)

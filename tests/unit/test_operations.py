@@ -188,8 +188,8 @@ def test_a_host_that_stops_answering_fails_alone():
 
 
 def test_sizes_read_in_human_units_everywhere():
+    from sglang_infra.hostside.formats.units import human
     from sglang_infra.hostside.pull import prune, pull
-    from sglang_infra.hostside.units import human
 
     assert (human(0), human(1536), human(15_728_722), human(3 * 2**40)) == ("0 B", "1.5 KiB", "15.0 MiB", "3.0 TiB")
     assert pull.human is human and prune.human is human  # the pull and the prune print with the same formatter

@@ -411,7 +411,7 @@ def test_a_pull_from_peers_killed_mid_file_resumes_at_the_missing_bytes(hub, see
 
 def lock_of(cache: Path) -> dict:
     """The lock's record of org/fleet (commit, files with their sha256), from a verified pull's record."""
-    from sglang_infra.hostside import manifest
+    from sglang_infra.hostside.pull import manifest
     records = manifest.Records(str(cache / "verified"), manifest.owners())
     (commit,) = [name[:-5] for name in os.listdir(cache / "verified" / "models--org--fleet")]
     found = records.load("models--org--fleet", commit)
@@ -421,7 +421,7 @@ def lock_of(cache: Path) -> dict:
 
 def served(cache: Path, lock: dict) -> dict[str, str]:
     """What the door of a host whose cache is ``cache`` lists, from its snapshot (cachestate) as the deploy reads it."""
-    from sglang_infra.hostside import manifest
+    from sglang_infra.hostside.pull import manifest
     from sglang_infra.hostside.read import cachestate
     from sglang_infra.models import peerdoor
     from sglang_infra.plan.types import PeerDoor, PeerPin
@@ -438,7 +438,7 @@ def test_a_swarm_each_host_its_share_from_the_hub_then_the_rest_from_the_peer_an
     door lists those files alone; a file an admin drops or rewrites, or one no pull verified, is never listed.
     Round 2: the rest from the other host's door, the Hub not at all; the whole record replaces the partial one."""
     from sglang_infra.fleet import peering
-    from sglang_infra.hostside import manifest
+    from sglang_infra.hostside.pull import manifest
     lock = lock_of(tmp_path_factory.getbasetemp() / "seed0")   # the `seeded` fixture's cache
     shares = peering.split(lock["files"], ["h1", "h2"])
     blob_of = {f["path"]: f["sha256"] for f in lock["files"]}

@@ -10,7 +10,7 @@ from conftest import converged_snapshot, pinned_defaults, plan_for
 from sglang_infra.fleet.gateways import fleet_worker, with_gateways
 from sglang_infra.fleet.hosts import InventoryHost
 from sglang_infra.hostside import names
-from sglang_infra.hostside.gate import CHECKS_BUDGET
+from sglang_infra.hostside.gate.gate import CHECKS_BUDGET
 from sglang_infra.machine import platforms
 from sglang_infra.plan.resolve import resolve
 

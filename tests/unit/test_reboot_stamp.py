@@ -1,5 +1,5 @@
 """A reboot asks for no deploy (issue 44): the gate's stamp still names the container the Docker daemon started again
-at the host's boot, and nothing else (hostside/stamp.py as_gated, current). Written for real into a temp home; the
+at the host's boot, and nothing else (hostside/gate/stamp.py as_gated, current). Written for real into a temp home; the
 container is a stand-in dictionary shaped as stack.container() returns the engine's answer."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from sglang_infra.hostside import names, stamp
+from sglang_infra.hostside import names
+from sglang_infra.hostside.gate import stamp
 
 GATED = {"id": "c" * 64, "state": "running", "image_id": "sha256:" + "ee" * 32,
          "started_at": "2026-01-01T10:00:00.000000000Z", "restart_count": 0}

@@ -270,7 +270,7 @@ def test_the_sh_filter_quotes_and_the_line_filter_keeps_a_comment_one_line():
 
 
 def test_the_gate_runs_the_cuda_kernel_check_with_the_images_pinned_nvcc_on_a_gpu_host(tmp_path):
-    """gate.sh hands gpu_kernel_check.py's text to the gate, which runs it inside the running container; bash
+    """gate.sh hands gpu/gpu_kernel_check.py's text to the gate, which runs it inside the running container; bash
     reads it back unchanged from the quoted here-document."""
     import subprocess
 
@@ -281,7 +281,7 @@ def test_the_gate_runs_the_cuda_kernel_check_with_the_images_pinned_nvcc_on_a_gp
     head = text.split("exec ")[0]
     (tmp_path / "head.sh").write_text(head + 'printf %s "$kernel_check"\n')
     found = subprocess.run(["bash", str(tmp_path / "head.sh")], capture_output=True, text=True, timeout=30)
-    assert found.returncode == 0 and found.stdout == ship.program("gpu_kernel_check").rstrip("\n")
+    assert found.returncode == 0 and found.stdout == ship.program("gpu.gpu_kernel_check").rstrip("\n")
     # Without the toolchain layer there is no pinned nvcc, and a host without GPUs has nothing to run it on.
     for data, case in (({**DEFAULTS, "sglang_toolchain_image": False}, "rtx4090-2gpu-node"),
                        ({**DEFAULTS, "sglang_require_gpu": False}, None)):

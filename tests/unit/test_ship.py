@@ -57,7 +57,7 @@ def test_a_program_carries_exactly_the_modules_it_imports(imported, name):
         assert set(imported[module]) <= set(carried[:k]), (module, carried)
 
 
-@pytest.mark.parametrize("name", ["roll.drain", "roll.gateway_workers", "report"])
+@pytest.mark.parametrize("name", ["roll.drain", "roll.gateway_workers", "gate.report"])
 def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name):
     carried = ship.carried(name)
     assert {"apikey", "bounded"} <= set(carried) and "checks" not in carried
@@ -110,7 +110,7 @@ def test_a_program_run_per_command_is_refused_as_an_installed_one():
 
 def test_the_control_side_writes_a_host_program_only_through_installed():
     """ship.program() called outside ship.py would write a program onto a host that ship.INSTALLED does not name,
-    and the tree's rule (test_tree_shape) would not hold its modules at hostside/'s top."""
+    and the tree's rule (test_tree_shape) would not know it."""
     root = ship.HOSTSIDE.parent.parent
     callers = []
     for path in [*root.joinpath("sglang_infra").rglob("*.py"), *root.joinpath("tasks").rglob("*.py"),

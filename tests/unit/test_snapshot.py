@@ -210,7 +210,7 @@ def test_engine_works_needs_every_part(broken):
 
 def test_the_loader_bundles_a_program_with_the_neighbours_it_imports():
     source = ship.program("read.snapshot")
-    for neighbour in ("read/cachestate", "write/acl", "manifest", "safefs", "dockerapi", "stack", "stamp"):
+    for neighbour in ("read/cachestate", "write/acl", "pull/manifest", "safefs", "dockerapi", "stack", "gate/stamp"):
         assert f"'hostside/{neighbour}.py'" in source
     assert ship.program("toolchain_check") == (ship.HOSTSIDE / "toolchain_check.py").read_text()
     out = subprocess.run([sys.executable, "-c", ship.program("checks"), "--help"], capture_output=True, text=True)

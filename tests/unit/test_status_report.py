@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import pinned_defaults, plan_for
 
-from sglang_infra.hostside import gate, report, stamp
+from sglang_infra.hostside.gate import gate, report, stamp
 from sglang_infra.models.lockfile import Lock, LockedModel
 from sglang_infra.status import fleetstatus, statusrows
 
@@ -344,7 +344,7 @@ def test_a_failing_gpu_is_named_with_its_reason_and_fails_the_host():
     """The snapshot's driver facts of a hand-written failing H200 (fixtures/nvidia-smi/h200-failing-handwritten)."""
     from pathlib import Path
 
-    from sglang_infra.hostside import nvsmi
+    from sglang_infra.hostside.gpu import nvsmi
 
     document = (Path(__file__).resolve().parent / "fixtures" / "nvidia-smi" / "h200-failing-handwritten.q.xml")
     plan = _plan()

@@ -1,6 +1,6 @@
 """The pull: host programs that run in the pull's venv (huggingface_hub), as `sglang`.
 
-They may import the standard-library modules of hostside/ (`from .. import manifest`); nothing outside this
+They may import the standard-library modules of hostside/ (`from .. import safefs`); nothing outside this
 folder imports them but the pull itself, the lock's resolver (models/lockgen.py: hublimits.py, transfer.py) and
 the tests. Every module, a line each (tests/unit/test_hostside_index.py keeps the list whole):
 
@@ -14,4 +14,6 @@ the tests. Every module, a line each (tests/unit/test_hostside_index.py keeps th
     pull_locks.py    the pull's flock'ed files, shared with huggingface_hub's per-blob locks
     pull_errors.py   the pull's exit codes, error types, and exceptions mapped to one line and a code
     prune.py         pruning: every cached model revision not kept is deleted
+    manifest.py      the verified-pull record `<home>/verified/<repo folder>/<commit>.json`, and whose it must be
+                     (standard library only: the snapshot, the cache's state and the lock read it too)
 """

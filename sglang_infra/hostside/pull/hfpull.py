@@ -61,8 +61,7 @@ import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingfa
 from huggingface_hub import set_client_factory
 from huggingface_hub.errors import HfHubHTTPError
 
-from .. import manifest
-from . import peers, prune, pull, transfer
+from . import manifest, peers, prune, pull, transfer
 from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
 from .pull_locks import DEFAULT_LOCK_WAIT
 

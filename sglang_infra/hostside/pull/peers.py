@@ -51,9 +51,9 @@ import stat
 import threading
 import time
 
-from ..netloc import netloc
+from ..formats.netloc import netloc
+from ..formats.units import human
 from ..safefs import read_regular, unlink_if_present
-from ..units import human
 from . import ranges
 from .pull_errors import EXIT_USAGE, PullError
 from .transfer import Sealed, Stopped, _Job, _pwrite_all, gather, open_partial, pause

@@ -18,8 +18,8 @@ import stat
 from huggingface_hub import scan_cache_dir
 from huggingface_hub.file_download import repo_folder_name
 
-from .. import manifest
-from ..units import human
+from ..formats.units import human
+from . import manifest
 from .pull import COMMIT_RE, say
 from .pull_errors import EXIT_USAGE, PullError, hub_message
 from .pull_locks import PULL_LOCK, FileLock

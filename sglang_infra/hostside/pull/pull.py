@@ -21,7 +21,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 
-from .. import manifest
+from ..formats.units import human
 from ..printable import printable
 from ..safefs import (
     create_if_absent,
@@ -33,8 +33,7 @@ from ..safefs import (
     rename_new,
     unlink_if_present,
 )
-from ..units import human
-from . import hublimits, peers, ranges, transfer
+from . import hublimits, manifest, peers, ranges, transfer
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
 from .transfer import LIBRARY_NAME, Stopped, gather

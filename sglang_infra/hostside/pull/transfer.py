@@ -26,8 +26,8 @@ import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingfa
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from ..formats.units import human
 from ..safefs import read_regular, unlink_if_present, write_atomic
-from ..units import human
 from . import hublimits, ranges
 from .pull_errors import PullError, Retryable, VerifyError
 from .pull_locks import LOCK_POLL

@@ -16,7 +16,8 @@ import os
 import posixpath
 import stat
 
-from .. import manifest, safefs
+from .. import safefs
+from ..pull import manifest
 
 MAX_ENTRIES = 500_000   # directory entries, manifest files and links read in one scan
 MAX_SECONDS = 60

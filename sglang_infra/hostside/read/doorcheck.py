@@ -16,7 +16,7 @@ import ssl
 import subprocess
 import sys
 
-from ..netloc import netloc
+from ..formats.netloc import netloc
 
 LISTEN = "0A"   # TCP_LISTEN in /proc/net/tcp's st column
 TIMEOUT = 30    # seconds, for systemctl

@@ -35,7 +35,10 @@ import stat
 import subprocess
 import sys
 
-from .. import dockerapi, manifest, names, nvsmi, report, safefs, stack, stamp
+from .. import dockerapi, names, safefs, stack
+from ..gate import report, stamp
+from ..gpu import nvsmi
+from ..pull import manifest
 from ..write import acl
 from . import cachestate, doorcheck, settled
 

@@ -8,7 +8,8 @@ restarted and still runs that config, so the host stays as its last gate stamped
 import os
 import sys
 
-from .. import gate, safefs
+from .. import safefs
+from ..gate import gate
 
 
 def main(argv=None):

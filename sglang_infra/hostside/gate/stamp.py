@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 
-from . import dockerapi, names, safefs
+from .. import dockerapi, names, safefs
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):

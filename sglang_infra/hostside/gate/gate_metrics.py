@@ -29,8 +29,9 @@ import os
 import sys
 import time
 
-from . import dockerapi, names, report, safefs, stack, stamp
-from .printable import written_or_said
+from .. import dockerapi, names, safefs, stack
+from ..printable import written_or_said
+from . import report, stamp
 
 # Every metric the file can hold, in the file's order, with its HELP text. Gauges without labels of their own:
 # Prometheus adds the host's and the model's from the scrape target.

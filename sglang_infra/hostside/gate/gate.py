@@ -29,8 +29,9 @@ import subprocess
 import sys
 import time
 
-from . import apikey, checks, gate_metrics, names, safefs, stack, stamp
-from .printable import printable
+from .. import apikey, checks, names, safefs, stack
+from ..printable import printable
+from . import gate_metrics, stamp
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and

@@ -19,8 +19,9 @@ import subprocess
 import sys
 import time
 
-from . import names, nvsmi, safefs
-from .printable import written_or_said
+from .. import names, safefs
+from ..printable import written_or_said
+from . import nvsmi
 
 NVIDIA_SMI_TIMEOUT = 30   # seconds; a GPU that hangs the driver makes nvidia-smi hang too
 FILE_MODE = 0o644

@@ -22,7 +22,8 @@ import subprocess
 import time
 import urllib.request
 
-from . import apikey, bounded, dockerapi, names, safefs, stack, stamp
+from .. import apikey, bounded, dockerapi, names, safefs, stack
+from . import stamp
 
 GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers, its reply read in full
 

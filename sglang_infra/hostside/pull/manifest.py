@@ -29,7 +29,7 @@ import posixpath
 import pwd
 import stat
 
-from . import safefs
+from .. import safefs
 
 MAX_BYTES = 64 << 20  # far above any real repo's file list
 SUFFIX = ".json"
