@@ -122,3 +122,19 @@ def test_the_control_side_writes_a_host_program_only_through_installed():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "ship"):
                 callers.append(f"{path.relative_to(root)}:{node.lineno}")
     assert callers == []
+
+
+def test_every_program_run_per_command_fits_in_one_argument_with_room_to_grow():
+    """pyinfra runs a command as one `sh -c` argument, quoted once more; Linux refuses one longer than 128 KiB
+    (MAX_ARG_STRLEN). Every program the control side sends in a command (ship.command, found at its call sites)
+    fits with 8 KiB to spare for its arguments and some growth; the snapshot goes compressed (cached_command)."""
+    import re
+    import shlex
+
+    root = Path(__file__).resolve().parents[2]
+    sent = {name for folder in ("sglang_infra", "tasks") for path in (root / folder).rglob("*.py")
+            for name in re.findall(r"ship\.command\(['\"]([\w.]+)['\"]\)", path.read_text())}
+    assert {"write.put", "roll.restore_good", "stack"} <= sent, sent   # the call sites were found
+    sizes = {name: len(shlex.quote(ship.command(name)).encode()) for name in sent}
+    sizes["read.snapshot"] = len(shlex.quote(ship.cached_command("read.snapshot")).encode())
+    assert max(sizes.values()) <= 120 * 1024, sorted(sizes.items(), key=lambda item: -item[1])
