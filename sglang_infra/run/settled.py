@@ -128,7 +128,7 @@ def _steady_gpu(gpu: Mapping[str, Any]) -> dict[str, Any]:
 def _steady(value: Any) -> Any:
     """The snapshot without what changes by itself while nothing changes and no operation compares: a
     container's status text ("Up 3 minutes") and its healthcheck's last verdict (the status report's alone),
-    each GPU's live readings (_steady_gpu), and the stamp itself."""
+    and the stamp itself."""
     if isinstance(value, dict):
         volatile = {"status", "health"} if {"started_at", "state"} <= value.keys() else set()
         return {k: _steady(v) for k, v in value.items() if k not in volatile and k != "settled"}
@@ -138,6 +138,7 @@ def _steady(value: Any) -> Any:
 
 
 def _steady_gpus(section: Any) -> Any:
+    """The snapshot's gpus section with each GPU of its driver reading (nvsmi.parse) as _steady_gpu keeps it."""
     driver = section.get("driver") if isinstance(section, Mapping) else None
     if not isinstance(driver, Mapping) or not isinstance(driver.get("gpus"), list):
         return section
@@ -146,6 +147,7 @@ def _steady_gpus(section: Any) -> Any:
 
 
 def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
+    """sha256 of the snapshot less what moves by itself (_steady, and each GPU's live readings, _steady_gpus)."""
     steady = _steady({**snapshot, "gpus": _steady_gpus(snapshot["gpus"])} if "gpus" in snapshot else dict(snapshot))
     text = json.dumps(steady, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
