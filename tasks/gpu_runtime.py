@@ -15,8 +15,9 @@ engine = plan.engine
 
 if plan.gpus.count and not plan.gpus.nvidia_runtime and engine.install_nvidia_toolkit:
     url = engine.nvidia_toolkit_apt_url
-    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /",
-                      "nvidia-container-toolkit")
+    vendor_repository("NVIDIA Container Toolkit", f"{url}/gpgkey",
+                      f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /", "nvidia-container-toolkit",
+                      engine.nvidia_toolkit_key_fingerprint)
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],

@@ -1,11 +1,14 @@
 """The fleet's metrics: Debian's prometheus and prometheus-node-exporter
 installed, their systemd units running with the deploy's drop-ins, reloaded
-or restarted only when what they read changed."""
+or restarted only when what they read changed; the vendors' apt keyrings,
+each holding exactly its pinned key."""
 
 from __future__ import annotations
 
 from pyinfra import host
 
+from ..machine import keyrings
+from ..run import ship
 from ..run.facts import current
 from ..run.operation import q, snapshot_operation
 
@@ -71,3 +74,30 @@ def root_directory(path: str):
         host.noop(f"{path} already exists")
         return
     yield f"install -d -m 0755 -o root -g root {q(path)}"
+
+
+@snapshot_operation
+def keyring_pinned(key: keyrings.VendorKey, present_only: bool):
+    """
+    Ensure ``key``'s keyring holds exactly the pinned key, root's, 0644, a
+    regular file (keyrings.problem, on the snapshot's read of it); with
+    ``present_only`` an absent keyring is left absent (a repository this run
+    does not configure). A keyring that is anything else is replaced
+    by the key downloaded anew and checked on the host
+    (hostside/write/keyring.py); a download that is not exactly the pinned
+    key is refused, the keyring removed, and the host stops naming the data
+    key that pins it.
+    """
+    found = current(host).get("keyrings", {}).get(key.keyring)
+    why = keyrings.problem(found, key.fingerprint)
+    if why is None:
+        host.noop(f"{key.keyring} holds exactly {key.vendor}'s pinned key {key.fingerprint}")
+        return
+    if why == "absent" and present_only:
+        host.noop(f"no {key.keyring} on this host")
+        return
+    fix = (f"{key.keyring} ({why}) could not be replaced by {key.vendor}'s pinned key {key.fingerprint} from "
+           f"{key.key_url}: it is removed, so apt trusts nothing of that repository; if a mirror signs with its own "
+           f"key, set {key.data_key} to that key's full fingerprint")
+    yield (f"{ship.command('write.keyring')} {q(key.key_url)} {q(key.keyring)} {q(key.fingerprint)} "
+           f"|| {{ echo {q(fix)} >&2; exit 1; }}")

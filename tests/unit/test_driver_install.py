@@ -127,29 +127,6 @@ def test_the_open_modules_are_refused_on_a_gpu_older_than_turing():
                                                        sglang_nvidia_driver_open=False)
 
 
-def test_nvidia_s_cuda_repository_key_is_checked_against_its_fingerprint_when_it_was_downloaded():
-    calls: list[tuple[str, tuple, dict]] = []
-
-    def recorder(name):
-        def record(*args, **kwargs):
-            calls.append((name, args, kwargs))
-            return mock.Mock(did_change="changed")
-        return record
-
-    with mock.patch.multiple(aptrepo.apt, packages=recorder("apt.packages"), repo=recorder("apt.repo")), \
-            mock.patch.object(aptrepo.files, "download", recorder("files.download")), \
-            mock.patch.object(aptrepo.server, "shell", recorder("server.shell")):
-        aptrepo.vendor_repository("NVIDIA CUDA", "https://example.test/3bf863cc.pub", "deb [signed-by={keyring}] "
-                                  "https://example.test/ /", "nvidia-cuda", fingerprint="EB69")
-    assert [name for name, _, _ in calls] == ["apt.packages", "files.download", "server.shell", "apt.repo"]
-    check = calls[2][2]
-    assert check["_if"] == "changed"   # only a key just downloaded is checked
-    assert check["commands"] == [
-        "gpg --show-keys --with-colons /etc/apt/keyrings/nvidia-cuda.asc | grep -qx 'fpr:::::::::EB69:' || "
-        "{ rm -f /etc/apt/keyrings/nvidia-cuda.asc; echo 'the key at https://example.test/3bf863cc.pub is not EB69; "
-        "removed' >&2; exit 1; }"]
-
-
 def test_on_an_nvswitch_board_fabric_manager_must_match_the_pinned_driver_not_the_running_one():
     running = {"nvidia-fabricmanager.service": {"active": "active"}}
     gpus = section("recorded", nvswitches=NVSWITCHES, fabric_manager=RUNNING, units=running)

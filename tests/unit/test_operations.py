@@ -53,6 +53,10 @@ def _arguments(op: str, args: dict) -> dict:
         door = args["door"]
         args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
                                             "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
+    if op == "keyring_pinned":
+        from sglang_infra.machine.keyrings import VendorKey
+
+        args = {**args, "key": VendorKey(**args["key"])}
     if op == "rolled":
         from sglang_infra.plan.types import Gate
 

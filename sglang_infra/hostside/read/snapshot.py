@@ -40,7 +40,7 @@ from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
 from ..write import acl
-from . import cachestate, doorcheck, settled
+from . import cachestate, doorcheck, openpgp, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -549,6 +549,7 @@ def read(spec):
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
         "settled": settled.read(),
+        "keyrings": {path: openpgp.keyring(path) for path in spec.get("keyrings", ())},
     }
     if spec.get("peer_address"):
         found["peer"] = peer(spec)
