@@ -238,7 +238,8 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     if waited is not None or pool.failed:
         pool.done.add(roll.url)
         # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-        run_on(host, f"{ship.command('roll.restore_good')} {q(project_dir)}", print_output=False)
+        # through the code cache, compressed: it carries the whole gate, past half of one argument's 128 KiB quoted
+        run_on(host, f"{ship.cached_command('roll.restore_good')} {q(project_dir)}", print_output=False)
         say(f"not restarted: {waited or f'the roll of {roll.pool} stopped at {pool.failed}'}; it keeps serving "
             "its last good config", logger.error)
         return False
