@@ -53,5 +53,6 @@ else:
     service_running(name=f"Ensure the peer door listens on {listen} with its current config and list",
                     unit=f"{peerdoor.SERVICE}.service", restart_if=dropin.did_change,
                     reload_if=lambda: (key.did_change() or blobs.did_change() or config.did_change()
-                                       or tls.did_change()))
+                                       or tls.did_change()),
+                    check=peerdoor.config_check())
     door_checked(name=f"Ensure {listen} is held by the peer door's own nginx before any peer asks it", door=door)

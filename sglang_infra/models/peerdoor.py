@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import shlex
 from typing import Any, Mapping
 
 from ..fleet.roles import fleet_address
@@ -143,12 +144,19 @@ def tls_command() -> str:
             f"&& chmod 644 {cert}.new && mv -f {key}.new {key} && mv -f {cert}.new {cert}")
 
 
-def tls_ready(files: Mapping[str, Any]) -> bool:
+def config_check() -> str:
+    """The command that must accept the door's files (its config, key pair, key and list) before nginx reloads or
+    restarts them: nginx's own test of exactly the config it runs."""
+    return f"nginx -t -q -c {shlex.quote(CONFIG)}"
+
+
+def tls_ready(files: Mapping[str, Any], pair: bool | None) -> bool:
     """Whether the door's directory (the snapshot's files of DOOR_DIR) holds its key pair: the key root's alone
-    (0600), the certificate beside it. Anything else: the pair is made anew."""
+    (0600), the certificate beside it, and the two one pair (``pair``: the snapshot's tls_pair, doorcheck's check,
+    so a half-replaced pair never reaches nginx's next reload). Anything else: the pair is made anew."""
     key, cert = (files.get(name.rpartition("/")[2]) for name in (TLS_KEY, TLS_CERT))
     return (isinstance(key, Mapping) and key.get("owner") == "root" and key.get("mode") == "600"
-            and isinstance(cert, Mapping) and cert.get("owner") == "root")
+            and isinstance(cert, Mapping) and cert.get("owner") == "root" and pair is True)
 
 
 def render(door: PeerDoor, reason: str) -> tuple[str, str, str]:

@@ -52,9 +52,11 @@ def tls_made():
     Ensure the door's TLS key pair is on the host (peerdoor.TLS_KEY, root's,
     0600, and its self-signed peerdoor.TLS_CERT), made there by root once
     (peerdoor.tls_command) and kept across runs: the private key never
-    leaves the host. A pair whose key is not root's alone is made anew.
+    leaves the host. A pair whose key is not root's alone, or whose key and
+    certificate are not one pair (the snapshot's tls_pair), is made anew.
     """
-    if peerdoor.tls_ready(current(host)["files"].get(peerdoor.DOOR_DIR) or {}):
+    snapshot = current(host)
+    if peerdoor.tls_ready(snapshot["files"].get(peerdoor.DOOR_DIR) or {}, (snapshot.get("peer") or {}).get("tls_pair")):
         host.noop(f"the peer door's key pair is in {peerdoor.DOOR_DIR}")
         return
     yield peerdoor.tls_command()

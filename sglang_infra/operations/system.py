@@ -35,13 +35,15 @@ def packages_installed(packages: list[str]):
 
 
 @snapshot_operation
-def service_running(unit: str, restart_if=None, reload_if=None):
+def service_running(unit: str, restart_if=None, reload_if=None, check: str | None = None):
     """
     Ensure the systemd ``unit`` is enabled and running what its files say
     now: systemd re-reads a changed drop-in, the unit restarts when
     ``restart_if()`` (its command line changed) and reloads when
-    ``reload_if()`` (a file it reads on SIGHUP changed). Nothing happens
-    when none of that holds.
+    ``reload_if()`` (a file it reads on SIGHUP changed). With ``check`` (a
+    command: nginx -t), a running unit is restarted or reloaded only once
+    its files pass it; otherwise the host stops and the unit keeps running
+    what it runs. Nothing happens when none of that holds.
     """
     state = current(host)["services"].get(unit) or {}
     executing = host.state.is_executing
@@ -56,10 +58,10 @@ def service_running(unit: str, restart_if=None, reload_if=None):
         commands.append(f"systemctl enable {q(unit)}")
     if state.get("active") != "active":
         commands.append(f"systemctl start {q(unit)}")
-    elif restart:
-        commands.append(f"systemctl restart {q(unit)}")
-    elif reload:
-        commands.append(f"systemctl reload {q(unit)}")
+    elif restart or reload:
+        if check:
+            commands.append(check)
+        commands.append(f"systemctl {'restart' if restart else 'reload'} {q(unit)}")
     if not commands:
         host.noop(f"{unit} is already enabled and running its current config")
         return

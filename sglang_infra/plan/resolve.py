@@ -117,7 +117,8 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
     if data["sglang_peer_key_file"]:
         spec["peer_address"] = peerdoor.door_address(data, name)
         # who holds the door's port, as the run's door check reads it: a settled host's door is checked too
-        spec["door"] = {"port": data["sglang_peer_port"], "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT}
+        spec["door"] = {"port": data["sglang_peer_port"], "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT,
+                        "key": peerdoor.TLS_KEY}
     spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
     spec["keyrings"] = list(keyrings.KEYRING_PATHS)   # every host, every run: apt trusts what they hold
     if report:

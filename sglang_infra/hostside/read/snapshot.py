@@ -360,6 +360,8 @@ def peer(spec):
     door = spec.get("door")
     if door and found["local"]:
         found["door"] = doorcheck.checked(found["address"], door["port"], door["config"], door["cert"])
+    if door and door.get("key"):
+        found["tls_pair"] = doorcheck.pair_matches(door["cert"], door["key"])
     return found
 
 
