@@ -8,9 +8,10 @@ from __future__ import annotations
 from pyinfra import host
 
 from ..machine import keyrings
+from ..machine.gpus import DRIVER_PACKAGES
 from ..run import ship
 from ..run.facts import current
-from ..run.operation import q, snapshot_operation
+from ..run.operation import file_entry, q, snapshot_operation
 
 # apt's own answers to a conffile the deploy wrote before the package (a drop-in, a config): keep ours.
 _APT = ("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
@@ -103,3 +104,25 @@ def keyring_pinned(key: keyrings.VendorKey, present_only: bool):
            f"key, set {key.data_key} to that key's full fingerprint")
     yield (f"{ship.command('write.keyring')} {q(key.key_url)} {q(key.keyring)} {q(key.fingerprint)} "
            f"|| {{ echo {q(fix)} >&2; exit 1; }}")
+
+
+# The driver packages the deploy marks held (gpus.driver_packages's names, any branch), as apt-mark lists them.
+# (Their names are letters, digits and '-', nothing an extended regular expression reads otherwise.)
+_HELD_DRIVER = "|".join(name.replace("{branch}", "[0-9]+") for names in DRIVER_PACKAGES.values() for name in names)
+
+
+@snapshot_operation
+def driver_unpinned(preferences: str):
+    """
+    Ensure no driver pin of the deploy's is left once
+    sglang_nvidia_driver_version is None again: the driver packages it
+    marked held (any branch of gpus.DRIVER_PACKAGES's names) are unheld,
+    then apt's ``preferences`` file is removed, in that order, so a cut run
+    leaves the file and the next run finishes. The driver itself stays.
+    Nothing happens when there is no such file.
+    """
+    if file_entry(preferences) is None:
+        host.noop(f"no driver pin ({preferences} is absent)")
+        return
+    yield (f"apt-mark showhold | grep -xE {q(_HELD_DRIVER)} | xargs -r apt-mark unhold >/dev/null "
+           f"&& rm -f {q(preferences)}")

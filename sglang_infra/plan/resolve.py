@@ -14,6 +14,7 @@ which needs every host's plan (preflight.py).
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import replace
 from typing import Any, Mapping
 
@@ -23,7 +24,7 @@ from ..fleet.roles import monitors, roles
 from ..hostside import apikey, names
 from ..hostside.gate.gate import CHECKS_BUDGET
 from ..machine import keyrings, platforms, toolchain
-from ..machine.gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
+from ..machine.gpus import DRIVER_PREFERENCES, Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
 from ..models import peerdoor
 from ..models import registry as models
 from ..run.facts import worker_validated
@@ -121,6 +122,8 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
                         "key": peerdoor.TLS_KEY}
     spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
     spec["keyrings"] = list(keyrings.KEYRING_PATHS)   # every host, every run: apt trusts what they hold
+    # the driver's pin (gpus.DRIVER_PREFERENCES), removed once sglang_nvidia_driver_version is None again
+    spec["system_dirs"] = sorted({*spec["system_dirs"], posixpath.dirname(DRIVER_PREFERENCES)})
     if report:
         spec["report"] = True
     if node_group is not None and node_group.rank > 0:

@@ -40,6 +40,7 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
     names = ("nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed", "driver_unit_running")
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
+            mock.patch("sglang_infra.operations.system.driver_unpinned", recorder("driver_unpinned")), \
             mock.patch.object(aptrepo, "vendor_repository", recorder("vendor_repository")), \
             mock.patch.multiple(gpu_driver, **{name: recorder(name) for name in names}):
         runpy.run_path(str(TASK))
@@ -80,7 +81,8 @@ def test_a_host_running_the_pinned_driver_gets_nothing_of_the_driver():
 
 
 def test_no_pin_leaves_the_driver_alone():
-    assert [name for name, _ in task_calls(plan(None))] == []
+    """Only the deploy's own pin and hold go (issue 52 item 7, operations/system.driver_unpinned); the driver stays."""
+    assert [name for name, _ in task_calls(plan(None))] == ["driver_unpinned"]
 
 
 def test_without_reboot_permission_the_host_is_installed_then_stopped_without_a_reboot():

@@ -232,3 +232,33 @@ def test_a_download_larger_than_any_key_is_refused(served):
 def test_a_fingerprint_that_is_not_40_hex_digits_is_refused_before_any_change(key_name, value):
     problems = check_data("gpu-01", {**DEFAULTS, key_name: value})
     assert any(key_name in str(problem) and "40 hex digits" in str(problem) for problem in problems)
+
+
+# --- issue 52 item 7: the driver unpinned -----------------------------------------------------------------------
+
+def test_with_no_driver_pinned_the_deploy_s_pin_and_holds_are_removed_and_only_then():
+    """tasks/gpu_driver.py asks for operations/system.driver_unpinned exactly when sglang_nvidia_driver_version is
+    None; with a pin, the pin stays. The driver packages themselves are never removed."""
+    from test_driver_install import plan as driver_plan
+    from test_driver_install import task_calls
+
+    from sglang_infra.plan.resolve import snapshot_spec
+
+    assert task_calls(driver_plan(None)) == [("driver_unpinned", {
+        "args": (), "name": "Ensure no driver pin or hold of the deploy's is left (sglang_nvidia_driver_version None)",
+        "preferences": "/etc/apt/preferences.d/sglang-nvidia-driver"})]
+    assert "driver_unpinned" not in [name for name, _ in task_calls(driver_plan("580.105.08"))]
+    assert "/etc/apt/preferences.d" in snapshot_spec(DEFAULTS)["system_dirs"]   # the snapshot sees the pin
+
+
+def test_the_unhold_names_every_spelling_of_the_driver_the_deploy_holds_and_nothing_else():
+    import re
+
+    from sglang_infra.machine.gpus import driver_packages
+
+    pattern = re.compile(system._HELD_DRIVER)
+    held = [name.split("=")[0] for version in ("535.261.03", "580.105.08") for family in ("debian", "ubuntu")
+            for open_modules in (True, False) for name in driver_packages(version, family, open_modules)]
+    assert held and all(pattern.fullmatch(name) for name in held), held
+    assert not any(pattern.fullmatch(name) for name in ("nvidia-container-toolkit", "libnvidia-container1",
+                                                        "nvidia-driver-580-server-open-extra", "docker-ce"))
