@@ -6,18 +6,18 @@ none."""
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.exceptions import FactProcessError
 
 from ..fleet import peering
 from ..hostside.formats.netloc import netloc
 from ..models import peerdoor
 from ..plan.types import PeerDoor
 from ..run import ship
-from ..run.facts import current
+from ..run.facts import MAX_ANSWER_BYTES, bounded_json, current
 from ..run.operation import _failed, q, snapshot_operation
 from .files import swap_in
 
@@ -32,7 +32,10 @@ class DoorHeld(FactBase):
                 f"{shlex.quote(peerdoor.CONFIG)} {shlex.quote(peerdoor.TLS_CERT)}")
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        try:
+            return bounded_json("\n".join(output), MAX_ANSWER_BYTES, "the door check's answer")
+        except ValueError as error:
+            raise FactProcessError(str(error)) from None
 
 
 @snapshot_operation

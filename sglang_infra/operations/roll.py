@@ -47,7 +47,7 @@ from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..plan.types import Gate, NodeGroup, Roll
 from ..run import factcache, ship
-from ..run.facts import Snapshot
+from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
 from ..run.operation import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
@@ -101,7 +101,10 @@ def learn(state, pool: PoolState, roll: Roll, say) -> None:
         for front in roll.fronts:
             try:
                 _, said = on_gateway_host(state, front, {"view": True})
-                seen = json.loads(said)
+                seen = bounded_json(said, MAX_ANSWER_BYTES, "the gateway's answer")
+                if not all(isinstance(seen.get(k), list) and all(isinstance(u, str) for u in seen[k])
+                           for k in ("healthy", "listed")):
+                    raise ValueError("the gateway's answer lists no workers' URLs")
                 healthy |= set(seen["healthy"])
                 pool.listed |= set(seen["listed"])
             except (PyinfraError, OSError, ValueError, KeyError, TypeError) as error:
