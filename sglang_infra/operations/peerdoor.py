@@ -116,14 +116,41 @@ def door_absent():
 
 
 @snapshot_operation
+def door_user_present():
+    """
+    Ensure the door's workers' own system user and group exist
+    (peerdoor.WORKER_USER, WORKER_GROUP: no home, no login), before the
+    config that names them (nginx -t refuses an unknown user).
+    """
+    reader = current(host).get("door_reader") or {}
+    if reader.get("user") and reader.get("group") is not None:
+        host.noop(f"the door's workers' user and group {peerdoor.WORKER_USER} exist")
+        return
+    user, group = q(peerdoor.WORKER_USER), q(peerdoor.WORKER_GROUP)
+    yield (f"{{ getent group {group} >/dev/null || groupadd --system {group}; }} && "
+           f"{{ getent passwd {user} >/dev/null || useradd --system --gid {group} --no-create-home "
+           f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}; }}")
+
+
+@snapshot_operation
 def home_passable(home: str, wanted: bool):
     """
-    Ensure the peer door's workers (peerdoor.WORKER_USER) may pass through
-    the home and nothing more, by one ACL entry (user:www-data:--x), while
-    the door is on (``wanted``); with no door, that entry removed.
+    Ensure the peer door's workers (their group, peerdoor.WORKER_GROUP) may
+    pass through the home and nothing more, by one ACL entry
+    (group:sglang-door:--x), while the door is on (``wanted``); with no door,
+    that entry removed. The entry earlier deploys gave the shared www-data
+    (peerdoor.LEGACY_WORKER_USER) is taken back either way.
     """
-    has = current(host).get("door_reader") is True
-    if has == wanted:
-        host.noop(f"{peerdoor.WORKER_USER} {'may' if has else 'has no entry to'} pass through {home}")
+    reader = current(host).get("door_reader") or {}
+    group, legacy = peerdoor.WORKER_GROUP, peerdoor.LEGACY_WORKER_USER
+    commands = []
+    if wanted and reader.get("group") is not True:
+        commands.append(f"{ship.command('write.acl')} grant {q(home)} group {q(group)}")
+    if not wanted and reader.get("group_entry"):
+        commands.append(f"{ship.command('write.acl')} revoke {q(home)} group {q(group)}")
+    if reader.get("legacy_entry"):
+        commands.append(f"{ship.command('write.acl')} revoke {q(home)} user {q(legacy)}")
+    if not commands:
+        host.noop(f"group {group} {'may' if wanted else 'has no entry to'} pass through {home}")
         return
-    yield f"{ship.command('write.acl')} {'grant' if wanted else 'revoke'} {q(home)} {q(peerdoor.WORKER_USER)}"
+    yield " && ".join(commands)

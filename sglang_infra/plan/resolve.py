@@ -120,7 +120,9 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
         # who holds the door's port, as the run's door check reads it: a settled host's door is checked too
         spec["door"] = {"port": data["sglang_peer_port"], "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT,
                         "key": peerdoor.TLS_KEY}
-    spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
+    # every host: a door turned off takes its entry back, and the workers' user of earlier deploys loses its own
+    spec["door_reader"] = {"user": peerdoor.WORKER_USER, "group": peerdoor.WORKER_GROUP,
+                           "legacy_user": peerdoor.LEGACY_WORKER_USER}
     spec["keyrings"] = list(keyrings.KEYRING_PATHS)   # every host, every run: apt trusts what they hold
     # the driver's pin (gpus.DRIVER_PREFERENCES), removed once sglang_nvidia_driver_version is None again
     spec["system_dirs"] = sorted({*spec["system_dirs"], posixpath.dirname(DRIVER_PREFERENCES)})

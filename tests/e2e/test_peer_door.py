@@ -172,6 +172,8 @@ def test_the_doors_workers_read_the_cache_and_cannot_write_it(fleet):
     uid, gid = ids["Uid"].split()[0], ids["Gid"].split()[0]
     groups = ",".join(ids["Groups"].split()) or "-"
     assert one.exec(f"id -u {peerdoor.WORKER_USER}").stdout.strip() == uid
+    assert one.exec("id -u www-data").stdout.strip() != uid   # issue 52 item 8: not the shared www-data
+    assert one.exec("runuser -u www-data -- ls /opt/sglang/hf-cache", check=False).returncode != 0
     sglang_gid = one.exec("getent group sglang | cut -d: -f3").stdout.strip()
     assert sglang_gid not in [gid, *ids["Groups"].split()]
     as_worker = f"setpriv --reuid={uid} --regid={gid} " + ("--clear-groups" if groups == "-" else f"--groups={groups}")

@@ -122,8 +122,10 @@ def test_no_log_carries_the_authorization_header(key_file):
     assert re.search(r"^error_log \S+ warn;", config, re.M)   # never debug, which logs request headers
 
 
-def test_the_workers_run_as_www_data_alone_never_in_the_accounts_group(key_file):
-    assert re.search(r"^user www-data;$", door_of(key_file).config, re.M)   # never the account's group
+def test_the_workers_run_as_a_user_and_group_of_their_own_never_the_accounts_group_nor_www_data(key_file):
+    """Issue 52 item 8: the shared www-data's other services passed where the door's ACL entry let www-data pass."""
+    assert re.search(r"^user sglang-door sglang-door;$", door_of(key_file).config, re.M)
+    assert peerdoor.WORKER_USER == peerdoor.WORKER_GROUP == "sglang-door"
 
 
 def test_nginx_service_runs_the_doors_config_alone(key_file):

@@ -556,7 +556,11 @@ def read(spec):
     if spec.get("peer_address"):
         found["peer"] = peer(spec)
     if spec.get("door_reader"):
-        found["door_reader"] = acl.search_only(home, spec["door_reader"])
+        reader = spec["door_reader"]
+        found["door_reader"] = {"group": acl.search_only(home, reader["group"], "group"),
+                                "group_entry": acl.has_entry(home, reader["group"], "group"),
+                                "legacy_entry": acl.has_entry(home, reader["legacy_user"], "user"),
+                                "user": _user(reader["user"]) is not None}
     if spec.get("report"):
         found["report"] = report.read(home, engine)
     return found
