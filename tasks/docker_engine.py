@@ -6,8 +6,8 @@ against its pinned key, on every run: apt trusts what they hold on any update.""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra.machine.aptrepo import keyrings_checked, vendor_repository
 from sglang_infra.operations.docker import docker_service
+from sglang_infra.operations.system import keyrings_checked, vendor_repository
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)

@@ -11,7 +11,6 @@ from dataclasses import replace
 from pyinfra import host
 from pyinfra.operations import server
 
-from sglang_infra.machine.aptrepo import vendor_repository
 from sglang_infra.machine.gpus import (
     DRIVER_HELD,
     DRIVER_PREFERENCES,
@@ -27,7 +26,7 @@ from sglang_infra.operations.gpu_driver import (
     nvidia_driver_installed,
     nvidia_driver_loaded,
 )
-from sglang_infra.operations.system import driver_unpinned
+from sglang_infra.operations.system import driver_unpinned, vendor_repository
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)

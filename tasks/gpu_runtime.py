@@ -6,8 +6,8 @@ Toolkit from NVIDIA's apt repository. Hosts without GPUs skip all of this."""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra.machine.aptrepo import vendor_repository
 from sglang_infra.operations.docker import nvidia_runtime
+from sglang_infra.operations.system import vendor_repository
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)

@@ -1,15 +1,16 @@
 """The fleet's metrics: Debian's prometheus and prometheus-node-exporter
 installed, their systemd units running with the deploy's drop-ins, reloaded
 or restarted only when what they read changed; the vendors' apt keyrings,
-each holding exactly its pinned key."""
+each holding exactly its pinned key, and their repositories; the driver's
+pin removed once no driver is pinned."""
 
 from __future__ import annotations
 
 from pyinfra import host
+from pyinfra.operations import apt
 
-from ..machine import keyrings
+from ..machine import keyrings, ship
 from ..machine.gpus import DRIVER_PACKAGES
-from ..run import ship
 from ..run.facts import current
 from ..run.operation import file_entry, q, snapshot_operation
 
@@ -126,3 +127,24 @@ def driver_unpinned(preferences: str):
         return
     yield (f"apt-mark showhold | grep -xE {q(_HELD_DRIVER)} | xargs -r apt-mark unhold >/dev/null "
            f"&& rm -f {q(preferences)}")
+
+
+def vendor_repository(vendor: str, key_url: str, repo_line: str, filename: str, fingerprint: str) -> None:
+    """Ensure ``vendor``'s keyring (``filename``: one of keyrings.DATA_KEYS) holds exactly the key ``fingerprint``
+    pins, downloaded from ``key_url`` and checked when it is absent or anything else (keyring_pinned), and
+    ``repo_line`` (with {keyring}) is an apt source."""
+    if filename not in keyrings.DATA_KEYS:
+        raise ValueError(f"{filename}: not a vendor keyring the snapshot reads (keyrings.DATA_KEYS)")
+    key = keyrings.VendorKey(vendor, filename, key_url, fingerprint)
+    keyring_pinned(name=f"Ensure {key.vendor}'s apt signing key is the pinned {key.fingerprint}", key=key,
+                   present_only=False)
+    apt.repo(name=f"Ensure {key.vendor}'s apt repository is configured", src=repo_line.format(keyring=key.keyring),
+             filename=filename)
+
+
+def keyrings_checked(keys) -> None:
+    """Every vendor keyring the host holds (``keys``: the plan's vendor_keys), judged on every run whether or not
+    this run uses its repository: apt trusts it on any update. One that is not sound is replaced; an absent one is
+    left to vendor_repository, where this run configures its repository."""
+    for key in keys:
+        keyring_pinned(name=f"Ensure {key.keyring} holds only {key.vendor}'s pinned key", key=key, present_only=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pyinfra import logger
 
-from . import ship
+from ..machine import ship
 from .facts import MAX_ANSWER_BYTES, bounded_json
 from .operation import q, run_on
 

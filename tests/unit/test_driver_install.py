@@ -13,7 +13,6 @@ import pytest
 from conftest import pinned_defaults, plan_for
 from test_driver_layer import NVSWITCHES, refusals, section
 
-from sglang_infra.machine import aptrepo
 from sglang_infra.operations import gpu_driver
 from sglang_infra.plan.refusals import check_data
 
@@ -41,7 +40,7 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
             mock.patch("sglang_infra.operations.system.driver_unpinned", recorder("driver_unpinned")), \
-            mock.patch.object(aptrepo, "vendor_repository", recorder("vendor_repository")), \
+            mock.patch("sglang_infra.operations.system.vendor_repository", recorder("vendor_repository")), \
             mock.patch.multiple(gpu_driver, **{name: recorder(name) for name in names}):
         runpy.run_path(str(TASK))
     return calls

@@ -1,10 +1,10 @@
 """A vendor's apt keyring read as apt would trust it: which primary keys it holds (their full fingerprints and
 how many subkeys each brings), and the file's type, owner and mode, never through a link.
 
-apt trusts every key of a `signed-by` keyring, so the deploy's promise (aptrepo.vendor_repository) is that each
-vendor keyring holds exactly one primary key, the pinned one, with its subkeys, in a regular file of root's that
-no group or other user can write. The snapshot reads each keyring with keyring() on every run; write/keyring.py
-checks a downloaded key with keys() before it takes the keyring's name.
+apt trusts every key of a `signed-by` keyring, so the deploy's promise (operations/system.vendor_repository) is
+that each vendor keyring holds exactly one primary key, the pinned one, with its subkeys, in a regular file of
+root's that no group or other user can write. The snapshot reads each keyring with keyring() on every run;
+write/keyring.py checks a downloaded key with keys() before it takes the keyring's name.
 
 OpenPGP (RFC 4880, RFC 9580): packets in the old or the new header format, binary or ASCII-armored; a version 4
 key's fingerprint is the SHA-1 of 0x99, the key packet's two-octet length and its body. A key of another version,

@@ -6,7 +6,7 @@ Downloads the key at URL (at most openpgp.MAX_BYTES, within TIMEOUT seconds) and
 (read/openpgp.py): it must hold exactly one primary key, whose full fingerprint is FINGERPRINT, with its subkeys
 and nothing else. Such a key takes DEST's name (a new file of root's, 0644, written beside it and renamed over
 whatever DEST was: a link is replaced, never followed). Anything else is refused, named on stderr, and DEST is
-removed: this program runs only when the keyring there is not sound (aptrepo.vendor_repository), and apt must
+removed: this program runs only when the keyring there is not sound (operations/system.vendor_repository), and apt must
 never trust a key that is not the pinned one. DEST's directory is made (root's, 0755) when missing; one that is a
 link, or that someone other than root may write, is refused.
 """
