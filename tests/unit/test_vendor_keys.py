@@ -6,7 +6,8 @@ refuses a downloaded key that is not the pinned one (hostside/write/keyring.py).
 
 The fixtures in fixtures/keyrings/ are throwaway ed25519 keys made with GnuPG for these tests (`gpg
 --quick-gen-key`, `--quick-add-key`, `--export [--armor]`); their fingerprints are GnuPG's own (`gpg --show-keys
---with-colons`): vendor.asc/.gpg a primary key with one signing subkey, other.asc another key."""
+--with-colons`): vendor.asc/.gpg a primary key with one signing subkey, other.asc another key, rsa4096.asc an
+RSA 4096 key with a subkey (`--quick-gen-key ... rsa4096`), the size of Docker's."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def test_a_keyring_s_primary_keys_and_subkeys_are_read_as_gnupg_reads_them():
     assert openpgp.keys(key("vendor.asc")) == [[VENDOR, 1]]
     assert openpgp.keys(key("vendor.gpg")) == [[VENDOR, 1]]          # binary, as `gpg --export` writes it
     assert openpgp.keys(key("other.asc")) == [[OTHER, 0]]
+    # an RSA 4096 key with a subkey, the size of Docker's (3.9 KB armored): its checksum and fingerprint as GnuPG's
+    assert openpgp.keys(key("rsa4096.asc")) == [["78B7FD3B4CC4A0BC68AE36501EF4A2B3F62B0E24", 1]]
     assert openpgp.keys(key("vendor.asc") + key("other.asc")) == [[VENDOR, 1], [OTHER, 0]]
 
 
