@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pyinfra import host
 
+from ..machine.gpus import HEADERS_PACKAGE, NEXT_KERNEL
 from ..run.facts import current
 from ..run.operation import q, snapshot_operation
 from .system import _APT
@@ -52,6 +53,39 @@ def _running() -> tuple[str | None, str | None]:
     return found.get("driver"), found.get("error")
 
 
+def _kernels() -> str:
+    """Shell: $K the running kernel, $B the one the next boot loads (NEXT_KERNEL, else the running one)."""
+    return f'K=$(uname -r); B={NEXT_KERNEL}; B=${{B:-$K}}'
+
+
+def headers_installed() -> str:
+    """Shell: the headers of the running kernel and of the one that boots next (HEADERS_PACKAGE) installed, or the
+    host stopped naming the package that apt cannot install. NVIDIA's DKMS module is built against them when the
+    driver is installed, and apt installs them only as a recommendation, which the deploy never installs."""
+    package = HEADERS_PACKAGE.format(kernel="$k")
+    install = f"{_APT} \"{package}\""
+    stop = (f"echo \"the kernel headers {package} (kernel $k) cannot be installed from this host's apt sources; "
+            "NVIDIA's driver builds its kernel module against them (DKMS), and without them this host would reboot "
+            "into no driver. No driver package was touched: make that package installable (or boot a kernel "
+            "whose headers the sources hold), then run the deploy again\" >&2; exit 1")
+    return (f"{_kernels()}; for k in $(printf '%s\\n' \"$K\" \"$B\" | sort -u); do "
+            f"dpkg-query -W -f='${{Status}}' \"{package}\" 2>/dev/null | grep -q 'ok installed' || "
+            f"{install} || {{ apt-get update -qq && {install}; }} || {{ {stop}; }}; done")
+
+
+def module_built(version: str) -> str:
+    """Shell: NVIDIA's kernel module ``version`` is built for the kernel the next boot loads (``modinfo -k``, which
+    finds a DKMS build and a packaged module alike), else the host stopped before any reboot, its old driver still
+    loaded, the message saying so with `dkms status` and how to build it."""
+    stop = (f"echo \"NVIDIA driver {version}'s kernel module is not built for kernel $B, the one this host boots next "
+            "(modinfo finds ${v:-no nvidia module}). The host is not rebooted: it keeps its old driver loaded, and "
+            "a reboot now would boot into no NVIDIA driver. Install "
+            f"{HEADERS_PACKAGE.format(kernel='$B')} and build the module (dkms autoinstall -k $B), then run the "
+            "deploy again. dkms status:\" >&2; dkms status 2>&1 | head -n 20 >&2; exit 1")
+    return (f"{_kernels()}; v=$(modinfo -k \"$B\" -F version nvidia 2>/dev/null | head -n 1); "
+            f"[ \"$v\" = {q(version)} ] || {{ {stop}; }}")
+
+
 @snapshot_operation
 def nvidia_driver_installed(version: str, packages: list[str], held: str, preferences: str):
     """
@@ -59,18 +93,24 @@ def nvidia_driver_installed(version: str, packages: list[str], held: str, prefer
     preferences pin the ``held`` packages to it (priority 1001, so an
     unattended upgrade never moves them and a newer driver is replaced),
     ``packages`` (gpus.driver_packages's pinned spelling) are installed and
-    marked held. A host whose running driver is ``version`` is left alone.
+    marked held. Before any package, the kernel headers its module builds
+    against (headers_installed); after, the module checked built for the
+    kernel the next boot loads (module_built): otherwise the host stops
+    there, before any reboot. A host whose running driver is ``version`` is
+    left alone.
     """
     running, _ = _running()
     if running == version:
         host.noop(f"NVIDIA driver {version} already running")
         return
+    yield headers_installed()
     pin = (f"Package: {held}", f"Pin: version {version}-*", "Pin-Priority: 1001")
     yield f"printf '%s\\n' {' '.join(q(line) for line in pin)} > {q(preferences)}"
     words = " ".join(q(name) for name in packages)
     install = f"{_APT} --allow-downgrades --allow-change-held-packages {words}"
     yield f"{install} || {{ apt-get update -qq && {install}; }}"
     yield "apt-mark hold " + " ".join(q(name.split("=")[0]) for name in packages)
+    yield module_built(version)
 
 
 @snapshot_operation
