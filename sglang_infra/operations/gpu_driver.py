@@ -47,7 +47,7 @@ def driver_unit_running(unit: str, packages: list[str] = ()):  # type: ignore[as
     yield f"systemctl daemon-reload && systemctl enable --now {q(unit)}"
 
 
-def _running() -> tuple[str | None, str | None]:
+def running_driver() -> tuple[str | None, str | None]:
     """The driver nvidia-smi reports now, and why it could not be read."""
     found = (current(host).get("gpus") or {}).get("driver") or {}
     return found.get("driver"), found.get("error")
@@ -99,7 +99,7 @@ def nvidia_driver_installed(version: str, packages: list[str], held: str, prefer
     there, before any reboot. A host whose running driver is ``version`` is
     left alone.
     """
-    running, _ = _running()
+    running, _ = running_driver()
     if running == version:
         host.noop(f"NVIDIA driver {version} already running")
         return
@@ -123,7 +123,7 @@ def nvidia_driver_loaded(version: str, rebooted: bool, planned_gpus: int):
     (``planned_gpus`` 0, a bare server) stops the host too, for the deploy
     to be run again and plan for the GPUs it now finds.
     """
-    running, error = _running()
+    running, error = running_driver()
     now = f"driver {running}" if running else f"no driver ({error})" if error else "no driver"
     if running == version and planned_gpus:
         host.noop(f"NVIDIA driver {version} already loaded")

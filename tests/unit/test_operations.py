@@ -53,7 +53,7 @@ def _arguments(op: str, args: dict) -> dict:
         door = args["door"]
         args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
                                             "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
-    if op == "rolled":
+    if op in ("rolled", "driver_rolled"):
         from sglang_infra.plan.types import Gate
 
         args = {**args, "gate": Gate(**args["gate"])}
