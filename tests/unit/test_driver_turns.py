@@ -15,9 +15,8 @@ from unittest import mock
 import gevent
 import pytest
 from test_driver_install import TASK, plan
-from test_roll import GATE, Output, most_out, roll
+from test_roll import GATE, Output, most_out, roll, url
 from test_roll import Host as RollHost
-from test_roll import fleet as roll_fleet  # noqa: F401  (the fixture `fleet`, which pytest knows by its own name)
 
 from sglang_infra.machine import aptrepo
 from sglang_infra.operations import gpu_driver
@@ -61,6 +60,22 @@ def recorded_reboots(monkeypatch):
         return None
     monkeypatch.setattr(reboot, "start", start)
     monkeypatch.setattr(reboot, "wait", wait)
+
+
+@pytest.fixture
+def fleet(monkeypatch):
+    """test_roll.py's: a gateway host whose gateway lists gpu-01..gpu-03 healthy (in service), the run's hosts."""
+    log: list = []
+    gateway_host = Host("gw-1", log)
+    gateway_host.gateway = {url(n): True for n in (1, 2, 3)}
+    active: list = []
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: gateway_host,
+                                                      get_active_hosts=lambda: active), active=active)
+    monkeypatch.setattr(roll_ops, "connector_arguments", lambda state, other: {})
+    monkeypatch.setattr(roll_ops, "serving_validated", lambda this: this.validated)
+    monkeypatch.setattr(roll_ops, "ARRIVAL_SECONDS", 3)
+    yield state, gateway_host, log
+    roll_ops._pools.clear()
 
 
 def run_driver_turns(state, workers, rolls, stamped=None):
