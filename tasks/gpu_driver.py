@@ -74,6 +74,9 @@ if pin and in_turns and (group is None or group.rank == 0):
                                                                      (PERSISTENCED_UNIT, persistence)) if wanted),
                   reboot_timeout=REBOOT_TIMEOUT, project_dir=plan.paths.docker,
                   script=f"{plan.paths.home}/{names.GATE_SCRIPT}", gate=plan.gate, roll=plan.roll, group=group)
+if changing and in_turns and not plan.gpus.count:   # a bare server, planned with no GPU: stops for a new plan
+    nvidia_driver_loaded(name=f"Ensure NVIDIA driver {pin} is the one loaded", version=pin, rebooted=True,
+                         planned_gpus=0)
 elif changing and not in_turns:
     if driver.allow_reboot:
         server.reboot(name=f"Reboot to load NVIDIA driver {pin} (sglang_allow_reboot)", reboot_timeout=REBOOT_TIMEOUT)

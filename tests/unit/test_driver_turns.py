@@ -305,3 +305,10 @@ def test_after_the_boot_the_loaded_driver_is_checked_and_the_units_started(tmp_p
     assert "the kernel loaded 570.172.08" in done.stderr and "stays out of its gateways" in done.stderr
     done = after("")
     assert done.returncode == 1 and "the kernel loaded no NVIDIA driver" in done.stderr
+
+
+def test_a_bare_server_behind_a_gateway_stops_after_its_turn_for_a_new_plan():
+    calls = task_calls(behind_a_gateway(plan(VERSION, gpus=None, sglang_allow_reboot=True)))
+    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "driver_rolled",
+                                           "nvidia_driver_loaded"]
+    assert calls[-1][1]["planned_gpus"] == 0 and calls[-1][1]["rebooted"] is True
