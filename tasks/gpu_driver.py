@@ -36,6 +36,7 @@ from sglang_infra.machine.gpus import (
 from sglang_infra.operations.gpu_driver import (
     driver_unit_running,
     fabric_manager_installed,
+    kernel_headers_installed,
     nvidia_driver_installed,
     nvidia_driver_loaded,
 )
@@ -53,6 +54,9 @@ group = plan.node_group
 in_turns = driver.allow_reboot and (plan.roll is not None or group is not None)
 
 if changing:
+    kernel_headers_installed(name=f"Ensure the kernel headers NVIDIA driver {pin}'s module builds against are "
+                                  "installed (the running kernel's and the next boot's), before any driver package",
+                             version=pin)
     repo = driver.repo
     if repo:   # Debian: NVIDIA's CUDA repository (Ubuntu's own archive needs none)
         vendor_repository("NVIDIA CUDA", repo.key_url, f"deb [signed-by={{keyring}}] {repo.directory}/ /",

@@ -87,23 +87,36 @@ def module_built(version: str) -> str:
 
 
 @snapshot_operation
+def kernel_headers_installed(version: str):
+    """
+    Ensure the kernel headers NVIDIA driver ``version``'s module builds
+    against are installed (headers_installed: the running kernel's and the
+    next boot's), before NVIDIA's repository or any driver package; a
+    package the host's apt sources do not hold stops the host, naming it.
+    A host whose running driver is ``version`` is left alone.
+    """
+    running, _ = running_driver()
+    if running == version:
+        host.noop(f"NVIDIA driver {version} already running: no module to build")
+        return
+    yield headers_installed()
+
+
+@snapshot_operation
 def nvidia_driver_installed(version: str, packages: list[str], held: str, preferences: str):
     """
     Ensure NVIDIA driver ``version`` is installed and held there: apt's
     preferences pin the ``held`` packages to it (priority 1001, so an
     unattended upgrade never moves them and a newer driver is replaced),
     ``packages`` (gpus.driver_packages's pinned spelling) are installed and
-    marked held. Before any package, the kernel headers its module builds
-    against (headers_installed); after, the module checked built for the
-    kernel the next boot loads (module_built): otherwise the host stops
-    there, before any reboot. A host whose running driver is ``version`` is
-    left alone.
+    marked held, then the module checked built for the kernel the next boot
+    loads (module_built): otherwise the host stops there, before any
+    reboot. A host whose running driver is ``version`` is left alone.
     """
     running, _ = running_driver()
     if running == version:
         host.noop(f"NVIDIA driver {version} already running")
         return
-    yield headers_installed()
     pin = (f"Package: {held}", f"Pin: version {version}-*", "Pin-Priority: 1001")
     yield f"printf '%s\\n' {' '.join(q(line) for line in pin)} > {q(preferences)}"
     words = " ".join(q(name) for name in packages)

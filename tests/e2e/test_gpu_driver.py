@@ -127,8 +127,8 @@ def test_a_boot_into_another_driver_runs_the_gate_on_the_same_container(testbed,
 def test_a_pinned_driver_whose_kernel_headers_apt_cannot_install_stops_before_any_driver_package(testbed, workdir):
     """NVIDIA's DKMS module needs the running kernel's headers, which the deploy's --no-install-recommends never
     brings: a test host runs this machine's kernel, whose linux-headers-KVER no Debian source holds. The host stops
-    naming that package, before any driver package, its pin or its hold, and is not rebooted (on main, apt went on
-    to the driver, which would have built no module)."""
+    naming that package, before NVIDIA's repository, any driver package, its pin or its hold, and is not rebooted
+    (on main nothing asked for the headers: the driver's install went on, and would have built no module)."""
     host = testbed.host(NO_HEADERS)
     give_gpu(host, R570)
     kernel = host.exec("uname -r").stdout.strip()
@@ -139,11 +139,14 @@ def test_a_pinned_driver_whose_kernel_headers_apt_cannot_install_stops_before_an
     assert result.returncode != 0
     assert f"the kernel headers linux-headers-{kernel} (kernel {kernel}) cannot be installed" in result.output, \
         result.why()
-    assert [op for op in result.errors(NO_HEADERS)] == [
-        "tasks/gpu_driver.py | Ensure NVIDIA driver 580.105.08 is installed and held"]
-    assert not any("Reboot" in op for op in result.statuses), "a reboot was planned past the failed install"
+    assert result.errors(NO_HEADERS) == [
+        "tasks/gpu_driver.py | Ensure the kernel headers NVIDIA driver 580.105.08's module builds against are "
+        "installed (the running kernel's and the next boot's), before any driver package"]
+    assert not any("Reboot" in op or "installed and held" in op for op in result.statuses), result.why()
+    # no driver package, pin or hold, and not even NVIDIA's repository or its key
     assert host.exec("dpkg-query -W -f='${Package}\\n' 'nvidia-*' 'cuda-drivers*' 2>/dev/null; "
-                     "ls /etc/apt/preferences.d/; apt-mark showhold", check=False).stdout.strip() == ""
+                     "ls /etc/apt/preferences.d/ /etc/apt/keyrings/; ls /etc/apt/sources.list.d/ | grep nvidia; "
+                     "apt-mark showhold", check=False).stdout.strip() == ""
 
 
 # ---------------------------------------------------------------- the H200's metrics, scraped by the real Prometheus

@@ -21,6 +21,7 @@ TASK = Path(__file__).resolve().parents[2] / "tasks" / "gpu_driver.py"
 DEFAULTS = pinned_defaults()
 CUDA_URL = DEFAULTS["sglang_nvidia_cuda_apt_url"]
 RUNNING = "580.159.04"   # the driver of the H200's recording
+INSTALL = ["kernel_headers_installed", "vendor_repository", "nvidia_driver_installed"]   # Debian's, in order
 DEBIAN = {"id": "debian", "version": "12", "arch": "amd64"}
 UBUNTU = {"id": "ubuntu", "version": "24.04", "arch": "amd64"}
 
@@ -37,7 +38,8 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
     def recorder(name):
         return lambda *args, **kwargs: calls.append((name, {"args": args, **kwargs}))
 
-    names = ("nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed", "driver_unit_running")
+    names = ("kernel_headers_installed", "nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed",
+             "driver_unit_running")
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
             mock.patch.object(aptrepo, "vendor_repository", recorder("vendor_repository")), \
@@ -85,13 +87,14 @@ def test_no_pin_leaves_the_driver_alone():
 
 def test_without_reboot_permission_the_host_is_installed_then_stopped_without_a_reboot():
     calls = task_calls(plan("580.105.08"))
-    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "nvidia_driver_loaded"]
+    assert [name for name, _ in calls] == [*INSTALL, "nvidia_driver_loaded"]
     assert calls[-1][1]["rebooted"] is False
 
 
 def test_with_reboot_permission_pyinfra_s_reboot_runs_between_the_install_and_the_check():
     calls = task_calls(plan("580.105.08", os=UBUNTU, sglang_allow_reboot=True))
-    assert [name for name, _ in calls] == ["nvidia_driver_installed", "reboot", "nvidia_driver_loaded"]
+    assert [name for name, _ in calls] == ["kernel_headers_installed", "nvidia_driver_installed", "reboot",
+                                           "nvidia_driver_loaded"]
     assert calls[-1][1]["rebooted"] is True and calls[-1][1]["planned_gpus"] == 1
 
 

@@ -25,6 +25,7 @@ from sglang_infra.plan.types import Front, NodeGroup, Roll
 from sglang_infra.run import reboot
 
 VERSION = "580.105.08"
+INSTALL = ["kernel_headers_installed", "vendor_repository", "nvidia_driver_installed"]   # Debian's, in order
 REAL_START, REAL_WAIT = reboot.start, reboot.wait   # before the fixture records them
 UP = roll_ops.Reboot(VERSION, ("nvidia-fabricmanager.service",), 1200)
 
@@ -174,7 +175,8 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
     def recorder(name):
         return lambda *args, **kwargs: calls.append((name, {"args": args, **kwargs}))
 
-    names = ("nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed", "driver_unit_running")
+    names = ("kernel_headers_installed", "nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed",
+             "driver_unit_running")
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
             mock.patch("sglang_infra.operations.roll.driver_rolled", recorder("driver_rolled")), \
@@ -196,14 +198,14 @@ def in_group(the_plan, rank):
 
 def test_a_worker_behind_a_gateway_reboots_in_its_pools_turn_not_in_pyinfras_step():
     calls = task_calls(behind_a_gateway(plan(VERSION, sglang_allow_reboot=True)))
-    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "driver_rolled"]
+    assert [name for name, _ in calls] == [*INSTALL, "driver_rolled"]
     turn = calls[-1][1]
     assert turn["version"] == VERSION and turn["roll"].pool == "m behind gw-1/m" and turn["group"] is None
     assert "in its pool's turn in m behind gw-1/m, out of its gateways and drained" in turn["name"]
 
 
-@pytest.mark.parametrize("rank, expected", [(0, ["vendor_repository", "nvidia_driver_installed", "driver_rolled"]),
-                                            (1, ["vendor_repository", "nvidia_driver_installed"])])
+@pytest.mark.parametrize("rank, expected", [(0, [*INSTALL, "driver_rolled"]),
+                                            (1, INSTALL)])
 def test_a_groups_rank_0_reboots_the_group_and_its_members_wait_for_it(rank, expected):
     calls = task_calls(in_group(plan(VERSION, sglang_allow_reboot=True), rank))
     assert [name for name, _ in calls] == expected
@@ -211,13 +213,13 @@ def test_a_groups_rank_0_reboots_the_group_and_its_members_wait_for_it(rank, exp
 
 def test_a_host_alone_reboots_in_pyinfras_step_as_its_operator_allowed():
     calls = task_calls(plan(VERSION, sglang_allow_reboot=True))
-    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "reboot",
+    assert [name for name, _ in calls] == [*INSTALL, "reboot",
                                            "nvidia_driver_loaded"]
 
 
 def test_without_reboot_permission_a_worker_behind_a_gateway_stops_for_its_operator():
     calls = task_calls(behind_a_gateway(plan(VERSION)))
-    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "nvidia_driver_loaded"]
+    assert [name for name, _ in calls] == [*INSTALL, "nvidia_driver_loaded"]
 
 
 # ------------------------------------------------------------------------------------------- run/reboot.py itself
@@ -309,6 +311,6 @@ def test_after_the_boot_the_loaded_driver_is_checked_and_the_units_started(tmp_p
 
 def test_a_bare_server_behind_a_gateway_stops_after_its_turn_for_a_new_plan():
     calls = task_calls(behind_a_gateway(plan(VERSION, gpus=None, sglang_allow_reboot=True)))
-    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "driver_rolled",
+    assert [name for name, _ in calls] == [*INSTALL, "driver_rolled",
                                            "nvidia_driver_loaded"]
     assert calls[-1][1]["planned_gpus"] == 0 and calls[-1][1]["rebooted"] is True
