@@ -145,7 +145,8 @@ def test_a_pinned_driver_whose_kernel_headers_apt_cannot_install_stops_before_an
     assert not any("Reboot" in op or "installed and held" in op for op in result.statuses), result.why()
     # no driver package, pin or hold, and not even NVIDIA's repository or its key
     assert host.exec("dpkg-query -W -f='${Package}\\n' 'nvidia-*' 'cuda-drivers*' 2>/dev/null; "
-                     "find /etc/apt/preferences.d /etc/apt/keyrings -mindepth 1; ls /etc/apt/sources.list.d/ | grep nvidia; "
+                     "find /etc/apt/preferences.d /etc/apt/keyrings -mindepth 1; "
+                     "ls /etc/apt/sources.list.d/ | grep nvidia; "
                      "apt-mark showhold", check=False).stdout.strip() == ""
 
 
