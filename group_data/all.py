@@ -94,7 +94,8 @@ sglang_nvidia_driver_version = None
 sglang_nvidia_driver_open = True
 
 # A newly installed driver loads only after a reboot. Off, the deploy installs it and stops that host with the
-# message, for the operator to reboot when it suits; True lets the deploy reboot it (pyinfra's reboot) and go on.
+# message, for the operator to reboot when it suits; True lets the deploy reboot it and go on: a worker behind a
+# gateway in its pool's turns, drained (sglang_max_unavailable), a node group as one unit, a host alone at once.
 sglang_allow_reboot = False
 
 # Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
