@@ -269,11 +269,11 @@ class Puller:
     def _disk_full(self, error: OSError) -> PullError:
         """The disk filled while the pull wrote (another writer, or a margin too small): named as such, never as
         a network error; what was fetched stays in partial files, never linked into a snapshot."""
-        where = self.redact(self.cache_dir)
+        where = self.redact(self.blobs_dir)
         revision = f"{self.repo_id}@{(self.commit or self.revision)[:12]}"
         return PullError(f"the disk holding {where} is full ({human(self._free())} free now; {error.strerror}): the "
                          f"pull of {revision} stopped there. What it fetched stays in partial files "
-                         f"(blobs/*.incomplete), never linked into the snapshot; free space on that disk (df -h "
+                         f"(*.incomplete), never linked into the snapshot; free space on that disk (df -h "
                          f"{where}), then run again: the pull resumes them and verifies every file")
 
     def still_to_write(self, blob: Blob) -> int:
@@ -296,7 +296,7 @@ class Puller:
         missing = sum(self.still_to_write(blob) for blob in blobs)
         free = self._free()
         if missing and missing + self.min_free > free:
-            where = self.redact(self.cache_dir)
+            where = self.redact(self.blobs_dir)
             raise PullError(
                 f"not enough disk for {label}: it needs {human(missing + self.min_free)} on the filesystem of "
                 f"{where} ({missing} bytes of its files not in the cache yet, {human(missing)}, + "
