@@ -195,6 +195,13 @@ def test_an_answer_that_is_no_transient_failure_is_not_retried(answer):
     assert inner.asked == 1 and slept == []
 
 
+def test_what_the_library_sends_on_its_own_is_not_retried():
+    transport, inner, _, slept = retrying(httpx2.ConnectError("[Errno -2] Name or service not known"))
+    with pytest.raises(httpx2.ConnectError):
+        transport.handle_request(httpx2.Request("GET", "http://hub.test/api/agent-harnesses"))
+    assert inner.asked == 1 and slept == []
+
+
 def test_a_files_body_is_left_to_the_transfers_own_retries():
     transport, inner, _, slept = retrying(500)
     assert transport.handle_request(request({hublimits.FILE_BODY: True})).status_code == 500

@@ -210,6 +210,14 @@ def backoff(attempt: int, asked: float | None) -> float:
     return asked if asked is not None else min(BACKOFF_MAX, 2.0 ** (attempt - 1))
 
 
+def retried(request) -> bool:
+    """Whether RetryingTransport asks ``request`` again: the pull's own requests of a model repo (its info, tree,
+    paths info, access check; a file's metadata), not what the library sends on its own (its telemetry, its
+    registry of agent harnesses: best effort, each with a short timeout of its own)."""
+    path = request.url.path
+    return "/api/models/" in path or (request.method == "HEAD" and "/resolve/" in path)
+
+
 class RetryingTransport(httpx2.BaseTransport):
     """``inner`` with every request but a file's body (transfer.py retries those by range) asked again when the Hub
     answers RETRIED_STATUSES or cannot be reached (see the module's docstring); ``say`` prints one line a retry.
@@ -219,7 +227,7 @@ class RetryingTransport(httpx2.BaseTransport):
         self.inner, self.say, self.sleep = inner, say, sleep
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        if request.extensions.get(FILE_BODY):
+        if request.extensions.get(FILE_BODY) or not retried(request):
             return self.inner.handle_request(request)
         started = time.monotonic()
         what = f"{answer_name(request)} from {origin(request.url)}"
