@@ -19,7 +19,7 @@ import pytest
 from hfstandin import StandinHub
 from sglang_infra.hostside.pull import hublimits, pull_errors
 from sglang_infra.hostside.pull.pull import Blob, Puller
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-faults-")) / "hfpull.py"
 SCRIPT.write_text(ship.program("pull.hfpull"))
