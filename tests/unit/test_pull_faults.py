@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx2
@@ -193,6 +194,18 @@ def test_an_answer_that_is_no_transient_failure_is_not_retried(answer):
     transport, inner, _, slept = retrying(answer)
     assert transport.handle_request(request()).status_code == answer
     assert inner.asked == 1 and slept == []
+
+
+def test_a_wait_between_attempts_does_not_count_against_the_answers_deadline():
+    answers = [500, 200]
+
+    def hub(request):
+        time.sleep(0.05)   # an answer takes time: past its deadline, it is cut
+        return httpx2.Response(answers.pop(0), content=b"{}")
+
+    transport = hublimits.RetryingTransport(hublimits.BoundedTransport(httpx2.MockTransport(hub)), say=lambda _: None)
+    with hublimits.within(0.5, "model info"):   # the 1 s backoff alone outlasts it
+        assert transport.handle_request(request()).status_code == 200
 
 
 def test_what_the_library_sends_on_its_own_is_not_retried():

@@ -15,8 +15,9 @@ headers are bounded like any answer's, and a timeout there is an httpx timeout, 
 Every other answer (a model's info, a page of the tree, a file's metadata, the access check) is retried by
 RetryingTransport when the Hub answers 429, 500, 502, 503 or 504 or cannot be reached: at most
 METADATA_ATTEMPTS times, after a backoff of 1, 2, 4 s ... (at most BACKOFF_MAX) or the wait its Retry-After asks
-for (at most RETRY_AFTER_MAX), each attempt bounded as above. The Hub's 500s come and go and its rate limiter
-answers 429 with the seconds to wait; a pull of hours must not fail on the first.
+for (at most RETRY_AFTER_MAX), each attempt bounded as above; a wait between attempts moves the deadline of a
+whole answer (within()) on by as much, so only the answers' own time counts against it. The Hub's 500s come and
+go and its rate limiter answers 429 with the seconds to wait; a pull of hours must not fail on the first.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ METADATA_ATTEMPTS = 5
 RETRIED_STATUSES = (429, 500, 502, 503, 504)
 BACKOFF_MAX = 8.0
 RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
-RETRY_WAITS = (METADATA_ATTEMPTS - 1) * RETRY_AFTER_MAX  # the longest one request waits between its attempts
 FILE_BODY = "sglang_file_body"  # the request extension of a GET whose 2xx body is a file, bounded by the pull
 
 _local = threading.local()  # the deadline of a whole listing (within()), for the requests of this thread
@@ -210,6 +210,14 @@ def backoff(attempt: int, asked: float | None) -> float:
     return asked if asked is not None else min(BACKOFF_MAX, 2.0 ** (attempt - 1))
 
 
+def waited(seconds: float) -> None:
+    """The deadline of this thread's whole answer (within()) moved ``seconds`` on: a wait between attempts is the
+    Hub's asking, not the answer's time; the answers themselves, their redirects included, share the deadline."""
+    overall = getattr(_local, "overall", None)
+    if overall is not None:
+        _local.overall = (overall[0] + seconds, overall[1], overall[2])
+
+
 def retried(request) -> bool:
     """Whether RetryingTransport asks ``request`` again: the pull's own requests of a model repo (its info, tree,
     paths info, access check; a file's metadata), not what the library sends on its own (its telemetry, its
@@ -252,6 +260,7 @@ class RetryingTransport(httpx2.BaseTransport):
             self.say(printable(f"{what}: {why}; retrying in {wait:.1f} s (attempt {attempt + 1} of "
                                f"{METADATA_ATTEMPTS}){' as the Hub asked' if 'Retry-After' in why else ''}"))
             self.sleep(wait)
+            waited(wait)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def close(self) -> None:

@@ -77,14 +77,14 @@ def bounded_client():
 
 def model_info(api, repo_id: str, revision: str):
     """The model's info at ``revision``: every request it makes (a redirect followed) ends by one deadline."""
-    with hublimits.within(hublimits.METADATA_DEADLINE + hublimits.RETRY_WAITS, "model info"):
+    with hublimits.within(hublimits.METADATA_DEADLINE, "model info"):
         return api.model_info(repo_id, revision=revision, timeout=METADATA_TIMEOUT)
 
 
 def access_check(api, repo_id: str) -> None:
     """The Hub's word that the api's token may read ``repo_id``'s files (huggingface_hub's auth_check: GatedRepoError
     when it may not), within one deadline."""
-    with hublimits.within(hublimits.METADATA_DEADLINE + hublimits.RETRY_WAITS, "the access check"):
+    with hublimits.within(hublimits.METADATA_DEADLINE, "the access check"):
         api.auth_check(repo_id)
 
 
@@ -221,7 +221,7 @@ class Transfer:
         location, and headers without the token if that location is off the Hub."""
         url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
         # Its redirects and its retries (the client's, hublimits.RetryingTransport: not the library's as well).
-        with hublimits.within(hublimits.METADATA_DEADLINE * 3 + hublimits.RETRY_WAITS, "file metadata"):
+        with hublimits.within(hublimits.METADATA_DEADLINE * 3, "file metadata"):
             meta = get_hf_file_metadata(url, token=token_arg(self.token), timeout=METADATA_TIMEOUT,
                                         library_name=LIBRARY_NAME, endpoint=self.endpoint)
         if meta.commit_hash and meta.commit_hash != self.commit:
