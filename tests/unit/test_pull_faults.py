@@ -229,3 +229,30 @@ def test_the_cli_pulls_through_a_500_then_a_429_on_the_models_info(hub, tmp_path
     assert infos == [500, 429, 200]   # a retry inside the Retry-After window would have been refused again
     assert "HTTP 500; retrying in 1.0 s (attempt 2 of 5)" in r.stdout
     assert "HTTP 429, Retry-After 1 s; retrying in 1.0 s (attempt 3 of 5) as the Hub asked" in r.stdout
+
+
+def test_a_hub_gone_mid_pull_is_named_and_what_was_fetched_is_kept_for_the_next_run(tmp_path):
+    big = {"repos": [{"repo_id": "org/m", "commits": [{"branch": "main", "files": [
+        {"path": "model.safetensors", "size": 4 << 20, "seed": 9, "lfs": True}]}]}]}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    cache = tmp_path / "hub"
+    with StandinHub(big) as gone:
+        gone.set_throttle(256 << 10)   # 8 ranges of 512 KiB: about 2 s
+        proc = subprocess.Popen([sys.executable, str(SCRIPT), "pull", "--cache-dir", str(cache), "--records-dir",
+                                 str(tmp_path / "verified"), "--repo-id", "org/m", "--revision", "main",
+                                 "--endpoint", gone.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        blobs = cache / "models--org--m" / "blobs"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                p.name.endswith(".incomplete") and p.stat().st_blocks for p in blobs.glob("*")):
+            time.sleep(0.05)
+    try:
+        _, err = proc.communicate(timeout=120)   # the Hub stopped: each range retried, then given up
+    finally:
+        proc.kill()
+    assert proc.returncode == pull_errors.EXIT_REMOTE, err
+    assert "could not be reached" in err and "what it fetched is kept, and the next run resumes it" in err, err
+    assert [p.name for p in blobs.glob("*.incomplete")]   # kept for the next run, never linked
+    assert not list((cache / "models--org--m" / "snapshots").rglob("model.safetensors"))
+

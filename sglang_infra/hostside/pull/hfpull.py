@@ -65,7 +65,16 @@ from huggingface_hub import set_client_factory
 from huggingface_hub.errors import HfHubHTTPError
 
 from . import manifest, peers, prune, pull, transfer
-from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
+from .pull_errors import (
+    EXIT_OK,
+    EXIT_REMOTE,
+    EXIT_USAGE,
+    EXIT_VERIFY,
+    PullError,
+    Retryable,
+    describe_error,
+    unreachable,
+)
 from .pull_locks import DEFAULT_LOCK_WAIT
 
 
@@ -174,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         msg, code = describe_error(e, args.endpoint)
         if puller:
             msg = puller.redact(msg)
+        if unreachable(e, args.endpoint):  # what this pull changed in the cache, if anything
+            msg += ("; nothing was fetched" if puller is None or not puller.stats.bytes_fetched else
+                    "; what it fetched is kept, and the next run resumes it")
         print(f"pull failed: {msg} {where}", file=sys.stderr, flush=True)
         return code
     pull.say("SGLANG_PULL_RESULT " + json.dumps(result, sort_keys=True))

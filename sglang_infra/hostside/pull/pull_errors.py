@@ -65,8 +65,8 @@ def unreachable(e: BaseException, endpoint: str | None) -> str | None:
     who = "the Hub" if not endpoint else "the Hub endpoint (sglang_hf_endpoint)"
     attempts = getattr(e, "sglang_attempts", 1)
     tried = f" after {attempts} attempts over {getattr(e, 'sglang_seconds', 0.0):.0f} s" if attempts > 1 else ""
-    return (f"{who} at {address} could not be reached ({hub_message(e)}){tried}; nothing was fetched. Check that "
-            "it is up and that this host reaches it, then run again")
+    return (f"{who} at {address} could not be reached ({hub_message(e)}){tried}. Check that it is up and that "
+            "this host reaches it, then run again")
 
 
 def describe_error(e: BaseException, endpoint: str | None = None) -> tuple[str, int]:
