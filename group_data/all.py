@@ -197,6 +197,12 @@ sglang_lock = "sglang.lock"
 # connection, not the link, so shards come side by side and a large file as byte ranges.
 sglang_pull_workers = 8
 
+# MiB a pull leaves free on the cache's filesystem: a model that would leave less is refused before a byte of it is
+# fetched, naming the bytes it needs and those free. hf-cache usually shares its disk with Docker's layers, the
+# journal and the server's logs; a disk filled to its last byte stops those writes on a host that is serving, and a
+# GiB is little beside a model of tens of GB.
+sglang_pull_min_free_mib = 1024
+
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"
 
