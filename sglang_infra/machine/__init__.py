@@ -1,3 +1,4 @@
-"""The machine under the deploy: GPUs and the launch flags they decide (gpus.py), every OS difference
-(platforms.py), a vendor's apt repository (aptrepo.py), and the serving image's CUDA toolchain (toolchain/).
+"""The machine under the deploy: GPUs and the launch flags they decide (gpus.py), whether the served model fits them
+(modelfit.py), every OS difference (platforms.py), a vendor's apt repository (aptrepo.py), the serving image's CUDA
+toolchain (toolchain/) and the arguments of the SGLang release it carries (sglang_args/).
 """

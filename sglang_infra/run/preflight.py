@@ -25,6 +25,7 @@ from ..fleet.inventoryfile import inventory_file
 from ..fleet.monitoring import with_monitors
 from ..fleet.nodegroups import check_groups, not_serving, with_members
 from ..fleet.peering import with_sources
+from ..machine.sglang_args.launch import host_problems as launch_problems
 from ..plan.problems import DeployDataError, raise_if
 from ..plan.refusals import judge
 from ..plan.resolve import resolve_judged, snapshot_spec
@@ -50,9 +51,11 @@ def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None,
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group), [], snapshot
+        plan = resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group)
     except DeployDataError as error:
         return None, error.problems, snapshot
+    found = launch_problems(host.name, plan, judged.data)   # the flags against SGLang's own, the model against the GPUs
+    return (None, found, snapshot) if found else (plan, [], snapshot)
 
 
 def _overrides(host) -> str | None:
