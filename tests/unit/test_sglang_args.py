@@ -337,3 +337,19 @@ def test_the_lock_keeps_only_the_shape_of_config_json():
     raw = {**HYBRID, "vocab_size": 151936, "rope_theta": 1e7, "text_config": {"num_hidden_layers": 48, "x": 1}}
     assert config_subset(raw) == {**HYBRID, "text_config": {"num_hidden_layers": 48}}
     assert hashlib.sha256(repr(sorted(config_subset(raw))).encode()).hexdigest()   # plain data, JSON-ready
+
+
+def test_the_templates_own_flags_are_judged_too():
+    """--model-path, --served-model-name, --host, --port come from the compose template itself: judged as rendered,
+    under sglang_compose_template."""
+    plan = plan_for(DEFAULTS)
+    found = {flag["arg"].split("=")[0]: flag["key"] for flag in launch.rendered(plan)}
+    assert {k: found[k] for k in ("--model-path", "--served-model-name", "--host", "--port", "--tp-size")} == {
+        "--model-path": "sglang_compose_template", "--served-model-name": "sglang_compose_template",
+        "--host": "sglang_compose_template", "--port": "sglang_compose_template", "--tp-size": "sglang_tp_size"}
+    table = tables.load("0.5.16")
+    assert table is not None
+    broken = replace(plan, compose=plan.compose.replace("--served-model-name=", "--served-name="))
+    [line] = launch.flag_problems("gpu-01", table, launch.rendered(broken), plan.served.key)
+    assert line.startswith("host gpu-01: sglang_compose_template: '") and \
+        "--served-name is not an argument of SGLang 0.5.16 (did you mean --served-model-name?)" in line

@@ -1,13 +1,14 @@
 """One serving host's launch flags judged against the SGLang release its image carries, in the preflight: every flag
-its plan renders (HostPlan.flags) exists in that release, takes a value of its type and among its choices, and every
-parser a registry entry names is one the release registers. A release without a table is refused, naming the script
-that makes one. Each problem is one refusal line (plan/problems.py) naming the host, the key (or the registry entry),
-the value and the valid choices.
+its compose.yaml gives the server (the plan's flags, HostPlan.flags, and the template's own) exists in that release,
+takes a value of its type and among its choices, and every parser a registry entry names is one the release
+registers. A release without a table is refused, naming the script that makes one. Each problem is one refusal line
+(plan/problems.py) naming the host, the key (or the registry entry), the value and the valid choices.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
 
 from ...plan.problems import problem
 from . import table as tables
@@ -34,7 +35,7 @@ def release_problem(name: str, image: str, version: str | None) -> tuple[tables.
     return table, None
 
 
-def flag_problems(name: str, table: tables.Table, flags: list[Mapping[str, Any]], entry: str) -> list[str]:
+def flag_problems(name: str, table: tables.Table, flags: Sequence[Mapping[str, Any]], entry: str) -> list[str]:
     """A refusal line for each rendered flag ({"arg", "key"}) the table's SGLang release would not accept; ``entry``:
     the served model's registry key (for the flags that come from it)."""
     out = []
@@ -55,6 +56,35 @@ def flag_problems(name: str, table: tables.Table, flags: list[Mapping[str, Any]]
     return out
 
 
+# The module SGLang's serving command runs: the service whose command names it is the server.
+SERVER_MODULE = "sglang.launch_server"
+TEMPLATE_KEY = "sglang_compose_template"   # a flag the template writes itself (--model-path, --port, ...)
+
+
+@lru_cache(maxsize=64)
+def _command_flags(compose: str) -> tuple[str, ...] | None:
+    """The --flags of the server's command in a rendered compose.yaml, or None when no service runs SGLang's
+    server module; cached by the text, so hosts whose files are the same parse it once."""
+    import yaml
+
+    services = (yaml.safe_load(compose) or {}).get("services") or {}
+    for service in services.values():
+        command = (service or {}).get("command") if isinstance(service, Mapping) else None
+        if isinstance(command, list) and SERVER_MODULE in command:
+            return tuple(arg for arg in command if isinstance(arg, str) and arg.startswith("--"))
+    return None
+
+
+def rendered(plan) -> list[dict[str, str]]:
+    """Every flag the host's compose.yaml gives SGLang's server, each with the data key it comes from (the template's
+    own flags: sglang_compose_template); the plan's flags alone when the template runs the server some other way."""
+    keys = {flag["arg"]: flag["key"] for flag in plan.flags}
+    found = _command_flags(plan.compose) if plan.compose else None
+    if found is None:
+        return [{"arg": flag["arg"], "key": flag["key"]} for flag in plan.flags]
+    return [{"arg": arg, "key": keys.get(arg, TEMPLATE_KEY)} for arg in found]
+
+
 def problems(name: str, plan, data: Mapping[str, Any]) -> list[str]:
     """Every problem of a serving host's launch flags against its image's SGLang release (none for a host that serves
     no model)."""
@@ -63,7 +93,7 @@ def problems(name: str, plan, data: Mapping[str, Any]) -> list[str]:
     table, refused = release_problem(name, data["sglang_image"], data.get("sglang_version"))
     if table is None:
         return [refused] if refused else []
-    return flag_problems(name, table, list(plan.flags), plan.served.key)
+    return flag_problems(name, table, rendered(plan), plan.served.key)
 
 
 def host_problems(name: str, plan, data: Mapping[str, Any]) -> list[str]:
