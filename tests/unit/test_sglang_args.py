@@ -353,3 +353,44 @@ def test_the_templates_own_flags_are_judged_too():
     [line] = launch.flag_problems("gpu-01", table, launch.rendered(broken), plan.served.key)
     assert line.startswith("host gpu-01: sglang_compose_template: '") and \
         "--served-name is not an argument of SGLang 0.5.16 (did you mean --served-model-name?)" in line
+
+
+# ---------------------------------------------------------------- the preflight's hook
+
+def test_the_preflight_refuses_a_misspelt_choice_before_any_host_changes(monkeypatch):
+    """The whole preflight over a fleet (test_fleet_once.py's fake inventory): one host's misspelt choice refuses the
+    run, naming it; a fleet without one passes."""
+    from types import SimpleNamespace
+
+    from conftest import converged_snapshot
+    from test_fleet_once import Host, Inventory
+
+    from sglang_infra.plan.problems import DeployDataError
+    from sglang_infra.run import preflight
+
+    def fleet(**data):
+        state = SimpleNamespace()
+        hosts = Inventory()
+        hosts += [Host("gpu-01", ["production"], state, hosts, ssh_hostname="10.0.0.11"),
+                  Host("gpu-02", ["production"], state, hosts, ssh_hostname="10.0.0.12", **data)]
+        return state, hosts
+
+    monkeypatch.setattr(preflight.factcache, "get", lambda host, fact, spec: converged_snapshot())
+    monkeypatch.setattr(preflight, "inventory_file", lambda: None)
+    state, good = fleet()
+    try:
+        assert all(preflight.preflight(host, good) for host in good)
+    finally:
+        for cache in (preflight._plans, preflight._reads, preflight._fleets):
+            cache.pop(id(state), None)
+    state, bad = fleet(sglang_cuda_graph_backend_prefill="disable")
+    try:
+        with pytest.raises(DeployDataError) as refused:
+            preflight.preflight(bad[0], bad)
+    finally:
+        for cache in (preflight._plans, preflight._reads, preflight._fleets):
+            cache.pop(id(state), None)
+    assert refused.value.problems == [
+        "host gpu-02: sglang_cuda_graph_backend_prefill: 'disable' (--cuda-graph-backend-prefill=disable): "
+        "--cuda-graph-backend-prefill=disable is not one of SGLang 0.5.16's choices. Fix: use one of breakable, "
+        "disabled, full, tc_piecewise."]
