@@ -175,7 +175,8 @@ def fit(plan) -> Fit | None:
     locked = plan.locked.get(plan.served.key)
     if locked is None or not locked.weights:
         return None
-    values = plan.template_values
+    # what the server is given: the rendered flags (a flag left out is SGLang's own default)
+    given = {flag["key"]: flag["arg"].partition("=")[2] for flag in plan.flags}
     tp = int(plan.derived["sglang_tp_size"].value)
     gpu_mib = min(gpu.memory_mib for gpu in plan.gpus.gpus)
     names: dict[str, int] = {}
@@ -185,15 +186,16 @@ def fit(plan) -> Fit | None:
     group = plan.node_group
     if group is not None:
         gpus += f" per member, {group.nnodes} members of {group.name}"
-    fraction = values.get("sglang_mem_fraction_static")
     source = "sglang_mem_fraction_static"
-    if fraction is None:
+    if given.get(source):
+        fraction = float(given[source])
+    else:
         fraction = sglang_default_fraction(gpu_mib, tp)
         source = f"SGLang's default for a {gpu_mib} MiB GPU"
     config = locked.config or {}
     text = config.get("text_config")
-    context = values.get("sglang_context_length")
     context_source = "sglang_context_length"
+    context: Any = int(given[context_source]) if given.get(context_source, "").isdigit() else None
     if context is None:
         context = {**config, **(text if isinstance(text, Mapping) else {})}.get("max_position_embeddings")
         context_source = "the model's max_position_embeddings"
