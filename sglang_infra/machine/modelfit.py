@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..plan.problems import problem
+
 GIB = 1 << 30
 MIB = 1 << 20
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8": 1, "fp8": 1}
@@ -208,8 +210,6 @@ def fit(plan) -> Fit | None:
 def problems(name: str, plan) -> list[str]:
     """The refusal of a model that cannot fit this host's GPUs, naming every figure ([] when it fits or is not
     judged)."""
-    from ..plan.problems import problem
-
     found = fit(plan)
     if found is None or found.fits:
         return []

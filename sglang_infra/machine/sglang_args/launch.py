@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from ...plan.problems import problem
+from .. import modelfit
 from . import table as tables
 
 # The data keys whose values come from the served model's registry entry (render._ENTRY_REASONS).
@@ -99,6 +100,4 @@ def problems(name: str, plan, data: Mapping[str, Any]) -> list[str]:
 def host_problems(name: str, plan, data: Mapping[str, Any]) -> list[str]:
     """The preflight's hook: the launch flags against the image's release, and the served model against the GPUs
     (machine/modelfit.py), once the host's plan is resolved and before any host changes."""
-    from .. import modelfit
-
     return problems(name, plan, data) + modelfit.problems(name, plan)
