@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..plan.problems import problem
-
 GIB = 1 << 30
 MIB = 1 << 20
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8": 1, "fp8": 1}
@@ -207,8 +205,8 @@ def fit(plan) -> Fit | None:
                if isinstance(context, int) else None, context_source=context_source)
 
 
-def problems(name: str, plan) -> list[str]:
-    """The refusal of a model that cannot fit this host's GPUs, naming every figure ([] when it fits or is not
+def problems(plan) -> list[tuple[str, str, str]]:
+    """(key, what, fix) of a model that cannot fit this host's GPUs, naming every figure ([] when it fits or is not
     judged)."""
     found = fit(plan)
     if found is None or found.fits:
@@ -219,5 +217,5 @@ def problems(name: str, plan) -> list[str]:
     else:
         fix = (f"serve a shorter context (sglang_context_length at most {found.tokens}), or give it more GPUs or "
                "memory (sglang_tp_size, sglang_node_group, sglang_mem_fraction_static)")
-    return [problem(name, "sglang_model", f"{found.said()}: it cannot be served there, and the pull would fetch "
+    return [("sglang_model", f"{found.said()}: it cannot be served there, and the pull would fetch "
                     f"{found.weights / GIB:.1f} GiB for nothing", fix)]

@@ -15,8 +15,14 @@ from sglang_infra.machine import modelfit
 from sglang_infra.machine.sglang_args import launch, reader
 from sglang_infra.machine.sglang_args import table as tables
 from sglang_infra.models.lockfile import LockedModel
+from sglang_infra.plan.problems import problem
 
 DEFAULTS = pinned_defaults()
+
+
+def lines(name: str, found) -> list[str]:
+    """The refusal lines the preflight makes of (key, what, fix) problems."""
+    return [problem(name, *each) for each in found]
 # The wheels are kept here between runs (14 MB for 0.5.16, 39 MB for 0.5.23): `pip download` from the package index.
 WHEELS = Path("/var/tmp/sglang-wheels")
 
@@ -178,12 +184,12 @@ def test_a_parser_a_later_release_added_is_refused_by_the_pinned_one_and_accepte
 
 def test_the_defaults_render_nothing_the_pinned_release_refuses():
     plan = plan_for(DEFAULTS)
-    assert launch.problems("gpu-01", plan, DEFAULTS) == []
+    assert lines("gpu-01", launch.problems(plan, DEFAULTS)) == []
 
 
 def test_a_misspelt_choice_is_refused_naming_the_host_key_value_and_choices():
     data = {**DEFAULTS, "sglang_cuda_graph_backend_prefill": "disable"}
-    assert launch.problems("gpu-01", plan_for(data), data) == [
+    assert lines("gpu-01", launch.problems(plan_for(data), data)) == [
         "host gpu-01: sglang_cuda_graph_backend_prefill: 'disable' (--cuda-graph-backend-prefill=disable): "
         "--cuda-graph-backend-prefill=disable is not one of SGLang 0.5.16's choices. Fix: use one of breakable, "
         "disabled, full, tc_piecewise."]
@@ -193,7 +199,7 @@ def test_a_parser_the_release_lacks_is_refused_naming_the_registry_entry():
     key = DEFAULTS["sglang_model"]
     data = {**DEFAULTS, "sglang_models": {**DEFAULTS["sglang_models"],
                                           key: {**DEFAULTS["sglang_models"][key], "reasoning_parser": "k2_horizon"}}}
-    [line] = launch.problems("gpu-01", plan_for(data), data)
+    [line] = lines("gpu-01", launch.problems(plan_for(data), data))
     assert line.startswith(f"host gpu-01: sglang_models: entry {key!r}: reasoning_parser 'k2_horizon' "
                            "(--reasoning-parser): 'k2_horizon' is not a reasoning parser SGLang 0.5.16 registers. "
                            "Fix: use one of apertus2509, auto, ")
@@ -202,7 +208,7 @@ def test_a_parser_the_release_lacks_is_refused_naming_the_registry_entry():
 
 def test_an_image_whose_release_has_no_table_is_refused_naming_the_script():
     data = {**DEFAULTS, "sglang_image": "lmsysorg/sglang:v0.4.0"}
-    [line] = launch.problems("gpu-01", plan_for(data), data)
+    [line] = lines("gpu-01", launch.problems(plan_for(data), data))
     assert line.startswith("host gpu-01: sglang_image: SGLang 0.4.0 (lmsysorg/sglang:v0.4.0) has no table of its "
                            "arguments (sglang_infra/machine/sglang_args/0.4.0.json)")
     assert "Fix: make it with `scripts/sglang-args.sh 0.4.0`" in line and "0.5.16" in line
@@ -210,23 +216,23 @@ def test_an_image_whose_release_has_no_table_is_refused_naming_the_script():
 
 def test_a_mirrors_tag_needs_sglang_version_and_then_is_judged_by_it():
     data = {**DEFAULTS, "sglang_image": "mirror.local/sglang:prod-2026-12"}
-    [line] = launch.problems("gpu-01", plan_for(data), data)
+    [line] = lines("gpu-01", launch.problems(plan_for(data), data))
     assert line.startswith("host gpu-01: sglang_version: None, and sglang_image mirror.local/sglang:prod-2026-12 does "
                            "not say in its tag which SGLang release it carries")
     named = {**data, "sglang_version": "0.5.16"}
-    assert launch.problems("gpu-01", plan_for(named), named) == []
+    assert lines("gpu-01", launch.problems(plan_for(named), named)) == []
 
 
 def test_a_host_that_serves_no_model_has_no_launch_flags_judged():
     data = {**DEFAULTS, "sglang_cuda_graph_backend_prefill": "disable"}
-    assert launch.problems("gw-1", replace(plan_for(data), serves=False), data) == []
+    assert lines("gw-1", launch.problems(replace(plan_for(data), serves=False), data)) == []
 
 
 def test_the_table_is_read_once_per_process():
     tables.load.cache_clear()
     for _ in range(3):
         plan = plan_for(DEFAULTS)
-        launch.problems("gpu-01", plan, DEFAULTS)
+        lines("gpu-01", launch.problems(plan, DEFAULTS))
     assert tables.load.cache_info().misses == 1
 
 
@@ -274,7 +280,7 @@ def test_one_tokens_kv_cache_counts_only_the_full_attention_layers_and_the_heads
 def test_a_70b_model_on_one_48gb_gpu_is_refused_naming_every_figure():
     data = {**DEFAULTS, "sglang_tp_size": 1, "sglang_gpus": "all", "sglang_context_length": 131072}
     plan = locked(plan_for(data, "l40s-1gpu"), 5 * 10**9, 28, DENSE_70B)   # 140 GB of weights
-    [line] = modelfit.problems("gpu-01", plan)
+    [line] = lines("gpu-01", modelfit.problems(plan))
     assert line.startswith(
         f"host gpu-01: sglang_model: {plan.served.key!r} ({plan.served.repo_id}@{plan.served.revision[:12]}) on "
         "1 x NVIDIA L40S (46068 MiB each) at --tp-size=1: weights 130.4 GiB (the lock's file sizes), 130.4 GiB per "
@@ -287,7 +293,7 @@ def test_a_70b_model_on_one_48gb_gpu_is_refused_naming_every_figure():
 def test_a_model_that_fits_but_whose_kv_room_is_short_of_the_context_is_refused_with_the_tokens():
     data = {**DEFAULTS, "sglang_tp_size": 1, "sglang_context_length": 131072}
     plan = locked(plan_for(data, "l40s-1gpu"), 5 * 10**9, 7, DENSE_70B)   # 35 GB: 32.6 GiB, 5.6 GiB left
-    [line] = modelfit.problems("gpu-01", plan)
+    [line] = lines("gpu-01", modelfit.problems(plan))
     fit = modelfit.fit(plan)
     assert fit is not None and fit.tokens is not None and 0 < fit.tokens < 131072
     assert f"leaving 5.6 GiB for the KV cache: {fit.tokens} tokens at 327680 B a token (80 layers x 8 KV head(s) " \
@@ -298,7 +304,7 @@ def test_a_model_that_fits_but_whose_kv_room_is_short_of_the_context_is_refused_
 def test_the_default_model_fits_one_h200_and_its_figures_are_given():
     plan = locked(plan_for({**DEFAULTS, "sglang_tp_size": "derive"}, "h200-1gpu"), 4 * 10**9, 6, HYBRID)
     fit = modelfit.fit(plan)
-    assert fit is not None and fit.fits and modelfit.problems("gpu-01", plan) == []
+    assert fit is not None and fit.fits and lines("gpu-01", modelfit.problems(plan)) == []
     assert fit.figures()["kv_tokens"] == (int(143771 * 2**20 * 0.85) - 24 * 10**9) // (2 * 10 * 2 * 256 * 2)
     assert fit.figures()["fraction_source"] == "sglang_mem_fraction_static"
 
@@ -325,7 +331,7 @@ def test_nothing_is_judged_without_gpus_or_a_lock():
 
 def test_a_lock_without_config_still_judges_the_weights():
     plan = locked(plan_for(DEFAULTS, "l40s-1gpu"), 5 * 10**9, 28, None)
-    [line] = modelfit.problems("gpu-01", plan)
+    [line] = lines("gpu-01", modelfit.problems(plan))
     assert "the weights alone are" in line
     fits = modelfit.fit(locked(plan_for(DEFAULTS, "h200-1gpu"), 10**9, 2, None))
     assert fits is not None and fits.fits and "the lock has no copy of config.json" in fits.said()
@@ -350,7 +356,7 @@ def test_the_templates_own_flags_are_judged_too():
     table = tables.load("0.5.16")
     assert table is not None
     broken = replace(plan, compose=plan.compose.replace("--served-model-name=", "--served-name="))
-    [line] = launch.flag_problems("gpu-01", table, launch.rendered(broken), plan.served.key)
+    [line] = lines("gpu-01", launch.flag_problems(table, launch.rendered(broken), plan.served.key))
     assert line.startswith("host gpu-01: sglang_compose_template: '") and \
         "--served-name is not an argument of SGLang 0.5.16 (did you mean --served-model-name?)" in line
 
