@@ -13,10 +13,8 @@ from sglang_infra.run.preflight import plan_of
 plan = plan_of(host)
 engine = plan.engine
 
-if plan.gpus.count and not plan.gpus.nvidia_runtime and engine.install_nvidia_toolkit:
-    url = engine.nvidia_toolkit_apt_url
-    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /",
-                      "nvidia-container-toolkit")
+if engine.toolkit is not None:   # GPUs, Docker without the nvidia runtime, and the toolkit not turned off
+    vendor_repository("NVIDIA", engine.toolkit.key_url, engine.toolkit.line, "nvidia-container-toolkit")
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],

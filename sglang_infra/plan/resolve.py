@@ -23,7 +23,7 @@ from ..fleet.roles import monitors, roles
 from ..hostside import apikey, names
 from ..hostside.gate.gate import CHECKS_BUDGET
 from ..machine import platforms, toolchain
-from ..machine.gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
+from ..machine.gpus import Derived, GpuInventory, cuda_repository, derive_flags, driver_packages, parse_snapshot
 from ..models import peerdoor
 from ..models import registry as models
 from ..run.facts import worker_validated
@@ -74,6 +74,15 @@ def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) ->
         return None
     url = f"{data['sglang_docker_apt_url']}/{platform.docker_repo_family}"
     return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable")
+
+
+def toolkit_repo(data: Mapping[str, Any], gpus: GpuInventory, serves: bool, arch: str | None) -> AptSource | None:
+    """NVIDIA's Container Toolkit repository, when this run installs the toolkit: a serving host with GPUs whose
+    Docker lacks the nvidia runtime, sglang_install_nvidia_toolkit on."""
+    if not (serves and gpus.count and not gpus.nvidia_runtime and data["sglang_install_nvidia_toolkit"]):
+        return None
+    url = data["sglang_nvidia_toolkit_apt_url"]
+    return AptSource(f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{arch} /")
 
 
 def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None,
@@ -137,7 +146,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
     bind, unbound = member_bind(name, data, node_group if serves else None)
-    raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived)
+    raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived,
+                                      gets_docker=serves or runs_gateways)
              + (check_reach(name, node_group, snapshot) if node_group and serves else [])
              + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
              + (check_gateway_host(name, judged) if runs_gateways else []))
@@ -157,7 +167,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     os_release = snapshot.get("os") or {}
     platform = platforms.lookup(os_release.get("id"), os_release.get("version"))
     engine_works = platforms.engine_works(snapshot.get("docker") or {})
-    installs = platform is not None and not engine_works   # a working engine is left alone
+    gets_docker = serves or runs_gateways   # a host only in `monitor` never gets Docker
+    installs = gets_docker and platform is not None and not engine_works   # a working engine is left alone
     # The server, as the gate reaches it on the host: loopback, or the one address a member listens on.
     url = worker_url(bind, data["sglang_port"]) if node_group and serves else LOCAL_URL.format(port=data["sglang_port"])
     pin = data["sglang_nvidia_driver_version"]
@@ -171,7 +182,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
             packages=platforms.docker_packages(platform, data["sglang_docker_source"])
             if installs and platform is not None else (),
             apt_cache_time=data["sglang_apt_cache_time"], install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
-            nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch")),
+            nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch"),
+            toolkit=toolkit_repo(data, gpus, serves, os_release.get("arch"))),
         gpus=gpus,
         served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},

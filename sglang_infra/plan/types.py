@@ -369,6 +369,9 @@ class Engine:
     install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
     nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
     arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
+    # NVIDIA's Container Toolkit repository, when this run installs the toolkit: a serving host with GPUs whose
+    # Docker lacks the nvidia runtime, sglang_install_nvidia_toolkit on (None: nothing to install)
+    toolkit: AptSource | None = None
 
 
 @dataclass(frozen=True)
