@@ -3,7 +3,7 @@ from that host, in the preflight, before any command runs anywhere.
 
 `fetched(plan, snapshot)` names the sources this run's plan of a host fetches from, and only those: Docker's apt
 repository when the engine is installed from it, NVIDIA's Container Toolkit repository when the toolkit is
-installed, the Hub (or its mirror) when a kept model is not complete in the cache and no peer holds it for the
+installed, NVIDIA's CUDA repository when a pinned driver is installed from it (Debian), the Hub (or its mirror) when a kept model is not complete in the cache and no peer holds it for the
 host, the package index (sglang_pip_index_url, when set; unset, the host's own pip configuration decides) when the
 pull's venv or the toolchain image is (re)built. A settled or converged host fetches nothing, so it is asked
 nothing: the check costs a remote command only on a run that would fetch.
@@ -67,6 +67,9 @@ def fetched(plan: HostPlan, snapshot: Mapping[str, Any]) -> list[Source]:
                             "NVIDIA's Container Toolkit repository"))
     if not plan.serves:
         return found
+    driver = plan.driver
+    if driver.pin and driver.repo is not None and plan.gpus.driver.version != driver.pin:
+        found.append(Source(driver.repo.key_url, "sglang_nvidia_cuda_apt_url", "NVIDIA's CUDA repository"))
     cache = snapshot.get("models")
     missing = [m for m in plan.kept if not revision_complete(
         cache, m.repo_id, m.revision, plan.locked[m.key].content if m.key in plan.locked else None)]
