@@ -18,7 +18,6 @@ if engine.toolkit is not None:   # GPUs, Docker without the nvidia runtime, and 
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],
-        update=True,
-        cache_time=engine.apt_cache_time,
+        update=True,   # NVIDIA's repository just added has no lists yet, however fresh apt's stamp
     )
     nvidia_runtime(name="Ensure Docker has the NVIDIA runtime")
