@@ -3,10 +3,11 @@ from that host, in the preflight, before any command runs anywhere.
 
 `fetched(plan, snapshot)` names the sources this run's plan of a host fetches from, and only those: Docker's apt
 repository when the engine is installed from it, NVIDIA's Container Toolkit repository when the toolkit is
-installed, NVIDIA's CUDA repository when a pinned driver is installed from it (Debian), the Hub (or its mirror) when a kept model is not complete in the cache and no peer holds it for the
-host, the package index (sglang_pip_index_url, when set; unset, the host's own pip configuration decides) when the
-pull's venv or the toolchain image is (re)built. A settled or converged host fetches nothing, so it is asked
-nothing: the check costs a remote command only on a run that would fetch.
+installed, NVIDIA's CUDA repository when a pinned driver is installed from it (Debian), the Hub (or its mirror)
+when a kept model is not complete in the cache and no peer holds it for the host, the package index
+(sglang_pip_index_url, when set; unset, the host's own pip configuration decides) when the pull's venv or the
+toolchain image is (re)built. A settled or converged host fetches nothing, so it is asked nothing: the check costs
+a remote command only on a run that would fetch.
 
 `refusals(hosts, plans, snapshots)` asks each such host at once (hostside/read/reach.py, one command, every URL
 in parallel, each bounded by TIMEOUT seconds) and returns a refusal per source that did not answer, naming the
