@@ -47,7 +47,8 @@ def _package(name: str, depends: str, files) -> str:
     lines = [f"mkdir -p {folder}/DEBIAN"]
     for source, path in files:
         lines.append(f"install -D -m 755 {source} {folder}{path}")
-    control = [f"Package: {name}", "Version: 5:99.0.0~standin", "Architecture: amd64",
+    control = [f"Package: {name}", "Version: 5:99.0.0~standin", "Section: admin", "Priority: optional",
+               "Architecture: amd64",
                "Maintainer: sglang-hosts tests <tests@testbed.invalid>",
                *([f"Depends: {depends}"] if depends else []),
                f"Description: STAND-IN for Docker's {name} (sglang-hosts tests, built from Debian's binaries)"]
