@@ -65,14 +65,14 @@ def fleet(testbed, workdir, bookworm):
     # The bare host alone first: the distribution's source, then Docker's repository at a port nothing answers.
     refused = {source: run_deploy(testbed.inventory(workdir / f"bookworm-bare-{source}.py", {
         "production": [(hosts[BARE], {"sglang_docker_source": source, "sglang_docker_apt_url": url})]}))
-        for source, url in (("distribution", repository.url), ("docker", silent_url(hosts[REPO])))}
+        for source, url in (("distribution", repository.docker_url), ("docker", silent_url(hosts[REPO])))}
     untouched = hosts[BARE].exec(NOTHING_CHANGED, check=False).returncode != 0
     def own(name, **data):   # every exporter listens on its host's test-network address, which the monitor scrapes
         return hosts[name], {"sglang_node_exporter_bind_address": hosts[name].address, **data}
 
     inventory = testbed.inventory(workdir / "bookworm.py", {
         "production": [*(own(name) for name in SERVING),
-                       own(BARE, sglang_docker_source="docker", sglang_docker_apt_url=repository.url)],
+                       own(BARE, sglang_docker_source="docker", sglang_docker_apt_url=repository.docker_url)],
         "monitor": [own(MONITOR, sglang_prometheus_listen_address=f"{hosts[MONITOR].address}:9090")],
     })
     first = run_deploy(inventory)
@@ -143,7 +143,7 @@ def test_a_bare_host_with_the_distributions_source_is_refused_before_any_change(
 def test_dockers_repository_that_does_not_answer_refuses_the_host_before_any_change_naming_url_and_key(fleet):
     refused, untouched = fleet.refused["docker"], fleet.untouched
     assert refused.returncode != 0
-    url = f"https://{fleet.repository.url.split('/')[2]}:8443/linux/debian/gpg"
+    url = f"https://{fleet.repository.docker_url.split('/')[2]}:8443/linux/debian/gpg"
     assert f"host {BARE}: sglang_docker_apt_url: Docker's apt repository at {url} does not answer" in \
         refused.output, refused.why()
     assert "set sglang_docker_apt_url to a mirror it reaches" in refused.output
