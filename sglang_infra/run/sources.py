@@ -95,6 +95,12 @@ class SourcesAnswer(FactBase):
         return json.loads("\n".join(output))
 
 
+def ask(host, urls: list[str]) -> dict[str, str | None] | None:
+    """Each of ``urls`` mapped to None (it answered from ``host``) or why not; None when the host did not run the
+    check."""
+    return host.get_fact(SourcesAnswer, spec=json.dumps({"urls": urls, "timeout": TIMEOUT}, sort_keys=True))
+
+
 def refusals(hosts, plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Any]) -> list[str]:
     """A refusal for each source a host's plan fetches from that does not answer from that host."""
     asked = []
@@ -102,8 +108,7 @@ def refusals(hosts, plans: Mapping[str, HostPlan | None], snapshots: Mapping[str
         plan = plans.get(each.name)
         sources = fetched(plan, snapshots.get(each.name) or {}) if plan is not None else []
         if sources:
-            spec = json.dumps({"urls": sorted({s.url for s in sources}), "timeout": TIMEOUT}, sort_keys=True)
-            asked.append((each, sources, gevent.spawn(each.get_fact, SourcesAnswer, spec=spec)))
+            asked.append((each, sources, gevent.spawn(ask, each, sorted({s.url for s in sources}))))
     gevent.joinall([job for _, _, job in asked], timeout=4 * TIMEOUT + 30)
     found = []
     for each, sources, job in asked:
