@@ -26,9 +26,9 @@ import gevent
 from pyinfra.api import FactBase
 
 from ..hostside.names import TOOLCHAIN_INPUTS_LABEL
+from ..machine import ship
 from ..plan.problems import problem
 from ..plan.types import HostPlan
-from . import ship
 
 TIMEOUT = 5   # seconds for each source's connection and first answer line (the whole check: about this long)
 

@@ -15,8 +15,9 @@ from dataclasses import replace
 import pytest
 from conftest import FakeHost, converged_snapshot, pinned_defaults
 
+from sglang_infra.machine import ship
 from sglang_infra.plan.resolve import resolve
-from sglang_infra.run import ship, sources
+from sglang_infra.run import sources
 
 DEFAULTS = pinned_defaults()
 HUB = "http://hub.mirror.test"
