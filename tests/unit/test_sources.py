@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -80,6 +81,14 @@ def test_a_silent_server_is_bounded_by_the_timeout():
         silent.close()
     assert found[url] and "timed out" in found[url]
     assert took < 5, took   # both asked at once, each bounded
+
+
+def test_the_tls_check_is_the_systems_without_pythons_strict_x509_flags():
+    from sglang_infra.hostside.read import reach as host_reach
+
+    context = host_reach.tls_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert not context.verify_flags & getattr(ssl, "VERIFY_X509_STRICT", 0)
 
 
 def plan_of(data=None, groups=(), **sections):

@@ -9,6 +9,7 @@ by the timeout for its connection and its answer's first line; no body is read.
 """
 
 import json
+import ssl
 import sys
 import threading
 import urllib.error
@@ -25,9 +26,17 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def tls_context():
+    """The system's trust, checked as apt and curl check it: Python 3.13 turned on strict X.509 checks by default,
+    which refuse certificates they accept (a site CA's without an Authority Key Identifier)."""
+    context = ssl.create_default_context()
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    return context
+
+
 def ask(url, timeout):
     """None when ``url`` answers with any HTTP status within ``timeout`` seconds, else why not."""
-    opener = urllib.request.build_opener(_NoRedirect)
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=tls_context()))
     request = urllib.request.Request(url, method="GET", headers={"Range": "bytes=0-0"})
     try:
         with opener.open(request, timeout=timeout):
