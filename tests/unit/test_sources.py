@@ -83,12 +83,49 @@ def test_a_silent_server_is_bounded_by_the_timeout():
     assert took < 5, took   # both asked at once, each bounded
 
 
-def test_the_tls_check_is_the_systems_without_pythons_strict_x509_flags():
-    from sglang_infra.hostside.read import reach as host_reach
+HTTPS_SERVER = """
+import http.server, ssl, sys
+server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[1], sys.argv[2])
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
 
-    context = host_reach.tls_context()
-    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
-    assert not context.verify_flags & getattr(ssl, "VERIFY_X509_STRICT", 0)
+
+def test_a_site_cas_certificate_that_apt_and_curl_accept_answers_under_python_3_13s_strict_default(
+        tmp_path, monkeypatch):
+    """A testbed CA certificate has no Authority Key Identifier: Python 3.13's default strict X.509 checks refuse it
+    (seen on a trixie host), apt and curl do not; the check asks as they do."""
+    from sglang_infra.hostside.read import reach as host_reach
+    from testbed import tls
+
+    ca = tls.test_ca(tmp_path / "ca")
+    cert, key = tls.issue(ca, "127.0.0.1", ip_addresses=["127.0.0.1"])
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    server = subprocess.Popen([sys.executable, "-c", HTTPS_SERVER, str(tmp_path / "cert.pem"),
+                               str(tmp_path / "key.pem")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, cwd=tmp_path)
+    default = ssl.create_default_context
+
+    def as_python_3_13(*args, **kwargs):   # 3.13's default context, with the site's CA as the system's trust
+        context = default(*args, **{**kwargs, "cafile": str(ca[0])})
+        context.verify_flags |= ssl.VERIFY_X509_STRICT
+        return context
+
+    monkeypatch.setattr(host_reach.ssl, "create_default_context", as_python_3_13)
+    try:
+        port = server.stdout.readline().strip()
+        strict = as_python_3_13()
+        with pytest.raises(ssl.SSLError):   # the certificate is one Python 3.13 refuses by default
+            strict.wrap_socket(socket.create_connection(("127.0.0.1", int(port)), timeout=5),
+                               server_hostname="127.0.0.1")
+        assert host_reach.ask(f"https://127.0.0.1:{port}/", 5) is None
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def plan_of(data=None, groups=(), **sections):
