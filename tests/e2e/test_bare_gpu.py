@@ -31,7 +31,9 @@ def bare_gpu(testbed, workdir):
     host.exec(vendorrepo.trust_command())
     bare = host.exec("command -v docker nvidia-ctk", check=False).returncode != 0
     inventory = testbed.inventory(workdir / "bare-gpu.py", {"production": [(host, {
-        "sglang_require_gpu": True, "sglang_nvidia_toolkit_apt_url": repository.toolkit_url})]})
+        "sglang_require_gpu": True, "sglang_nvidia_toolkit_apt_url": repository.toolkit_url,
+        # the test's repository signs with the key the test made (item 4: every vendor key pinned)
+        "sglang_nvidia_toolkit_apt_key_fingerprint": repository.fingerprint})]})
     first = run_deploy(inventory)
     second = run_deploy(inventory)
     return SimpleNamespace(host=host, bare=bare, first=first, second=second, repository=repository)

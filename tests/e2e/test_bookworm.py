@@ -64,7 +64,8 @@ def fleet(testbed, workdir, bookworm):
     before = {name: (unit(hosts[name], "docker.service"), unit(hosts[name], "docker.socket")) for name in SERVING}
     # The bare host alone first: the distribution's source, then Docker's repository at a port nothing answers.
     refused = {source: run_deploy(testbed.inventory(workdir / f"bookworm-bare-{source}.py", {
-        "production": [(hosts[BARE], {"sglang_docker_source": source, "sglang_docker_apt_url": url})]}))
+        "production": [(hosts[BARE], {"sglang_docker_source": source, "sglang_docker_apt_url": url,
+                                      "sglang_docker_apt_key_fingerprint": repository.fingerprint})]}))
         for source, url in (("distribution", repository.docker_url), ("docker", silent_url(hosts[REPO])))}
     untouched = hosts[BARE].exec(NOTHING_CHANGED, check=False).returncode != 0
     def own(name, **data):   # every exporter listens on its host's test-network address, which the monitor scrapes
@@ -72,7 +73,8 @@ def fleet(testbed, workdir, bookworm):
 
     inventory = testbed.inventory(workdir / "bookworm.py", {
         "production": [*(own(name) for name in SERVING),
-                       own(BARE, sglang_docker_source="docker", sglang_docker_apt_url=repository.docker_url)],
+                       own(BARE, sglang_docker_source="docker", sglang_docker_apt_url=repository.docker_url,
+                           sglang_docker_apt_key_fingerprint=repository.fingerprint)],
         "monitor": [own(MONITOR, sglang_prometheus_listen_address=f"{hosts[MONITOR].address}:9090")],
     })
     first = run_deploy(inventory)

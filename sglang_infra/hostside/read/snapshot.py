@@ -40,7 +40,7 @@ from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
 from ..write import acl
-from . import cachestate, doorcheck, settled
+from . import cachestate, doorcheck, openpgp, settled
 
 # Where the docker CLI finds its plugins, after the user's own ~/.docker/cli-plugins (root's: the deploy's commands
 # run as root): docker/cli's cli-plugins/manager defaultSystemPluginDirs.
@@ -390,6 +390,8 @@ def peer(spec):
     door = spec.get("door")
     if door and found["local"]:
         found["door"] = doorcheck.checked(found["address"], door["port"], door["config"], door["cert"])
+    if door and door.get("key"):
+        found["tls_pair"] = doorcheck.pair_matches(door["cert"], door["key"])
     return found
 
 
@@ -579,11 +581,16 @@ def read(spec):
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
         "settled": settled.read(),
+        "keyrings": {path: openpgp.keyring(path) for path in spec.get("keyrings", ())},
     }
     if spec.get("peer_address"):
         found["peer"] = peer(spec)
     if spec.get("door_reader"):
-        found["door_reader"] = acl.search_only(home, spec["door_reader"])
+        reader = spec["door_reader"]
+        found["door_reader"] = {"group": acl.search_only(home, reader["group"], "group"),
+                                "group_entry": acl.has_entry(home, reader["group"], "group"),
+                                "legacy_entry": acl.has_entry(home, reader["legacy_user"], "user"),
+                                "user": _user(reader["user"]) is not None}
     if spec.get("report"):
         found["report"] = report.read(home, engine)
     return found
