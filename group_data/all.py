@@ -44,6 +44,10 @@ sglang_image = "lmsysorg/sglang:v0.5.16"
 # sites without registry access; None pulls from the registry.
 sglang_image_archive = None
 
+# The SGLang release sglang_image carries, whose own arguments (sglang_infra/machine/sglang_args/<release>.json, made by
+# scripts/sglang-args.sh) judge every launch flag before any host changes; None reads it from the image's tag (v0.5.16).
+sglang_version = None
+
 # Template that becomes docker/compose.yaml; a site may point at its own copy.
 sglang_compose_template = "templates/compose.yaml.j2"
 
@@ -94,7 +98,8 @@ sglang_nvidia_driver_version = None
 sglang_nvidia_driver_open = True
 
 # A newly installed driver loads only after a reboot. Off, the deploy installs it and stops that host with the
-# message, for the operator to reboot when it suits; True lets the deploy reboot it (pyinfra's reboot) and go on.
+# message, for the operator to reboot when it suits; True lets the deploy reboot it and go on: a worker behind a
+# gateway in its pool's turns, drained (sglang_max_unavailable), a node group as one unit, a host alone at once.
 sglang_allow_reboot = False
 
 # Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
@@ -195,6 +200,12 @@ sglang_lock = "sglang.lock"
 # Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each
 # connection, not the link, so shards come side by side and a large file as byte ranges.
 sglang_pull_workers = 8
+
+# MiB a pull leaves free on the cache's filesystem: a model that would leave less is refused before a byte of it is
+# fetched, naming the bytes it needs and those free. hf-cache usually shares its disk with Docker's layers, the
+# journal and the server's logs; a disk filled to its last byte stops those writes on a host that is serving, and a
+# GiB is little beside a model of tens of GB.
+sglang_pull_min_free_mib = 1024
 
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"

@@ -257,6 +257,11 @@ SCHEMA: dict[str, Key] = {
     "sglang_image_archive": Key("None or a path to an image archive on the control machine",
                                 _optional(lambda v: isinstance(v, str) and os.path.isfile(v)),
                                 "point at an existing `docker save` file, or None to pull from the registry"),
+    "sglang_version": Key("None or the SGLang release the image carries, e.g. '0.5.16'",
+                          _optional(lambda v: isinstance(v, str)
+                                    and re.fullmatch(r"[0-9]+(\.[0-9]+)+(\.post[0-9]+)?", v) is not None),
+                          "None to read it from sglang_image's tag (v0.5.16), or the release, e.g. '0.5.16', for a "
+                          "mirror's tag that does not say it"),
     "sglang_extra_env": Key("a mapping of environment variable names to one-line strings, none of them one the "
                             f"deploy sets ({', '.join(DEPLOY_ENV)})", _env_mapping,
                             "use e.g. {'NCCL_P2P_DISABLE': '1'}"),
@@ -299,6 +304,8 @@ SCHEMA: dict[str, Key] = {
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
+    "sglang_pull_min_free_mib": Key("an integer number of MiB 0-1048576", _int_range(0, 1 << 20),
+                                    "use MiB, e.g. 1024; 0 lets a pull fill the disk to its last byte"),
     # peer distribution: the peer door (sglang_infra/plan/peerdoor.py; its key is judged in refusals.judge)
     "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 880"),
     "sglang_peer_bind_address": Key("None or an IP address of the fleet's network (not loopback, not every address)",
