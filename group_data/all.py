@@ -92,6 +92,12 @@ sglang_allow_reboot = False
 # Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
 sglang_nvidia_cuda_apt_url = "https://developer.download.nvidia.com/compute/cuda/repos"
 
+# More SGLang arguments for this host or group, beyond the runbook's flags and the served entry's launch_args (which
+# this host's win over, flag by flag): {'--flag': {'value': V, 'reason': 'why'}}, True for a bare switch. Each is
+# checked against the pinned SGLang's own arguments before any host changes; one that replaces a flag the deploy
+# derives says 'overrides': True (docs/models.md, Launch recipes).
+sglang_launch_args = {}
+
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
 

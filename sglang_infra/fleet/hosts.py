@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
+from ..models.registry import kept_keys
 from ..plan.types import Front, NodeGroup
 from .gateways import fronts
 from .nodegroups import membership
-from .peering import kept_keys
 from .roles import fleet_address, groups_of, monitors, roles
 
 
@@ -73,7 +73,7 @@ class Fleet:
 
     @cached_property
     def keepers(self) -> Mapping[str, tuple[str, ...]]:
-        """Model key -> the serving hosts that keep it in their cache (peering.kept_keys), in inventory order: the
+        """Model key -> the serving hosts that keep it in their cache (registry.kept_keys), in inventory order: the
         candidates for its peer sources."""
         found: dict[str, list[str]] = {}
         for each in self.hosts:
