@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..hostside import names
 from . import recipes
@@ -130,10 +130,10 @@ def kept(data: Mapping[str, Any]) -> list[Model]:
     return [entry(data, key) for key in kept_keys(data)]
 
 
-def drafter(data: Mapping[str, Any], model: Model) -> Model | None:
-    """The registry entry of ``model``'s drafter, when its speculative recipe names one."""
+def drafter_of(model: Model, kept: Iterable[Model]) -> Model | None:
+    """``model``'s drafter among the ``kept`` models (its speculative recipe's draft_model); None without one."""
     key = model.speculative.draft_model if model.speculative else None
-    return entry(data, key) if key is not None else None
+    return next((each for each in kept if key is not None and each.key == key), None)
 
 
 def served_repo_id(data: Mapping[str, Any]) -> str:

@@ -154,6 +154,7 @@ def compose_yaml(plan: HostPlan) -> str:
         gpu_reservation=plan.gpus.count > 0,
         stop_grace_period=plan.roll_settings.drain_timeout + STOP_MARGIN,
         model_label=names.MODEL_LABEL,
+        drafter=plan.drafter, drafter_label=names.DRAFTER_LABEL,
         group=plan.node_group,
         health_url=f"{plan.gate.url}/health",
         group_labels=(names.NODE_GROUP_LABEL, names.NODE_RANK_LABEL, names.NNODES_LABEL),
@@ -168,7 +169,8 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
     """The validation scripts and the gate, by file name under sglang_home (a gateway's: under its directory)."""
     gate = gateway.gate if gateway else plan.gate
     context = dict(plan.template_values, url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
-                   baseline=gate.baseline_tok_s,
+                   baseline=gate.baseline_tok_s, speculative=gate.speculative,
+                   min_accept_length=gate.min_accept_length,
                    checks_program=ship.installed("checks"), gate_program=ship.installed("gate.gate"),
                    python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,

@@ -202,3 +202,28 @@ def test_a_lock_without_the_drafter_is_refused_naming_it():
     found = lockfile.problems(lock, {**data, "sglang_image_archive": "/x.tar"}, None)
     assert found == [("sglang_lock", "sglang.lock has no entry for the model 'qwen3.6-35b-eagle3'",
                       "add it with scripts/lock.sh (or --update qwen3.6-35b-eagle3@main to lock the branch head)")]
+
+
+def test_the_gate_records_the_accept_length_and_holds_the_recipes_floor():
+    def call(plan) -> str:
+        lines = plan.scripts["benchmark.sh"].splitlines()
+        return next(line for line in lines if "--min-fraction " in line and not line.startswith("#"))
+
+    assert "--speculative" not in call(plan_for(data_with()))
+    recipe = plan_for(data_with({"speculative": {**RECIPE, "min_accept_length": 2.5}}))
+    assert "--speculative --min-accept-length 2.5 --min-fraction" in call(recipe)
+    assert recipe.gate.speculative and recipe.gate.min_accept_length == 2.5
+
+
+def test_a_config_names_its_drafter_so_a_prune_keeps_it_while_a_config_on_disk_needs_it(tmp_path):
+    import re
+
+    from sglang_infra.hostside.read import snapshot
+
+    plan = plan_for(data_with({"speculative": RECIPE}))
+    drafter = f"{DRAFTER_ENTRY['repo_id']}@{DRAFTER_ENTRY['revision']}"
+    assert plan.keep[-1] == drafter
+    assert f'      sglang.drafter: "{drafter}"\n' in plan.compose
+    # The snapshot reads the labels of every compose file on disk (the running config, its rollback): the prune
+    # keeps whatever they name.
+    assert set(re.findall(snapshot._MODEL_LABEL, plan.compose)) == {plan.served.pinned, drafter}

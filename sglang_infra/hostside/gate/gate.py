@@ -39,7 +39,8 @@ LOG_LINES = 40  # of the server's log, shown when it never became ready
 CHECKS_BUDGET = 900
 COMMAND_TIMEOUT = 120
 # benchmark.sh's summary fields kept in the gate's record.
-BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "ok", "result_file")
+BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "avg_spec_accept_length",
+                    "min_accept_length", "ok", "result_file")
 
 
 def say(line):
