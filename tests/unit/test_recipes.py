@@ -227,3 +227,19 @@ def test_a_config_names_its_drafter_so_a_prune_keeps_it_while_a_config_on_disk_n
     # The snapshot reads the labels of every compose file on disk (the running config, its rollback): the prune
     # keeps whatever they name.
     assert set(re.findall(snapshot._MODEL_LABEL, plan.compose)) == {plan.served.pinned, drafter}
+
+
+def test_a_prune_never_removes_the_drafter_an_entry_references():
+    from sglang_infra.operations.models import prune_plan
+
+    plan = plan_for(data_with({"speculative": RECIPE}))
+    old = "0" * 40
+    cache = {"repos": {DRAFTER_ENTRY["repo_id"]: {"revisions": {DRAFTER_ENTRY["revision"]: {"size": 10},
+                                                                 old: {"size": 5}}}},
+             "referenced": []}
+    assert prune_plan(cache, plan.keep) == [(DRAFTER_ENTRY["repo_id"], old, 5)]
+    # Without the recipe the drafter is no longer kept, unless a config on disk (its label) still names it.
+    plain = plan_for(data_with())
+    assert (DRAFTER_ENTRY["repo_id"], DRAFTER_ENTRY["revision"], 10) in prune_plan(cache, plain.keep)
+    named = {**cache, "referenced": [f"{DRAFTER_ENTRY['repo_id']}@{DRAFTER_ENTRY['revision']}"]}
+    assert prune_plan(named, plain.keep) == [(DRAFTER_ENTRY["repo_id"], old, 5)]
