@@ -136,13 +136,6 @@ def drafter_of(model: Model, kept: Iterable[Model]) -> Model | None:
     return next((each for each in kept if key is not None and each.key == key), None)
 
 
-def served_repo_id(data: Mapping[str, Any]) -> str:
-    """The served model's repo id (a bare repo id is accepted where no registry is involved, e.g. GPU rules)."""
-    key = data["sglang_model"]
-    registry = data.get("sglang_models") or {}
-    return registry[key]["repo_id"] if key in registry else key
-
-
 def _denied(data: Mapping[str, Any], repo_id: str) -> tuple[str, Mapping[str, str]] | None:
     for denied_id, why in (data.get("sglang_denied_models") or {}).items():
         if denied_id.lower() == repo_id.lower():

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import pinned_defaults, plan_for
 
-from sglang_infra.fleet import peering  # noqa: F401  (the fleet's passes read registry.kept_keys)
-from sglang_infra.models import lockgen, registry
+from sglang_infra.fleet import lockgen
+from sglang_infra.models import registry
 from sglang_infra.plan.refusals import check_data
 
 DEFAULTS = pinned_defaults()
