@@ -236,14 +236,16 @@ class CudaRepository:
     fingerprint: str
 
 
-def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None) -> CudaRepository | None:
-    """NVIDIA's CUDA repository for a Debian host and its pinned key, None where it is not the driver's source."""
+def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None,
+                    fingerprint: str | None = None) -> CudaRepository | None:
+    """NVIDIA's CUDA repository for a Debian host and its pinned key (``fingerprint``, a mirror's; None: NVIDIA's
+    for the release, CUDA_REPO_KEYS), None where it is not the driver's source."""
     release = (os_version or "").split(".")[0]
     if os_id != "debian" or release not in CUDA_REPO_KEYS or (arch or "") not in CUDA_REPO_ARCH:
         return None
     directory = f"{url.rstrip('/')}/debian{release}/{CUDA_REPO_ARCH[arch or '']}"
-    key, fingerprint = CUDA_REPO_KEYS[release]
-    return CudaRepository(directory, f"{directory}/{key}", fingerprint)
+    key, nvidia_s = CUDA_REPO_KEYS[release]
+    return CudaRepository(directory, f"{directory}/{key}", fingerprint or nvidia_s)
 
 
 def pinned_driver_problems(data: Mapping[str, Any], inventory: GpuInventory):
