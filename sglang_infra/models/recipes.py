@@ -46,6 +46,7 @@ SECRET_WORDS = {
 # NEXTN drafts with the model's own MTP layers and NGRAM from the prompt, so they take none. Which algorithms exist is
 # the pinned version's table's to say, not this module's.
 NEEDS_DRAFTER = frozenset({"EAGLE", "EAGLE3", "STANDALONE"})
+TAKES_NO_DRAFTER = frozenset({"NEXTN", "NGRAM"})
 
 # The recipe's fields: (required, what it must be).
 SPECULATIVE_FIELDS = {
@@ -206,7 +207,7 @@ def speculative_problems(where: str, raw: Any, registry: Any) -> list[tuple[str,
     if algorithm in NEEDS_DRAFTER and drafter is None:
         out.append((f"{where}: {algorithm} drafts with a separate model, and none is named",
                     "set 'draft_model' to the drafter's registry key (an entry pinned like any model)"))
-    elif drafter is not None and algorithm not in NEEDS_DRAFTER and isinstance(algorithm, str):
+    elif drafter is not None and algorithm in TAKES_NO_DRAFTER:
         out.append((f"{where}: {algorithm} takes no drafter model, but draft_model is {drafter!r}",
                     f"remove 'draft_model', or use one of {', '.join(sorted(NEEDS_DRAFTER))}"))
     if drafter is not None and (not isinstance(drafter, str) or not isinstance(registry, Mapping)

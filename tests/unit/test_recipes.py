@@ -243,3 +243,57 @@ def test_a_prune_never_removes_the_drafter_an_entry_references():
     assert (DRAFTER_ENTRY["repo_id"], DRAFTER_ENTRY["revision"], 10) in prune_plan(cache, plain.keep)
     named = {**cache, "referenced": [f"{DRAFTER_ENTRY['repo_id']}@{DRAFTER_ENTRY['revision']}"]}
     assert prune_plan(named, plain.keep) == [(DRAFTER_ENTRY["repo_id"], old, 5)]
+
+
+# ---------------------------------------------------------------- against the pinned SGLang's own arguments
+
+def launch_problems(data: dict, case: str = "rtx4090-2gpu-node") -> list[tuple[str, str, str]]:
+    from sglang_infra.machine.sglang_args import launch
+
+    return launch.problems(plan_for(data, case), data)
+
+
+def test_a_recipe_the_pinned_release_accepts_is_not_refused():
+    assert launch_problems(data_with({"speculative": RECIPE, "launch_args": {
+        "--kv-cache-dtype": {"value": "fp8_e5m2", "reason": "r"}, "--disable-cuda-graph": {"value": True,
+                                                                                       "reason": "r"}}})) == []
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"speculative": {**RECIPE, "algorithm": "EAGEL3"}},
+     ["entry 'qwen3.6-35b-a3b-awq': 'EAGEL3' (--speculative-algorithm=EAGEL3): 'EAGEL3' is not a speculative "
+      "algorithm SGLang 0.5.16 registers", "use one of DFLASH, DSPARK, EAGLE, EAGLE3, FROZEN_KV_MTP, NEXTN, NGRAM"]),
+    ({"launch_args": {"--kv-cache-dtyp": {"value": "fp8_e5m2", "reason": "r"}}},
+     ["entry 'qwen3.6-35b-a3b-awq'", "--kv-cache-dtyp is not an argument of SGLang 0.5.16 (did you mean "
+      "--kv-cache-dtype"]),
+    ({"launch_args": {"--kv-cache-dtype": {"value": "fp3", "reason": "r"}}},
+     ["--kv-cache-dtype=fp3 is not one of SGLang 0.5.16's choices", "fp8_e5m2"]),
+], ids=["misspelt-algorithm", "flag-the-release-lacks", "choice-the-release-lacks"])
+def test_a_recipe_the_pinned_release_would_reject_is_refused_naming_the_entry_and_the_choices(entry, words):
+    found = launch_problems(data_with(entry))
+    assert len(found) == 1 and found[0][0] == "sglang_models"
+    said = f"{found[0][1]}. Fix: {found[0][2]}"
+    for word in words:
+        assert word in said, said
+
+
+def test_the_model_fit_counts_the_drafters_weights():
+    from dataclasses import replace
+
+    from sglang_infra.machine import modelfit
+    from sglang_infra.models.lockfile import LockedModel
+
+    def locked(data, drafter_bytes):
+        plan = plan_for(data, "h200-1gpu")
+        files = ({"path": "model.safetensors", "size": 60 * 10**9, "sha256": "a" * 64},)
+        models = {TARGET: LockedModel(key=TARGET, repo_id="org/t", commit="c" * 40, files=files)}
+        if drafter_bytes:
+            models[DRAFTER] = LockedModel(key=DRAFTER, repo_id="org/d", commit="d" * 40, files=(
+                {"path": "model.safetensors", "size": drafter_bytes, "sha256": "b" * 64},))
+        return replace(plan, locked=models)
+
+    alone = modelfit.fit(locked(data_with(), 0))
+    drafted = modelfit.fit(locked(data_with({"speculative": RECIPE}), 3 * 10**9))
+    assert alone is not None and drafted is not None
+    assert drafted.weights == alone.weights + 3 * 10**9 and drafted.drafter_weights == 3 * 10**9
+    assert "the drafter's 2.8 GiB included" in drafted.said()
