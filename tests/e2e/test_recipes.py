@@ -1,8 +1,9 @@
 """Launch recipes on a real host (keyed, the secure default): a served entry's speculative recipe with a drafter
 that is itself a registry entry, pulled from the STAND-IN Hub, verified and mounted read-only (the STAND-IN server
 refuses to start on a drafter path it cannot load), and an entry's own argument; a re-run changes nothing; a drafter
-not in the registry and a derived flag replaced without saying so are refused before any change; an accept length
-below the recipe's floor fails the gate and rolls back."""
+not in the registry, a derived flag replaced without saying so, a misspelt algorithm and an argument the pinned
+SGLang lacks (its own table, machine/sglang_args/) are refused before any change; an accept length below the
+recipe's floor fails the gate and rolls back."""
 
 from __future__ import annotations
 
@@ -108,7 +109,12 @@ def test_a_rerun_changes_nothing(served):
     (registry(RECIPE, args={"--tp-size": {"value": 1, "reason": "one GPU"}}),
      ["entry 'qwen3.6-35b-a3b-awq': launch_args['--tp-size']: --tp-size is derived by the deploy",
       "'overrides': True"]),
-], ids=["drafter-not-in-registry", "tp-size-without-override"])
+    (registry({**RECIPE, "algorithm": "EAGEL3"}, args=ARGS),
+     ["sglang_models: entry 'qwen3.6-35b-a3b-awq': 'EAGEL3' (--speculative-algorithm=EAGEL3): 'EAGEL3' is not a "
+      "speculative algorithm SGLang 0.5.16 registers", "use one of DFLASH, DSPARK, EAGLE, EAGLE3"]),
+    (registry(RECIPE, args={"--kv-cache-dtyp": {"value": "fp8_e5m2", "reason": "halves the KV cache"}}),
+     ["entry 'qwen3.6-35b-a3b-awq'", "--kv-cache-dtyp is not an argument of SGLang 0.5.16"]),
+], ids=["drafter-not-in-registry", "tp-size-without-override", "misspelt-algorithm", "argument-the-release-lacks"])
 def test_a_bad_recipe_is_refused_before_any_change(served, models, words):
     host, inventory, _ = served
     compose = sha(host, f"{DOCKER}/compose.yaml")
