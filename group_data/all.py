@@ -109,6 +109,12 @@ sglang_nvidia_cuda_apt_url = "https://developer.download.nvidia.com/compute/cuda
 # (gpus.CUDA_REPO_KEYS). Its keyring holds exactly that key, checked on every run; set a mirror's own key here.
 sglang_nvidia_cuda_apt_key_fingerprint = None
 
+# More SGLang arguments for this host or group, beyond the runbook's flags and the served entry's launch_args (which
+# this host's win over, flag by flag): {'--flag': {'value': V, 'reason': 'why'}}, True for a bare switch. Each is
+# checked against the pinned SGLang's own arguments before any host changes; one that replaces a flag the deploy
+# derives says 'overrides': True (docs/models.md, Launch recipes).
+sglang_launch_args = {}
+
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
 

@@ -31,12 +31,13 @@ from ..hostside.printable import printable
 from ..machine import platforms, toolchain
 from ..machine.gpus import Derived, GpuInventory, derive_flags, plan_problems
 from ..machine.templating import template_path
-from ..models import lockfile
+from ..models import lockfile, recipes
 from ..models import registry as models
 from . import peerdoor
 from .gateway_pin import GATEWAY_VERSION
 from .inventoryfile import inventory_dir
 from .problems import problem
+from .render import DERIVED_FLAGS
 from .schema import RETIRED, SCHEMA, by_digest, host_address, image_problem, system_dir_problem
 
 # Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
@@ -157,8 +158,10 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
     if not template.is_file():
         err("sglang_compose_template", f"{template} does not exist",
             "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
-    for key, what, fix in models.problems(data):
+    for key, what, fix in models.problems(data, DERIVED_FLAGS):
         err(key, what, fix)
+    for what, fix in recipes.args_problems("sglang_launch_args", data["sglang_launch_args"], DERIVED_FLAGS):
+        err("sglang_launch_args", what, fix)
     pins = None
     if data["sglang_toolchain_image"]:
         found = toolchain.problems(data)

@@ -416,7 +416,8 @@ def files(directory):
     return out
 
 
-_MODEL_LABEL = re.compile(r'^\s*' + re.escape(names.MODEL_LABEL) + r':\s*"?([^"\s]+)"?\s*$', re.M)
+_MODEL_LABEL = re.compile(r'^\s*(?:' + re.escape(names.MODEL_LABEL) + '|' + re.escape(names.DRAFTER_LABEL)
+                          + r'):\s*"?([^"\s]+)"?\s*$', re.M)
 
 
 def models(home, user):
