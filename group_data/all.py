@@ -66,9 +66,9 @@ sglang_gpus = "all"
 # False.
 sglang_require_gpu = True
 
-# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime;
-# off, such a host is refused with the install hint.
-sglang_install_nvidia_toolkit = False
+# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime
+# (a bare GPU server converges with the defaults); False opts out: such a host is refused with the install hint.
+sglang_install_nvidia_toolkit = True
 
 # Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
 sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"

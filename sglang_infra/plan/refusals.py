@@ -211,9 +211,10 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
 
 def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any],
                      gpus: GpuInventory | None = None, serves: bool = True,
-                     derived: Mapping[str, Derived] | None = None) -> list[str]:
+                     derived: Mapping[str, Derived] | None = None, gets_docker: bool = True) -> list[str]:
     """Problems between the data and the host as it is now (its snapshot); ``serves``: it runs a model;
-    ``derived``: the flags resolve derived from ``gpus`` (worked out here when not given)."""
+    ``derived``: the flags resolve derived from ``gpus`` (worked out here when not given); ``gets_docker``: the
+    deploy installs or uses Docker there (a host only in the monitor group does not)."""
     errors: list[str] = []
 
     def err(key: str, what: str, fix: str) -> None:
@@ -228,7 +229,7 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
     os_release = snapshot.get("os") or {}
     os_problem = platforms.support_problem(os_release.get("id"), os_release.get("version"),
                                            data["sglang_docker_source"],
-                                           platforms.engine_works(snapshot.get("docker") or {}))
+                                           platforms.engine_works(snapshot.get("docker") or {}), gets_docker)
     if os_problem:
         err("os", os_problem[0], os_problem[1])
     if not snapshot.get("python3"):

@@ -395,8 +395,10 @@ class Engine:
     apt_cache_time: int             # sglang_apt_cache_time: seconds apt's lists stay fresh, for every apt step
     install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
     nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
-    nvidia_toolkit_key_fingerprint: str   # sglang_nvidia_toolkit_apt_key_fingerprint, upper case
     arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
+    # NVIDIA's Container Toolkit repository, when this run installs the toolkit: a serving host with GPUs whose
+    # Docker lacks the nvidia runtime, sglang_install_nvidia_toolkit on (None: nothing to install)
+    toolkit: AptSource | None = None
 
 
 @dataclass(frozen=True)
