@@ -33,7 +33,7 @@ class Output(SimpleNamespace):
 
 def shipped(program, command):
     """True when ``command`` runs hostside/<program>.py as ship.py bundles it (its neighbours' text may name others)."""
-    return f"# {program}.py from sglang_infra/hostside" in command
+    return f'"hostside/{program}.py","exec"' in command   # ship.command: packed, its path in clear
 
 
 class Host:
