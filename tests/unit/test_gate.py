@@ -264,3 +264,53 @@ def test_the_kernel_check_fails_the_gate_naming_the_gpu(tmp_path, monkeypatch, s
     assert run.validate() == expected
     assert ("exec", "-T", "sglang", "python3", "-I", "-c", "print('the program')", "--nvcc",
             "/usr/local/cuda-pip/bin/nvcc") in calls
+
+
+# ---------------------------------------------------------------- the GPUs the last good config passed on (issue 53)
+STANDIN_NVIDIA_SMI = os.path.join(os.path.dirname(__file__), "..", "support", "gpustandin", "nvidia-smi")
+
+
+def standin_gpus(tmp_path, monkeypatch, present: str) -> None:
+    """The stand-in nvidia-smi (tests/support/gpustandin/) first on PATH, listing the GPUs ``present`` names."""
+    share, bin_dir = tmp_path / "standin-nvidia-smi", tmp_path / "bin"
+    share.mkdir()
+    bin_dir.mkdir()
+    (share / "q.xml").write_text(open(os.path.join(os.path.dirname(__file__), "fixtures", "h200-2026-12-04",
+                                                   "q.xml")).read())
+    (share / "present").write_text(present + "\n")
+    (bin_dir / "nvidia-smi").symlink_to(os.path.abspath(STANDIN_NVIDIA_SMI))
+    monkeypatch.setenv("STANDIN_NVIDIA_SMI_DIR", str(share))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_passed_gate_keeps_the_gpus_it_passed_on_beside_the_good_config(tmp_path, monkeypatch):
+    from sglang_infra.hostside.gpu import nvsmi
+
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    standin_gpus(tmp_path, monkeypatch, "0 1 2 3 4 5 6 7")
+    run, docker = _worker(tmp_path, monkeypatch)
+    assert run.run() == 0
+    kept = nvsmi.read_gated(str(docker))
+    assert [g["index"] for g in kept] == list(range(8))
+    assert kept[3] == {"index": 3, "bus_id": "00000000:5D:00.0", "uuid": "GPU-5a1e0000-0000-4000-8000-000000000003"}
+
+
+def test_a_failed_gate_keeps_the_gpus_of_the_last_good_config(tmp_path, monkeypatch):
+    from sglang_infra.hostside.gpu import nvsmi
+
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    standin_gpus(tmp_path, monkeypatch, "0 1 2 3 4 5 6 7")
+    run, docker = _worker(tmp_path, monkeypatch)
+    assert run.run() == 0
+    (tmp_path / "standin-nvidia-smi" / "present").write_text("0 1 2 4 5 6 7\n")
+    (tmp_path / "home" / names.VALIDATION_SCRIPTS[0]).write_text(TOOL_CALLS_FAIL)
+    assert run.run() != 0   # failed (its rollback here fails the same checks)
+    assert len(nvsmi.read_gated(str(docker))) == 8
+
+
+def test_a_gateways_gate_keeps_no_gpus(tmp_path, monkeypatch):
+    from sglang_infra.hostside.gpu import nvsmi
+
+    standin_gpus(tmp_path, monkeypatch, "0 1")
+    run, docker = _worker(tmp_path, monkeypatch, gateway="m")
+    assert run.run() == 0 and not (docker / nvsmi.GATED_FILE).exists()

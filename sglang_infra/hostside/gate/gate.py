@@ -30,6 +30,7 @@ import sys
 import time
 
 from .. import apikey, checks, names, safefs, stack
+from ..gpu import nvsmi
 from ..printable import printable
 from . import gate_metrics, stamp
 
@@ -173,6 +174,20 @@ class Gate:
     def keep(self, suffix):
         for path in self.config():
             copy(path, path + suffix)
+        if suffix == ".good" and not self.gateway:
+            self.keep_gpus()
+
+    def keep_gpus(self):
+        """A worker's GPUs as nvidia-smi lists them now, kept beside its *.good config (nvsmi.GATED_FILE): the
+        plan this config passed on. Nothing is kept without nvidia-smi (a stand-in sandbox)."""
+        try:
+            listed = subprocess.run(["nvidia-smi", "-q", "-x"], capture_output=True, text=True, check=True,
+                                    timeout=COMMAND_TIMEOUT)
+            text = nvsmi.gated(nvsmi.parse(listed.stdout))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return
+        stack.write_private(os.path.join(self.docker_dir, nvsmi.GATED_FILE), text,
+                            os.path.join(self.docker_dir, names.COMPOSE_FILE))
 
     def stamp(self):
         found = stack.container(self.project, self.service)

@@ -523,6 +523,7 @@ def read(spec):
     found_gpus = gpus()
     if found_gpus is not None:
         found_gpus["runtimes"] = engine["runtimes"]
+        found_gpus["gated"] = nvsmi.read_gated(docker_dir)   # the GPUs the last good config was gated on
     found = {
         "python3": sys.executable,
         "os": _os_release(),
