@@ -314,3 +314,31 @@ def test_a_gateways_gate_keeps_no_gpus(tmp_path, monkeypatch):
     standin_gpus(tmp_path, monkeypatch, "0 1")
     run, docker = _worker(tmp_path, monkeypatch, gateway="m")
     assert run.run() == 0 and not (docker / nvsmi.GATED_FILE).exists()
+
+
+# ---------------------------------------------------------------- the last good config failing (issue 53)
+@pytest.mark.parametrize("recovers", [True, False], ids=["recreated-it-passes", "recreated-it-fails-again"])
+def test_a_solo_host_whose_good_config_fails_keeps_it_good_not_failed(tmp_path, monkeypatch, capsys, recovers):
+    """A solo host restarted on its last known-good config (a container gone) whose gate then fails: the config is
+    not kept as *.failed (the next run would refuse the good config itself, operations/gate.py not_failed_before);
+    it is recreated and validated once more."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL)
+    (docker / "compose.yaml.good").write_text("services: {}\n")
+    outcomes = iter(["test_tool_calling.sh: no tool_calls in the answer", None if recovers else "still failing"])
+    monkeypatch.setattr(run, "validate", lambda: next(outcomes))
+    assert run.run() == (1 if recovers else 2)
+    assert not (docker / "compose.yaml.failed").exists()
+    assert (docker / "compose.yaml.good").read_text() == "services: {}\n"
+    assert "nothing is kept as *.failed" in capsys.readouterr().err
+
+
+def test_a_new_config_that_fails_is_still_kept_as_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL)
+    (docker / "compose.yaml.good").write_text("services: {old: {}}\n")
+    outcomes = iter(["test_tool_calling.sh: no tool_calls in the answer", None])
+    monkeypatch.setattr(run, "validate", lambda: next(outcomes))
+    assert run.run() == 1
+    assert (docker / "compose.yaml.failed").read_text() == "services: {}\n"
+    assert (docker / "compose.yaml").read_text() == "services: {old: {}}\n"
