@@ -127,18 +127,18 @@ def lost(testbed, workdir, measure):
 
 
 def test_the_host_served_and_passed_its_gate_on_eight_gpus(lost):
-    assert "--tp-size=8" in lost["compose"] and "count: 8" in lost["compose"], lost["compose"]
+    assert "--tp-size=8" in lost["compose"] and "driver: nvidia" in lost["compose"], lost["compose"]
     assert [g["index"] for g in lost["gated"]] == list(range(8))
     assert lost["gated"][3] == {"index": 3, "bus_id": "00000000:5D:00.0",
                                 "uuid": "GPU-5a1e0000-0000-4000-8000-000000000003"}
 
 
 def test_status_fails_the_host_naming_the_missing_gpu(lost):
-    """Today's main printed 7x GPUs and exited 0."""
+    """Today's main printed 7x GPUs and exited 0. The report shows the next deploy's own refusal of the host."""
     assert lost["status"].returncode == 1, lost["status"].stdout + lost["status"].stderr
     assert LOST_GPU in lost["status"].stdout
     row = next(r for r in json.loads(lost["status_json"].stdout)["hosts"] if r["host"] == GPU)
-    assert row["verdict"] == "failing" and any(LOST_GPU in fault for fault in row["gpu_faults"]), row
+    assert row["verdict"] == "refused" and any(LOST_GPU in line for line in row["refused"]), row
 
 
 def test_check_fails_the_host_naming_the_missing_gpu(lost):
