@@ -192,7 +192,7 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     spec = {"user": "nobody-here", "home": str(tmp_path), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run([python, "-c", ship.program("read.snapshot"), json.dumps(spec)], capture_output=True,
+    out = subprocess.run([python, "-c", ship.packed("read.snapshot"), json.dumps(spec)], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out.count("\n") == 1
     found = json.loads(out)["models"]
@@ -433,7 +433,7 @@ def test_a_record_larger_than_the_bound_is_not_read(tmp_path, monkeypatch):
 def _snapshot_models(home: Path, user: str) -> dict:
     spec = {"user": user, "home": str(home), "tools_dir": str(home / "tools"), "admins": [], "groups": [],
             "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run([sys.executable, "-c", ship.program("read.snapshot"), json.dumps(spec)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", ship.packed("read.snapshot"), json.dumps(spec)], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     return json.loads(out)["models"]
 
