@@ -101,8 +101,10 @@ def give_eight_gpus(host, workdir: Path) -> None:
               "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done")
 
 
-def gated_gpus(host) -> list[dict]:
-    return json.loads(host.exec("cat /opt/sglang/docker/gpus.good").stdout)
+def gated_gpus(host) -> list[dict] | None:
+    """The GPUs the host's last good gate recorded (None: no record; today's main kept none)."""
+    found = host.exec("cat /opt/sglang/docker/gpus.good", check=False)
+    return json.loads(found.stdout) if found.returncode == 0 else None
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +130,7 @@ def lost(testbed, workdir, measure):
 
 def test_the_host_served_and_passed_its_gate_on_eight_gpus(lost):
     assert "--tp-size=8" in lost["compose"] and "driver: nvidia" in lost["compose"], lost["compose"]
-    assert [g["index"] for g in lost["gated"]] == list(range(8))
+    assert [g["index"] for g in lost["gated"] or ()] == list(range(8))
     assert lost["gated"][3] == {"index": 3, "bus_id": "00000000:5D:00.0",
                                 "uuid": "GPU-5a1e0000-0000-4000-8000-000000000003"}
 
@@ -162,7 +164,7 @@ def test_the_server_is_left_as_it_was(lost):
 
 def test_serving_on_the_seven_left_is_the_operators_choice_and_is_gated(lost):
     assert lost["seven"].returncode == 0, lost["seven"].why()
-    assert [g["index"] for g in lost["gated_after"]] == [0, 1, 2, 4, 5, 6, 7]
+    assert [g["index"] for g in lost["gated_after"] or ()] == [0, 1, 2, 4, 5, 6, 7]
     assert lost["status_after"].returncode == 0, lost["status_after"].stdout[-3000:]
 
 
