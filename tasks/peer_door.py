@@ -1,6 +1,6 @@
 """A serving host's peer door: Debian's nginx serving the host's verified
 model blobs, read-only, to the fleet's other hosts holding the site's key
-(sglang_infra/models/peerdoor.py says what it serves and refuses). Its files come
+(sglang_infra/plan/peerdoor.py says what it serves and refuses). Its files come
 before the package, so nginx's first start already runs the door's config,
 never Debian's default site. It comes up before any pull of the run, with the
 blobs verified before it, and is then checked (its address and port held by
@@ -13,10 +13,10 @@ removed."""
 from pyinfra import host
 
 from sglang_infra.hostside.formats.netloc import netloc
-from sglang_infra.models import peerdoor
 from sglang_infra.operations.files import checked_file, secret_file
 from sglang_infra.operations.peerdoor import blobs_listed, door_absent, door_checked, home_passable, tls_made
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
+from sglang_infra.plan import peerdoor
 from sglang_infra.plan.types import dropin_dir
 from sglang_infra.run.preflight import plan_of
 

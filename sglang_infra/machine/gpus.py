@@ -17,11 +17,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from ..hostside.gpu import nvsmi
-from ..models.registry import served_repo_id
-from ..plan.schema import DERIVE
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MARLIN = re.compile(r"awq|gptq|marlin", re.I)
+# The value a key takes to be derived from the host's GPUs here (the schema accepts it for those keys).
+DERIVE = "derive"
+
+
+def served_repo_id(data: Mapping[str, Any]) -> str:
+    """The served model's repo id (a bare repo id is accepted where no registry is involved, e.g. GPU rules)."""
+    key = data["sglang_model"]
+    registry = data.get("sglang_models") or {}
+    return registry[key]["repo_id"] if key in registry else key
 
 
 @dataclass(frozen=True)

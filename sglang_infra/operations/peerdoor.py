@@ -1,4 +1,4 @@
-"""The peer door on a serving host (sglang_infra/models/peerdoor.py): its list of
+"""The peer door on a serving host (sglang_infra/plan/peerdoor.py): its list of
 verified blobs, worked out from the host as it is when the operation runs
 (after this run's pulls), the check that its address and port are held by
 the door's own nginx, and a door left behind removed once the data has
@@ -14,9 +14,9 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 
 from ..fleet import peering
 from ..hostside.formats.netloc import netloc
-from ..models import peerdoor
+from ..machine import ship
+from ..plan import peerdoor
 from ..plan.types import PeerDoor
-from ..run import ship
 from ..run.facts import current
 from ..run.operation import _failed, q, snapshot_operation
 from .files import swap_in

@@ -47,8 +47,9 @@ from pyinfra.api.exceptions import PyinfraError
 
 from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
+from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
-from ..run import factcache, ship
+from ..run import factcache
 from ..run.facts import Snapshot
 from ..run.operation import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed

@@ -14,26 +14,24 @@ which needs every host's plan (preflight.py).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 from typing import Any, Mapping
 
 from .. import ACCOUNT
-from ..fleet.nodegroups import check_reach, member_bind
-from ..fleet.roles import monitors, roles
 from ..hostside import apikey, names
 from ..hostside.gate.gate import CHECKS_BUDGET
 from ..machine import platforms, toolchain
 from ..machine.gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
-from ..models import peerdoor
 from ..models import registry as models
-from ..run.facts import worker_validated
-from . import render
+from . import peerdoor, render
 from . import types as plantypes
 from .defaults import reasons
 from .hostports import clashes
-from .problems import raise_if
+from .problems import problem, raise_if
 from .refusals import Judged, check_gateway_host, check_host_state, judge
 from .render import gate_files
+from .roles import fleet_address, monitors, roles
 from .types import (
     LOCAL_URL,
     Account,
@@ -56,6 +54,7 @@ from .types import (
     Pull,
     RollSettings,
     worker_url,
+    worker_validated,
 )
 
 
@@ -242,3 +241,36 @@ def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
                     hub=plan.paths.hub, pins=pins, key=key, key_id=peerdoor.key_id(key))
     config, key_conf, dropin = peerdoor.render(door, reasons()["sglang_peer_bind_address"])
     return replace(door, config=config, key_conf=key_conf, dropin=dropin)
+
+
+def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> tuple[str, list[str]]:
+    """Where this host's API listens, and the refusal when it cannot be worked out. A member runs on the host's
+    network without a key, so sglang_bind_address as every address ('0.0.0.0', '::', the default) would be every
+    interface of the host: a member binds its fleet address instead (roles.fleet_address), which must then be an IP
+    address. Any other host, or an address the data names: sglang_bind_address as it is."""
+    bind = data["sglang_bind_address"]
+    if group is None or not ipaddress.ip_address(bind).is_unspecified:
+        return bind, []
+    fleet = fleet_address(name, data)
+    try:
+        return str(ipaddress.ip_address(fleet)), []
+    except ValueError:
+        return bind, [problem(name, "sglang_bind_address", f"{bind!r} (every address) on a member of group "
+                              f"{group.name!r}, whose API answers without a key on the host's own network, and its "
+                              f"fleet address {fleet!r} is a name, not an IP address to listen on instead",
+                              "set sglang_bind_address to this member's IP address on the group's network, e.g. "
+                              "'10.0.0.12' (or set sglang_worker_address to it)")]
+
+
+def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> list[str]:
+    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/read/snapshot.py's
+    reach: bounded in time): refused, naming the address."""
+    found = snapshot.get("reach")
+    if group.rank == 0 or found is None or found.get("ok"):
+        return []
+    return [problem(host, "sglang_worker_address", f"this member of group {group.name!r} cannot reach rank 0 "
+                    f"({group.head_name}) at {group.dist_init_addr}: {found.get('said')}",
+                    f"set rank 0's sglang_worker_address to an address every member reaches, or open port "
+                    f"{group.port} (and the {group.ports - 1} above it) from this host")]
+
+

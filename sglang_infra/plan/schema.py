@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..machine.gpus import DERIVE
 from .gateway_pin import GATEWAY_VERSION
 
 # An image reference: [registry[:port]/]path[:tag][@sha256:<64 hex>]
@@ -24,7 +25,6 @@ _FLAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
 _SHARE_RE = re.compile(r"^[1-9][0-9]?%$")   # a share of a pool: "1%" to "99%"
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-DERIVE = "derive"  # the value is derived from the host's GPUs (sglang_infra/machine/gpus.py)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _ip(value: Any) -> bool:
 
 def _fleet_ip(value: Any) -> bool:
     """An IP address other hosts can reach: not loopback (127.x, ::1) and not every address (0.0.0.0, ::)."""
-    from ..models.peerdoor import address_problem
+    from .peerdoor import address_problem
 
     return _ip(value) and address_problem(value) is None
 
@@ -288,7 +288,7 @@ SCHEMA: dict[str, Key] = {
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
-    # peer distribution: the peer door (sglang_infra/models/peerdoor.py; its key is judged in refusals.judge)
+    # peer distribution: the peer door (sglang_infra/plan/peerdoor.py; its key is judged in refusals.judge)
     "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 880"),
     "sglang_peer_bind_address": Key("None or an IP address of the fleet's network (not loopback, not every address)",
                                     _optional(_fleet_ip),

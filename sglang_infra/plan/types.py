@@ -30,6 +30,21 @@ def worker_url(address: str, port: int) -> str:
     return f"http://{netloc(address, port)}"
 
 
+def worker_validated(snapshot: Mapping[str, Any] | None) -> bool:
+    """
+    A worker serves a config that passed its gate: the gate's stamp is the
+    digest of what runs now and its container runs. A worker rolled back to
+    its last good config counts too: it serves what passed (a rolling restart
+    puts it back in its gateways, operations/roll.py); one whose config never
+    passed does not.
+    """
+    if not snapshot or not snapshot.get("gate"):
+        return False
+    container = (snapshot.get("stack") or {}).get("container") or {}
+    return bool(names.stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
+                and container.get("state") == "running")
+
+
 # Where a gateway's port is published when sglang_router_bind_address is None.
 EVERY_ADDRESS = "0.0.0.0"
 # Fleet metrics: files root owns outside the home (Debian's packages read /etc/prometheus; systemd's drop-ins
@@ -47,6 +62,12 @@ GPU_METRICS_UNIT = "sglang-gpu-metrics"     # .service and .timer: each GPU's he
 PROGRAM_DIR = "/usr/local/lib/sglang"       # host programs systemd runs as root (root's own, 0755)
 DASHBOARD_DIR = "/usr/share/sglang/grafana"
 DASHBOARD_FILE = "sglang-fleet.json"
+
+
+# The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
+# group's rank 0 started after every other member, within this many seconds of it. A member started after rank 0,
+# or rank 0 started long after a member, is a stale group (one of them restarted alone).
+START_WINDOW = 600
 
 
 def dropin_dir(service: str) -> str:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Mapping
 
 from pyinfra.api import FactBase
 
-from ..hostside.names import stamp_current
-from . import factcache, ship
+from ..machine import ship
+from . import factcache
 
 # A host without python3 still says what it is, so the preflight can name the problem.
 _WITHOUT_PYTHON = (
@@ -50,16 +49,3 @@ def current(host) -> dict:
     return found
 
 
-def worker_validated(snapshot: Mapping[str, Any] | None) -> bool:
-    """
-    A worker serves a config that passed its gate: the gate's stamp is the
-    digest of what runs now and its container runs. A worker rolled back to
-    its last good config counts too: it serves what passed (a rolling restart
-    puts it back in its gateways, operations/roll.py); one whose config never
-    passed does not.
-    """
-    if not snapshot or not snapshot.get("gate"):
-        return False
-    container = (snapshot.get("stack") or {}).get("container") or {}
-    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
-                and container.get("state") == "running")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pyinfra import logger
 
-from . import ship
+from ..machine import ship
 from .operation import q, run_on
 
 

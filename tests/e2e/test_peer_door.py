@@ -1,4 +1,4 @@
-"""The peer door on two real hosts (sglang_infra/models/peerdoor.py): each serving host's nginx hands its verified
+"""The peer door on two real hosts (sglang_infra/plan/peerdoor.py): each serving host's nginx hands its verified
 blobs, over TLS alone with the host's own certificate (curl here does not check it, -k: the pull's pinning is tested
 against the real door below), to the other host with the site's key (ranges answered 206, the bytes the lock's), and
 nothing else: plain HTTP is not served, a client pinned to another certificate sends nothing; 401 without
@@ -15,7 +15,7 @@ import pytest
 
 from harness import door_pin, run_deploy, run_host_checks
 from sglang_infra.hostside.pull import peers
-from sglang_infra.models import peerdoor
+from sglang_infra.plan import peerdoor
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port

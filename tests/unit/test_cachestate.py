@@ -18,7 +18,7 @@ import pytest
 
 from sglang_infra.hostside.pull import manifest
 from sglang_infra.hostside.read import cachestate
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 C1 = "1" * 40
 C2 = "2" * 40

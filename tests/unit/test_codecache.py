@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from sglang_infra.hostside.read import codecache
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the cache is root's: the tests chown its entries")
 

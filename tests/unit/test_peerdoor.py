@@ -1,4 +1,4 @@
-"""The peer door (sglang_infra/models/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and
+"""The peer door (sglang_infra/plan/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and
 its place in the plan and the snapshot. The door itself, answering on a real host: tests/e2e/test_peer_door.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
 from sglang_infra.hostside.read import snapshot as host_snapshot
-from sglang_infra.models import peerdoor
+from sglang_infra.plan import peerdoor
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data, check_host_state
 from sglang_infra.plan.resolve import resolve, snapshot_spec

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 PROGRAMS = ship.programs()
 

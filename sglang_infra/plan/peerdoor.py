@@ -32,10 +32,10 @@ import ipaddress
 import re
 from typing import Any, Mapping
 
-from ..fleet.roles import fleet_address
 from ..hostside.formats.netloc import netloc
-from ..plan.templating import render_template
-from ..plan.types import PeerDoor, dropin_dir
+from ..machine.templating import render_template
+from .roles import fleet_address
+from .types import PeerDoor, dropin_dir
 
 DOOR_DIR = "/etc/nginx/sglang-peer-door"    # root's: the door's config, its key and its list of blobs
 CONFIG = f"{DOOR_DIR}/nginx.conf"
