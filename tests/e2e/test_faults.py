@@ -23,8 +23,11 @@ import pytest
 from harness import PROJECT_DIR, run_deploy, run_host_checks, start_deploy, wait_for_text
 
 CUT, GPU = "sg-flt-cut", "sg-flt-gpu"
-# The cut comes while the run installs the pull's venv (pip, seconds long): a step half done on the host.
+# The cut comes while the run makes the pull's venv: once `python3 -m venv` made bin/python and before ensurepip
+# gave it pip, where it can be caught (on today's main a re-run then failed: "venv/bin/pip: not found").
 CUT_AT = "/venv has huggingface_hub"
+HALF_MADE_VENV = ("for i in $(seq 300); do test -e /var/lib/sglang-tools/venv/bin/python && break; sleep 0.1; done; "
+                  "test ! -e /var/lib/sglang-tools/venv/bin/pip")
 # Each SSH session of root (OpenSSH 9.8+ names them sshd-session; older, sshd), never sshd's listener.
 KILL_SESSIONS = ("ps -eo pid=,args= | awk '$2 ~ /^sshd(-session)?:$/ && $3 == \"root@notty\" || "
                  "$2 ~ /^sshd(-session)?:$/ && $3 == \"root\" && $4 == \"[priv]\" {print $1}' | xargs -r kill -KILL")
@@ -58,12 +61,14 @@ def cut(testbed, workdir, measure):
     proc = start_deploy(inventory, log)
     try:
         reached = wait_for_text(log, CUT_AT, timeout=300)
+        half_made = host.exec(HALF_MADE_VENV, check=False).returncode == 0
         killed = host.exec(KILL_SESSIONS, check=False)
         returncode = proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
     rerun = run_deploy(inventory)
+    measure(f"SSH cut: the venv was half made (bin/python, no pip) when the connection was cut: {half_made}")
     return dict(reached=reached, killed=killed, returncode=returncode, output=log.read_text(errors="replace"),
                 rerun=rerun, checks=run_host_checks(inventory, workdir), again=run_deploy(inventory))
 
