@@ -28,6 +28,10 @@ sglang_docker_source = "distribution"
 # Base URL of Docker's apt repository, used only when sglang_docker_source is 'docker'.
 sglang_docker_apt_url = "https://download.docker.com/linux"
 
+# Full fingerprint of the key that signs Docker's apt repository (Docker's published one): apt trusts every key of a
+# keyring, so the keyring holds exactly this key, checked on every run; set a mirror's own key here.
+sglang_docker_apt_key_fingerprint = "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"
+
 # Seconds an apt index stays fresh; a re-run inside this window never runs apt-get update.
 sglang_apt_cache_time = 86400
 
@@ -65,6 +69,10 @@ sglang_install_nvidia_toolkit = False
 # Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
 sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
 
+# Full fingerprint of the key that signs NVIDIA's container-toolkit repository (NVIDIA's published one): its keyring
+# holds exactly this key, checked on every run; set a mirror's own key here.
+sglang_nvidia_toolkit_apt_key_fingerprint = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+
 # On an NVSwitch board (HGX/DGX) CUDA cannot start until Fabric Manager, of the driver's exact version, runs. Off, such
 # a host without it is refused with the fix; True lets the deploy install it pinned to the driver's version from the
 # host's own driver source (and NVLSM on the boards that need it), then enable it. Off by default: a package that must
@@ -86,11 +94,16 @@ sglang_nvidia_driver_version = None
 sglang_nvidia_driver_open = True
 
 # A newly installed driver loads only after a reboot. Off, the deploy installs it and stops that host with the
-# message, for the operator to reboot when it suits; True lets the deploy reboot it (pyinfra's reboot) and go on.
+# message, for the operator to reboot when it suits; True lets the deploy reboot it and go on: a worker behind a
+# gateway in its pool's turns, drained (sglang_max_unavailable), a node group as one unit, a host alone at once.
 sglang_allow_reboot = False
 
 # Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
 sglang_nvidia_cuda_apt_url = "https://developer.download.nvidia.com/compute/cuda/repos"
+
+# Full fingerprint of the key that signs the CUDA repository; None: NVIDIA's own key for the host's Debian release
+# (gpus.CUDA_REPO_KEYS). Its keyring holds exactly that key, checked on every run; set a mirror's own key here.
+sglang_nvidia_cuda_apt_key_fingerprint = None
 
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900
@@ -183,6 +196,12 @@ sglang_lock = "sglang.lock"
 # Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each
 # connection, not the link, so shards come side by side and a large file as byte ranges.
 sglang_pull_workers = 8
+
+# MiB a pull leaves free on the cache's filesystem: a model that would leave less is refused before a byte of it is
+# fetched, naming the bytes it needs and those free. hf-cache usually shares its disk with Docker's layers, the
+# journal and the server's logs; a disk filled to its last byte stops those writes on a host that is serving, and a
+# GiB is little beside a model of tens of GB.
+sglang_pull_min_free_mib = 1024
 
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"

@@ -222,6 +222,13 @@ CUDA_REPO_KEYS = {"12": ("3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863
 CUDA_REPO_ARCH = {"amd64": "x86_64", "arm64": "sbsa"}
 # Seconds a rebooting server may take to answer again: HGX boards spend minutes in their firmware.
 REBOOT_TIMEOUT = 1200
+# NVIDIA's driver packages build their kernel module against a kernel's headers (DKMS), which apt installs only as
+# a recommendation, never with --no-install-recommends: this package, for the running kernel and the one that boots
+# next, goes in before any driver package (Debian and Ubuntu spell it alike).
+HEADERS_PACKAGE = "linux-headers-{kernel}"
+# The kernel the next boot loads, as a shell expression: the newest /boot/vmlinuz-* (Debian's and Ubuntu's GRUB
+# boot the newest by default), else the running one (a host that boots no kernel of its own /boot).
+NEXT_KERNEL = "$(ls -1 /boot/vmlinuz-* 2>/dev/null | sed 's|^/boot/vmlinuz-||' | sort -V | tail -n 1)"
 
 
 def driver_packages(version: str, os_family: str | None, open_modules: bool) -> list[str]:
@@ -240,14 +247,16 @@ class CudaRepository:
     fingerprint: str
 
 
-def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None) -> CudaRepository | None:
-    """NVIDIA's CUDA repository for a Debian host and its pinned key, None where it is not the driver's source."""
+def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None,
+                    fingerprint: str | None = None) -> CudaRepository | None:
+    """NVIDIA's CUDA repository for a Debian host and its pinned key (``fingerprint``, a mirror's; None: NVIDIA's
+    for the release, CUDA_REPO_KEYS), None where it is not the driver's source."""
     release = (os_version or "").split(".")[0]
     if os_id != "debian" or release not in CUDA_REPO_KEYS or (arch or "") not in CUDA_REPO_ARCH:
         return None
     directory = f"{url.rstrip('/')}/debian{release}/{CUDA_REPO_ARCH[arch or '']}"
-    key, fingerprint = CUDA_REPO_KEYS[release]
-    return CudaRepository(directory, f"{directory}/{key}", fingerprint)
+    key, nvidia_s = CUDA_REPO_KEYS[release]
+    return CudaRepository(directory, f"{directory}/{key}", fingerprint or nvidia_s)
 
 
 def pinned_driver_problems(data: Mapping[str, Any], inventory: GpuInventory):

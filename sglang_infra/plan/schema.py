@@ -208,6 +208,15 @@ def _release(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^[0-9]+(\.[0-9]+){1,3}$", value) is not None
 
 
+def _fingerprint(value: Any) -> bool:
+    """A key's full fingerprint: 40 hex digits, no spaces (resolve upper-cases it)."""
+    return isinstance(value, str) and re.fullmatch(r"[0-9A-Fa-f]{40}", value) is not None
+
+
+_FINGERPRINT_FIX = ("use the key's full fingerprint, 40 hex digits without spaces "
+                    "(`gpg --show-keys --with-colons KEYFILE`, its fpr line), e.g. ")
+
+
 def _https_url(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
@@ -238,6 +247,8 @@ SCHEMA: dict[str, Key] = {
                                 "use 'distribution' (the OS packages) or 'docker' (Docker's apt repository)"),
     "sglang_docker_apt_url": Key("an https URL", _https_url,
                                  "use Docker's repository base URL, e.g. 'https://download.docker.com/linux'"),
+    "sglang_docker_apt_key_fingerprint": Key("a full key fingerprint (40 hex digits)", _fingerprint,
+                                             _FINGERPRINT_FIX + "'9DC858229FC7DD38854AE2D88D81803C0EBFCD88'"),
     "sglang_apt_cache_time": Key("an integer number of seconds >= 0", _int_range(0, 10**7),
                                  "use seconds, e.g. 86400"),
     # stack
@@ -288,6 +299,8 @@ SCHEMA: dict[str, Key] = {
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
+    "sglang_pull_min_free_mib": Key("an integer number of MiB 0-1048576", _int_range(0, 1 << 20),
+                                    "use MiB, e.g. 1024; 0 lets a pull fill the disk to its last byte"),
     # peer distribution: the peer door (sglang_infra/plan/peerdoor.py; its key is judged in refusals.judge)
     "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 880"),
     "sglang_peer_bind_address": Key("None or an IP address of the fleet's network (not loopback, not every address)",
@@ -341,6 +354,12 @@ SCHEMA: dict[str, Key] = {
     "sglang_allow_reboot": Key("True or False", lambda v: isinstance(v, bool),
                                "use True to let the deploy reboot a host to load its new driver, or False"),
     "sglang_nvidia_cuda_apt_url": Key("an https URL", _https_url, "use NVIDIA's CUDA repository base URL"),
+    "sglang_nvidia_cuda_apt_key_fingerprint": Key("None or a full key fingerprint (40 hex digits)",
+                                                  _optional(_fingerprint),
+                                                  _FINGERPRINT_FIX + "'EB693B3035CD5710E231E123A4B469963BF863CC', "
+                                                  "or None for NVIDIA's own key"),
+    "sglang_nvidia_toolkit_apt_key_fingerprint": Key("a full key fingerprint (40 hex digits)", _fingerprint,
+                                                     _FINGERPRINT_FIX + "'C95B321B61E88C1809C4F759DDCAE044F796ECB0'"),
     "sglang_nvidia_toolkit_apt_url": Key("an https URL", _https_url,
                                          "use NVIDIA's repository base URL, "
                                          "e.g. 'https://nvidia.github.io/libnvidia-container'"),

@@ -15,6 +15,7 @@ from ..hostside import names
 from ..hostside.formats.netloc import netloc
 from ..machine import platforms
 from ..machine.gpus import CudaRepository, Derived, GpuInventory
+from ..machine.keyrings import VendorKey
 from ..machine.toolchain.image import BuildContext
 from ..models.lockfile import Lock, LockedModel
 from ..models.registry import Model
@@ -134,10 +135,11 @@ class Gate:
 
 @dataclass(frozen=True)
 class AptSource:
-    """A vendor's apt repository (aptrepo.vendor_repository): its signing key's URL and its source line."""
+    """A vendor's apt repository (operations/system.vendor_repository): its signing key's URL and its source line."""
 
     key_url: str
     line: str                 # with {keyring}: where the key is kept
+    fingerprint: str          # the signing key's full fingerprint, pinned (keyrings.py)
 
 
 @dataclass(frozen=True)
@@ -389,6 +391,7 @@ class Engine:
     apt_cache_time: int             # sglang_apt_cache_time: seconds apt's lists stay fresh, for every apt step
     install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
     nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
+    nvidia_toolkit_key_fingerprint: str   # sglang_nvidia_toolkit_apt_key_fingerprint, upper case
     arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
 
 
@@ -406,6 +409,7 @@ class Pull:
     token: bytes | None = field(repr=False)   # the Hub token (registry.control_token), uploaded to paths.token
     prune: bool = False             # sglang_prune_models
     venv_module: bool = False       # the host's python3 can make the pull's venv
+    min_free: int = 0               # sglang_pull_min_free_mib in bytes: what a pull leaves free on the cache's disk
 
 
 @dataclass(frozen=True)
@@ -530,6 +534,8 @@ class HostPlan:
     # where the pull looks for each kept model's blobs first, by model key (set by preflight, peering.py)
     peer_sources: Mapping[str, PeerSources] = field(default_factory=dict)
     driver: GpuDriver = GpuDriver()   # the NVIDIA driver layer the deploy may install
+    # every vendor apt key the deploy may write on this host, each pinned (keyrings.py): judged on every run
+    vendor_keys: tuple[VendorKey, ...] = ()
 
     @property
     def runs_gateways(self) -> bool:

@@ -10,6 +10,7 @@ import json
 import shlex
 
 from pyinfra.api import FactBase
+from pyinfra.api.exceptions import FactProcessError
 
 from ..machine import ship
 from . import factcache
@@ -21,6 +22,24 @@ _WITHOUT_PYTHON = (
 )
 
 
+# What a host may answer the control side, at most: its snapshot (a host with a large model cache and thousands of
+# drifted entries answers a few MiB), and the one-line JSON answers of the roll's and the gateways' programs.
+MAX_SNAPSHOT_BYTES = 64 << 20
+MAX_ANSWER_BYTES = 1 << 20
+
+
+def bounded_json(text: str, limit: int, what: str) -> dict:
+    """``text`` (a host's answer) as the JSON object it must be, at most ``limit`` bytes; ValueError naming ``what``
+    otherwise: a host's answer is never parsed unbounded, nor trusted to be of the right shape."""
+    size = len(text.encode("utf-8", "replace"))
+    if size > limit:
+        raise ValueError(f"{what} is {size} bytes, over the {limit} the control side reads")
+    found = json.loads(text)
+    if not isinstance(found, dict):
+        raise ValueError(f"{what} is a JSON {type(found).__name__}, not an object")
+    return found
+
+
 class Snapshot(FactBase):
     """Everything the deploy compares against, as one JSON document (see hostside/read/snapshot.py)."""
 
@@ -28,7 +47,10 @@ class Snapshot(FactBase):
         return f"{_WITHOUT_PYTHON}; exec {ship.cached_command('read.snapshot')} {shlex.quote(spec)}"
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        try:
+            return bounded_json("\n".join(output), MAX_SNAPSHOT_BYTES, "the host's snapshot")
+        except ValueError as error:   # pyinfra fails this host alone, naming the fact, and the run goes on
+            raise FactProcessError(str(error)) from None
 
 
 class Unreadable(Exception):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from types import SimpleNamespace
 from unittest import mock
 
@@ -53,7 +54,11 @@ def _arguments(op: str, args: dict) -> dict:
         door = args["door"]
         args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
                                             "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
-    if op == "rolled":
+    if op == "keyring_pinned":
+        from sglang_infra.machine.keyrings import VendorKey
+
+        args = {**args, "key": VendorKey(**args["key"])}
+    if op in ("rolled", "driver_rolled"):
         from sglang_infra.plan.types import Gate
 
         args = {**args, "gate": Gate(**args["gate"])}
@@ -136,8 +141,19 @@ def test_image_archive_is_uploaded_and_loaded_once(tmp_path):
     archive.write_bytes(b"not really an image")
     missing = {"Snapshot": {"docker": {"images": {}}}}
     commands, _ = run("image_present", {"image": "sglang-standin:abc", "archive": str(archive)}, missing)
-    remote = "/var/tmp/sglang-image-" + __import__("hashlib").sha256(archive.read_bytes()).hexdigest()[:16] + ".tar"
+    remote = commands[0].split()[-1]
+    assert re.fullmatch(r"/var/tmp/sglang-image-[0-9a-f]{32}\.tar", remote)
     assert commands[0] == f"upload {archive} {remote}"
+    # issue 52 item 8: a name no one can guess ahead (not the archive's digest, new on every run), nor pyinfra's
+    # temporary name under a sudo login
+    again = run("image_present", {"image": "sglang-standin:abc", "archive": str(archive)}, missing)[0][0].split()[-1]
+    assert again != remote and __import__("hashlib").sha256(archive.read_bytes()).hexdigest()[:16] not in remote
+    fake = FakeHost(missing)
+    with on_host(fake):
+        uploads = [next(OPERATIONS["image_present"]._inner(image="sglang-standin:abc", archive=str(archive)))
+                   for _ in range(2)]
+    factcache.invalidate(fake)
+    assert uploads[0].remote_temp_filename != uploads[1].remote_temp_filename
     assert commands[1].startswith(f"docker load -i {remote} >/dev/null; loaded=$?; rm -f {remote}")
     assert "does not contain sglang-standin:abc" in commands[1]
     present = {"Snapshot": {"docker": {"images": {"sglang-standin:abc": {"id": "sha256:1", "labels": {}}}}}}

@@ -32,8 +32,12 @@ class Output(SimpleNamespace):
 
 
 def shipped(program, command):
-    """True when ``command`` runs hostside/<program>.py as ship.py bundles it (its neighbours' text may name others)."""
-    return f'"hostside/{program}.py","exec"' in command   # ship.command: packed, its path in clear
+    """True when ``command`` runs hostside/<program>.py as ship.command packs it (its path in clear), or through
+    the code cache (ship.cached_command)."""
+    from sglang_infra.machine import ship
+
+    return f'"hostside/{program}.py","exec"' in command or \
+        command.startswith(ship.cached_command(program.replace("/", ".")))
 
 
 class Host:
