@@ -449,6 +449,8 @@ def tools(tools_dir):
     return {
         "venv_module": all(importlib.util.find_spec(m) is not None for m in ("ensurepip", "venv")),
         "venv_python": os.access(os.path.join(tools_dir, "venv", "bin", "python"), os.X_OK),
+        # a venv made but cut before ensurepip gave it pip (a run killed or its connection lost there)
+        "venv_pip": os.access(os.path.join(tools_dir, "venv", "bin", "pip"), os.X_OK),
         "hub_versions": sorted(os.path.basename(d)[len("huggingface_hub-"):-len(".dist-info")] for d in dists),
         "tools": owner_mode(tools_dir),
         "secret": owner_mode(os.path.join(tools_dir, "secret")),
@@ -556,6 +558,7 @@ def read(spec):
     found_gpus = gpus()
     if found_gpus is not None:
         found_gpus["runtimes"] = engine["runtimes"]
+        found_gpus["gated"] = nvsmi.read_gated(docker_dir)   # the GPUs the last good config was gated on
     found = {
         "python3": sys.executable,
         "os": _os_release(),
