@@ -9,7 +9,7 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand
 
 from ..hostside.names import stamp_current
-from ..run.operation import file_entry, q, run_streamed, snapshot_operation
+from ..run.operation import file_entry, q, run_gate, snapshot_operation
 from .docker import image_id
 from .stack import stack_section
 
@@ -46,7 +46,8 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
     if gate_passed(image, files, gateway) and not always:
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
-    yield FunctionCommand(run_streamed, (f"bash {q(gate)}",), {})
+    # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
+    yield FunctionCommand(run_gate, (f"bash {q(gate)}",), {})
 
 
 def gate_passed(image: str, files: Mapping[str, str], gateway: str | None = None) -> bool:

@@ -46,9 +46,9 @@ from pyinfra.api.exceptions import PyinfraError
 from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..plan.types import Gate, NodeGroup, Roll
-from ..run import factcache, ship
+from ..run import factcache, interrupt, ship
 from ..run.facts import Snapshot
-from ..run.operation import connector_arguments, q, run_on, snapshot_operation
+from ..run.operation import connector_arguments, detached, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from .group import restart_and_gate as group_restart_and_gate
@@ -336,11 +336,13 @@ def restart_and_gate(host, up: str | None, gate: str, state=None, group: NodeGro
     group's rank 0: the group's own restart (when ``up``), gate and rollback instead (operations/group.py)."""
     if group is not None:
         return group_restart_and_gate(state, host, group, up is not None, f"group {group.name}'s turn")
-    if up is not None:
-        status, output = run_on(host, up)
-        if not status:
-            return f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
-    status, output = run_on(host, gate)
+    with interrupt.gate_going(host.name):
+        if up is not None:
+            status, output = run_on(host, up)
+            if not status:
+                return f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
+        # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
+        status, output = run_on(host, detached(gate))
     return None if status else gate_reason(output)
 
 

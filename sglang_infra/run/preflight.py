@@ -31,7 +31,7 @@ from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
 from ..plan.types import HostPlan
 from ..status import statusrows
-from . import factcache
+from . import factcache, hold
 from .facts import Snapshot
 
 _plans: dict[int, dict[str, HostPlan | None]] = {}
@@ -45,6 +45,10 @@ def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None,
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
+    if not report and not hold.dry():   # one run at a time changes a host: held before it is read (run/hold.py)
+        refused = hold.take(host.state, host, judged.data["sglang_host_lock_wait"])
+        if refused:
+            return None, [refused], None
     spec = snapshot_spec(judged.data, report, node_group=node_group, name=host.name)
     snapshot = factcache.get(host, Snapshot, spec=json.dumps(spec, sort_keys=True))
     if snapshot is None:

@@ -39,7 +39,7 @@ from .. import dockerapi, names, safefs, stack
 from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
-from ..write import acl
+from ..write import acl, hold
 from . import cachestate, doorcheck, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
@@ -555,7 +555,7 @@ def read(spec):
     if spec.get("door_reader"):
         found["door_reader"] = acl.search_only(home, spec["door_reader"])
     if spec.get("report"):
-        found["report"] = report.read(home, engine)
+        found["report"] = dict(report.read(home, engine), hold=hold.show())
     return found
 
 
