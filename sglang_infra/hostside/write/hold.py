@@ -64,21 +64,31 @@ def _read_holder():
     return found if isinstance(found, dict) else {"said": "another run (its description is unreadable)"}
 
 
-def show():
-    """The holder while a run holds the host, else None; reads without ever blocking a run for long."""
-    if not os.path.isdir(HOLD_DIR) or os.path.islink(HOLD_DIR):
-        return None
+def _held(path):
+    """Whether a process holds ``path``'s lock now; a shared try that succeeds is released at once."""
     try:
-        fd = os.open(LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return None
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
     except OSError:
-        return _read_holder()
+        return True
     finally:
-        os.close(fd)   # a shared try that succeeded is released at once
-    return None
+        os.close(fd)
+
+
+GATE_GOING = "the gate of a run that has ended, which goes on by itself on this host"
+
+
+def show():
+    """The holder while a run holds the host (or a gate its run left going), else None; never blocks a run."""
+    if not os.path.isdir(HOLD_DIR) or os.path.islink(HOLD_DIR):
+        return None
+    if _held(LOCK):
+        return _read_holder()
+    return {"said": GATE_GOING} if _held(GATE_LOCK) else None
 
 
 def described(found):
@@ -95,25 +105,15 @@ def _gate_done(deadline):
     """None once no detached gate (roll/detach.py, of a run that ended before its gate) holds GATE_LOCK; else,
     at the deadline, why the host is still busy."""
     said = False
-    while True:
-        try:
-            fd = os.open(GATE_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return None
-        except BlockingIOError:
-            pass
-        finally:
-            os.close(fd)
-        what = {"said": "the gate of an earlier run, which goes on by itself on this host"}
+    while _held(GATE_LOCK):
+        what = {"said": GATE_GOING}
         if time.monotonic() >= deadline:
             return what
         if not said:
             _say(waiting=what)
             said = True
         time.sleep(POLL)
+    return None
 
 
 def _say(**what):
