@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import tarfile
@@ -23,6 +24,7 @@ DOCKER = "/opt/sglang/docker"
 # The tree the fleet was converged by before this change (the commit before it landed): the upgrade's start.
 UPGRADE_FROM = "80f9540"
 GATE_OP = "Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)"
+GATE_STARTS = f"--> Starting operation: tasks/stack.py | {GATE_OP}"   # the run's line as its gate begins
 # On the host: a chat completion every 0.5 s, bounded, one line each (ok / fail), into SAMPLES.
 SAMPLES = "/root/samples"
 SAMPLER = (f": > {SAMPLES}; m=$(curl -s -m 2 http://127.0.0.1:30000/v1/models | python3 -c "
@@ -69,7 +71,7 @@ class Sampler:
         self.host = host
 
     def __enter__(self):
-        self.host.exec(f"rm -f /root/sampler.stop; nohup bash -c {json.dumps(SAMPLER)} >/dev/null 2>&1 &")
+        self.host.exec(f"rm -f /root/sampler.stop; nohup bash -c {shlex.quote(SAMPLER)} >/dev/null 2>&1 &")
         assert wait_for(lambda: cat(self.host, SAMPLES).count("ok") >= 2, 20), "the sampler never got an answer"
         return self
 
@@ -165,7 +167,7 @@ def test_an_interrupt_stops_the_run_at_once_and_the_gate_ends_on_the_host(fleet,
     host = hosts[CANARY]
     log = workdir / "interrupted.log"
     run = start_deploy(inventory, log, "--limit", CANARY, *data("interrupted", STANDIN_LOAD_SECONDS="6"))
-    assert wait_for_text(log, GATE_OP, timeout=300), log.read_text()[-3000:]
+    assert wait_for_text(log, GATE_STARTS, timeout=300), log.read_text()[-3000:]
     time.sleep(2)
     run.send_signal(signal.SIGINT)
     stopped = time.monotonic()
@@ -192,7 +194,7 @@ def test_rollout_stops_at_once_on_an_interrupted_canary(fleet, workdir):
                                     *data("rollout", STANDIN_FAILURE="tool_call_as_text")],
                                    cwd=PROJECT_DIR, env=_env(), stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    assert wait_for_text(log, GATE_OP, timeout=300), log.read_text()[-3000:]
+    assert wait_for_text(log, GATE_STARTS, timeout=300), log.read_text()[-3000:]
     time.sleep(2)
     os.killpg(rollout.pid, signal.SIGINT)   # as Ctrl-C: the script and its step alike
     rc = rollout.wait(timeout=60)
@@ -215,7 +217,7 @@ def test_a_run_killed_mid_gate_leaves_its_gate_to_roll_back_and_status_names_the
     log = workdir / "killed.log"
     run = start_deploy(inventory, log, "--limit", CANARY, *data("killed", STANDIN_FAILURE="tool_call_as_text",
                                                                  STANDIN_LOAD_SECONDS="8"))
-    assert wait_for_text(log, GATE_OP, timeout=300), log.read_text()[-3000:]
+    assert wait_for_text(log, GATE_STARTS, timeout=300), log.read_text()[-3000:]
     time.sleep(1)
     run.kill()
     run.wait(timeout=30)
