@@ -8,7 +8,7 @@ from typing import Mapping
 from pyinfra import host
 from pyinfra.api import FunctionCommand
 
-from ..hostside.names import stamp_current
+from ..hostside.names import COMPOSE_FILE, stamp_current
 from ..run.operation import file_entry, q, run_gate, snapshot_operation
 from .docker import image_id
 from .stack import stack_section
@@ -47,7 +47,9 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
     # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
-    yield FunctionCommand(run_gate, (f"bash {q(gate)}",), {})
+    # and judging only the config this run rendered (its sha256 among ``files``)
+    config = next((sha for path, sha in files.items() if path.endswith("/" + COMPOSE_FILE)), None)
+    yield FunctionCommand(run_gate, (f"bash {q(gate)}" + (f" --config-sha {config}" if config else ""),), {})
 
 
 def gate_passed(image: str, files: Mapping[str, str], gateway: str | None = None) -> bool:

@@ -159,7 +159,8 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
         # out of service, the old container serves nobody: stopped at once, not after compose's long grace
         stop = f"{' '.join(COMPOSE_COMMAND)} stop --timeout {QUICK_STOP_SECONDS}"
         up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
-    yield FunctionCommand(roll_worker, (roll, up, f"bash {q(script)}", why, gate.metrics_url, gate.api_key_file,
+    judged = f"bash {q(script)} --config-sha {compose_sha}"   # the gate judges only the config this run rendered
+    yield FunctionCommand(roll_worker, (roll, up, judged, why, gate.metrics_url, gate.api_key_file,
                                         gate.turn_seconds, project_dir, leaving, roll.stamped,
                                         *([group] if group else [])), {})
 
