@@ -11,7 +11,7 @@ connection alone. Two repos:
 - large: a config and one file of 32 MiB.
 For each repo and repetition, into a fresh cache each time:
 1. this checkout's pull (the program as hosts get it, bundled by
-   sglang_infra/run/ship.py), run with this venv's python and `--workers`;
+   sglang_infra/machine/ship.py), run with this venv's python and `--workers`;
 2. `snapshot_download(..., max_workers=--workers)`, the library's own
    parallel download, in a child process of the same python.
 Each is timed whole (wall seconds) with its peak RSS. Then, once per repo, a
@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 from run import ROOT, publish, timed  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from sglang_infra.run import ship  # noqa: E402
+from sglang_infra.machine import ship  # noqa: E402
 
 MiB = 1 << 20
 STANDIN = ROOT / "tests" / "support" / "hfstandin" / "server.py"

@@ -28,6 +28,10 @@ sglang_docker_source = "distribution"
 # Base URL of Docker's apt repository, used only when sglang_docker_source is 'docker'.
 sglang_docker_apt_url = "https://download.docker.com/linux"
 
+# Full fingerprint of the key that signs Docker's apt repository (Docker's published one): apt trusts every key of a
+# keyring, so the keyring holds exactly this key, checked on every run; set a mirror's own key here.
+sglang_docker_apt_key_fingerprint = "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"
+
 # Seconds an apt index stays fresh; a re-run inside this window never runs apt-get update.
 sglang_apt_cache_time = 86400
 
@@ -65,6 +69,10 @@ sglang_install_nvidia_toolkit = False
 # Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
 sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
 
+# Full fingerprint of the key that signs NVIDIA's container-toolkit repository (NVIDIA's published one): its keyring
+# holds exactly this key, checked on every run; set a mirror's own key here.
+sglang_nvidia_toolkit_apt_key_fingerprint = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+
 # On an NVSwitch board (HGX/DGX) CUDA cannot start until Fabric Manager, of the driver's exact version, runs. Off, such
 # a host without it is refused with the fix; True lets the deploy install it pinned to the driver's version from the
 # host's own driver source (and NVLSM on the boards that need it), then enable it. Off by default: a package that must
@@ -91,6 +99,10 @@ sglang_allow_reboot = False
 
 # Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
 sglang_nvidia_cuda_apt_url = "https://developer.download.nvidia.com/compute/cuda/repos"
+
+# Full fingerprint of the key that signs the CUDA repository; None: NVIDIA's own key for the host's Debian release
+# (gpus.CUDA_REPO_KEYS). Its keyring holds exactly that key, checked on every run; set a mirror's own key here.
+sglang_nvidia_cuda_apt_key_fingerprint = None
 
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900

@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
 [ -x "$python" ] || python=python3
-exec "$python" -m sglang_infra.models.lockgen "$@"
+exec "$python" -m sglang_infra.fleet.lockgen "$@"

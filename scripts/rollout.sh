@@ -32,7 +32,7 @@ python=.venv/bin/python
 
 # A canary that matches no host, or only gateway hosts (which serve no model), would "pass" and let every host
 # through: refuse it first.
-canaries=$("$python" -m sglang_infra.fleet.inventoryfile canary "$inventory" "$canary")
+canaries=$("$python" -m sglang_infra.plan.inventoryfile canary "$inventory" "$canary")
 case $? in
   0) ;;
   3) echo "rollout: refused, the canary serves no model; nothing was deployed" >&2; exit 1 ;;
@@ -43,7 +43,7 @@ echo "rollout: canary hosts: $canaries" >&2
 canary_data=()
 candidate=
 if [ "$lock" = 1 ]; then
-  if ! candidate=$("$python" -m sglang_infra.models.lockgen "$inventory" --candidate "${updates[@]}"); then
+  if ! candidate=$("$python" -m sglang_infra.fleet.lockgen "$inventory" --candidate "${updates[@]}"); then
     echo "rollout: the lock could not be resolved; nothing was deployed" >&2
     exit 1
   fi

@@ -15,13 +15,12 @@ from pyinfra import host
 
 from sglang_infra.hostside import names
 from sglang_infra.operations.docker import image_present
-from sglang_infra.operations.files import secret_file
+from sglang_infra.operations.files import compose_file, scripts_in_place, secret_file
 from sglang_infra.operations.gate import not_failed_before, validated
 from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.run.gateway_turns import GatewayTurn
 from sglang_infra.run.preflight import plan_of
-from sglang_infra.run.steps import compose_file, scripts_in_place
 
 plan = plan_of(host)
 

@@ -11,7 +11,6 @@ from dataclasses import replace
 from pyinfra import host
 from pyinfra.operations import server
 
-from sglang_infra.machine.aptrepo import vendor_repository
 from sglang_infra.machine.gpus import (
     DRIVER_HELD,
     DRIVER_PREFERENCES,
@@ -27,6 +26,7 @@ from sglang_infra.operations.gpu_driver import (
     nvidia_driver_installed,
     nvidia_driver_loaded,
 )
+from sglang_infra.operations.system import driver_unpinned, vendor_repository
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
@@ -45,6 +45,10 @@ if pin and plan.gpus.driver.version != pin:   # a host already running the pinne
         server.reboot(name=f"Reboot to load NVIDIA driver {pin} (sglang_allow_reboot)", reboot_timeout=REBOOT_TIMEOUT)
     nvidia_driver_loaded(name=f"Ensure NVIDIA driver {pin} is the one loaded", version=pin,
                          rebooted=driver.allow_reboot, planned_gpus=plan.gpus.count)
+
+if not pin:   # no pin (again): the deploy's pin and hold go, the driver stays (operations/system.driver_unpinned)
+    driver_unpinned(name="Ensure no driver pin or hold of the deploy's is left (sglang_nvidia_driver_version None)",
+                    preferences=DRIVER_PREFERENCES)
 
 if plan.gpus.count and facts.nvswitches and facts.version and driver.install_fabric_manager:
     fabric_manager_installed(name=f"Ensure Fabric Manager {facts.version} is installed (the driver's version)",

@@ -6,8 +6,8 @@ Toolkit from NVIDIA's apt repository. Hosts without GPUs skip all of this."""
 from pyinfra import host
 from pyinfra.operations import apt
 
-from sglang_infra.machine.aptrepo import vendor_repository
 from sglang_infra.operations.docker import nvidia_runtime
+from sglang_infra.operations.system import vendor_repository
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
@@ -15,8 +15,9 @@ engine = plan.engine
 
 if plan.gpus.count and not plan.gpus.nvidia_runtime and engine.install_nvidia_toolkit:
     url = engine.nvidia_toolkit_apt_url
-    vendor_repository("NVIDIA", f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /",
-                      "nvidia-container-toolkit")
+    vendor_repository("NVIDIA Container Toolkit", f"{url}/gpgkey",
+                      f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /", "nvidia-container-toolkit",
+                      engine.nvidia_toolkit_key_fingerprint)
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],

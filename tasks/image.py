@@ -15,8 +15,8 @@ from pyinfra import host
 
 from sglang_infra.machine import toolchain
 from sglang_infra.operations.docker import image_present, toolchain_image
+from sglang_infra.operations.files import account_file
 from sglang_infra.run.preflight import plan_of
-from sglang_infra.run.steps import account_file
 
 plan = plan_of(host)
 build = plan.image.build

@@ -18,9 +18,9 @@ from pyinfra import host, logger
 from pyinfra.operations import apt
 
 from sglang_infra.fleet.peering import after_seeds, in_swarm, pull_arguments
+from sglang_infra.machine import ship
 from sglang_infra.operations.files import secret_file
 from sglang_infra.operations.models import model_pulled, pull_tools
-from sglang_infra.run import ship
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)

@@ -11,10 +11,10 @@ from pyinfra import host
 
 from sglang_infra.fleet.peering import after_seeds, pull_arguments
 from sglang_infra.hostside.formats.netloc import netloc
-from sglang_infra.models import peerdoor
 from sglang_infra.operations.models import model_pulled
 from sglang_infra.operations.peerdoor import blobs_listed
 from sglang_infra.operations.system import service_running
+from sglang_infra.plan import peerdoor
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)

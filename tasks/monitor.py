@@ -6,6 +6,7 @@ then Prometheus reloads, it does not restart."""
 
 from pyinfra import host
 
+from sglang_infra.machine import ship
 from sglang_infra.operations.files import checked_file
 from sglang_infra.operations.system import packages_installed, root_directory, service_running
 from sglang_infra.plan.types import (
@@ -17,7 +18,6 @@ from sglang_infra.plan.types import (
     PROMETHEUS_SERVICE,
     dropin_dir,
 )
-from sglang_infra.run import ship
 from sglang_infra.run.preflight import plan_of
 
 monitor = plan_of(host).monitor

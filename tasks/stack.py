@@ -18,13 +18,12 @@ the server's private config, written here, changed. A multi-node group
 from pyinfra import host
 
 from sglang_infra.hostside import names
-from sglang_infra.operations.files import account_env_file, secret_file
+from sglang_infra.operations.files import account_env_file, compose_file, scripts_in_place, secret_file
 from sglang_infra.operations.gate import not_failed_before, validated
 from sglang_infra.operations.group import group_up
 from sglang_infra.operations.roll import rolled
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.run.preflight import plan_of
-from sglang_infra.run.steps import compose_file, scripts_in_place
 
 plan = plan_of(host)
 docker_dir, home = plan.paths.docker, plan.paths.home

@@ -21,8 +21,8 @@ from ..hostside import names
 from ..plan import render
 from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.render import gate_files
+from ..plan.roles import ROUTER_GROUP
 from ..plan.types import Front, Gateway, GatewaySettings, HostPlan, Paths, Placement, Roll, Worker, worker_url
-from .roles import ROUTER_GROUP
 
 if TYPE_CHECKING:
     from .hosts import Fleet, InventoryHost
@@ -223,7 +223,7 @@ def fleet(plans: Mapping[str, HostPlan | None], everyone: Fleet, refuse: bool = 
                 out[name] = with_gateways(plan, workers)
             except DeployDataError as error:
                 errors += error.problems
-    every_front = everyone.fronts
+    every_front = fronts([each for each in everyone.hosts if each.runs_gateways], everyone.workers)
     for name, plan in out.items():
         if plan is not None and plan.front_door is not None and plan.front_door.gateways:
             gateways = tuple(replace(g, sole_front=len(every_front.get(g.key, ())) == 1)

@@ -2,8 +2,8 @@
 
 The preflight (run/preflight.py) builds one `Fleet` from the inventory before it resolves any host (read_fleet:
 the inventory's hosts, their groups and data, walked once) and hands it on: each host's groups and multi-node group
-to plan.resolve, the workers of each model and the gateways in front of them to the gateway pass
-(gateways.fleet), the keepers of each model to the peer sources (peering.with_sources), every host's roles and
+to plan.resolve, the workers of each model to the gateway pass, which places the gateways in front of
+them (gateways.fleet), the keepers of each model to the peer sources (peering.with_sources), every host's roles and
 fleet address to the monitors' targets (monitoring.with_monitors). No pass reads the inventory again.
 
 Hosts outside this run (--limit) are in the Fleet too: their data says where they listen and what they serve.
@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
-from ..plan.types import Front, NodeGroup
-from .gateways import fronts
+from ..plan.roles import fleet_address, groups_of, monitors, roles
+from ..plan.types import NodeGroup
 from .nodegroups import membership
-from .peering import kept_keys
-from .roles import fleet_address, groups_of, monitors, roles
+
+
+def kept_keys(data: Mapping[str, Any]) -> list[str]:
+    """The registry keys a host keeps in its cache (registry.kept's order): the served one, then the cached ones."""
+    return list(dict.fromkeys([data["sglang_model"], *(data.get("sglang_cached_models") or ())]))
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,8 @@ class InventoryHost:
 @dataclass(frozen=True)
 class Fleet:
     """Every host of the inventory with its data, roles and fleet address (in inventory order), and what follows
-    from them alone: the multi-node groups, the workers of each model, the gateways in front of each model, the
-    monitor hosts and the hosts that keep each model (the candidates for its peer sources)."""
+    from them alone: the multi-node groups, the workers of each model, the monitor hosts and the hosts that keep
+    each model (the candidates for its peer sources)."""
 
     hosts: tuple[InventoryHost, ...]
     node_groups: Mapping[str, NodeGroup]               # member's name -> its group (nodegroups.membership)
@@ -63,17 +66,11 @@ class Fleet:
         return cls(hosts=hosts, node_groups=groups, workers={key: tuple(found) for key, found in workers.items()},
                    monitors=tuple(each.name for each in hosts if each.monitors))
 
-    # Worked out on first use, once the preflight has judged the data of every host in the run (a gateway host's
-    # settings are read from its data only after its refusals are said).
-
-    @cached_property
-    def fronts(self) -> Mapping[str, tuple[Front, ...]]:
-        """Model key -> every gateway in front of its workers (gateways.fronts), in inventory order."""
-        return fronts([each for each in self.hosts if each.runs_gateways], self.workers)
+    # Worked out on first use, once the preflight has judged the data of every host in the run.
 
     @cached_property
     def keepers(self) -> Mapping[str, tuple[str, ...]]:
-        """Model key -> the serving hosts that keep it in their cache (peering.kept_keys), in inventory order: the
+        """Model key -> the serving hosts that keep it in their cache (kept_keys), in inventory order: the
         candidates for its peer sources."""
         found: dict[str, list[str]] = {}
         for each in self.hosts:

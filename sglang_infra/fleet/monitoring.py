@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Mapping
 from ..hostside.formats.netloc import netloc
 from ..plan import render
 from ..plan.problems import DeployDataError, problem, raise_if
+from ..plan.roles import MONITOR_GROUP, ROLE_GROUPS
 from ..plan.types import GatewaySettings, HostPlan, Target
 from .gateways import place
-from .roles import MONITOR_GROUP, ROLE_GROUPS
 
 if TYPE_CHECKING:
     from .hosts import Fleet

@@ -20,39 +20,14 @@ members) are worked out in resolve.resolve_judged from its NodeGroup.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from ..hostside import names
 from ..plan.problems import problem
-from ..plan.types import GroupMember, HostPlan, NodeGroup
-from .roles import fleet_address
-
-# The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
-# group's rank 0 started after every other member, within this many seconds of it. A member started after rank 0,
-# or rank 0 started long after a member, is a stale group (one of them restarted alone).
-START_WINDOW = 600
-
-
-def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> tuple[str, list[str]]:
-    """Where this host's API listens, and the refusal when it cannot be worked out. A member runs on the host's
-    network without a key, so sglang_bind_address as every address ('0.0.0.0', '::', the default) would be every
-    interface of the host: a member binds its fleet address instead (roles.fleet_address), which must then be an IP
-    address. Any other host, or an address the data names: sglang_bind_address as it is."""
-    bind = data["sglang_bind_address"]
-    if group is None or not ipaddress.ip_address(bind).is_unspecified:
-        return bind, []
-    fleet = fleet_address(name, data)
-    try:
-        return str(ipaddress.ip_address(fleet)), []
-    except ValueError:
-        return bind, [problem(name, "sglang_bind_address", f"{bind!r} (every address) on a member of group "
-                              f"{group.name!r}, whose API answers without a key on the host's own network, and its "
-                              f"fleet address {fleet!r} is a name, not an IP address to listen on instead",
-                              "set sglang_bind_address to this member's IP address on the group's network, e.g. "
-                              "'10.0.0.12' (or set sglang_worker_address to it)")]
+from ..plan.roles import fleet_address
+from ..plan.types import START_WINDOW, GroupMember, HostPlan, NodeGroup
 
 
 def membership(hosts: Iterable[Any]) -> dict[str, NodeGroup]:
@@ -81,18 +56,6 @@ def not_serving(hosts: Iterable[Any]) -> list[str]:
                     "no model (it is only in the router or monitor group)",
                     "set sglang_node_group = None for it, or put it in a serving group")
             for each in hosts if each.data.get("sglang_node_group") and not each.serves]
-
-
-def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> list[str]:
-    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/read/snapshot.py's
-    reach: bounded in time): refused, naming the address."""
-    found = snapshot.get("reach")
-    if group.rank == 0 or found is None or found.get("ok"):
-        return []
-    return [problem(host, "sglang_worker_address", f"this member of group {group.name!r} cannot reach rank 0 "
-                    f"({group.head_name}) at {group.dist_init_addr}: {found.get('said')}",
-                    f"set rank 0's sglang_worker_address to an address every member reaches, or open port "
-                    f"{group.port} (and the {group.ports - 1} above it) from this host")]
 
 
 # The group's own keys every member must have alike (rank 0's decide the group's ports and interface).

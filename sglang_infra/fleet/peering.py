@@ -40,11 +40,6 @@ if TYPE_CHECKING:
 SETTLE = 15
 
 
-def kept_keys(data: Mapping[str, Any]) -> list[str]:
-    """The registry keys a host keeps in its cache (registry.kept's order): the served one, then the cached ones."""
-    return list(dict.fromkeys([data["sglang_model"], *(data.get("sglang_cached_models") or ())]))
-
-
 def split(files, hosts) -> dict[str, tuple[str, ...]]:
     """The swarm's shares: host -> the lock's paths it pulls in round 1. ``files``: the lock's files ({"path",
     "size", "sha256"}); ``hosts``: the model's hosts in this run, in inventory order. Each content once (files of one

@@ -1,3 +1,5 @@
 """The machine under the deploy: GPUs and the launch flags they decide (gpus.py), every OS difference
-(platforms.py), a vendor's apt repository (aptrepo.py), and the serving image's CUDA toolchain (toolchain/).
+(platforms.py), a vendor's apt key pinned by its full fingerprint (keyrings.py), the serving image's CUDA
+toolchain (toolchain/), and what goes onto the machine from the control side: the one Jinja environment
+(templating.py) and the loader that bundles a host program with the modules it imports (ship.py).
 """

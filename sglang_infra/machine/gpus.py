@@ -16,11 +16,17 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from ..models.registry import served_repo_id
-from ..plan.schema import DERIVE
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MARLIN = re.compile(r"awq|gptq|marlin", re.I)
+# The value a key takes to be derived from the host's GPUs here (the schema accepts it for those keys).
+DERIVE = "derive"
+
+
+def served_repo_id(data: Mapping[str, Any]) -> str:
+    """The served model's repo id (a bare repo id is accepted where no registry is involved, e.g. GPU rules)."""
+    key = data["sglang_model"]
+    registry = data.get("sglang_models") or {}
+    return registry[key]["repo_id"] if key in registry else key
 
 
 @dataclass(frozen=True)
@@ -230,14 +236,16 @@ class CudaRepository:
     fingerprint: str
 
 
-def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None) -> CudaRepository | None:
-    """NVIDIA's CUDA repository for a Debian host and its pinned key, None where it is not the driver's source."""
+def cuda_repository(url: str, os_id: str | None, os_version: str | None, arch: str | None,
+                    fingerprint: str | None = None) -> CudaRepository | None:
+    """NVIDIA's CUDA repository for a Debian host and its pinned key (``fingerprint``, a mirror's; None: NVIDIA's
+    for the release, CUDA_REPO_KEYS), None where it is not the driver's source."""
     release = (os_version or "").split(".")[0]
     if os_id != "debian" or release not in CUDA_REPO_KEYS or (arch or "") not in CUDA_REPO_ARCH:
         return None
     directory = f"{url.rstrip('/')}/debian{release}/{CUDA_REPO_ARCH[arch or '']}"
-    key, fingerprint = CUDA_REPO_KEYS[release]
-    return CudaRepository(directory, f"{directory}/{key}", fingerprint)
+    key, nvidia_s = CUDA_REPO_KEYS[release]
+    return CudaRepository(directory, f"{directory}/{key}", fingerprint or nvidia_s)
 
 
 def pinned_driver_problems(data: Mapping[str, Any], inventory: GpuInventory):

@@ -1,3 +1,3 @@
-"""Models and their distribution: the registry and denylist (registry.py), the lock (lockfile.py, written by
-lockgen.py for scripts/lock.sh), and the peer door that serves a host's verified blobs to the fleet (peerdoor.py).
+"""Models: the registry and denylist (registry.py) and the lock (lockfile.py, written by fleet/lockgen.py for
+scripts/lock.sh).
 """

@@ -3,7 +3,7 @@ every host.
 
     scripts/lock.sh [INVENTORY] [--update KEY[@REVISION] | --update image | --update wheels]
 
-writes it (sglang_infra/models/lockgen.py); the deploy reads it here. One JSON file,
+writes it (sglang_infra/fleet/lockgen.py); the deploy reads it here. One JSON file,
 diff-friendly (sorted keys, one file per line of its own), committed by the
 operator beside the inventory:
 

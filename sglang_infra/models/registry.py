@@ -105,13 +105,6 @@ def kept(data: Mapping[str, Any]) -> list[Model]:
     return [entry(data, key) for key in dict.fromkeys(keys)]
 
 
-def served_repo_id(data: Mapping[str, Any]) -> str:
-    """The served model's repo id (a bare repo id is accepted where no registry is involved, e.g. GPU rules)."""
-    key = data["sglang_model"]
-    registry = data.get("sglang_models") or {}
-    return registry[key]["repo_id"] if key in registry else key
-
-
 def _denied(data: Mapping[str, Any], repo_id: str) -> tuple[str, Mapping[str, str]] | None:
     for denied_id, why in (data.get("sglang_denied_models") or {}).items():
         if denied_id.lower() == repo_id.lower():

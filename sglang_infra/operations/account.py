@@ -9,8 +9,8 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand
 
 from ..hostside.printable import printable
+from ..machine import ship
 from ..machine.platforms import NOLOGIN_SHELL
-from ..run import ship
 from ..run.facts import current
 from ..run.operation import diff_wanted, q, snapshot_operation
 

@@ -3,7 +3,7 @@ serving image (pulled or loaded) and the toolchain image built on it."""
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand
@@ -38,19 +38,13 @@ def image_present(image: str, archive: str | None = None):
     if not archive:
         yield f"docker pull {q(image)}"
         return
-    remote = f"/var/tmp/sglang-image-{_file_digest(archive)[:16]}.tar"
-    yield FileUploadCommand(archive, remote, remote_temp_filename=host.get_temp_filename(remote))
+    # Names no one can guess before the upload (/var/tmp and pyinfra's temporary directory are everyone's): a name
+    # known ahead could be taken by a link or a file of another user's there, planted for root to load or follow.
+    remote = f"/var/tmp/sglang-image-{secrets.token_hex(16)}.tar"
+    yield FileUploadCommand(archive, remote, remote_temp_filename=host.get_temp_filename(secrets.token_hex(16)))
     yield (f"docker load -i {q(remote)} >/dev/null; loaded=$?; rm -f {q(remote)}; [ $loaded = 0 ] && "
            f"{{ docker image inspect {q(image)} >/dev/null 2>&1 || "
            f"{{ echo 'the archive {archive} does not contain {image}' >&2; exit 1; }}; }}")
-
-
-def _file_digest(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def image_id(image: str) -> str | None:

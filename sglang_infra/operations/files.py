@@ -1,16 +1,22 @@
 """Files the deploy writes: swapped in only after their check (checked_file,
 account_env_file), and the secret that travels only through stdin
-(secret_file)."""
+(secret_file). Below them, what several task files do alike, as plain
+functions that call checked_file: a file the service account owns, a
+compose.yaml that compose accepts before it replaces the old one, and a set of
+scripts put in place (the operations keep the names the task files give them:
+the run log's)."""
 
 from __future__ import annotations
 
 import hashlib
+from typing import Mapping
 
 from pyinfra import host
 from pyinfra.api import OperationError, StringCommand
 
+from ..hostside.names import COMPOSE_FILE
+from ..machine import ship
 from ..plan import render
-from ..run import ship
 from ..run.facts import current
 from ..run.operation import file_entry, q, show_diff, snapshot_operation
 
@@ -108,3 +114,23 @@ def secret_file(dest: str, content: bytes | None, user: str):
     # Through the command's stdin, as root, straight into a directory only the account can enter: never on a
     # command line, never in a file the SSH login writes (an SFTP upload under a sudo login goes via /tmp).
     yield put_command(dest, content, user, user, "600")
+
+
+def account_file(name: str, dest: str, content: str, account: str, mode: str = "644", check: str | None = None):
+    """checked_file: ``dest`` holds ``content``, owned by ``account`` and its group."""
+    return checked_file(name=name, dest=dest, content=content, user=account, group=account, mode=mode, check=check)
+
+
+def compose_file(name: str, directory: str, content: str, account: str):
+    """``directory``/compose.yaml holds ``content``; a new version replaces the old one only after the host's own
+    `docker compose config -q` accepts it, in that directory."""
+    return account_file(name, f"{directory}/{COMPOSE_FILE}", content, account,
+                        check=f"docker compose --project-directory {directory} -f {{candidate}} config -q")
+
+
+def scripts_in_place(directory: str, scripts: Mapping[str, str], account: str) -> None:
+    """Each of ``scripts`` (file name: text, in that order) as ``directory``/name: a script 0755, the gateway's
+    launcher (launch.py, which python reads) 0644."""
+    for name, text in scripts.items():
+        account_file(f"Ensure {directory}/{name} is up to date", f"{directory}/{name}", text, account,
+                     mode="644" if name.endswith(".py") else "755")

@@ -9,8 +9,8 @@ import json
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from ..run import ship
-from ..run.facts import worker_validated
+from ..machine import ship
+from ..plan.types import worker_validated
 from ..run.operation import diff_wanted, q, snapshot_operation
 from .stack import stack_section
 

@@ -38,9 +38,10 @@ from ..fleet.nodegroups import member_reasons, stale
 from ..hostside import names
 from ..hostside.gate.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAILED
 from ..hostside.stack import QUICK_STOP_SECONDS
-from ..plan.types import NodeGroup
-from ..run import factcache, ship
-from ..run.facts import Snapshot, current, worker_validated
+from ..machine import ship
+from ..plan.types import NodeGroup, worker_validated
+from ..run import factcache
+from ..run.facts import Snapshot, current
 from ..run.operation import connector_arguments, q, run_on, snapshot_operation
 from .gate import gate_passed
 

@@ -12,11 +12,11 @@ from pyinfra.api import FunctionCommand
 from ..fleet.peering import checked
 from ..hostside.formats.units import human
 from ..hostside.printable import printable
+from ..machine import ship
 from ..machine.toolchain import pip_index_options
 from ..models.lockfile import LockedModel
 from ..models.registry import Model
 from ..plan.types import Paths, PeerSources, Pull
-from ..run import ship
 from ..run.facts import current
 from ..run.operation import diff_wanted, q, run_streamed, snapshot_operation
 from .files import swap_in

@@ -1,4 +1,4 @@
-"""The peer door on a serving host (sglang_infra/models/peerdoor.py): its list of
+"""The peer door on a serving host (sglang_infra/plan/peerdoor.py): its list of
 verified blobs, worked out from the host as it is when the operation runs
 (after this run's pulls), the check that its address and port are held by
 the door's own nginx, and a door left behind removed once the data has
@@ -6,18 +6,18 @@ none."""
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.exceptions import FactProcessError
 
 from ..fleet import peering
 from ..hostside.formats.netloc import netloc
-from ..models import peerdoor
+from ..machine import ship
+from ..plan import peerdoor
 from ..plan.types import PeerDoor
-from ..run import ship
-from ..run.facts import current
+from ..run.facts import MAX_ANSWER_BYTES, bounded_json, current
 from ..run.operation import _failed, q, snapshot_operation
 from .files import swap_in
 
@@ -32,7 +32,10 @@ class DoorHeld(FactBase):
                 f"{shlex.quote(peerdoor.CONFIG)} {shlex.quote(peerdoor.TLS_CERT)}")
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        try:
+            return bounded_json("\n".join(output), MAX_ANSWER_BYTES, "the door check's answer")
+        except ValueError as error:
+            raise FactProcessError(str(error)) from None
 
 
 @snapshot_operation
@@ -52,9 +55,11 @@ def tls_made():
     Ensure the door's TLS key pair is on the host (peerdoor.TLS_KEY, root's,
     0600, and its self-signed peerdoor.TLS_CERT), made there by root once
     (peerdoor.tls_command) and kept across runs: the private key never
-    leaves the host. A pair whose key is not root's alone is made anew.
+    leaves the host. A pair whose key is not root's alone, or whose key and
+    certificate are not one pair (the snapshot's tls_pair), is made anew.
     """
-    if peerdoor.tls_ready(current(host)["files"].get(peerdoor.DOOR_DIR) or {}):
+    snapshot = current(host)
+    if peerdoor.tls_ready(snapshot["files"].get(peerdoor.DOOR_DIR) or {}, (snapshot.get("peer") or {}).get("tls_pair")):
         host.noop(f"the peer door's key pair is in {peerdoor.DOOR_DIR}")
         return
     yield peerdoor.tls_command()
@@ -111,14 +116,41 @@ def door_absent():
 
 
 @snapshot_operation
+def door_user_present():
+    """
+    Ensure the door's workers' own system user and group exist
+    (peerdoor.WORKER_USER, WORKER_GROUP: no home, no login), before the
+    config that names them (nginx -t refuses an unknown user).
+    """
+    reader = current(host).get("door_reader") or {}
+    if reader.get("user") and reader.get("group") is not None:
+        host.noop(f"the door's workers' user and group {peerdoor.WORKER_USER} exist")
+        return
+    user, group = q(peerdoor.WORKER_USER), q(peerdoor.WORKER_GROUP)
+    yield (f"{{ getent group {group} >/dev/null || groupadd --system {group}; }} && "
+           f"{{ getent passwd {user} >/dev/null || useradd --system --gid {group} --no-create-home "
+           f"--home-dir /nonexistent --shell /usr/sbin/nologin {user}; }}")
+
+
+@snapshot_operation
 def home_passable(home: str, wanted: bool):
     """
-    Ensure the peer door's workers (peerdoor.WORKER_USER) may pass through
-    the home and nothing more, by one ACL entry (user:www-data:--x), while
-    the door is on (``wanted``); with no door, that entry removed.
+    Ensure the peer door's workers (their group, peerdoor.WORKER_GROUP) may
+    pass through the home and nothing more, by one ACL entry
+    (group:sglang-door:--x), while the door is on (``wanted``); with no door,
+    that entry removed. The entry earlier deploys gave the shared www-data
+    (peerdoor.LEGACY_WORKER_USER) is taken back either way.
     """
-    has = current(host).get("door_reader") is True
-    if has == wanted:
-        host.noop(f"{peerdoor.WORKER_USER} {'may' if has else 'has no entry to'} pass through {home}")
+    reader = current(host).get("door_reader") or {}
+    group, legacy = peerdoor.WORKER_GROUP, peerdoor.LEGACY_WORKER_USER
+    commands = []
+    if wanted and reader.get("group") is not True:
+        commands.append(f"{ship.command('write.acl')} grant {q(home)} group {q(group)}")
+    if not wanted and reader.get("group_entry"):
+        commands.append(f"{ship.command('write.acl')} revoke {q(home)} group {q(group)}")
+    if reader.get("legacy_entry"):
+        commands.append(f"{ship.command('write.acl')} revoke {q(home)} user {q(legacy)}")
+    if not commands:
+        host.noop(f"group {group} {'may' if wanted else 'has no entry to'} pass through {home}")
         return
-    yield f"{ship.command('write.acl')} {'grant' if wanted else 'revoke'} {q(home)} {q(peerdoor.WORKER_USER)}"
+    yield " && ".join(commands)

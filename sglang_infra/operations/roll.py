@@ -45,9 +45,10 @@ from pyinfra.api.exceptions import PyinfraError
 
 from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
+from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
-from ..run import factcache, interrupt, ship
-from ..run.facts import Snapshot
+from ..run import factcache, interrupt
+from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
 from ..run.operation import connector_arguments, detached, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
@@ -101,7 +102,10 @@ def learn(state, pool: PoolState, roll: Roll, say) -> None:
         for front in roll.fronts:
             try:
                 _, said = on_gateway_host(state, front, {"view": True})
-                seen = json.loads(said)
+                seen = bounded_json(said, MAX_ANSWER_BYTES, "the gateway's answer")
+                if not all(isinstance(seen.get(k), list) and all(isinstance(u, str) for u in seen[k])
+                           for k in ("healthy", "listed")):
+                    raise ValueError("the gateway's answer lists no workers' URLs")
                 healthy |= set(seen["healthy"])
                 pool.listed |= set(seen["listed"])
             except (PyinfraError, OSError, ValueError, KeyError, TypeError) as error:
@@ -239,7 +243,8 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, met
     if waited is not None or pool.failed:
         pool.done.add(roll.url)
         # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-        run_on(host, f"{ship.command('roll.restore_good')} {q(project_dir)}", print_output=False)
+        # through the code cache, compressed: it carries the whole gate, past half of one argument's 128 KiB quoted
+        run_on(host, f"{ship.cached_command('roll.restore_good')} {q(project_dir)}", print_output=False)
         say(f"not restarted: {waited or f'the roll of {roll.pool} stopped at {pool.failed}'}; it keeps serving "
             "its last good config", logger.error)
         return False

@@ -10,7 +10,7 @@ from pyinfra.api import FunctionCommand, operation
 
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
 from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
-from ..run import ship
+from ..machine import ship
 from ..run.facts import current
 from ..run.gateway_turns import GatewayTurn, gateway_turn
 from ..run.operation import file_entry, q, snapshot_operation

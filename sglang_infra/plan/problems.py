@@ -4,7 +4,7 @@ the key, what is wrong and the fix; `raise_if()` refuses the run with every such
 Every concern judges its own data and says its problems through this module: the data of one host and that host
 as it is (plan/refusals.py), a gateway host against the fleet's serving hosts and a worker's open port
 (fleet/gateways.py), a monitor host against what it scrapes (fleet/monitoring.py), a multi-node group
-(fleet/nodegroups.py), the peer door's ports (models/peerdoor.py). It imports nothing of the project but the one
+(fleet/nodegroups.py), the peer door's ports (plan/peerdoor.py). It imports nothing of the project but the one
 escape of host text (hostside/printable.py).
 """
 

@@ -26,17 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import ACCOUNT
-from ..fleet.inventoryfile import inventory_dir
 from ..hostside import names
 from ..hostside.printable import printable
 from ..machine import platforms, toolchain
 from ..machine.gpus import Derived, GpuInventory, derive_flags, plan_problems
-from ..models import lockfile, peerdoor
+from ..machine.templating import template_path
+from ..models import lockfile
 from ..models import registry as models
+from . import peerdoor
 from .gateway_pin import GATEWAY_VERSION
+from .inventoryfile import inventory_dir
 from .problems import problem
 from .schema import RETIRED, SCHEMA, by_digest, host_address, image_problem, system_dir_problem
-from .templating import template_path
 
 # Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
 SITE_PREFIX = "site_"

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..hostside import names
+from ..machine import ship
 from ..machine.gpus import Derived
+from ..machine.templating import render_template, template_text
 from ..models.registry import CONTAINER_HF_CACHE, Model
-from ..run import ship
 from . import types as plantypes
 from .defaults import reasons
 from .gateway_pin import GATEWAY_VERSION
-from .templating import render_template, template_text
-from .types import Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter, NodeGroup
+from .types import START_WINDOW, Gateway, HostPlan, Monitor, MonitorSettings, NodeExporter, NodeGroup
 
 # Where the container sees docker/secrets (the server's private config, with the API key), and its config file.
 SECRETS_IN_CONTAINER = "/etc/sglang-secrets"
@@ -244,8 +244,6 @@ def prometheus_dropin(settings: MonitorSettings) -> str:
 
 def alert_rules(settings: MonitorSettings) -> str:
     """The rules: the sglang_alert_* keys, and the stale-group window the deploy recreates a group by."""
-    from ..fleet.nodegroups import START_WINDOW
-
     return render_template("templates/prometheus/sglang-alerts.yml.j2", **settings.alerts, start_window=START_WINDOW)
 
 

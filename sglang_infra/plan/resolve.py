@@ -14,26 +14,25 @@ which needs every host's plan (preflight.py).
 
 from __future__ import annotations
 
+import ipaddress
+import posixpath
 from dataclasses import replace
 from typing import Any, Mapping
 
 from .. import ACCOUNT
-from ..fleet.nodegroups import check_reach, member_bind
-from ..fleet.roles import monitors, roles
 from ..hostside import apikey, names
 from ..hostside.gate.gate import CHECKS_BUDGET
-from ..machine import platforms, toolchain
-from ..machine.gpus import Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
-from ..models import peerdoor
+from ..machine import keyrings, platforms, toolchain
+from ..machine.gpus import DRIVER_PREFERENCES, Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
 from ..models import registry as models
-from ..run.facts import worker_validated
-from . import render
+from . import peerdoor, render
 from . import types as plantypes
 from .defaults import reasons
 from .hostports import clashes
-from .problems import raise_if
+from .problems import problem, raise_if
 from .refusals import Judged, check_gateway_host, check_host_state, judge
 from .render import gate_files
+from .roles import fleet_address, monitors, roles
 from .types import (
     LOCAL_URL,
     Account,
@@ -56,6 +55,7 @@ from .types import (
     Pull,
     RollSettings,
     worker_url,
+    worker_validated,
 )
 
 
@@ -73,7 +73,33 @@ def docker_repo(data: Mapping[str, Any], platform: platforms.Platform | None) ->
     if platform is None or data["sglang_docker_source"] != "docker":
         return None
     url = f"{data['sglang_docker_apt_url']}/{platform.docker_repo_family}"
-    return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable")
+    return AptSource(f"{url}/gpg", f"deb [signed-by={{keyring}}] {url} {platform.codename} stable",
+                     data["sglang_docker_apt_key_fingerprint"].upper())
+
+
+def vendor_keys(data: Mapping[str, Any], platform: platforms.Platform | None,
+                os_release: Mapping[str, Any]) -> tuple[keyrings.VendorKey, ...]:
+    """Every vendor apt key the deploy may write on this host, each with its pinned fingerprint (the data's, upper
+    case): Docker's where its repository is the engine's source, the Container Toolkit's, and on Debian the CUDA
+    repository's (NVIDIA's key for the release, or sglang_nvidia_cuda_apt_key_fingerprint)."""
+    found = []
+    docker = docker_repo(data, platform)
+    if docker is not None:
+        found.append(keyrings.VendorKey("Docker", keyrings.DOCKER, docker.key_url, docker.fingerprint))
+    found.append(keyrings.VendorKey("NVIDIA Container Toolkit", keyrings.NVIDIA_TOOLKIT,
+                                    f"{data['sglang_nvidia_toolkit_apt_url']}/gpgkey",
+                                    data["sglang_nvidia_toolkit_apt_key_fingerprint"].upper()))
+    cuda = cuda_repo(data, os_release)
+    if cuda is not None:
+        found.append(keyrings.VendorKey("NVIDIA CUDA", keyrings.NVIDIA_CUDA, cuda.key_url, cuda.fingerprint))
+    return tuple(found)
+
+
+def cuda_repo(data: Mapping[str, Any], os_release: Mapping[str, Any]):
+    """NVIDIA's CUDA repository for the host (gpus.cuda_repository), its key pinned by the data's override."""
+    override = data["sglang_nvidia_cuda_apt_key_fingerprint"]
+    return cuda_repository(data["sglang_nvidia_cuda_apt_url"], os_release.get("id"), os_release.get("version"),
+                           os_release.get("arch"), override.upper() if override else None)
 
 
 def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None,
@@ -91,8 +117,14 @@ def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: Nod
     if data["sglang_peer_key_file"]:
         spec["peer_address"] = peerdoor.door_address(data, name)
         # who holds the door's port, as the run's door check reads it: a settled host's door is checked too
-        spec["door"] = {"port": data["sglang_peer_port"], "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT}
-    spec["door_reader"] = peerdoor.WORKER_USER   # every host: a door turned off takes its entry back
+        spec["door"] = {"port": data["sglang_peer_port"], "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT,
+                        "key": peerdoor.TLS_KEY}
+    # every host: a door turned off takes its entry back, and the workers' user of earlier deploys loses its own
+    spec["door_reader"] = {"user": peerdoor.WORKER_USER, "group": peerdoor.WORKER_GROUP,
+                           "legacy_user": peerdoor.LEGACY_WORKER_USER}
+    spec["keyrings"] = list(keyrings.KEYRING_PATHS)   # every host, every run: apt trusts what they hold
+    # the driver's pin (gpus.DRIVER_PREFERENCES), removed once sglang_nvidia_driver_version is None again
+    spec["system_dirs"] = sorted({*spec["system_dirs"], posixpath.dirname(DRIVER_PREFERENCES)})
     if report:
         spec["report"] = True
     if node_group is not None and node_group.rank > 0:
@@ -171,7 +203,9 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
             packages=platforms.docker_packages(platform, data["sglang_docker_source"])
             if installs and platform is not None else (),
             apt_cache_time=data["sglang_apt_cache_time"], install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
-            nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"], arch=os_release.get("arch")),
+            nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"],
+            nvidia_toolkit_key_fingerprint=data["sglang_nvidia_toolkit_apt_key_fingerprint"].upper(),
+            arch=os_release.get("arch")),
         gpus=gpus,
         served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
@@ -208,10 +242,10 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         driver=GpuDriver(
             pin=pin, packages=tuple(driver_packages(pin, os_release.get("id"), data["sglang_nvidia_driver_open"]))
             if pin else (),
-            repo=cuda_repository(data["sglang_nvidia_cuda_apt_url"], os_release.get("id"), os_release.get("version"),
-                                 os_release.get("arch")) if pin else None,
+            repo=cuda_repo(data, os_release) if pin else None,
             allow_reboot=data["sglang_allow_reboot"], install_fabric_manager=data["sglang_install_fabric_manager"],
             enable_persistence=data["sglang_enable_persistence"]),
+        vendor_keys=vendor_keys(data, platform, os_release),
     )
     compose = render.compose_yaml(plan)
     exporter = NodeExporter(data["sglang_node_exporter_bind_address"], data["sglang_node_exporter_port"]) \
@@ -242,3 +276,36 @@ def peer_door(plan: HostPlan, data: Mapping[str, Any], key: bytes | None,
                     hub=plan.paths.hub, pins=pins, key=key, key_id=peerdoor.key_id(key))
     config, key_conf, dropin = peerdoor.render(door, reasons()["sglang_peer_bind_address"])
     return replace(door, config=config, key_conf=key_conf, dropin=dropin)
+
+
+def member_bind(name: str, data: Mapping[str, Any], group: NodeGroup | None) -> tuple[str, list[str]]:
+    """Where this host's API listens, and the refusal when it cannot be worked out. A member runs on the host's
+    network without a key, so sglang_bind_address as every address ('0.0.0.0', '::', the default) would be every
+    interface of the host: a member binds its fleet address instead (roles.fleet_address), which must then be an IP
+    address. Any other host, or an address the data names: sglang_bind_address as it is."""
+    bind = data["sglang_bind_address"]
+    if group is None or not ipaddress.ip_address(bind).is_unspecified:
+        return bind, []
+    fleet = fleet_address(name, data)
+    try:
+        return str(ipaddress.ip_address(fleet)), []
+    except ValueError:
+        return bind, [problem(name, "sglang_bind_address", f"{bind!r} (every address) on a member of group "
+                              f"{group.name!r}, whose API answers without a key on the host's own network, and its "
+                              f"fleet address {fleet!r} is a name, not an IP address to listen on instead",
+                              "set sglang_bind_address to this member's IP address on the group's network, e.g. "
+                              "'10.0.0.12' (or set sglang_worker_address to it)")]
+
+
+def check_reach(host: str, group: NodeGroup, snapshot: Mapping[str, Any]) -> list[str]:
+    """A member above rank 0 that did not reach rank 0's dist-init address in its snapshot (hostside/read/snapshot.py's
+    reach: bounded in time): refused, naming the address."""
+    found = snapshot.get("reach")
+    if group.rank == 0 or found is None or found.get("ok"):
+        return []
+    return [problem(host, "sglang_worker_address", f"this member of group {group.name!r} cannot reach rank 0 "
+                    f"({group.head_name}) at {group.dist_init_addr}: {found.get('said')}",
+                    f"set rank 0's sglang_worker_address to an address every member reaches, or open port "
+                    f"{group.port} (and the {group.ports - 1} above it) from this host")]
+
+

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..machine.gpus import DERIVE
 from .gateway_pin import GATEWAY_VERSION
 
 # An image reference: [registry[:port]/]path[:tag][@sha256:<64 hex>]
@@ -24,7 +25,6 @@ _FLAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=/-]+$")
 _SHARE_RE = re.compile(r"^[1-9][0-9]?%$")   # a share of a pool: "1%" to "99%"
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-DERIVE = "derive"  # the value is derived from the host's GPUs (sglang_infra/machine/gpus.py)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _ip(value: Any) -> bool:
 
 def _fleet_ip(value: Any) -> bool:
     """An IP address other hosts can reach: not loopback (127.x, ::1) and not every address (0.0.0.0, ::)."""
-    from ..models.peerdoor import address_problem
+    from .peerdoor import address_problem
 
     return _ip(value) and address_problem(value) is None
 
@@ -208,6 +208,15 @@ def _release(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^[0-9]+(\.[0-9]+){1,3}$", value) is not None
 
 
+def _fingerprint(value: Any) -> bool:
+    """A key's full fingerprint: 40 hex digits, no spaces (resolve upper-cases it)."""
+    return isinstance(value, str) and re.fullmatch(r"[0-9A-Fa-f]{40}", value) is not None
+
+
+_FINGERPRINT_FIX = ("use the key's full fingerprint, 40 hex digits without spaces "
+                    "(`gpg --show-keys --with-colons KEYFILE`, its fpr line), e.g. ")
+
+
 def _https_url(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"^https://[^\s/]+(/[^\s]*)?$", value) is not None
 
@@ -238,6 +247,8 @@ SCHEMA: dict[str, Key] = {
                                 "use 'distribution' (the OS packages) or 'docker' (Docker's apt repository)"),
     "sglang_docker_apt_url": Key("an https URL", _https_url,
                                  "use Docker's repository base URL, e.g. 'https://download.docker.com/linux'"),
+    "sglang_docker_apt_key_fingerprint": Key("a full key fingerprint (40 hex digits)", _fingerprint,
+                                             _FINGERPRINT_FIX + "'9DC858229FC7DD38854AE2D88D81803C0EBFCD88'"),
     "sglang_apt_cache_time": Key("an integer number of seconds >= 0", _int_range(0, 10**7),
                                  "use seconds, e.g. 86400"),
     # stack
@@ -290,7 +301,7 @@ SCHEMA: dict[str, Key] = {
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
-    # peer distribution: the peer door (sglang_infra/models/peerdoor.py; its key is judged in refusals.judge)
+    # peer distribution: the peer door (sglang_infra/plan/peerdoor.py; its key is judged in refusals.judge)
     "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 880"),
     "sglang_peer_bind_address": Key("None or an IP address of the fleet's network (not loopback, not every address)",
                                     _optional(_fleet_ip),
@@ -343,6 +354,12 @@ SCHEMA: dict[str, Key] = {
     "sglang_allow_reboot": Key("True or False", lambda v: isinstance(v, bool),
                                "use True to let the deploy reboot a host to load its new driver, or False"),
     "sglang_nvidia_cuda_apt_url": Key("an https URL", _https_url, "use NVIDIA's CUDA repository base URL"),
+    "sglang_nvidia_cuda_apt_key_fingerprint": Key("None or a full key fingerprint (40 hex digits)",
+                                                  _optional(_fingerprint),
+                                                  _FINGERPRINT_FIX + "'EB693B3035CD5710E231E123A4B469963BF863CC', "
+                                                  "or None for NVIDIA's own key"),
+    "sglang_nvidia_toolkit_apt_key_fingerprint": Key("a full key fingerprint (40 hex digits)", _fingerprint,
+                                                     _FINGERPRINT_FIX + "'C95B321B61E88C1809C4F759DDCAE044F796ECB0'"),
     "sglang_nvidia_toolkit_apt_url": Key("an https URL", _https_url,
                                          "use NVIDIA's repository base URL, "
                                          "e.g. 'https://nvidia.github.io/libnvidia-container'"),

@@ -15,6 +15,7 @@ from ..hostside import names
 from ..hostside.formats.netloc import netloc
 from ..machine import platforms
 from ..machine.gpus import CudaRepository, Derived, GpuInventory
+from ..machine.keyrings import VendorKey
 from ..machine.toolchain.image import BuildContext
 from ..models.lockfile import Lock, LockedModel
 from ..models.registry import Model
@@ -28,6 +29,21 @@ LOCAL_URL = "http://127.0.0.1:{port}"
 
 def worker_url(address: str, port: int) -> str:
     return f"http://{netloc(address, port)}"
+
+
+def worker_validated(snapshot: Mapping[str, Any] | None) -> bool:
+    """
+    A worker serves a config that passed its gate: the gate's stamp is the
+    digest of what runs now and its container runs. A worker rolled back to
+    its last good config counts too: it serves what passed (a rolling restart
+    puts it back in its gateways, operations/roll.py); one whose config never
+    passed does not.
+    """
+    if not snapshot or not snapshot.get("gate"):
+        return False
+    container = (snapshot.get("stack") or {}).get("container") or {}
+    return bool(names.stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
+                and container.get("state") == "running")
 
 
 # Where a gateway's port is published when sglang_router_bind_address is None.
@@ -47,6 +63,12 @@ GPU_METRICS_UNIT = "sglang-gpu-metrics"     # .service and .timer: each GPU's he
 PROGRAM_DIR = "/usr/local/lib/sglang"       # host programs systemd runs as root (root's own, 0755)
 DASHBOARD_DIR = "/usr/share/sglang/grafana"
 DASHBOARD_FILE = "sglang-fleet.json"
+
+
+# The members are started in one operation, ranks >= 1 first and rank 0 last (operations/group.py): a healthy
+# group's rank 0 started after every other member, within this many seconds of it. A member started after rank 0,
+# or rank 0 started long after a member, is a stale group (one of them restarted alone).
+START_WINDOW = 600
 
 
 def dropin_dir(service: str) -> str:
@@ -113,10 +135,11 @@ class Gate:
 
 @dataclass(frozen=True)
 class AptSource:
-    """A vendor's apt repository (aptrepo.vendor_repository): its signing key's URL and its source line."""
+    """A vendor's apt repository (operations/system.vendor_repository): its signing key's URL and its source line."""
 
     key_url: str
     line: str                 # with {keyring}: where the key is kept
+    fingerprint: str          # the signing key's full fingerprint, pinned (keyrings.py)
 
 
 @dataclass(frozen=True)
@@ -368,6 +391,7 @@ class Engine:
     apt_cache_time: int             # sglang_apt_cache_time: seconds apt's lists stay fresh, for every apt step
     install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
     nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
+    nvidia_toolkit_key_fingerprint: str   # sglang_nvidia_toolkit_apt_key_fingerprint, upper case
     arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
 
 
@@ -509,6 +533,8 @@ class HostPlan:
     # where the pull looks for each kept model's blobs first, by model key (set by preflight, peering.py)
     peer_sources: Mapping[str, PeerSources] = field(default_factory=dict)
     driver: GpuDriver = GpuDriver()   # the NVIDIA driver layer the deploy may install
+    # every vendor apt key the deploy may write on this host, each pinned (keyrings.py): judged on every run
+    vendor_keys: tuple[VendorKey, ...] = ()
 
     @property
     def runs_gateways(self) -> bool:

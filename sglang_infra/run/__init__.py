@@ -2,6 +2,6 @@
 
 The preflight over every host before any command (preflight.py, `plan_of(host)`), the Snapshot fact and its
 cache (facts.py, factcache.py), what every custom operation shares (operation.py), the gateways' turns across
-hosts (gateway_turns.py), steps several task files take alike (steps.py), the loader that ships host programs
-(ship.py), pyinfra workarounds (workarounds.py) and the run's closing line naming failed hosts (failedhosts.py).
+hosts (gateway_turns.py), pyinfra workarounds (workarounds.py) and the run's closing line naming failed hosts
+(failedhosts.py).
 """

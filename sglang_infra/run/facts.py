@@ -8,18 +8,36 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Mapping
 
 from pyinfra.api import FactBase
+from pyinfra.api.exceptions import FactProcessError
 
-from ..hostside.names import stamp_current
-from . import factcache, ship
+from ..machine import ship
+from . import factcache
 
 # A host without python3 still says what it is, so the preflight can name the problem.
 _WITHOUT_PYTHON = (
     "command -v python3 >/dev/null 2>&1 || { . /etc/os-release 2>/dev/null; "
     "printf '{\"python3\": null, \"os\": {\"id\": \"%s\", \"version\": \"%s\"}}\\n' \"$ID\" \"$VERSION_ID\"; exit 0; }"
 )
+
+
+# What a host may answer the control side, at most: its snapshot (a host with a large model cache and thousands of
+# drifted entries answers a few MiB), and the one-line JSON answers of the roll's and the gateways' programs.
+MAX_SNAPSHOT_BYTES = 64 << 20
+MAX_ANSWER_BYTES = 1 << 20
+
+
+def bounded_json(text: str, limit: int, what: str) -> dict:
+    """``text`` (a host's answer) as the JSON object it must be, at most ``limit`` bytes; ValueError naming ``what``
+    otherwise: a host's answer is never parsed unbounded, nor trusted to be of the right shape."""
+    size = len(text.encode("utf-8", "replace"))
+    if size > limit:
+        raise ValueError(f"{what} is {size} bytes, over the {limit} the control side reads")
+    found = json.loads(text)
+    if not isinstance(found, dict):
+        raise ValueError(f"{what} is a JSON {type(found).__name__}, not an object")
+    return found
 
 
 class Snapshot(FactBase):
@@ -29,7 +47,10 @@ class Snapshot(FactBase):
         return f"{_WITHOUT_PYTHON}; exec {ship.cached_command('read.snapshot')} {shlex.quote(spec)}"
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        try:
+            return bounded_json("\n".join(output), MAX_SNAPSHOT_BYTES, "the host's snapshot")
+        except ValueError as error:   # pyinfra fails this host alone, naming the fact, and the run goes on
+            raise FactProcessError(str(error)) from None
 
 
 class Unreadable(Exception):
@@ -50,16 +71,3 @@ def current(host) -> dict:
     return found
 
 
-def worker_validated(snapshot: Mapping[str, Any] | None) -> bool:
-    """
-    A worker serves a config that passed its gate: the gate's stamp is the
-    digest of what runs now and its container runs. A worker rolled back to
-    its last good config counts too: it serves what passed (a rolling restart
-    puts it back in its gateways, operations/roll.py); one whose config never
-    passed does not.
-    """
-    if not snapshot or not snapshot.get("gate"):
-        return False
-    container = (snapshot.get("stack") or {}).get("container") or {}
-    return bool(stamp_current(snapshot["gate"]["stamp"], snapshot["gate"]["digest"])
-                and container.get("state") == "running")

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from pyinfra import logger
 
-from . import ship
+from ..machine import ship
+from .facts import MAX_ANSWER_BYTES, bounded_json
 from .operation import q, run_on
 
 
@@ -82,7 +83,9 @@ def gateway_turn(state, host, turn: GatewayTurn, command: str, why: str) -> bool
         try:
             ok, said = on_own_gateway(host, turn, {"view": True})
             try:
-                healthy = json.loads(said)["healthy"] if ok else []
+                healthy = bounded_json(said, MAX_ANSWER_BYTES, "the gateway's answer")["healthy"] if ok else []
+                if not isinstance(healthy, list) or not all(isinstance(url, str) for url in healthy):
+                    healthy = []
             except (ValueError, KeyError, TypeError):
                 healthy = []
             say(f"{why}: {turn.slug} restarts now; the other gateway hosts of {turn.model} keep serving")

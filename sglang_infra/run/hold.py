@@ -22,7 +22,7 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 
 from ..hostside.write.hold import described
-from . import ship
+from ..machine import ship
 from .operation import connector_arguments
 
 HEARTBEAT = 5   # seconds between two lines to the hold; hold.SILENCE of silence ends it

@@ -13,7 +13,8 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
-from . import interrupt, ship
+from ..machine import ship
+from . import interrupt
 from .facts import Unreadable, current
 
 q = shlex.quote

@@ -21,10 +21,10 @@ from pyinfra import logger
 
 from ..fleet.gateways import fleet
 from ..fleet.hosts import Fleet, read_fleet
-from ..fleet.inventoryfile import inventory_file
 from ..fleet.monitoring import with_monitors
 from ..fleet.nodegroups import check_groups, not_serving, with_members
 from ..fleet.peering import with_sources
+from ..plan.inventoryfile import inventory_file
 from ..plan.problems import DeployDataError, raise_if
 from ..plan.refusals import judge
 from ..plan.resolve import resolve_judged, snapshot_spec

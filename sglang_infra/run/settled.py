@@ -41,8 +41,8 @@ from pyinfra.api import command as pyinfra_command
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.version import __version__ as PYINFRA_VERSION
 
-from ..fleet.inventoryfile import run_parameters
 from ..hostside.read import settled as stamp_file
+from ..plan.inventoryfile import run_parameters
 from ..plan.types import HostPlan
 from ..status import statusrows
 from .operation import connector_arguments

@@ -239,7 +239,7 @@ def _connect_errors(output: str, names: list[str]) -> dict[str, str]:
 
 def collect(inventory: str) -> list[dict]:
     """One row per host of ``inventory``, from one `pyinfra ... --dry` run in report mode."""
-    from ..fleet import inventoryfile
+    from ..plan import inventoryfile
 
     names = [host.name for host in inventoryfile.load(inventory)]
     env = {k: v for k, v in os.environ.items() if k != "PYINFRA_YES"}   # -y would skip change detection

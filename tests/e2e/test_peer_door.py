@@ -1,4 +1,4 @@
-"""The peer door on two real hosts (sglang_infra/models/peerdoor.py): each serving host's nginx hands its verified
+"""The peer door on two real hosts (sglang_infra/plan/peerdoor.py): each serving host's nginx hands its verified
 blobs, over TLS alone with the host's own certificate (curl here does not check it, -k: the pull's pinning is tested
 against the real door below), to the other host with the site's key (ranges answered 206, the bytes the lock's), and
 nothing else: plain HTTP is not served, a client pinned to another certificate sends nothing; 401 without
@@ -9,14 +9,17 @@ no log. A second run changes nothing; with sglang_peer_key_file None the door is
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from harness import door_pin, run_deploy, run_host_checks
 from sglang_infra.hostside.pull import peers
-from sglang_infra.models import peerdoor
+from sglang_infra.plan import peerdoor
 from testbed import hub as standin_hub
+from testbed import tls
 
 PORT = 880  # group_data/all.py's sglang_peer_port
 KEY = hashlib.sha256(b"the site's peer key, for this test only").hexdigest()
@@ -169,6 +172,8 @@ def test_the_doors_workers_read_the_cache_and_cannot_write_it(fleet):
     uid, gid = ids["Uid"].split()[0], ids["Gid"].split()[0]
     groups = ",".join(ids["Groups"].split()) or "-"
     assert one.exec(f"id -u {peerdoor.WORKER_USER}").stdout.strip() == uid
+    assert one.exec("id -u www-data").stdout.strip() != uid   # issue 52 item 8: not the shared www-data
+    assert one.exec("runuser -u www-data -- ls /opt/sglang/hf-cache", check=False).returncode != 0
     sglang_gid = one.exec("getent group sglang | cut -d: -f3").stdout.strip()
     assert sglang_gid not in [gid, *ids["Groups"].split()]
     as_worker = f"setpriv --reuid={uid} --regid={gid} " + ("--clear-groups" if groups == "-" else f"--groups={groups}")
@@ -260,6 +265,125 @@ def test_a_rebuilt_hosts_new_certificate_is_the_one_the_next_run_pins(fleet):
     assert head_from_here(one, new) == 200
     with pytest.raises(peers._Bad, match="TLS certificate other than"):
         head_from_here(one, old)
+
+
+KEYS = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "keyrings"   # test keys (test_vendor_keys.py)
+VENDOR_FPR, OTHER_FPR = "1AEFC7BB4072D06DD2C7CE5C774A70EA3FFA4F08", "6355F64473E74BF9BFE7D71552F10AC6422BE575"
+KEY_SERVER = """import functools, http.server, ssl
+# STAND-IN for a vendor's key URL (tests/e2e/test_peer_door.py): serves /root/keysrv over TLS on loopback.
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/root/keysrv")
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 8443), handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/root/keysrv-tls/cert.pem", "/root/keysrv-tls/key.pem")
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"""
+TOOLKIT_RING, CUDA_RING = "/etc/apt/keyrings/nvidia-container-toolkit.asc", "/etc/apt/keyrings/nvidia-cuda.asc"
+DRIVER_PIN = "/etc/apt/preferences.d/sglang-nvidia-driver"
+STANDIN_DRIVER = ("Package: nvidia-open\nVersion: 580.105.08-1\nArchitecture: all\nMaintainer: tests "
+                  "<tests@example.invalid>\nDescription: STAND-IN for NVIDIA's driver metapackage "
+                  "(tests/e2e/test_peer_door.py)\n")
+
+
+def keyed_inventory(inventory):
+    """The fleet's inventory with the toolkit's and the CUDA repository's keys served by key_url, pinned to the
+    test key (VENDOR_FPR; CUDA's in lower case: the data's case does not matter)."""
+    keyed = inventory.parent / "door-keys.py"
+    keyed.write_text(inventory.read_text().replace(
+        "'sglang_benchmark_min_fraction': 0.05",
+        "'sglang_benchmark_min_fraction': 0.05, 'sglang_nvidia_toolkit_apt_url': 'https://localhost:8443', "
+        f"'sglang_nvidia_toolkit_apt_key_fingerprint': '{VENDOR_FPR}', "
+        "'sglang_nvidia_cuda_apt_url': 'https://localhost:8443', "
+        f"'sglang_nvidia_cuda_apt_key_fingerprint': '{VENDOR_FPR.lower()}'"))
+    assert keyed.read_text() != inventory.read_text()
+    return keyed
+
+
+def copy_in(host, content: bytes, path: str, workdir) -> None:
+    local = workdir / f"copy-{hashlib.sha256(content).hexdigest()[:12]}"
+    local.write_bytes(content)
+    subprocess.run(["docker", "cp", str(local), f"{host.container}:{path}"], check=True, capture_output=True,
+                   timeout=60)
+
+
+@pytest.fixture
+def key_url(fleet, workdir):
+    """Host one serves a vendor key over TLS on https://localhost:8443 (a certificate of the testbed's CA, which the
+    host is made to trust): /gpgkey, the toolkit's, and /debian13/x86_64/8793F200.pub, the CUDA repository's."""
+    (one, _), _, _, _, _ = fleet
+    cert, key = tls.issue(standin_hub.test_ca(), "localhost", dns_names=["localhost"])
+    one.exec(standin_hub.Hub.trust_command() + " && mkdir -p /root/keysrv/debian13/x86_64 /root/keysrv-tls")
+    copy_in(one, cert, "/root/keysrv-tls/cert.pem", workdir)
+    copy_in(one, key, "/root/keysrv-tls/key.pem", workdir)
+    copy_in(one, KEY_SERVER.encode(), "/root/keysrv.py", workdir)
+    one.exec("setsid nohup python3 /root/keysrv.py >/root/keysrv.log 2>&1 </dev/null & echo $! > /root/keysrv.pid; "
+             "for i in $(seq 50); do curl -sf -o /dev/null https://localhost:8443/ && exit 0; sleep 0.2; done; exit 1")
+
+    def serve(name: str) -> None:
+        copy_in(one, (KEYS / name).read_bytes(), "/root/keysrv/gpgkey", workdir)
+        copy_in(one, (KEYS / name).read_bytes(), "/root/keysrv/debian13/x86_64/8793F200.pub", workdir)
+
+    yield serve
+    one.exec(f"kill $(cat /root/keysrv.pid); rm -rf /root/keysrv /root/keysrv-tls /root/keysrv.py /root/keysrv.pid "
+             f"{TOOLKIT_RING} {CUDA_RING}", check=False)
+
+
+def test_vendor_keyrings_a_half_replaced_door_pair_and_a_dropped_driver_pin_are_put_right_on_the_next_run(
+        fleet, workdir, key_url):
+    """Issue 52 items 1, 6 and 7 on a real host, on a run that configures no vendor repository: every vendor keyring
+    the host holds is judged on every run and replaced by exactly the pinned key when it holds another key besides
+    (the toolkit's) or is a link (CUDA's: the link replaced, its target untouched); a door key replaced without its
+    certificate gets a new pair the door serves with; a driver pin left from sglang_nvidia_driver_version (its
+    preferences file, a held driver package) goes, the package stays. A second run changes nothing."""
+    (one, two), inventory, _, _, _ = fleet
+    keyed = keyed_inventory(inventory)
+    key_url("vendor.asc")
+    copy_in(one, (KEYS / "vendor.asc").read_bytes() + (KEYS / "other.asc").read_bytes(), TOOLKIT_RING, workdir)
+    copy_in(one, (KEYS / "vendor.asc").read_bytes(), "/root/elsewhere.asc", workdir)
+    one.exec(f"chmod 644 {TOOLKIT_RING} && ln -sfn /root/elsewhere.asc {CUDA_RING}")
+    one.exec(f"openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out /root/other.key 2>/dev/null && "
+             f"install -m 600 -o root -g root /root/other.key {peerdoor.TLS_KEY}")   # the key alone replaced
+    one.exec("mkdir -p /root/nv/DEBIAN")
+    copy_in(one, STANDIN_DRIVER.encode(), "/root/nv/DEBIAN/control", workdir)
+    copy_in(one, b"Package: nvidia-*\nPin: version 580.105.08-*\nPin-Priority: 1001\n", DRIVER_PIN, workdir)
+    one.exec("dpkg-deb --build /root/nv /root/nv.deb >/dev/null && dpkg -i /root/nv.deb >/dev/null && "
+             "apt-mark hold nvidia-open >/dev/null")
+    try:
+        result = run_deploy(keyed)
+        assert result.returncode == 0, result.why()
+        for ring in (TOOLKIT_RING, CUDA_RING):
+            assert one.exec(f"stat -c '%F %U %a' {ring}").stdout.strip() == "regular file root 644"
+            assert one.exec(f"cat {ring}").stdout.encode() == (KEYS / "vendor.asc").read_bytes()
+        assert one.exec("cat /root/elsewhere.asc").stdout.encode() == (KEYS / "vendor.asc").read_bytes()
+        assert one.exec(f"test -e {TOOLKIT_RING}", check=False).returncode == 0 and \
+            two.exec(f"test -e {TOOLKIT_RING}", check=False).returncode != 0   # none made where none was
+        # the door's pair is one again (nginx accepts it), and the door serves with the new certificate
+        pub = "openssl pkey -in {0} -pubout 2>/dev/null || openssl x509 -in {0} -pubkey -noout"
+        assert one.exec(pub.format(peerdoor.TLS_KEY)).stdout == one.exec(pub.format(peerdoor.TLS_CERT)).stdout
+        assert head_from_here(one, door_pin(one)) == 200
+        assert "nvidia-open" not in one.exec("apt-mark showhold").stdout
+        assert one.exec(f"test -e {DRIVER_PIN}", check=False).returncode != 0
+        assert one.exec("dpkg-query -W -f='${Status}' nvidia-open").stdout == "install ok installed"
+        again = run_deploy(keyed)
+        assert again.returncode == 0 and again.changed(one.name) == [], again.why()
+    finally:
+        one.exec("dpkg -r nvidia-open >/dev/null 2>&1; rm -rf /root/nv /root/nv.deb /root/other.key "
+                 f"/root/elsewhere.asc {DRIVER_PIN}", check=False)
+
+
+def test_a_vendor_key_that_is_not_the_pinned_one_is_refused_and_nothing_of_it_trusted(fleet, workdir, key_url):
+    """Issue 52 item 1 / issue 58 item 4: the key URL serves another key; the keyring there (with that key) is
+    removed and the host stops naming the data key for a mirror's own key; the other host converges."""
+    (one, two), inventory, _, _, _ = fleet
+    keyed = keyed_inventory(inventory)
+    key_url("other.asc")
+    copy_in(one, (KEYS / "other.asc").read_bytes(), TOOLKIT_RING, workdir)
+    one.exec(f"chmod 644 {TOOLKIT_RING}")
+    result = run_deploy(keyed)
+    assert result.returncode != 0
+    assert "sglang_nvidia_toolkit_apt_key_fingerprint" in result.output and OTHER_FPR in result.output, result.why()
+    assert one.exec(f"test -e {TOOLKIT_RING} || test -L {TOOLKIT_RING}", check=False).returncode != 0
+    assert result.errors(two.name) == [], result.why()
 
 
 def test_a_second_run_changes_nothing_and_no_key_removes_the_door(fleet):

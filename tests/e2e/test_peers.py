@@ -22,7 +22,7 @@ import pytest
 
 from harness import PROJECT_DIR, SETTLED_OP, _env, door_pin, planned, run_deploy
 from hfstandin.server import count_kinds
-from sglang_infra.models import peerdoor
+from sglang_infra.plan import peerdoor
 from testbed import hub as standin_hub
 
 PORT = 880  # group_data/all.py's sglang_peer_port

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 
 from harness import PROJECT_DIR, run_deploy
-from sglang_infra.models import lockfile, lockgen
+from sglang_infra.fleet import lockgen
+from sglang_infra.models import lockfile
 from testbed import hub as testbed_hub
 from testbed.hosts import stop_host
 

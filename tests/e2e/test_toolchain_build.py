@@ -124,7 +124,7 @@ def test_the_lock_records_every_wheel_of_the_exact_pin_with_its_sha256(index):
     """scripts/lock.sh's wheel step against pypiserver: the file and the sha256 of its bytes, exact versions only."""
     import hashlib
 
-    from sglang_infra.models import lockgen
+    from sglang_infra.fleet import lockgen
 
     try:
         index.serve({**GOOD, "flashinfer-python": "0.6.14+rebuilt"})

@@ -20,14 +20,14 @@ import pytest
 import testinfra
 
 from sglang_infra.fleet import gateways, monitoring
-from sglang_infra.fleet import roles as groups
 from sglang_infra.fleet.hosts import read_fleet
+from sglang_infra.plan import roles as groups
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def _load_inventory(path: str):
-    from sglang_infra.fleet import inventoryfile
+    from sglang_infra.plan import inventoryfile
 
     return inventoryfile.load(path)
 

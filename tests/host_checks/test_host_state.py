@@ -9,12 +9,13 @@ import shlex
 import pytest
 
 from sglang_infra import ACCOUNT
-from sglang_infra.fleet.roles import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.hostside import names
 from sglang_infra.hostside.formats.netloc import netloc
+from sglang_infra.machine import ship
 from sglang_infra.machine.gpus import gpu_faults
 from sglang_infra.machine.platforms import NOLOGIN_SHELL
-from sglang_infra.models import peerdoor
+from sglang_infra.plan import peerdoor
+from sglang_infra.plan.roles import MONITOR_GROUP, ROUTER_GROUP
 from sglang_infra.plan.types import (
     ALERT_RULES,
     DROPIN_NAME,
@@ -23,7 +24,6 @@ from sglang_infra.plan.types import (
     PROMETHEUS_SERVICE,
     dropin_dir,
 )
-from sglang_infra.run import ship
 from sglang_infra.status import groupstatus
 
 

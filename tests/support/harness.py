@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_infra.models import peerdoor
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
+from sglang_infra.plan import peerdoor
 from testbed import hosts as testbed_hosts
 from testbed.hosts import TestHost
 

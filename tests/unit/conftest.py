@@ -61,7 +61,7 @@ def _short(text: str) -> str:
     """A shipped host program inside a command, as <hostside/NAME.py>: fixtures stay readable."""
     import shlex
 
-    from sglang_infra.run import ship
+    from sglang_infra.machine import ship
 
     for name in ship.programs():
         text = text.replace(shlex.quote(ship.program(name)), f"<hostside/{name.replace('.', '/')}.py>")

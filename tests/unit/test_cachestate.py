@@ -18,7 +18,7 @@ import pytest
 
 from sglang_infra.hostside.pull import manifest
 from sglang_infra.hostside.read import cachestate
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 C1 = "1" * 40
 C2 = "2" * 40
@@ -192,7 +192,10 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     spec = {"user": "nobody-here", "home": str(tmp_path), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run([python, "-c", ship.program("read.snapshot"), json.dumps(spec)], capture_output=True,
+    # as the run sends it (run/facts.Snapshot: through the code cache, compressed; uncompressed the bundle is past
+    # one argument's 128 KiB since the vendor keyrings' reader, hostside/read/openpgp.py, joined it)
+    program = ship.cached_program("read.snapshot", str(tmp_path / "codecache"))
+    out = subprocess.run([python, "-I", "-S", "-c", program, json.dumps(spec)], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out.count("\n") == 1
     found = json.loads(out)["models"]
@@ -433,7 +436,10 @@ def test_a_record_larger_than_the_bound_is_not_read(tmp_path, monkeypatch):
 def _snapshot_models(home: Path, user: str) -> dict:
     spec = {"user": user, "home": str(home), "tools_dir": str(home / "tools"), "admins": [], "groups": [],
             "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run([sys.executable, "-c", ship.program("read.snapshot"), json.dumps(spec)], capture_output=True,
+    # from a file: the bundle is past one argument's 128 KiB uncompressed (the run sends it compressed, facts.py)
+    program = home / "snapshot-program.py"
+    program.write_text(ship.program("read.snapshot"))
+    out = subprocess.run([sys.executable, "-I", str(program), json.dumps(spec)], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     return json.loads(out)["models"]
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from sglang_infra.hostside.read import codecache
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the cache is root's: the tests chown its entries")
 
@@ -131,7 +131,10 @@ def snapshot(tmp_path, program: str, *flags: str) -> dict:
     """The snapshot of an empty home, minus what the engine says (other runs change its images meanwhile)."""
     spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
-    out = subprocess.run([sys.executable, "-I", *flags, "-c", program, json.dumps(spec)], capture_output=True,
+    # from a file: the plain bundle is past one argument's 128 KiB (the run sends the cached one, facts.py)
+    path = tmp_path / "program.py"
+    path.write_text(program)
+    out = subprocess.run([sys.executable, "-I", *flags, str(path), json.dumps(spec)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)

@@ -13,7 +13,6 @@ import pytest
 from conftest import pinned_defaults, plan_for
 from test_driver_layer import NVSWITCHES, refusals, section
 
-from sglang_infra.machine import aptrepo
 from sglang_infra.operations import gpu_driver
 from sglang_infra.plan.refusals import check_data
 
@@ -40,7 +39,8 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
     names = ("nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed", "driver_unit_running")
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
-            mock.patch.object(aptrepo, "vendor_repository", recorder("vendor_repository")), \
+            mock.patch("sglang_infra.operations.system.driver_unpinned", recorder("driver_unpinned")), \
+            mock.patch("sglang_infra.operations.system.vendor_repository", recorder("vendor_repository")), \
             mock.patch.multiple(gpu_driver, **{name: recorder(name) for name in names}):
         runpy.run_path(str(TASK))
     return calls
@@ -80,7 +80,8 @@ def test_a_host_running_the_pinned_driver_gets_nothing_of_the_driver():
 
 
 def test_no_pin_leaves_the_driver_alone():
-    assert [name for name, _ in task_calls(plan(None))] == []
+    """Only the deploy's own pin and hold go (issue 52 item 7, operations/system.driver_unpinned); the driver stays."""
+    assert [name for name, _ in task_calls(plan(None))] == ["driver_unpinned"]
 
 
 def test_without_reboot_permission_the_host_is_installed_then_stopped_without_a_reboot():
@@ -125,29 +126,6 @@ def test_the_open_modules_are_refused_on_a_gpu_older_than_turing():
     assert "sglang_nvidia_driver_open" in refusals(gpus, sglang_nvidia_driver_version="580.105.08")
     assert "sglang_nvidia_driver_open" not in refusals(gpus, sglang_nvidia_driver_version="580.105.08",
                                                        sglang_nvidia_driver_open=False)
-
-
-def test_nvidia_s_cuda_repository_key_is_checked_against_its_fingerprint_when_it_was_downloaded():
-    calls: list[tuple[str, tuple, dict]] = []
-
-    def recorder(name):
-        def record(*args, **kwargs):
-            calls.append((name, args, kwargs))
-            return mock.Mock(did_change="changed")
-        return record
-
-    with mock.patch.multiple(aptrepo.apt, packages=recorder("apt.packages"), repo=recorder("apt.repo")), \
-            mock.patch.object(aptrepo.files, "download", recorder("files.download")), \
-            mock.patch.object(aptrepo.server, "shell", recorder("server.shell")):
-        aptrepo.vendor_repository("NVIDIA CUDA", "https://example.test/3bf863cc.pub", "deb [signed-by={keyring}] "
-                                  "https://example.test/ /", "nvidia-cuda", fingerprint="EB69")
-    assert [name for name, _, _ in calls] == ["apt.packages", "files.download", "server.shell", "apt.repo"]
-    check = calls[2][2]
-    assert check["_if"] == "changed"   # only a key just downloaded is checked
-    assert check["commands"] == [
-        "gpg --show-keys --with-colons /etc/apt/keyrings/nvidia-cuda.asc | grep -qx 'fpr:::::::::EB69:' || "
-        "{ rm -f /etc/apt/keyrings/nvidia-cuda.asc; echo 'the key at https://example.test/3bf863cc.pub is not EB69; "
-        "removed' >&2; exit 1; }"]
 
 
 def test_on_an_nvswitch_board_fabric_manager_must_match_the_pinned_driver_not_the_running_one():

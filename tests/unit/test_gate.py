@@ -262,9 +262,51 @@ def test_the_kernel_check_fails_the_gate_naming_the_gpu(tmp_path, monkeypatch, s
         return subprocess.CompletedProcess(words, 0, "", "")
 
     monkeypatch.setattr(run, "compose", compose)
+    monkeypatch.setattr(run, "compose_bounded", lambda limit, *words: compose(*words))
     assert run.validate() == expected
     assert ("exec", "-T", "sglang", "python3", "-I", "-c", "print('the program')", "--nvcc",
             "/usr/local/cuda-pip/bin/nvcc") in calls
+
+
+@pytest.mark.parametrize("stdout, why", [
+    ("null", "answered NoneType null, not its report"),
+    ("[]", "answered list [], not its report"),
+    ("42", "answered int 42"),
+    ('{"ok": "yes", "said": "fine"}', "not its report"),
+    ('{"said": "fine"}', "not its report"),
+    ("{" + '"pad": "' + "x" * (1 << 20) + '", "ok": true}', "more than 65536 bytes"),
+], ids=["null", "empty-list", "a-number", "ok-not-a-boolean", "no-ok", "megabytes"])
+def test_whatever_else_the_container_answers_is_a_failed_gate_rolled_back_and_recorded(tmp_path, monkeypatch, stdout,
+                                                                                       why):
+    """Issue 52 item 5: a container printing null, [] or megabytes where the report is expected made the gate raise
+    (no rollback, no record); now it is a failed gate like any other."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.kernel_check_program, run.args.kernel_check_nvcc = "print('the program')", "/usr/local/cuda-pip/bin/nvcc"
+    answers = [stdout, '{"ok": true, "said": "the good config ran"}']   # the tried config, then the good one
+    monkeypatch.setattr(run, "compose_bounded",
+                        lambda limit, *words: subprocess.CompletedProcess(words, 0, answers.pop(0), ""))
+    (docker / "compose.yaml.good").write_text("services: {good: {}}\n")
+    assert run.run() == 1
+    record = json.loads((docker / stamp.LAST).read_text())
+    assert record["passed"] is False and why in record["reason"] and len(record["reason"]) < 2000
+    assert record["rolled_back"] is True
+    assert (docker / names.COMPOSE_FILE).read_text() == "services: {good: {}}\n"
+
+
+FLOOD = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
+
+
+def test_the_container_s_answer_is_read_at_most_the_bound_and_the_command_stopped_there(tmp_path, monkeypatch):
+    """A container that prints without end: the gate reads KERNEL_REPORT_BYTES + 1 bytes, kills it, and fails."""
+    run, docker = _worker(tmp_path, monkeypatch)
+    monkeypatch.setattr(gate.names, "COMPOSE_COMMAND", ("python3", "-c", FLOOD))
+    found = run.compose_bounded(gate.KERNEL_REPORT_BYTES, "exec")
+    assert len(found.stdout) == gate.KERNEL_REPORT_BYTES + 1 and found.returncode != 0
+    assert gate.kernel_report(found.stdout)[0] is None
+    monkeypatch.setattr(gate.names, "COMPOSE_COMMAND", ("python3", "-c", """print('{"ok": true, "said": "ran"}')"""))
+    found = run.compose_bounded(gate.KERNEL_REPORT_BYTES, "exec")
+    assert gate.kernel_report(found.stdout) == ({"ok": True, "said": "ran"}, None)
 
 
 @pytest.mark.parametrize("changed_during_checks", [False, True], ids=["before", "during-the-checks"])

@@ -13,11 +13,11 @@ import yaml
 from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned_defaults
 
 from harness import PROJECT_DIR
-from sglang_infra.fleet import roles as fleet_groups
 from sglang_infra.fleet.gateways import fleet_worker, with_gateways
 from sglang_infra.fleet.hosts import InventoryHost as FleetHost
 from sglang_infra.hostside import gateway_launch
 from sglang_infra.operations import gateway as gateway_ops
+from sglang_infra.plan import roles as fleet_groups
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve

@@ -95,6 +95,29 @@ def test_xid_lines_are_counted_per_gpu_and_code():
     assert nvsmi.xids(lines) == {("0000:00:06", 79): 2, ("0000:1b:00", 48): 1}
 
 
+def test_only_the_kernel_s_own_records_count_never_a_line_written_from_user_space(monkeypatch):
+    """Issue 52 item 8: a service echoing an XID line into /dev/kmsg (facility LOG_USER: priority 8 and up, as the
+    kernel forces for any write from user space) counted as the driver's XID."""
+    xid = "NVRM: Xid (PCI:0000:1b:00): 48, pid=1234, name=python3, An uncorrectable double bit error"
+    assert nvsmi.kernel_record(f"4,1234,5678,-;{xid}\n".encode()) == xid                 # the driver's (KERN_WARNING)
+    assert nvsmi.kernel_record(f"0,1,2,-;{xid}\n".encode()) == xid
+    assert nvsmi.kernel_record(f"12,1235,5679,-;{xid}\n".encode()) is None               # user.warning: echoed
+    assert nvsmi.kernel_record(f"30,1236,5680,-;{xid}\n".encode()) is None               # daemon.info
+    assert nvsmi.kernel_record(xid.encode()) is None                                      # no record header
+    records = iter([f"4,1,1,-;{xid}\n".encode(), f"14,2,2,-;{xid}\n".encode(), f"6,3,3,-;{xid}\n".encode()])
+
+    def read(fd, size):
+        try:
+            return next(records)
+        except StopIteration:
+            raise BlockingIOError from None
+
+    monkeypatch.setattr(nvsmi.os, "open", lambda *a: 99)
+    monkeypatch.setattr(nvsmi.os, "close", lambda fd: None)
+    monkeypatch.setattr(nvsmi.os, "read", read)
+    assert nvsmi.xids(nvsmi.kernel_log("/dev/kmsg")) == {("0000:1b:00", 48): 2}
+
+
 def test_the_file_is_replaced_whole_in_the_textfile_directory(tmp_path):
     path = gpu_metrics.write(RECORDED, str(tmp_path))
     assert path == f"{tmp_path}/sglang_gpu.prom" and Path(path).read_text() == RECORDED

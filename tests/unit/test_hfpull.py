@@ -25,7 +25,7 @@ from sglang_infra.hostside.pull import hfpull, manifest, pull_errors, pull_locks
 from sglang_infra.hostside.pull.pull import CHUNK, STALE_PARTIAL_AGE, Blob, Progress, Puller, hash_file, safe_relpath
 from sglang_infra.hostside.pull.transfer import RETRY_AFTER_MAX, Transfer, retry_after
 from sglang_infra.hostside.read import cachestate
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 ROOT = Path(__file__).resolve().parents[2]
 # The program as hosts get it: bundled with its neighbours by the loader.

@@ -16,7 +16,7 @@ def write(tmp_path):
 
 
 def match(inventory, pattern):
-    return subprocess.run([sys.executable, "-m", "sglang_infra.fleet.inventoryfile", "match", str(inventory), pattern],
+    return subprocess.run([sys.executable, "-m", "sglang_infra.plan.inventoryfile", "match", str(inventory), pattern],
                           cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
 
 
@@ -56,7 +56,7 @@ def test_rollout_refuses_a_canary_of_gateway_hosts_only(tmp_path):
     assert not list(tmp_path.glob("*.candidate"))
 
     def canary(pattern):
-        return subprocess.run([sys.executable, "-m", "sglang_infra.fleet.inventoryfile", "canary", str(inventory),
+        return subprocess.run([sys.executable, "-m", "sglang_infra.plan.inventoryfile", "canary", str(inventory),
                                pattern],
                               cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
 

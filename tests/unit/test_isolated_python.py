@@ -12,8 +12,8 @@ from conftest import load_cases, pinned_defaults, plan_for
 
 from sglang_infra.hostside import names, safefs
 from sglang_infra.hostside.gate import gate
+from sglang_infra.machine import ship
 from sglang_infra.plan import render
-from sglang_infra.run import ship
 
 PYTHON_RUN = re.compile(r"(?:^|[\s/;&|])python3?(?= )(?! -I)")
 

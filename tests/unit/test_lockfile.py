@@ -19,12 +19,13 @@ import pytest
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 
 from hfstandin import StandinHub
-from sglang_infra.machine import toolchain
-from sglang_infra.models import lockfile, lockgen
+from sglang_infra.fleet import lockgen
+from sglang_infra.machine import ship, toolchain
+from sglang_infra.models import lockfile
 from sglang_infra.operations import models as model_ops
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data
-from sglang_infra.run import factcache, ship
+from sglang_infra.run import factcache
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-lock-")) / "hfpull.py"
 SCRIPT.write_text(ship.program("pull.hfpull"))

@@ -12,11 +12,11 @@ from conftest import FakeHost, command_text, converged_snapshot, on_host, pinned
 
 from sglang_infra.fleet.hosts import Fleet, InventoryHost
 from sglang_infra.fleet.monitoring import scrape_address, targets_of, with_monitor
-from sglang_infra.fleet.roles import roles
 from sglang_infra.operations import system as ops
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve, snapshot_spec
+from sglang_infra.plan.roles import roles
 from sglang_infra.run import factcache
 
 DEFAULTS = pinned_defaults()
@@ -217,7 +217,7 @@ def test_no_node_exporter_when_it_is_off():
 def test_the_snapshot_reads_the_metrics_units_and_packages():
     spec = snapshot_spec(DEFAULTS)
     assert "/etc/prometheus" in spec["system_dirs"]
-    # (then the peer door's unit, sglang_infra/models/peerdoor.py)
+    # (then the peer door's unit, sglang_infra/plan/peerdoor.py)
     assert spec["services"][:3] == ["prometheus.service", "prometheus-node-exporter.service",
                                     "sglang-gate-metrics.timer"]
 

@@ -14,7 +14,7 @@ from sglang_infra.fleet import nodegroups
 from sglang_infra.fleet.hosts import InventoryHost
 from sglang_infra.hostside import names
 from sglang_infra.plan.problems import DeployDataError
-from sglang_infra.plan.resolve import resolve
+from sglang_infra.plan.resolve import check_reach, resolve
 
 DEFAULTS = pinned_defaults()
 
@@ -361,9 +361,9 @@ def test_a_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(tmp_pat
         assert host_snapshot.reach(["127.0.0.1", port, closed])["ok"] is False
         assert host_snapshot.reach(["127.0.0.1", ssh, closed]) == {"ok": True, "said": "connected"}
     assert host_snapshot.reach(["name.invalid", port, ssh])["ok"] is False
-    [line] = nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
+    [line] = check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": False, "said": "timed out"}})
     assert "gpu-02" in line and "10.0.0.11:29500" in line and "timed out" in line
-    assert nodegroups.check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []
+    assert check_reach("gpu-02", group["gpu-02"], {"reach": {"ok": True, "said": "connected"}}) == []
 
 
 def test_a_members_name_with_a_newline_stays_inside_its_compose_comment():

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from types import SimpleNamespace
 from unittest import mock
 
@@ -53,6 +54,10 @@ def _arguments(op: str, args: dict) -> dict:
         door = args["door"]
         args = {**args, "door": PeerDoor(**{**door, "key": door["key"].encode(),
                                             "pins": tuple(PeerPin(*pin) for pin in door["pins"])})}
+    if op == "keyring_pinned":
+        from sglang_infra.machine.keyrings import VendorKey
+
+        args = {**args, "key": VendorKey(**args["key"])}
     if op == "rolled":
         from sglang_infra.plan.types import Gate
 
@@ -136,8 +141,19 @@ def test_image_archive_is_uploaded_and_loaded_once(tmp_path):
     archive.write_bytes(b"not really an image")
     missing = {"Snapshot": {"docker": {"images": {}}}}
     commands, _ = run("image_present", {"image": "sglang-standin:abc", "archive": str(archive)}, missing)
-    remote = "/var/tmp/sglang-image-" + __import__("hashlib").sha256(archive.read_bytes()).hexdigest()[:16] + ".tar"
+    remote = commands[0].split()[-1]
+    assert re.fullmatch(r"/var/tmp/sglang-image-[0-9a-f]{32}\.tar", remote)
     assert commands[0] == f"upload {archive} {remote}"
+    # issue 52 item 8: a name no one can guess ahead (not the archive's digest, new on every run), nor pyinfra's
+    # temporary name under a sudo login
+    again = run("image_present", {"image": "sglang-standin:abc", "archive": str(archive)}, missing)[0][0].split()[-1]
+    assert again != remote and __import__("hashlib").sha256(archive.read_bytes()).hexdigest()[:16] not in remote
+    fake = FakeHost(missing)
+    with on_host(fake):
+        uploads = [next(OPERATIONS["image_present"]._inner(image="sglang-standin:abc", archive=str(archive)))
+                   for _ in range(2)]
+    factcache.invalidate(fake)
+    assert uploads[0].remote_temp_filename != uploads[1].remote_temp_filename
     assert commands[1].startswith(f"docker load -i {remote} >/dev/null; loaded=$?; rm -f {remote}")
     assert "does not contain sglang-standin:abc" in commands[1]
     present = {"Snapshot": {"docker": {"images": {"sglang-standin:abc": {"id": "sha256:1", "labels": {}}}}}}
@@ -168,7 +184,7 @@ def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument
     commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
                       {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths,
                                                                      "cache_group": short}}}})
-    program = shlex.quote(__import__("sglang_infra.run.ship", fromlist=["program"]).program("write.repair"))
+    program = shlex.quote(__import__("sglang_infra.machine.ship", fromlist=["program"]).program("write.repair"))
     sent = [c.replace("<hostside/write/repair.py>", program) for c in commands]
     assert all(len(shlex.quote(c).encode()) < 128 * 1024 for c in sent), [len(c) for c in sent]
     listed = [w for c in sent for w in shlex.split(c)[8:]]   # python3 -I -c PROGRAM CATEGORY HOME USER GROUP

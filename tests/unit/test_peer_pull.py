@@ -26,7 +26,7 @@ import pytest
 from hfstandin import StandinHub
 from sglang_infra.hostside.pull import peers, pull_errors
 from sglang_infra.hostside.pull.pull import Puller
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 SCRIPT = Path(tempfile.mkdtemp(prefix="hfpull-peers-")) / "hfpull.py"
 SCRIPT.write_text(ship.program("pull.hfpull"))
@@ -423,7 +423,7 @@ def served(cache: Path, lock: dict) -> dict[str, str]:
     """What the door of a host whose cache is ``cache`` lists, from its snapshot (cachestate) as the deploy reads it."""
     from sglang_infra.hostside.pull import manifest
     from sglang_infra.hostside.read import cachestate
-    from sglang_infra.models import peerdoor
+    from sglang_infra.plan import peerdoor
     from sglang_infra.plan.types import PeerDoor, PeerPin
     found = cachestate.scan(str(cache / "hub"), manifest.Records(str(cache / "verified"), manifest.owners()))
     pin = PeerPin("org/fleet", lock["commit"], manifest.content_digest(lock["files"]),

@@ -1,15 +1,18 @@
-"""The peer door (sglang_infra/models/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and
+"""The peer door (sglang_infra/plan/peerdoor.py): the nginx config it renders, the blobs it lists, its refusals and
 its place in the plan and the snapshot. The door itself, answering on a real host: tests/e2e/test_peer_door.py."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 from conftest import converged_snapshot, pinned_defaults, plan_for
 
+from sglang_infra.hostside.read import doorcheck
 from sglang_infra.hostside.read import snapshot as host_snapshot
-from sglang_infra.models import peerdoor
+from sglang_infra.plan import peerdoor
 from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data, check_host_state
 from sglang_infra.plan.resolve import resolve, snapshot_spec
@@ -119,8 +122,10 @@ def test_no_log_carries_the_authorization_header(key_file):
     assert re.search(r"^error_log \S+ warn;", config, re.M)   # never debug, which logs request headers
 
 
-def test_the_workers_run_as_www_data_alone_never_in_the_accounts_group(key_file):
-    assert re.search(r"^user www-data;$", door_of(key_file).config, re.M)   # never the account's group
+def test_the_workers_run_as_a_user_and_group_of_their_own_never_the_accounts_group_nor_www_data(key_file):
+    """Issue 52 item 8: the shared www-data's other services passed where the door's ACL entry let www-data pass."""
+    assert re.search(r"^user sglang-door sglang-door;$", door_of(key_file).config, re.M)
+    assert peerdoor.WORKER_USER == peerdoor.WORKER_GROUP == "sglang-door"
 
 
 def test_nginx_service_runs_the_doors_config_alone(key_file):
@@ -301,14 +306,34 @@ def test_the_snapshot_checks_the_door_as_the_run_does(key_file, monkeypatch):
     """A settled host skips the run's door check (run/settled.py): its snapshot must read who holds the door's port
     the same way, with the door's config and certificate, and only on the host's own address."""
     spec = snapshot_spec(door_data(key_file, sglang_peer_bind_address="10.0.0.8", sglang_peer_port=8443))
-    assert spec["door"] == {"port": 8443, "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT}
+    assert spec["door"] == {"port": 8443, "config": peerdoor.CONFIG, "cert": peerdoor.TLS_CERT,
+                            "key": peerdoor.TLS_KEY}
     asked = []
     monkeypatch.setattr(host_snapshot.doorcheck, "checked", lambda *args: asked.append(args) or {"held": True})
+    monkeypatch.setattr(host_snapshot.doorcheck, "pair_matches", lambda *args: asked.append(args) or True)
     monkeypatch.setattr(host_snapshot, "peer_address", lambda wanted: {"address": wanted, "local": True})
-    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": True, "door": {"held": True}}
-    assert asked == [("10.0.0.8", 8443, peerdoor.CONFIG, peerdoor.TLS_CERT)]
+    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": True, "door": {"held": True}, "tls_pair": True}
+    assert asked == [("10.0.0.8", 8443, peerdoor.CONFIG, peerdoor.TLS_CERT), (peerdoor.TLS_CERT, peerdoor.TLS_KEY)]
     monkeypatch.setattr(host_snapshot, "peer_address", lambda wanted: {"address": wanted, "local": False})
-    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": False}   # not its address: no door here
+    assert host_snapshot.peer(spec) == {"address": "10.0.0.8", "local": False,   # not its address: no door here
+                                        "tls_pair": True}
+
+
+def test_a_key_and_certificate_are_judged_one_pair_as_nginx_judges_them(tmp_path):
+    """Issue 52 item 6: owner and mode alone passed a half-replaced pair, which breaks nginx at its next reload."""
+    tls = Path(__file__).parent / "fixtures" / "peer_tls"
+    assert doorcheck.pair_matches(str(tls / "door.crt"), str(tls / "door.key")) is True
+    assert doorcheck.pair_matches(str(tls / "door.crt"), str(tls / "other.key")) is False   # half replaced
+    assert doorcheck.pair_matches(str(tls / "other.crt"), str(tls / "door.key")) is False
+    assert doorcheck.pair_matches(str(tls / "door.crt"), str(tmp_path / "absent.key")) is None
+    (tmp_path / "garbage.key").write_text("not a key\n")
+    assert doorcheck.pair_matches(str(tls / "door.crt"), str(tmp_path / "garbage.key")) is False
+    (tmp_path / "link.key").symlink_to(tls / "door.key")
+    assert doorcheck.pair_matches(str(tls / "door.crt"), str(tmp_path / "link.key")) is False   # never followed
+    os.mkfifo(tmp_path / "fifo.key")
+    assert doorcheck.pair_matches(str(tls / "door.crt"), str(tmp_path / "fifo.key")) is False   # never blocks
+    assert not peerdoor.tls_ready({"tls.key": {"owner": "root", "mode": "600"}, "tls.crt": {"owner": "root"}}, False)
+    assert peerdoor.tls_ready({"tls.key": {"owner": "root", "mode": "600"}, "tls.crt": {"owner": "root"}}, True)
 
 
 def test_the_host_says_whether_an_address_is_its_own():
@@ -393,3 +418,21 @@ def test_the_door_check_reads_the_kernels_spelling_of_an_address(tmp_path):
 
     assert doorcheck.listening("10.0.0.11", 880, str(tmp_path)) == ["4711"]   # LISTEN on exactly that address
     assert doorcheck.listening("fd00::11", 880, str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("restart,reload,expected", [
+    (False, True, "nginx -t -q -c /etc/nginx/sglang-peer-door/nginx.conf && systemctl reload nginx.service"),
+    (True, False, "systemctl daemon-reload && nginx -t -q -c /etc/nginx/sglang-peer-door/nginx.conf "
+                  "&& systemctl restart nginx.service"),
+])
+def test_nginx_reloads_or_restarts_the_door_only_once_nginx_t_accepts_its_files(restart, reload, expected):
+    """Issue 52 item 6: a reload of files nginx refuses is not sent (nginx's own reload would keep the old config
+    and say nothing); the host stops on nginx -t's error and the door keeps serving what it serves."""
+    from test_monitoring import RUNNING, run
+
+    from sglang_infra.operations import system
+
+    commands, _ = run(system.service_running, {"services": {"nginx.service": RUNNING}}, executing=True,
+                      unit="nginx.service", restart_if=lambda: restart, reload_if=lambda: reload,
+                      check=peerdoor.config_check())
+    assert commands == [expected]

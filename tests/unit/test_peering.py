@@ -10,9 +10,9 @@ from conftest import converged_snapshot, pinned_defaults
 from sglang_infra.fleet import peering
 from sglang_infra.fleet.hosts import Fleet, InventoryHost
 from sglang_infra.hostside import names
-from sglang_infra.models import peerdoor
 from sglang_infra.models.lockfile import LockedModel
 from sglang_infra.operations.models import pull_command
+from sglang_infra.plan import peerdoor
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import PeerDoor
 

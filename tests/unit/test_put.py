@@ -14,8 +14,9 @@ import pytest
 from conftest import FakeHost, on_host
 from pyinfra.api import FileUploadCommand
 
+from sglang_infra.machine import ship
 from sglang_infra.operations import files
-from sglang_infra.run import factcache, ship
+from sglang_infra.run import factcache
 
 USER = pwd.getpwuid(os.geteuid()).pw_name
 GROUP = grp.getgrgid(os.getegid()).gr_name

@@ -262,7 +262,7 @@ def test_no_operator_value_in_a_script_runs_as_a_command(tmp_path):
 
 
 def test_the_sh_filter_quotes_and_the_line_filter_keeps_a_comment_one_line():
-    from sglang_infra.plan.templating import environment
+    from sglang_infra.machine.templating import environment
 
     assert environment().filters["sh"]("/opt/sglang") == "/opt/sglang"
     assert environment().filters["sh"]("$(id)") == "'$(id)'"
@@ -274,7 +274,7 @@ def test_the_gate_runs_the_cuda_kernel_check_with_the_images_pinned_nvcc_on_a_gp
     reads it back unchanged from the quoted here-document."""
     import subprocess
 
-    from sglang_infra.run import ship
+    from sglang_infra.machine import ship
 
     text = plan_for(DEFAULTS).scripts["gate.sh"]
     assert "--kernel-check-nvcc /usr/local/cuda-pip/bin/nvcc --kernel-check-program \"$kernel_check\"" in text

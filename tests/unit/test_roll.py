@@ -33,8 +33,12 @@ class Output(SimpleNamespace):
 
 
 def shipped(program, command):
-    """True when ``command`` runs hostside/<program>.py as ship.py bundles it (its neighbours' text may name others)."""
-    return f"# {program}.py from sglang_infra/hostside" in command
+    """True when ``command`` runs hostside/<program>.py as ship.py bundles it (its neighbours' text may name others),
+    or through the code cache (ship.cached_command)."""
+    from sglang_infra.machine import ship
+
+    return f"# {program}.py from sglang_infra/hostside" in command or \
+        command.startswith(ship.cached_command(program.replace("/", ".")))
 
 
 class Host:

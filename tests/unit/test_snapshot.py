@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
+from sglang_infra.machine import ship
 from sglang_infra.machine.platforms import engine_works
-from sglang_infra.run import ship
 from sglang_infra.run.facts import Snapshot
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from unittest import mock
 
-from sglang_infra.run import steps as taskhelpers
+from sglang_infra.operations import files as taskhelpers
 
 
 def calls(helper, *args):

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import toolchain_context, write_context
-from sglang_infra.machine import toolchain
-from sglang_infra.run import ship
+from sglang_infra.machine import ship, toolchain
 
 CHECK = ship.HOSTSIDE / "toolchain_check.py"
 HASH = "0123456789abcdef" * 4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_infra.run import ship
+from sglang_infra.machine import ship
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LIBRARY = ROOT / "sglang_infra"

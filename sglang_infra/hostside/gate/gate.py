@@ -31,6 +31,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 from .. import apikey, checks, names, safefs, stack
@@ -42,6 +43,10 @@ LOG_LINES = 40  # of the server's log, shown when it never became ready
 # compose's own commands take seconds. The gate as a whole ends within --ready-timeout plus this.
 CHECKS_BUDGET = 900
 COMMAND_TIMEOUT = 120
+# The kernel check's answer from the container: one JSON object of a line per GPU; more is no report (a container
+# that prints megabytes is stopped there), and what it says is shown at most KERNEL_SAID_CHARS long.
+KERNEL_REPORT_BYTES = 64 << 10
+KERNEL_SAID_CHARS = 1000
 # benchmark.sh's summary fields kept in the gate's record.
 BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "ok", "result_file")
 
@@ -162,16 +167,15 @@ class Gate:
     def kernel_check(self, program):
         """gpu_kernel_check.py inside the running container, with the image's pinned nvcc: a kernel compiled for
         the GPUs' architecture runs on every GPU the container sees, its result checked. The reason, or None."""
-        found = self.compose("exec", "-T", self.service, "python3", "-I", "-c", program,
-                             "--nvcc", self.args.kernel_check_nvcc)
-        try:
-            report = json.loads(found.stdout)
-        except ValueError:
-            last = (found.stdout + found.stderr).strip().splitlines()[-1:] or ["no output"]
-            return f"CUDA kernel check in the running container: {last[0]}"
-        if not report.get("ok"):
-            return f"CUDA kernel check in the running container: {report.get('said')}"
-        say(f"CUDA kernel check passed: {report.get('said')}")
+        found = self.compose_bounded(KERNEL_REPORT_BYTES, "exec", "-T", self.service, "python3", "-I", "-c", program,
+                                     "--nvcc", self.args.kernel_check_nvcc)
+        report, why = kernel_report(found.stdout)
+        if report is None:
+            last = [why] if found.stdout.strip() else found.stderr.strip().splitlines()[-1:] or [why]
+            return f"CUDA kernel check in the running container: {printable(last[0])[:KERNEL_SAID_CHARS]}"
+        if report["ok"] is not True:
+            return f"CUDA kernel check in the running container: {report['said']}"
+        say(f"CUDA kernel check passed: {report['said']}")
         return None
 
     def not_own(self):
@@ -189,6 +193,42 @@ class Gate:
             return (f"compose.yaml on this host (sha256 {found[:12]}) is not the config this run rendered "
                     f"({wanted[:12]}): another run changed it")
         return None
+
+    def compose_bounded(self, limit, *words):
+        """compose(*words), each of its outputs read at most ``limit`` bytes: a command that prints more is
+        killed there (its output cut at ``limit`` + 1 bytes), as one that runs past COMMAND_TIMEOUT."""
+        try:
+            process = subprocess.Popen([*names.COMPOSE_COMMAND, *words], cwd=self.docker_dir,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as error:
+            return subprocess.CompletedProcess(words, 127, "", str(error))
+        outputs = {}
+
+        def drain(name, stream):
+            data = b""
+            while len(data) <= limit:
+                chunk = stream.read(min(65536, limit + 1 - len(data)))
+                if not chunk:
+                    break
+                data += chunk
+            outputs[name] = data
+            if len(data) > limit:
+                process.kill()
+
+        readers = [threading.Thread(target=drain, args=(name, stream), daemon=True)
+                   for name, stream in (("stdout", process.stdout), ("stderr", process.stderr))]
+        for reader in readers:
+            reader.start()
+        try:
+            code = process.wait(timeout=COMMAND_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = 124
+            outputs.setdefault("stderr", f"docker compose {words[0]} took over {COMMAND_TIMEOUT} s".encode())
+        for reader in readers:
+            reader.join(timeout=5)
+        return subprocess.CompletedProcess(words, code, outputs.get("stdout", b"").decode("utf-8", "replace"),
+                                           outputs.get("stderr", b"")[-limit:].decode("utf-8", "replace"))
 
     def keep(self, suffix):
         for path in self.config():
@@ -367,6 +407,23 @@ GROUP_NOT_ROLLED_BACK = "Not rolled back here: the group's members are rolled ba
 # gate.py --group-step revalidate (the group recreated with every member's config unchanged): a failure is the
 # group's state, not a config's; nothing is kept as *.failed and nothing is rolled back (it is the good config).
 GROUP_STATE_FAILED = "The config is every member's last known-good one, unchanged: nothing is marked failed"
+
+
+def kernel_report(stdout):
+    """(report, None) when ``stdout`` is the kernel check's report: one JSON object at most KERNEL_REPORT_BYTES
+    long whose "ok" is a boolean, its "said" (a string) made one printable line of at most KERNEL_SAID_CHARS; else
+    (None, why). Whatever else the container answers (null, [], a number, megabytes) is no report: the gate fails."""
+    if len(stdout.encode("utf-8", "replace")) > KERNEL_REPORT_BYTES:
+        return None, f"the check answered more than {KERNEL_REPORT_BYTES} bytes, which is no report"
+    try:
+        found = json.loads(stdout)
+    except ValueError:
+        return None, "the check answered no JSON report" if stdout.strip() else "no output"
+    if not isinstance(found, dict) or not isinstance(found.get("ok"), bool):
+        return None, f"the check answered {type(found).__name__} {printable(stdout.strip())[:80]}, not its report"
+    said = found.get("said")
+    said = printable(said if isinstance(said, str) else "(it said nothing)")[:KERNEL_SAID_CHARS]
+    return {"ok": found["ok"], "said": said}, None
 
 
 def benchmark_fields(line):

@@ -156,7 +156,8 @@ def xids(lines):
 
 
 def kernel_log(path="/dev/kmsg"):
-    """The kernel ring buffer's records, read without blocking (root only); None where it cannot be read."""
+    """The messages of the kernel ring buffer's records the kernel itself wrote (kernel_record), read without
+    blocking (root only); None where it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -172,7 +173,21 @@ def kernel_log(path="/dev/kmsg"):
                 continue
             if not record:
                 break
-            lines.append(record.decode(errors="replace").partition(";")[2].rstrip("\n"))
+            message = kernel_record(record)
+            if message is not None:
+                lines.append(message)
     finally:
         os.close(fd)
     return lines
+
+
+def kernel_record(record):
+    """The message of one /dev/kmsg record ('PRIORITY,SEQUENCE,TIME,FLAGS;MESSAGE'), when the kernel itself wrote
+    it: its facility (PRIORITY >> 3) is 0. A record written into /dev/kmsg from user space always has another
+    facility (the kernel makes it LOG_USER, 1, at least), so no service's log line counts as the driver's XID.
+    None for any other record."""
+    head, sep, message = record.decode(errors="replace").partition(";")
+    priority = head.partition(",")[0]
+    if not sep or not priority.isdigit() or int(priority) >> 3 != 0:
+        return None
+    return message.rstrip("\n")

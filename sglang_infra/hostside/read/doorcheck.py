@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import ssl
+import stat
 import subprocess
 import sys
 
@@ -95,6 +96,30 @@ def certificate(path):
         return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
     except (OSError, ValueError):
         return None
+
+
+def pair_matches(cert, key):
+    """Whether the certificate in ``cert`` and the private key in ``key`` are one pair (ssl's own check, as nginx
+    makes it at a reload: a half-replaced pair fails there), both regular files opened without following a link;
+    None when either is absent."""
+    fds = []
+    try:
+        for path in (cert, key):
+            try:
+                fds.append(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK))
+            except FileNotFoundError:
+                return None
+            if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+                return False
+        # a password-protected key is no pair of the door's: never a prompt, the callback answers a wrong one
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(*(f"/proc/self/fd/{fd}" for fd in fds),
+                                                                 password=lambda: b"-")
+        return True
+    except (OSError, ValueError):   # ssl.SSLError is an OSError: "key values mismatch", no PEM, a link
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def held(address, port, config, pid=None, net="/proc/net", proc="/proc"):

@@ -40,7 +40,7 @@ from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
 from ..write import acl, hold
-from . import cachestate, doorcheck, settled
+from . import cachestate, doorcheck, openpgp, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
@@ -360,6 +360,8 @@ def peer(spec):
     door = spec.get("door")
     if door and found["local"]:
         found["door"] = doorcheck.checked(found["address"], door["port"], door["config"], door["cert"])
+    if door and door.get("key"):
+        found["tls_pair"] = doorcheck.pair_matches(door["cert"], door["key"])
     return found
 
 
@@ -549,11 +551,16 @@ def read(spec):
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
         "settled": settled.read(),
+        "keyrings": {path: openpgp.keyring(path) for path in spec.get("keyrings", ())},
     }
     if spec.get("peer_address"):
         found["peer"] = peer(spec)
     if spec.get("door_reader"):
-        found["door_reader"] = acl.search_only(home, spec["door_reader"])
+        reader = spec["door_reader"]
+        found["door_reader"] = {"group": acl.search_only(home, reader["group"], "group"),
+                                "group_entry": acl.has_entry(home, reader["group"], "group"),
+                                "legacy_entry": acl.has_entry(home, reader["legacy_user"], "user"),
+                                "user": _user(reader["user"]) is not None}
     if spec.get("report"):
         found["report"] = dict(report.read(home, engine), hold=hold.show())
     return found

@@ -8,4 +8,5 @@ Every module, a line each (tests/unit/test_hostside_index.py keeps the list whol
     put.py      every file the deploy writes, from stdin, checked, never through a link
     acl.py      one named user's entry in a directory's POSIX access ACL (the peer door's nginx workers)
     repair.py   drift repair below the home, through safefs's walk that never follows a symlink
+    keyring.py  a vendor's apt keyring made anew from its key URL, holding exactly the pinned key, else removed
 """

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...hostside.names import DOCKERFILE, TOOLCHAIN_BASE_LABEL, TOOLCHAIN_INPUTS_LABEL, TOOLCHAIN_LABEL_PREFIX
-from ...plan.templating import render_template
-from ...run import ship
+from .. import ship
+from ..templating import render_template
 from .pins import flashinfer_index_url, nvcc_release
 from .pip import pip_index_options
 

@@ -62,6 +62,8 @@ exec(compile({entry_source}, "hostside/{entry}.py", "exec"), _main.__dict__)
 '''
 
 # A program of a subpackage (hostside/pull/): each module is registered under its own package.
+# Its first line names this loader by the path it had when the programs converged hosts hold were bundled
+# (run/ship.py): the words are part of every such program's bytes, so they stay as shipped.
 _NESTED_BOOT = '''\
 # {entry_file} from sglang_infra/hostside, bundled with {neighbours} by sglang_infra/run/ship.py.
 import sys as _sys, types as _types

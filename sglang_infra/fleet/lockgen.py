@@ -39,8 +39,7 @@ from typing import Iterable, Mapping
 from ..hostside import bounded, dockerapi
 from ..hostside.safefs import write_atomic
 from ..machine import toolchain
-from . import lockfile
-from . import registry as registry
+from ..models import lockfile, registry
 
 # a regular (non-LFS) file is small on the Hub; its bytes are hashed in memory-bounded chunks
 MAX_REGULAR_FILE = 64 << 20
@@ -295,7 +294,7 @@ def resolve_wheels(name: str, version: str, indexes: Iterable[str]) -> tuple[tup
 # ---------------------------------------------------------------- the fleet
 
 def _hosts_data(inventory_path: str) -> list[tuple[str, dict]]:
-    from ..fleet import inventoryfile
+    from ..plan import inventoryfile
 
     return [(host.name, host.data.dict()) for host in inventoryfile.load(inventory_path)]
 

@@ -14,8 +14,8 @@ nginx refuses a file with a link anywhere on its path (disable_symlinks).
 
 The key reaches the host only inside KEY_CONF (root's, 0600, written
 through stdin), which nginx's master process (root) includes; the workers
-never read it. The workers run as www-data alone, never with the account's
-group (which may write in hf-cache): an ACL entry on the home
+never read it. The workers run as a user and group of their own (WORKER_USER), never with the
+account's group (which may write in hf-cache): the group's ACL entry on the home
 (hostside/write/acl.py) lets them pass through it, and the cache's "other" bits
 let them read, never write. The door speaks TLS alone, with a key pair made
 on the host by root (TLS_KEY, TLS_CERT: operations.peerdoor.tls_made); the
@@ -30,12 +30,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import shlex
 from typing import Any, Mapping
 
-from ..fleet.roles import fleet_address
 from ..hostside.formats.netloc import netloc
-from ..plan.templating import render_template
-from ..plan.types import PeerDoor, dropin_dir
+from ..machine.templating import render_template
+from .roles import fleet_address
+from .types import PeerDoor, dropin_dir
 
 DOOR_DIR = "/etc/nginx/sglang-peer-door"    # root's: the door's config, its key and its list of blobs
 CONFIG = f"{DOOR_DIR}/nginx.conf"
@@ -47,7 +48,10 @@ TLS_CERT = f"{DOOR_DIR}/tls.crt"            # 0644: self-signed; each puller pin
 TLS_PACKAGE = "openssl"                     # Debian's CLI that makes the pair
 SERVICE = "nginx"
 PACKAGE = "nginx"
-WORKER_USER = "www-data"                    # Debian's nginx workers' user
+# The door's nginx workers' own system user and group: not Debian's shared www-data, whose other services would
+# pass through the home wherever the door's ACL entry lets www-data pass. Nothing else runs as it.
+WORKER_USER = WORKER_GROUP = "sglang-door"
+LEGACY_WORKER_USER = "www-data"             # the workers' user before: its ACL entry on the home is taken back
 URL_PREFIX = "/blobs/"
 # A Bearer token as RFC 6750 spells one (its b64token), long enough that guessing it is hopeless.
 KEY_MIN, KEY_MAX = 32, 512
@@ -143,17 +147,24 @@ def tls_command() -> str:
             f"&& chmod 644 {cert}.new && mv -f {key}.new {key} && mv -f {cert}.new {cert}")
 
 
-def tls_ready(files: Mapping[str, Any]) -> bool:
+def config_check() -> str:
+    """The command that must accept the door's files (its config, key pair, key and list) before nginx reloads or
+    restarts them: nginx's own test of exactly the config it runs."""
+    return f"nginx -t -q -c {shlex.quote(CONFIG)}"
+
+
+def tls_ready(files: Mapping[str, Any], pair: bool | None) -> bool:
     """Whether the door's directory (the snapshot's files of DOOR_DIR) holds its key pair: the key root's alone
-    (0600), the certificate beside it. Anything else: the pair is made anew."""
+    (0600), the certificate beside it, and the two one pair (``pair``: the snapshot's tls_pair, doorcheck's check,
+    so a half-replaced pair never reaches nginx's next reload). Anything else: the pair is made anew."""
     key, cert = (files.get(name.rpartition("/")[2]) for name in (TLS_KEY, TLS_CERT))
     return (isinstance(key, Mapping) and key.get("owner") == "root" and key.get("mode") == "600"
-            and isinstance(cert, Mapping) and cert.get("owner") == "root")
+            and isinstance(cert, Mapping) and cert.get("owner") == "root" and pair is True)
 
 
 def render(door: PeerDoor, reason: str) -> tuple[str, str, str]:
     """(nginx.conf, key.conf, nginx.service's drop-in) of ``door``."""
-    config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER,
+    config = render_template("templates/nginx/peer-door.conf.j2", worker_user=WORKER_USER, worker_group=WORKER_GROUP,
                              listen=netloc(door.address, door.port), key_conf=KEY_CONF, blobs_conf=BLOBS_CONF,
                              reason=reason, tls_cert=TLS_CERT, tls_key=TLS_KEY)
     service = render_template("templates/nginx/peer-door-service.conf.j2", config=CONFIG)

@@ -2,9 +2,9 @@
 deploy (load, match), and, inside a run, which file this run's inventory is
 (the lock lives beside it; its name is a group pyinfra adds).
 
-    python3 -m sglang_infra.fleet.inventoryfile match INVENTORY PATTERN
+    python3 -m sglang_infra.plan.inventoryfile match INVENTORY PATTERN
         the hosts --limit PATTERN would take; exit 1 if none
-    python3 -m sglang_infra.fleet.inventoryfile canary INVENTORY PATTERN
+    python3 -m sglang_infra.plan.inventoryfile canary INVENTORY PATTERN
         the same, and exit 3 when none of them serves a model (gateway hosts only: a gate proving nothing)
 """
 
