@@ -94,7 +94,8 @@ sglang_nvidia_driver_version = None
 sglang_nvidia_driver_open = True
 
 # A newly installed driver loads only after a reboot. Off, the deploy installs it and stops that host with the
-# message, for the operator to reboot when it suits; True lets the deploy reboot it (pyinfra's reboot) and go on.
+# message, for the operator to reboot when it suits; True lets the deploy reboot it and go on: a worker behind a
+# gateway in its pool's turns, drained (sglang_max_unavailable), a node group as one unit, a host alone at once.
 sglang_allow_reboot = False
 
 # Base URL of NVIDIA's CUDA apt repositories, the driver's source on Debian when sglang_nvidia_driver_version is set.
@@ -195,6 +196,12 @@ sglang_lock = "sglang.lock"
 # Files and connections a pull uses at once (8, as huggingface_hub's snapshot_download): the Hub and its CDN cap each
 # connection, not the link, so shards come side by side and a large file as byte ranges.
 sglang_pull_workers = 8
+
+# MiB a pull leaves free on the cache's filesystem: a model that would leave less is refused before a byte of it is
+# fetched, naming the bytes it needs and those free. hf-cache usually shares its disk with Docker's layers, the
+# journal and the server's logs; a disk filled to its last byte stops those writes on a host that is serving, and a
+# GiB is little beside a model of tens of GB.
+sglang_pull_min_free_mib = 1024
 
 # Outside the home (the runbook forbids a venv under it): the pull's Python environment, its script and the token.
 sglang_tools_dir = "/var/lib/sglang-tools"

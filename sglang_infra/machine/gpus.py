@@ -218,6 +218,13 @@ CUDA_REPO_KEYS = {"12": ("3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863
 CUDA_REPO_ARCH = {"amd64": "x86_64", "arm64": "sbsa"}
 # Seconds a rebooting server may take to answer again: HGX boards spend minutes in their firmware.
 REBOOT_TIMEOUT = 1200
+# NVIDIA's driver packages build their kernel module against a kernel's headers (DKMS), which apt installs only as
+# a recommendation, never with --no-install-recommends: this package, for the running kernel and the one that boots
+# next, goes in before any driver package (Debian and Ubuntu spell it alike).
+HEADERS_PACKAGE = "linux-headers-{kernel}"
+# The kernel the next boot loads, as a shell expression: the newest /boot/vmlinuz-* (Debian's and Ubuntu's GRUB
+# boot the newest by default), else the running one (a host that boots no kernel of its own /boot).
+NEXT_KERNEL = "$(ls -1 /boot/vmlinuz-* 2>/dev/null | sed 's|^/boot/vmlinuz-||' | sort -V | tail -n 1)"
 
 
 def driver_packages(version: str, os_family: str | None, open_modules: bool) -> list[str]:

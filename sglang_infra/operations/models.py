@@ -58,7 +58,7 @@ def pull_command(pull: Pull, paths: Paths, model: Model, locked: bool = False,
     tools = paths.tools
     args = [f"{tools}/venv/bin/python", "-I", f"{tools}/hfpull.py", "pull", "--cache-dir", paths.hub,
             "--records-dir", paths.verified, "--repo-id", model.repo_id, "--revision", model.revision,
-            "--lock-wait", str(pull.lock_wait), "--workers", str(pull.workers)]
+            "--lock-wait", str(pull.lock_wait), "--workers", str(pull.workers), "--min-free", str(pull.min_free)]
     if locked:
         args.append("--locked-stdin")
     if pull.hf_endpoint:

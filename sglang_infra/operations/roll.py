@@ -30,6 +30,13 @@ A failed gate of a worker in service stops the roll of that pool: its later
 workers in service are not restarted (their last good compose.yaml and .env
 are put back on disk, so what runs is what their gate stamped), and fail
 naming the worker that failed and why. Every wait is bounded.
+
+A driver change takes the same turns (driver_rolled, from tasks/gpu_driver.py, in a roll of its own before the
+config's): the worker's restart is a reboot into the driver installed on disk (run/reboot.py), the loaded driver is
+checked, its gate runs on it (the stamp covers the driver: hostside/gate/stamp.py), and it comes back. A multi-node
+group's rank 0 reboots every member with it and the group is recreated and gated as one unit. A driver that did not
+load, or whose gate failed, cannot be rolled back: the worker stays out of its gateways, failed and named, and the
+pool's later workers are not rebooted.
 """
 
 from __future__ import annotations
@@ -47,11 +54,12 @@ from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
-from ..run import factcache, interrupt
+from ..run import factcache, interrupt, reboot
 from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
 from ..run.operation import connector_arguments, detached, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
+from .gpu_driver import running_driver
 from .group import restart_and_gate as group_restart_and_gate
 from .group import restart_reasons as group_reasons
 from .stack import restart, stack_section
@@ -78,13 +86,14 @@ class PoolState:
     failed: str | None = None                 # "<worker>: <why>" once a worker in service failed its gate
 
 
-_pools: dict[tuple[int, str], PoolState] = {}
+_pools: dict[tuple[int, str, str], PoolState] = {}
 
 
-def pool_state(state, roll: Roll) -> PoolState:
+def pool_state(state, roll: Roll, phase: str = "config") -> PoolState:
+    """The pool's roll in this run: the driver's (``phase`` "driver") and the config's are rolls of their own."""
     from gevent.lock import Semaphore
 
-    key = (id(state), roll.pool)
+    key = (id(state), roll.pool, phase)
     if key not in _pools:
         _pools[key] = PoolState(roll.max_unavailable, Semaphore())
     return _pools[key]
@@ -122,10 +131,10 @@ def in_run(state, roll: Roll) -> set[str]:
     return {url for name, url in roll.members if name in active}
 
 
-def no_turn_needed(roll: Roll) -> None:
+def no_turn_needed(roll: Roll, phase: str = "config") -> None:
     """This worker of the run needs no turn: the others of its pool do not wait for it."""
     if host.state.is_executing:
-        pool_state(host.state, roll).done.add(roll.url)
+        pool_state(host.state, roll, phase).done.add(roll.url)
 
 
 @snapshot_operation
@@ -170,12 +179,90 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
 
 
 @dataclass(frozen=True)
+class Reboot:
+    """A worker's restart in the driver's turn: a reboot into NVIDIA driver ``version`` (installed on disk, its module
+    built for the next boot), rank 0's with every member of its multi-node group, then ``units`` started."""
+
+    version: str
+    units: tuple[str, ...]   # Fabric Manager, nvidia-persistenced, where the plan runs them
+    timeout: int             # gpus.REBOOT_TIMEOUT
+
+
+@dataclass(frozen=True)
 class Up:
     """The restart of a worker: drained in its turn (``drained``), or, out of service, its old container stopped
-    at once first (``at_once``)."""
+    at once first (``at_once``); a reboot in the driver's turn, either way."""
 
-    drained: str
-    at_once: str
+    drained: str | Reboot
+    at_once: str | Reboot
+
+
+@snapshot_operation
+def driver_rolled(version: str, units: tuple[str, ...], reboot_timeout: int, project_dir: str, script: str,
+                  gate: Gate, roll: Roll | None, group: NodeGroup | None = None):
+    """
+    Ensure this host runs NVIDIA driver ``version``, installed on disk by
+    now: it reboots into it in its pool's turn (``roll``), out of its
+    gateways and drained, as a config change does; then the loaded driver
+    is checked, ``units`` started, its gate run on the new driver, and it
+    comes back (the module's docstring). A multi-node group's rank 0
+    (``group``) reboots every member with it, and the group is recreated
+    and gated as one unit; with no gateway in front, in a turn of its own.
+    """
+    running, _ = running_driver()
+    if running == version:
+        if roll is not None:
+            no_turn_needed(roll, "driver")
+        host.noop(f"NVIDIA driver {version} already loaded")
+        return
+    up = Reboot(version, tuple(units), reboot_timeout)
+    serving = stack_section(None)["stack"]["container"] is not None
+    check = f"bash {q(script)}" if serving else None   # a host with no stack yet has nothing to gate
+    why = f"NVIDIA driver {version} is installed and {running or 'no driver'} is loaded: a reboot"
+    if roll is None:
+        assert group is not None, "tasks/gpu_driver.py takes a turn only behind a gateway or in a group"
+        yield FunctionCommand(group_driver_turn, (group, up, check, why), {})
+        return
+    yield FunctionCommand(roll_worker, (roll, Up(up, up), check, why, gate.metrics_url, gate.api_key_file,
+                                        gate.turn_seconds, project_dir, (), roll.stamped, *([group] if group else [])),
+                          {"phase": "driver"})
+
+
+def group_driver_turn(state, host, group: NodeGroup, up: Reboot, gate: str | None, why: str) -> bool:
+    """A multi-node group no gateway fronts: every member rebooted together, then the group recreated and gated as
+    one unit from rank 0; False fails rank 0."""
+    failure = restart_and_gate(host, up, gate, state, group)
+    if failure:
+        host.log_styled(f"group {group.name}: {failure}", log_func=logger.error)
+    return failure is None
+
+
+def reboot_into(state, host, up: Reboot, group: NodeGroup | None) -> str | None:
+    """This host rebooted into ``up.version`` (a group's rank 0: every member at once), each waited for and its
+    driver checked loaded, ``up.units`` started; None, or why not."""
+    names = group.members if group is not None else (host.name,)
+    active = {each.name for each in state.inventory.get_active_hosts()}
+    failed = [name for name in names if name not in active]
+    if failed:
+        return f"{', '.join(failed)} failed before its reboot (its driver install): not rebooted"
+    sent = []
+    for name in names:
+        each = host if name == host.name else state.inventory.get_host(name)
+        arguments = None if each is host else connector_arguments(state, each)
+        before, why = reboot.start(each, arguments)
+        if before is None:
+            return f"{name}: {why}"
+        sent.append((each, arguments, before))
+    for each, arguments, before in sent:
+        why = reboot.wait(each, before, up.timeout, arguments)
+        if why:
+            return f"{each.name}: {why}"
+    for each, arguments, _ in sent:
+        ok, output = run_on(each, reboot.after_boot(up.version, up.units), print_output=False, arguments=arguments)
+        factcache.invalidate(each)
+        if not ok:
+            return f"{each.name}: {(output.stderr_lines or output.stdout_lines or ['no output'])[-1]}"
+    return None
 
 
 def on_gateway_host(state, front, change: dict) -> tuple[bool, str]:
@@ -220,18 +307,18 @@ def gate_reason(output) -> str:
     return failed[-1] if failed else "its gate failed"
 
 
-def roll_worker(state, host, roll: Roll, up: Up | None, gate: str, why: str, metrics_url: str,
+def roll_worker(state, host, roll: Roll, up: Up | None, gate: str | None, why: str, metrics_url: str,
                 key_file: str | None, turn_seconds: int, project_dir: str, leaving=(), stamped: bool = True,
-                group: NodeGroup | None = None) -> bool:
+                group: NodeGroup | None = None, phase: str = "config") -> bool:
     """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
     ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand).
     ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others).
     ``stamped``: when the run began, it ran a config its gate stamped (one half of being in service; its snapshot
-    now already sees the new files on disk)."""
+    now already sees the new files on disk). ``phase``: "driver" in the driver's turns (driver_rolled)."""
     def say(line, log=logger.info):
         host.log_styled(f"roll: {line}", log_func=log)
 
-    pool = pool_state(state, roll)
+    pool = pool_state(state, roll, phase)
     pool.arrived.add(roll.url)
     learn(state, pool, roll, say)
     assert pool.out is not None
@@ -303,7 +390,7 @@ def wait_for_turn(state, pool: PoolState, roll: Roll, seconds: float) -> str | N
     return None
 
 
-def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None, gate: str, why: str,
+def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None, gate: str | None, why: str,
                         turn_seconds: int, leaving, say, group: NodeGroup | None = None) -> bool:
     """A worker that serves nobody: at once, out of any gateway that lists it, no drain, its old container stopped
     at once; back in its gateways when its gate passed. Its failure fails this host alone."""
@@ -337,9 +424,19 @@ def leave(state, fronts, url: str) -> str | None:
     return None
 
 
-def restart_and_gate(host, up: str | None, gate: str, state=None, group: NodeGroup | None = None) -> str | None:
+def restart_and_gate(host, up: str | Reboot | None, gate: str | None, state=None, group: NodeGroup | None = None
+                     ) -> str | None:
     """`up` (when the config changed), then the gate with its rollback; None, or why it failed. A multi-node
-    group's rank 0: the group's own restart (when ``up``), gate and rollback instead (operations/group.py)."""
+    group's rank 0: the group's own restart (when ``up``), gate and rollback instead (operations/group.py). A
+    Reboot: the host (a group: every member) rebooted into the driver first, then the gate (the group recreated as
+    one unit and gated); no ``gate``: a host with no stack yet, rebooted alone."""
+    if isinstance(up, Reboot):
+        failure = reboot_into(state, host, up, group)
+        if failure is not None or gate is None:
+            return failure
+        up = None if group is None else "group"   # a group: its members came back one by one, recreated as one
+    if gate is None:
+        return None
     if group is not None:
         return group_restart_and_gate(state, host, group, up is not None, f"group {group.name}'s turn")
     with interrupt.gate_going(host.name):

@@ -301,6 +301,8 @@ SCHEMA: dict[str, Key] = {
                        "use 'sglang.lock' (written by scripts/lock.sh), or None to ignore any lock"),
     "sglang_pull_workers": Key("an integer 1-64", _int_range(1, 64),
                                "use e.g. 8; 1 fetches one file at a time over one connection"),
+    "sglang_pull_min_free_mib": Key("an integer number of MiB 0-1048576", _int_range(0, 1 << 20),
+                                    "use MiB, e.g. 1024; 0 lets a pull fill the disk to its last byte"),
     # peer distribution: the peer door (sglang_infra/plan/peerdoor.py; its key is judged in refusals.judge)
     "sglang_peer_port": Key("a TCP port 1-65535", _int_range(1, 65535), "use e.g. 880"),
     "sglang_peer_bind_address": Key("None or an IP address of the fleet's network (not loopback, not every address)",

@@ -409,6 +409,7 @@ class Pull:
     token: bytes | None = field(repr=False)   # the Hub token (registry.control_token), uploaded to paths.token
     prune: bool = False             # sglang_prune_models
     venv_module: bool = False       # the host's python3 can make the pull's venv
+    min_free: int = 0               # sglang_pull_min_free_mib in bytes: what a pull leaves free on the cache's disk
 
 
 @dataclass(frozen=True)

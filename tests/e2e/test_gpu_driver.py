@@ -6,6 +6,11 @@ A test host has no GPU and no NVIDIA driver (no kernel module in a container), s
 the query and topology the H200 printed. The NVSwitch host's /proc/driver gets a tmpfs holding the directory the
 nvidia-nvswitch driver makes (devices/<PCI address>), as on an HGX board. Everything else is the real deploy
 against the real host: its snapshot reads them with the real nvidia-smi arguments.
+
+The driver a host runs is, to the gate, the loaded module's own line in /proc/driver/nvidia/version (recorded on an
+H200: tests/unit/fixtures/driver/); a host given a tmpfs there holding that line "runs" that driver, and a new line
+written there is the host as it comes back from a boot into another driver: the same container, a driver it never
+served on (issue 52).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_deploy
+from harness import SETTLED_OP, run_deploy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
 RECORDED = FIXTURES / "h200-2026-12-04" / "q.xml"
@@ -23,6 +28,11 @@ R570 = FIXTURES / "nvidia-smi" / "h200-r570-handwritten.q.xml"
 QUERY = FIXTURES / "nvidia-smi" / "h200-1gpu.query.csv"
 TOPO = FIXTURES / "nvidia-smi" / "h200-1gpu.topo.txt"
 OLD_DRIVER, NVSWITCH = "sg-gpu-r570", "sg-gpu-nvswitch"
+NEW_DRIVER, NO_HEADERS = "sg-gpu-newdriver", "sg-gpu-noheaders"
+MODULE_LINE = (FIXTURES / "driver" / "h200-proc-driver-nvidia-version.txt").read_text()
+GATE_OP = ("tasks/stack.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh "
+           "(rolled back if not)")
+LAST_GATE = "/opt/sglang/docker/.last-gate"
 STANDIN = """#!/bin/sh
 # Stand-in nvidia-smi for a test host (tests/e2e/test_gpu_driver.py): recorded outputs, no GPU.
 case "$*" in
@@ -55,6 +65,13 @@ def hosts(testbed):
     return made
 
 
+def load_driver(host, version: str) -> None:
+    """The host's loaded NVIDIA module, as the kernel reports it, is ``version`` (a tmpfs at /proc/driver)."""
+    host.exec("mountpoint -q /proc/driver || mount -t tmpfs -o size=1m nvdriver /proc/driver; "
+              "mkdir -p /proc/driver/nvidia && cat > /proc/driver/nvidia/version <<'EOF'\n"
+              f"{MODULE_LINE.replace('580.159.04', version)}EOF")
+
+
 def refused(testbed, workdir, host, name: str, data: dict):
     before = host.exec(FINGERPRINT).stdout
     inventory = testbed.inventory(workdir / f"gpu_{name}.py", {"production": [(host, data)]})
@@ -80,6 +97,57 @@ def test_an_nvswitch_host_without_fabric_manager_is_refused(testbed, hosts, work
     assert "apt-get install 'nvidia-fabricmanager-580=580.159.04-*'" in output
     # The recorded R580 driver runs the cu130 image: only the fabric is refused.
     assert "sglang_image_cuda_flavor" not in output
+
+
+# ------------------------------------------------------- a driver change is gated; its module is built before a reboot
+def test_a_boot_into_another_driver_runs_the_gate_on_the_same_container(testbed, workdir):
+    """Converged and settled on driver 580.159.04; the host comes back from a boot into 580.195.03 with the same
+    container serving: the next run is not settled, runs the gate (a new record), and the run after changes nothing.
+    On main the stamp held: no gate ran, and the host was reported good on a driver it never served on."""
+    host = testbed.host(NEW_DRIVER)
+    load_driver(host, "580.159.04")
+    inventory = testbed.inventory(workdir / "gpu_newdriver.py", {"production": [(host, {})]})
+    first = run_deploy(inventory)
+    assert first.returncode == 0, first.why()
+    settled = run_deploy(inventory)
+    assert settled.returncode == 0 and settled.changed(NEW_DRIVER) == [], settled.why()
+    gated = host.exec(f"cat {LAST_GATE}").stdout
+    container = host.exec("docker ps -q --no-trunc").stdout
+    load_driver(host, "580.195.03")
+    after = run_deploy(inventory)
+    assert after.returncode == 0, after.why()
+    assert SETTLED_OP not in after.statuses
+    assert after.changed(NEW_DRIVER) == [GATE_OP]
+    assert host.exec(f"cat {LAST_GATE}").stdout != gated
+    assert host.exec("docker ps -q --no-trunc").stdout == container   # the same container, gated again
+    again = run_deploy(inventory)
+    assert again.returncode == 0 and again.changed(NEW_DRIVER) == [], again.why()
+
+
+def test_a_pinned_driver_whose_kernel_headers_apt_cannot_install_stops_before_any_driver_package(testbed, workdir):
+    """NVIDIA's DKMS module needs the running kernel's headers, which the deploy's --no-install-recommends never
+    brings: a test host runs this machine's kernel, whose linux-headers-KVER no Debian source holds. The host stops
+    naming that package, before NVIDIA's repository, any driver package, its pin or its hold, and is not rebooted
+    (on main nothing asked for the headers: the driver's install went on, and would have built no module)."""
+    host = testbed.host(NO_HEADERS)
+    give_gpu(host, R570)
+    kernel = host.exec("uname -r").stdout.strip()
+    inventory = testbed.inventory(workdir / "gpu_noheaders.py", {"production": [(host, {
+        "sglang_nvidia_driver_version": "580.105.08", "sglang_allow_reboot": True,
+        "sglang_install_nvidia_toolkit": True})]})   # Docker's nvidia runtime comes after the driver (never here)
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    assert f"the kernel headers linux-headers-{kernel} (kernel {kernel}) cannot be installed" in result.output, \
+        result.why()
+    assert result.errors(NO_HEADERS) == [
+        "tasks/gpu_driver.py | Ensure the kernel headers NVIDIA driver 580.105.08's module builds against are "
+        "installed (the running kernel's and the next boot's), before any driver package"]
+    assert not any("Reboot" in op or "installed and held" in op for op in result.statuses), result.why()
+    # no driver package, pin or hold, and not even NVIDIA's repository or its key
+    assert host.exec("dpkg-query -W -f='${Package}\\n' 'nvidia-*' 'cuda-drivers*' 2>/dev/null; "
+                     "find /etc/apt/preferences.d /etc/apt/keyrings -mindepth 1; "
+                     "ls /etc/apt/sources.list.d/ | grep nvidia; "
+                     "apt-mark showhold", check=False).stdout.strip() == ""
 
 
 # ---------------------------------------------------------------- the H200's metrics, scraped by the real Prometheus

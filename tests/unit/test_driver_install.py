@@ -20,6 +20,7 @@ TASK = Path(__file__).resolve().parents[2] / "tasks" / "gpu_driver.py"
 DEFAULTS = pinned_defaults()
 CUDA_URL = DEFAULTS["sglang_nvidia_cuda_apt_url"]
 RUNNING = "580.159.04"   # the driver of the H200's recording
+INSTALL = ["kernel_headers_installed", "vendor_repository", "nvidia_driver_installed"]   # Debian's, in order
 DEBIAN = {"id": "debian", "version": "12", "arch": "amd64"}
 UBUNTU = {"id": "ubuntu", "version": "24.04", "arch": "amd64"}
 
@@ -36,7 +37,8 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
     def recorder(name):
         return lambda *args, **kwargs: calls.append((name, {"args": args, **kwargs}))
 
-    names = ("nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed", "driver_unit_running")
+    names = ("kernel_headers_installed", "nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed",
+             "driver_unit_running")
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
             mock.patch("sglang_infra.operations.system.driver_unpinned", recorder("driver_unpinned")), \
@@ -86,13 +88,14 @@ def test_no_pin_leaves_the_driver_alone():
 
 def test_without_reboot_permission_the_host_is_installed_then_stopped_without_a_reboot():
     calls = task_calls(plan("580.105.08"))
-    assert [name for name, _ in calls] == ["vendor_repository", "nvidia_driver_installed", "nvidia_driver_loaded"]
+    assert [name for name, _ in calls] == [*INSTALL, "nvidia_driver_loaded"]
     assert calls[-1][1]["rebooted"] is False
 
 
 def test_with_reboot_permission_pyinfra_s_reboot_runs_between_the_install_and_the_check():
     calls = task_calls(plan("580.105.08", os=UBUNTU, sglang_allow_reboot=True))
-    assert [name for name, _ in calls] == ["nvidia_driver_installed", "reboot", "nvidia_driver_loaded"]
+    assert [name for name, _ in calls] == ["kernel_headers_installed", "nvidia_driver_installed", "reboot",
+                                           "nvidia_driver_loaded"]
     assert calls[-1][1]["rebooted"] is True and calls[-1][1]["planned_gpus"] == 1
 
 
@@ -134,3 +137,86 @@ def test_on_an_nvswitch_board_fabric_manager_must_match_the_pinned_driver_not_th
     what, fix = refusals(gpus, sglang_nvidia_driver_version="580.105.08")["sglang_install_fabric_manager"]
     assert "needs Fabric Manager 580.105.08" in what and "'nvidia-fabricmanager-580=580.105.08-*'" in fix
     assert refusals(gpus, sglang_nvidia_driver_version="580.105.08", sglang_install_fabric_manager=True) == {}
+
+
+# ------------------------------------- the module is built before any reboot (issue 52, item 4), run for real in bash
+STUBS = {   # the host's tools, as far as the two commands ask them; each answers from the environment
+    "uname": 'echo "$RUNNING_KERNEL"',
+    "dpkg-query": 'case " $INSTALLED " in *" ${@: -1} "*) printf "install ok installed" ;; *) exit 1 ;; esac',
+    "apt-get": 'echo "apt-get $*" >> "$LOG"; [ "$1" = update ] && exit 0; '
+               'for a in "$@"; do case " $UNAVAILABLE " in *" $a "*) echo "E: Unable to locate package $a" >&2; '
+               'exit 100 ;; esac; done',
+    "modinfo": 'eval "echo \\"\\${BUILT_$(echo "$2" | tr .- __)}\\""',
+    "dkms": 'echo "nvidia/580.105.08: added"',
+}
+
+
+def on_host(command: str, tmp_path: Path, kernels=("6.1.0-28-amd64",), running="6.1.0-28-amd64", installed=(),
+            unavailable=(), built=None):
+    """``command`` in bash on a stand-in host: its /boot holds ``kernels``, ``running`` runs, dpkg knows
+    ``installed``, apt cannot find ``unavailable``, ``modinfo -k K`` answers built[K]. (exit code, stderr, apt's
+    calls)."""
+    import subprocess
+
+    stubs, boot = tmp_path / "bin", tmp_path / "boot"
+    stubs.mkdir(exist_ok=True)
+    boot.mkdir(exist_ok=True)
+    for name, body in STUBS.items():
+        (stubs / name).write_text(f"#!/bin/bash\n{body}\n")
+        (stubs / name).chmod(0o755)
+    for kernel in kernels:
+        (boot / f"vmlinuz-{kernel}").write_text("")
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "RUNNING_KERNEL": running, "INSTALLED": " ".join(installed),
+           "UNAVAILABLE": " ".join(unavailable), "LOG": str(tmp_path / "apt.log"),
+           **{f"BUILT_{k.replace('.', '_').replace('-', '_')}": v for k, v in (built or {}).items()}}
+    done = subprocess.run(["bash", "-c", command.replace("/boot/", f"{boot}/")], env=env, capture_output=True,
+                          text=True, timeout=30)
+    log = tmp_path / "apt.log"
+    return done.returncode, done.stderr, log.read_text().splitlines() if log.exists() else []
+
+
+def installs(calls):
+    return [call.split()[-1] for call in calls if " install " in call]
+
+
+def test_the_headers_of_the_running_kernel_and_of_the_next_boot_are_installed_first(tmp_path):
+    rc, _, calls = on_host(gpu_driver.headers_installed(), tmp_path, kernels=("6.1.0-27-amd64", "6.1.0-28-amd64"),
+                           running="6.1.0-27-amd64")
+    assert rc == 0
+    assert installs(calls) == ['linux-headers-6.1.0-27-amd64', 'linux-headers-6.1.0-28-amd64']
+    assert all("--no-install-recommends" in call for call in calls if " install " in call)
+
+
+def test_headers_already_installed_ask_nothing_of_apt(tmp_path):
+    rc, _, calls = on_host(gpu_driver.headers_installed(), tmp_path, installed=("linux-headers-6.1.0-28-amd64",))
+    assert (rc, calls) == (0, [])
+
+
+def test_headers_apt_cannot_install_stop_the_host_naming_the_package(tmp_path):
+    rc, err, calls = on_host(gpu_driver.headers_installed(), tmp_path, unavailable=("linux-headers-6.1.0-28-amd64",))
+    assert rc == 1
+    assert "the kernel headers linux-headers-6.1.0-28-amd64 (kernel 6.1.0-28-amd64) cannot be installed" in err
+    assert "No driver package was touched" in err
+    assert installs(calls) == ["linux-headers-6.1.0-28-amd64"] * 2   # tried, then again after apt-get update
+
+
+def test_a_module_built_for_the_next_boots_kernel_lets_the_reboot_go_on(tmp_path):
+    rc, err, _ = on_host(gpu_driver.module_built("580.105.08"), tmp_path, kernels=("6.1.0-27-amd64", "6.1.0-28-amd64"),
+                         running="6.1.0-27-amd64", built={"6.1.0-28-amd64": "580.105.08"})
+    assert (rc, err) == (0, "")
+
+
+@pytest.mark.parametrize("why, built", [
+    ("no module at all (the headers were missing: DKMS never built it)", {}),
+    ("built for the running kernel only, not the one that boots next", {"6.1.0-27-amd64": "580.105.08"}),
+    ("the old driver's module", {"6.1.0-28-amd64": "570.172.08"}),
+])
+def test_a_module_not_built_for_the_next_boot_stops_the_host_before_the_reboot(tmp_path, why, built):
+    rc, err, _ = on_host(gpu_driver.module_built("580.105.08"), tmp_path, kernels=("6.1.0-27-amd64", "6.1.0-28-amd64"),
+                         running="6.1.0-27-amd64", built=built)
+    assert rc == 1, why
+    assert "NVIDIA driver 580.105.08's kernel module is not built for kernel 6.1.0-28-amd64" in err
+    assert "The host is not rebooted: it keeps its old driver loaded" in err
+    assert "linux-headers-6.1.0-28-amd64" in err and "dkms autoinstall -k 6.1.0-28-amd64" in err
+    assert "nvidia/580.105.08: added" in err   # dkms status, for the operator
+    assert f"modinfo finds {built.get('6.1.0-28-amd64') or 'no nvidia module'}" in err

@@ -343,10 +343,14 @@ def test_unsafe_repo_paths_are_refused():
     assert safe_relpath("a/b/c.json") == os.path.join("a", "b", "c.json")
 
 
-def test_network_error_is_one_line(tmp_path):
+def test_a_hub_that_cannot_be_reached_is_named_with_its_address_in_one_line(tmp_path):
     r = pull(tmp_path, "org/m", "main", None)
     assert r.rc == 3, r
-    assert r.err.startswith("pull failed: network error: ") and r.err.count("\n") == 1
+    assert r.err.startswith("pull failed: the Hub endpoint (sglang_hf_endpoint) at http://127.0.0.1:9 could not be "
+                            "reached ([Errno 111] Connection refused) after 5 attempts over ")
+    assert r.err.count("\n") == 1
+    assert "nothing was fetched" in r.err and "network error" not in r.err
+    assert r.out.count("retrying in") == 4  # hublimits.METADATA_ATTEMPTS, with backoff
     assert "(repo org/m, revision main)" in r.err and "Traceback" not in r.err
     assert not repo_dir(tmp_path, "org/m").exists()  # a failed first pull leaves no empty repo folder
 

@@ -58,7 +58,7 @@ def _arguments(op: str, args: dict) -> dict:
         from sglang_infra.machine.keyrings import VendorKey
 
         args = {**args, "key": VendorKey(**args["key"])}
-    if op == "rolled":
+    if op in ("rolled", "driver_rolled"):
         from sglang_infra.plan.types import Gate
 
         args = {**args, "gate": Gate(**args["gate"])}

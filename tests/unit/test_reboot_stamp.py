@@ -5,6 +5,7 @@ container is a stand-in dictionary shaped as stack.container() returns the engin
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,76 @@ def test_the_restart_count_is_asked_of_the_engine_when_the_container_does_not_ca
     monkeypatch.setattr(dockerapi, "get", lambda path, *a, **k: asked.append(path) or {"RestartCount": 0})
     monkeypatch.setattr(stamp, "boot_id", lambda: GATE_BOOT)   # the gate's own boot: the engine is not asked
     assert not holds(home, bare) and asked == []
+
+
+# ------------------------------------------------ a driver change is a change of the serving stack (issue 52, item 2)
+RECORDED_DRIVER = Path(__file__).parent / "fixtures" / "driver" / "h200-proc-driver-nvidia-version.txt"
+
+
+@pytest.fixture
+def on_driver(tmp_path, monkeypatch):
+    """The host's loaded module as the H200 recorded it (580.159.04), and a Fabric Manager binary that answers
+    ``fabric_manager['said']``; returns a function that swaps the loaded module's line."""
+    version = tmp_path / "proc-driver-nvidia-version"
+    version.write_text(RECORDED_DRIVER.read_text())
+    monkeypatch.setattr(stamp, "DRIVER_VERSION", str(version))
+    fabric_manager = {"said": None}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nv-fabricmanager"
+    tool.write_text("#!/bin/sh\necho \"$SAID\"\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(stamp.shutil, "which", lambda name: str(tool) if fabric_manager["said"] else None)
+    monkeypatch.setenv("SAID", "")
+
+    def swap(line=None, fm=None):
+        if line is not None:
+            version.write_text(line)
+        fabric_manager["said"] = fm
+        monkeypatch.setenv("SAID", fm or "")
+    return swap
+
+
+def restamp(home, container=GATED):
+    (home / "docker" / stamp.STAMP).write_text(stamp.digest(str(home), container) + "\n")
+
+
+def test_the_recorded_module_line_names_its_release(on_driver):
+    assert stamp.running_driver() == ["driver=580.159.04"]
+    on_driver("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Tue Jul  8 2025\n",
+              "Fabric Manager version is : 570.172.08")
+    assert stamp.running_driver() == ["driver=570.172.08", "fabric_manager=570.172.08"]
+
+
+def test_a_host_without_nvidias_driver_digests_as_before(home, monkeypatch, tmp_path):
+    """No module, no Fabric Manager: the digest is what it was before the driver counted (no stamp goes stale)."""
+    monkeypatch.setattr(stamp, "DRIVER_VERSION", str(tmp_path / "absent"))
+    monkeypatch.setattr(stamp.shutil, "which", lambda name: None)
+    assert stamp.running_driver() == []
+    restamp(home)
+    assert holds(home, GATED)
+
+
+def test_the_same_container_after_a_boot_into_another_driver_asks_for_the_gate(home, on_driver):
+    """The deploy's pinned driver loaded by the reboot: the daemon starts the very container the gate stamped, on
+    a driver it never served on (on main the stamp held, and no gate ran)."""
+    restamp(home)
+    assert holds(home, AFTER_BOOT)
+    on_driver("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.195.03  Release Build  (nixbld@)\n")
+    assert not holds(home, AFTER_BOOT)
+    assert not holds(home, GATED)
+
+
+def test_another_fabric_manager_asks_for_the_gate(home, on_driver):
+    on_driver(fm="Fabric Manager version is : 580.159.04")
+    restamp(home)
+    assert holds(home, AFTER_BOOT)
+    on_driver(fm="Fabric Manager version is : 580.195.03")
+    assert not holds(home, AFTER_BOOT)
+
+
+def test_a_gateways_digest_leaves_the_driver_out(home, on_driver):
+    """A gateway runs on no GPU: a driver change on its host is no change of what its gate validated."""
+    before = stamp.digest(str(home), GATED, str(home / "docker"), stamp.GATEWAY_FILES)
+    on_driver("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.195.03  Release Build\n")
+    assert stamp.digest(str(home), GATED, str(home / "docker"), stamp.GATEWAY_FILES) == before

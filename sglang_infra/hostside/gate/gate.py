@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ import time
 from .. import apikey, checks, names, safefs, stack
 from ..printable import printable
 from . import gate_metrics, stamp
+from .goodcopy import CONFIG, MAX_CONFIG, copy
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
@@ -57,24 +57,6 @@ def say(line):
     print(f"gate[{socket.gethostname()}]: {printable(apikey.redact(line))}", file=sys.stderr, flush=True)
 
 
-MAX_CONFIG = 16 << 20  # bytes of a compose.yaml or .env the gate copies
-
-
-def copy(source, dest):
-    """
-    cp -p, atomically and checked (safefs.write_atomic): content, mode, times
-    and owner (the gate runs as root; the files belong to the account). A
-    full disk raises instead of leaving a truncated copy; a symlink at either
-    name, or on the way to it, is refused (named in the OSError), never
-    followed.
-    """
-    content, st = safefs.read_with_stat(source, MAX_CONFIG)
-    safefs.write_atomic(dest, content, stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid),
-                        times=(st.st_atime_ns, st.st_mtime_ns), verify=True)
-
-
-# The config a pass keeps as *.good and a rollback restores; .env only where the stack has one.
-CONFIG = (names.COMPOSE_FILE, names.ENV_FILE)
 
 
 class Gate:

@@ -14,6 +14,8 @@ the image and the container are the ones that passed, and a reboot asks for
 no deploy. A multi-node group's member is judged apart (nodegroups.stale): a
 member whose host rebooted alone still restarted alone.
 
+A worker's digest also covers the driver it runs on (running_driver): after a boot into another one, the gate runs.
+
 A gateway (router/<slug>/) keeps its compose.yaml, scripts and stamp in its
 own directory, and its digest also covers the worker set it was validated
 with (workers.json) and its launcher: a change of either runs its gate again.
@@ -22,6 +24,9 @@ with (workers.json) and its launcher: a change of either runs its gate again.
 import hashlib
 import json
 import os
+import re
+import shutil
+import subprocess
 
 from .. import dockerapi, names, safefs
 
@@ -37,6 +42,32 @@ GATED_CONTAINER = ("id", "started_at")
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # Besides compose.yaml and .env, what a gateway's digest covers (router/<slug>/).
 GATEWAY_FILES = (names.WORKERS_FILE, names.LAUNCHER)
+# The loaded module's version line ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  ...").
+DRIVER_VERSION = "/proc/driver/nvidia/version"
+FABRIC_MANAGER = "nv-fabricmanager"
+FABRIC_MANAGER_SECONDS = 10
+_RELEASE = re.compile(r"\b\d+\.\d+(?:\.\d+)?\b")
+
+
+def running_driver():
+    """The digest's parts naming the driver the host runs: the loaded module's version and Fabric Manager's,
+    each where the host has it."""
+    parts = []
+    raw = safefs.read_regular(DRIVER_VERSION, 4096)
+    if raw is not None:
+        line = raw.decode(errors="replace").split("\n", 1)[0]
+        found = _RELEASE.findall(line.partition("Kernel Module")[2] or line)
+        parts.append(f"driver={found[0] if found else 'unknown'}")
+    tool = shutil.which(FABRIC_MANAGER)
+    if tool:
+        try:
+            said = subprocess.run([tool, "--version"], capture_output=True, timeout=FABRIC_MANAGER_SECONDS,
+                                  check=False).stdout[:4096].decode(errors="replace")
+        except (OSError, subprocess.SubprocessError):
+            said = ""
+        found = _RELEASE.findall(said)
+        parts.append(f"fabric_manager={found[-1] if found else 'unknown'}")
+    return parts
 
 
 def digest(home, container, docker_dir=None, extra=()):
@@ -44,7 +75,8 @@ def digest(home, container, docker_dir=None, extra=()):
     The digest of the config as it is now, served by ``container``
     (stack.container()): compose.yaml and .env in ``docker_dir`` (default
     home/docker), the scripts in ``home``, and the ``extra`` files of
-    ``docker_dir``. A gateway passes its own directory as both.
+    ``docker_dir``. A gateway passes its own directory as both; a worker's
+    (no ``extra``) covers its running_driver() too.
     """
     docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
     container = container or {}
@@ -54,6 +86,8 @@ def digest(home, container, docker_dir=None, extra=()):
              f"container={container.get('id') or ''}@{container.get('started_at') or ''}"]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(docker_dir, name))}" for name in extra]
+    if not extra:
+        parts += running_driver()
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

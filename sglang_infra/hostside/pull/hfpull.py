@@ -10,7 +10,7 @@ locks pull_locks.py, pruning prune.py, and the exit codes and error messages
 pull_errors.py.
 
     python hfpull.py pull  --cache-dir DIR --records-dir DIR --repo-id ORG/NAME --revision REV
-                           [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N]
+                           [--endpoint URL] [--token-file PATH] [--lock-wait S] [--workers N] [--min-free BYTES]
                            [--peer ADDR:PORT=SHA256 ... --peer-key-file PATH [--peer-seed] [--peer-wait S]]
     python hfpull.py prune --cache-dir DIR --records-dir DIR --keep ORG/NAME@COMMIT [--keep ...] [--dry-run]
 
@@ -29,6 +29,9 @@ adds what a fleet needs:
   what each holds survives a kill. The first failure stops every worker; a
   transient one (a cut, a 5xx, a 429 with its Retry-After) is retried from the
   range's last byte with backoff;
+* room first: a revision whose missing bytes, plus --min-free, are more than the cache's filesystem has free is
+  refused before a byte of it is fetched; a disk that fills while the pull writes (another writer) ends it
+  naming the disk, its partials kept for the next run to resume;
 * size and hash verification of every blob (sha256 for LFS files, git-sha1 for
   regular ones), with a record `<records dir>/<repo folder>/<commit>.json`
   written only once every file of the revision is verified, outside hf-cache,
@@ -62,7 +65,16 @@ from huggingface_hub import set_client_factory
 from huggingface_hub.errors import HfHubHTTPError
 
 from . import manifest, peers, prune, pull, transfer
-from .pull_errors import EXIT_OK, EXIT_REMOTE, EXIT_USAGE, EXIT_VERIFY, PullError, Retryable, describe_error
+from .pull_errors import (
+    EXIT_OK,
+    EXIT_REMOTE,
+    EXIT_USAGE,
+    EXIT_VERIFY,
+    PullError,
+    Retryable,
+    describe_error,
+    unreachable,
+)
 from .pull_locks import DEFAULT_LOCK_WAIT
 
 
@@ -107,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "verified in part; its \"gated\" says whether peers need the Hub's access check first")
     p.add_argument("--workers", type=_workers, default=pull.DEFAULT_WORKERS,
                    help=f"files and connections at once (default {pull.DEFAULT_WORKERS}, at most {pull.MAX_WORKERS})")
+    p.add_argument("--min-free", type=int, default=0, metavar="BYTES",
+                   help="bytes to leave free on the cache's filesystem: a revision whose missing files would leave "
+                        "less is refused before a byte of it is fetched (default 0)")
     p.add_argument("--peer", action="append", default=[], metavar="ADDR:PORT=SHA256",
                    help="a peer door that may hold this model's blobs, with the sha256 of its TLS certificate, the "
                         "only one trusted there (repeat); needs --peer-key-file")
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         token = read_token(args.token_file)
         puller = pull.Puller(args.cache_dir, args.repo_id, args.revision, args.endpoint, token, args.lock_wait,
-                             args.workers, records_dir=args.records_dir)
+                             args.workers, records_dir=args.records_dir, min_free=max(0, args.min_free))
         if args.peer and args.peer_key_file:
             puller.fleet = peers.Fleet([peers.parse_peer(a) for a in args.peer], peers.read_key(args.peer_key_file),
                                        args.peer_seed, args.peer_wait)
@@ -165,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}: {msg} {where}", file=sys.stderr, flush=True)
         return e.code
     except (HfHubHTTPError, httpx2.HTTPError, OSError, Retryable) as e:
-        msg, code = describe_error(e)
+        msg, code = describe_error(e, args.endpoint)
         if puller:
             msg = puller.redact(msg)
+        if unreachable(e, args.endpoint):  # what this pull changed in the cache, if anything
+            msg += ("; nothing was fetched" if puller is None or not puller.stats.bytes_fetched else
+                    "; what it fetched is kept, and the next run resumes it")
         print(f"pull failed: {msg} {where}", file=sys.stderr, flush=True)
         return code
     pull.say("SGLANG_PULL_RESULT " + json.dumps(result, sort_keys=True))

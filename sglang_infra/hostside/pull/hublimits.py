@@ -11,11 +11,19 @@ that the caller waits for with the deadline, so a server stalling mid-header or 
 A file's body (a GET the pull marks with FILE_BODY, answered 2xx) is the one answer handed back unread: the
 pull stops it at the size the tree listed (transfer.py), and its per-read timeout ends a stalled one; its
 headers are bounded like any answer's, and a timeout there is an httpx timeout, retried like a cut.
+
+Every other answer (a model's info, a page of the tree, a file's metadata, the access check) is retried by
+RetryingTransport when the Hub answers 429, 500, 502, 503 or 504 or cannot be reached: at most
+METADATA_ATTEMPTS times, after a backoff of 1, 2, 4 s ... (at most BACKOFF_MAX) or the wait its Retry-After asks
+for (at most RETRY_AFTER_MAX), each attempt bounded as above; a wait between attempts moves the deadline of a
+whole answer (within()) on by as much, so only the answers' own time counts against it. The Hub's 500s come and
+go and its rate limiter answers 429 with the seconds to wait; a pull of hours must not fail on the first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import threading
 import time
 import zlib
@@ -37,6 +45,13 @@ METADATA_DEADLINE = 120.0
 # The whole tree, every page: MAX_TREE_ENTRIES at 1,000 a page is 200 answers, each well under a second on
 # the Hub; a mirror that paginates without end (empty pages, each with a "next" link) stops here.
 LISTING_DEADLINE = 1800.0
+# How often one metadata request is asked before its failure is the pull's: a transient 5xx, a 429 or a cut
+# connection is retried, with waits of 1, 2, 4, 8 s (BACKOFF_MAX) or the Retry-After asked (RETRY_AFTER_MAX): at
+# most 4 waits of 60 s, four minutes, for one answer of a Hub that keeps refusing.
+METADATA_ATTEMPTS = 5
+RETRIED_STATUSES = (429, 500, 502, 503, 504)
+BACKOFF_MAX = 8.0
+RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
 FILE_BODY = "sglang_file_body"  # the request extension of a GET whose 2xx body is a file, bounded by the pull
 
 _local = threading.local()  # the deadline of a whole listing (within()), for the requests of this thread
@@ -175,8 +190,93 @@ class BoundedTransport(httpx2.BaseTransport):
         self.inner.close()
 
 
+def retry_after(headers) -> float | None:
+    """The wait a 429 or 503 asks for (seconds, or an HTTP date), capped at RETRY_AFTER_MAX; None if none."""
+    value = (headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
+            return None
+    return min(max(0.0, seconds), RETRY_AFTER_MAX)
+
+
+def backoff(attempt: int, asked: float | None) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1, 2, ...): what the Hub asked, else 1, 2, 4 ... s."""
+    return asked if asked is not None else min(BACKOFF_MAX, 2.0 ** (attempt - 1))
+
+
+def waited(seconds: float) -> None:
+    """The deadline of this thread's whole answer (within()) moved ``seconds`` on: a wait between attempts is the
+    Hub's asking, not the answer's time; the answers themselves, their redirects included, share the deadline."""
+    overall = getattr(_local, "overall", None)
+    if overall is not None:
+        _local.overall = (overall[0] + seconds, overall[1], overall[2])
+
+
+def retried(request) -> bool:
+    """Whether RetryingTransport asks ``request`` again: the pull's own requests of a model repo (its info, tree,
+    paths info, access check; a file's metadata), not what the library sends on its own (its telemetry, its
+    registry of agent harnesses: best effort, each with a short timeout of its own)."""
+    path = request.url.path
+    return "/api/models/" in path or (request.method == "HEAD" and "/resolve/" in path)
+
+
+class RetryingTransport(httpx2.BaseTransport):
+    """``inner`` with every request but a file's body (transfer.py retries those by range) asked again when the Hub
+    answers RETRIED_STATUSES or cannot be reached (see the module's docstring); ``say`` prints one line a retry.
+    The error of the last attempt is raised with its attempts and seconds on it (sglang_attempts, sglang_seconds)."""
+
+    def __init__(self, inner: httpx2.BaseTransport, say=print, sleep=time.sleep):
+        self.inner, self.say, self.sleep = inner, say, sleep
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.extensions.get(FILE_BODY) or not retried(request):
+            return self.inner.handle_request(request)
+        started = time.monotonic()
+        what = f"{answer_name(request)} from {origin(request.url)}"
+        for attempt in range(1, METADATA_ATTEMPTS + 1):
+            try:
+                response = self.inner.handle_request(request)
+            except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.ReadTimeout, httpx2.RemoteProtocolError,
+                    httpx2.ReadError) as error:
+                if attempt == METADATA_ATTEMPTS:
+                    setattr(error, "sglang_attempts", attempt)  # named in the error's line (pull_errors.unreachable)
+                    setattr(error, "sglang_seconds", time.monotonic() - started)
+                    raise
+                wait = backoff(attempt, None)
+                why = str(error).splitlines()[0] if str(error) else type(error).__name__
+            else:
+                if response.status_code not in RETRIED_STATUSES or attempt == METADATA_ATTEMPTS:
+                    return response
+                asked = retry_after(response.headers)
+                response.close()
+                wait = backoff(attempt, asked)
+                why = f"HTTP {response.status_code}" + (f", Retry-After {asked:g} s" if asked is not None else "")
+            self.say(printable(f"{what}: {why}; retrying in {wait:.1f} s (attempt {attempt + 1} of "
+                               f"{METADATA_ATTEMPTS}){' as the Hub asked' if 'Retry-After' in why else ''}"))
+            self.sleep(wait)
+            waited(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def bound(client: httpx2.Client) -> httpx2.Client:
-    """``client`` with every transport it may use (its own, and one per proxy it mounts) bounded."""
-    client._transport = BoundedTransport(client._transport)
-    client._mounts = {pattern: BoundedTransport(t) if t is not None else None for pattern, t in client._mounts.items()}
+    """``client`` with every transport it may use (its own, and one per proxy it mounts) bounded, and its requests
+    but a file's body retried (RetryingTransport), each attempt bounded."""
+    def wrap(transport: httpx2.BaseTransport) -> httpx2.BaseTransport:
+        return RetryingTransport(BoundedTransport(transport), say=_say)
+
+    client._transport = wrap(client._transport)
+    client._mounts = {pattern: wrap(t) if t is not None else None for pattern, t in client._mounts.items()}
     return client

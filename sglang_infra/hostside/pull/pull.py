@@ -21,6 +21,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
 
+from .. import safefs
 from ..formats.units import human
 from ..printable import printable
 from ..safefs import (
@@ -48,6 +49,7 @@ MAX_WORKERS = 64
 MAX_TREE_ENTRIES = hublimits.MAX_TREE_ENTRIES
 STALE_PARTIAL_AGE = 24 * 3600
 MiB = 1024 * 1024
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a write refused for want of space: the disk's, or the account's quota
 
 
 def mib(n: float) -> str:
@@ -164,7 +166,8 @@ class Progress:
 
 class Puller:
     def __init__(self, cache_dir: str, repo_id: str, revision: str, endpoint: str | None,
-                 token: str | None, lock_wait: float, workers: int = DEFAULT_WORKERS, *, records_dir: str):
+                 token: str | None, lock_wait: float, workers: int = DEFAULT_WORKERS, *, records_dir: str,
+                 min_free: int = 0):
         self.cache_dir = os.path.abspath(cache_dir)
         self.repo_id = repo_id
         self.revision = revision
@@ -172,6 +175,7 @@ class Puller:
         self.token = token
         self.lock_wait = lock_wait
         self.workers = workers
+        self.min_free = min_free  # bytes the pull leaves free on the cache's filesystem (sglang_pull_min_free_mib)
         self.folder = repo_folder_name(repo_id=repo_id, repo_type="model")
         self.repo_dir = os.path.join(self.cache_dir, self.folder)
         self.blobs_dir = os.path.join(self.repo_dir, "blobs")
@@ -249,8 +253,56 @@ class Puller:
         try:
             self._open_cache()
             return self._run_in_cache()
+        except OSError as error:
+            if error.errno not in DISK_FULL or "blobs" not in self.held:
+                raise
+            raise self._disk_full(error) from None
         finally:
             self._close_cache()
+
+    def _free(self) -> int:
+        """Bytes this account may still write on the filesystem of the cache's blobs (statvfs: what is free to a
+        user, the blocks reserved for root left out)."""
+        st = os.fstatvfs(self.held["blobs"])
+        return st.f_bavail * st.f_frsize
+
+    def _disk_full(self, error: OSError) -> PullError:
+        """The disk filled while the pull wrote (another writer, or a margin too small): named as such, never as
+        a network error; what was fetched stays in partial files, never linked into a snapshot."""
+        where = self.redact(self.blobs_dir)
+        revision = f"{self.repo_id}@{(self.commit or self.revision)[:12]}"
+        return PullError(f"the disk holding {where} is full ({human(self._free())} free now; {error.strerror}): the "
+                         f"pull of {revision} stopped there. What it fetched stays in partial files "
+                         f"(*.incomplete), never linked into the snapshot; free space on that disk (df -h "
+                         f"{where}), then run again: the pull resumes them and verifies every file")
+
+    def still_to_write(self, blob: Blob) -> int:
+        """Bytes of ``blob`` the cache does not hold yet: none for a blob of its size there (verified later), else
+        its size less what its partial holds on disk (its allocated blocks: a partial fetched as ranges is as long
+        as the file from the start)."""
+        for name, partial in ((blob.name, False), (f"{blob.name}.incomplete", True)):
+            st = safefs.lstat_in(self.held["blobs"], name)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue
+            if not partial and st.st_size == blob.size:
+                return 0
+            if partial:
+                return blob.size - min(st.st_blocks * 512, st.st_size, blob.size)
+        return blob.size
+
+    def _check_room(self, blobs: list[Blob], label: str) -> None:
+        """Refuse the revision before a byte of it is fetched when what the cache lacks of it, plus the margin the
+        operator keeps free, is more than the disk has free: naming the model, the bytes and the fix."""
+        missing = sum(self.still_to_write(blob) for blob in blobs)
+        free = self._free()
+        if missing and missing + self.min_free > free:
+            where = self.redact(self.blobs_dir)
+            raise PullError(
+                f"not enough disk for {label}: it needs {human(missing + self.min_free)} on the filesystem of "
+                f"{where} ({missing} bytes of its files not in the cache yet, {human(missing)}, + "
+                f"{human(self.min_free)} kept free, sglang_pull_min_free_mib), which has {free} bytes free "
+                f"({human(free)}). Nothing was fetched; free space there, move hf-cache to a larger disk or, on "
+                "purpose, lower sglang_pull_min_free_mib, then run again")
 
     def _run_in_cache(self) -> dict:
         try:  # huggingface_hub's CACHEDIR.TAG, never written through a member's link there, as the library would
@@ -517,6 +569,7 @@ class Puller:
         self.transfer = peers.PeerTransfer(hub, self.fleet) if self.fleet and self.fleet.peers else hub
         trust = self.records.trusted_blobs(self.folder)
         self._reclaim_stale_partials({b.name for b in blobs})
+        self._check_room(blobs, label)
         indexed, index = [], 1
         for blob in blobs:
             indexed.append((index, blob))

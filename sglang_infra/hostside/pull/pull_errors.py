@@ -7,6 +7,7 @@ hfpull.py itself; it imports none of them.
 
 from __future__ import annotations
 
+import errno
 import re
 
 import httpx2  # huggingface_hub's own HTTP client (hard dependency of huggingface_hub 2.x)
@@ -51,7 +52,29 @@ def hub_message(e: BaseException) -> str:
     return re.sub(r"https?://\S+", "<url>", line)
 
 
-def describe_error(e: BaseException) -> tuple[str, int]:
+def unreachable(e: BaseException, endpoint: str | None) -> str | None:
+    """The words for a Hub (or mirror) that could not be reached at all (refused, unresolvable, timed out before
+    it answered), naming it and its address, or None for any other failure."""
+    if not isinstance(e, (httpx2.ConnectError, httpx2.ConnectTimeout)):
+        return None
+    try:
+        url = e.request.url
+        address = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}"
+    except RuntimeError:  # no request attached
+        address = endpoint or "the default endpoint"
+    who = "the Hub" if not endpoint else "the Hub endpoint (sglang_hf_endpoint)"
+    attempts = getattr(e, "sglang_attempts", 1)
+    tried = f" after {attempts} attempts over {getattr(e, 'sglang_seconds', 0.0):.0f} s" if attempts > 1 else ""
+    return (f"{who} at {address} could not be reached ({hub_message(e)}){tried}. Check that it is up and that "
+            "this host reaches it, then run again")
+
+
+def describe_error(e: BaseException, endpoint: str | None = None) -> tuple[str, int]:
+    down = unreachable(e, endpoint)
+    if down:
+        return down, EXIT_REMOTE
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full: {e.strerror}" + (f" ({e.filename})" if e.filename else ""), EXIT_REMOTE
     if isinstance(e, GatedRepoError):
         reason = "GatedRepo"
     elif isinstance(e, RepositoryNotFoundError):

@@ -12,7 +12,6 @@ timeouts (bounded_client). The first failure anywhere stops every worker (gather
 
 from __future__ import annotations
 
-import email.utils
 import os
 import re
 import threading
@@ -47,7 +46,7 @@ METADATA_TIMEOUT = 60.0
 FSYNC_EVERY = 64 * 1024 * 1024
 MAX_STALLED_ATTEMPTS = 5  # consecutive GET attempts of one range without progress
 MAX_GET_ATTEMPTS = 50  # total GET attempts for one range, whatever the progress
-RETRY_AFTER_MAX = 60.0  # seconds: the longest wait a Retry-After header gets
+RETRY_AFTER_MAX = hublimits.RETRY_AFTER_MAX
 # A partial, and a blob until it is hashed: the account writes it, the group reads it. No member opens it for
 # writing, so the bytes hashed are the bytes recorded (manifest.py); verified, it becomes group-writable (SHARED).
 SEALED = 0o644
@@ -221,9 +220,10 @@ class Transfer:
         """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
         location, and headers without the token if that location is off the Hub."""
         url = hf_hub_url(self.repo_id, path, revision=self.commit, endpoint=self.endpoint)
-        with hublimits.within(hublimits.METADATA_DEADLINE * 3, "file metadata"):  # its redirects, its retries
+        # Its redirects and its retries (the client's, hublimits.RetryingTransport: not the library's as well).
+        with hublimits.within(hublimits.METADATA_DEADLINE * 3, "file metadata"):
             meta = get_hf_file_metadata(url, token=token_arg(self.token), timeout=METADATA_TIMEOUT,
-                                        library_name=LIBRARY_NAME, endpoint=self.endpoint, retry_on_errors=True)
+                                        library_name=LIBRARY_NAME, endpoint=self.endpoint)
         if meta.commit_hash and meta.commit_hash != self.commit:
             raise VerifyError(f"{path}: the Hub served commit {meta.commit_hash}, expected {self.commit}")
         listing = "the tree listing" if blob.locked is None else "the lock"  # with a lock, the listing is the lock's
@@ -476,19 +476,7 @@ def pause(seconds: float, stopped) -> bool:
     return stopped()
 
 
-def retry_after(headers) -> float | None:
-    """The wait a 429 or 503 asks for (seconds, or an HTTP date), capped at RETRY_AFTER_MAX; None if none."""
-    value = (headers.get("Retry-After") or "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        seconds = float(value)
-    else:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError, IndexError):
-            return None
-    return min(max(0.0, seconds), RETRY_AFTER_MAX)
+retry_after = hublimits.retry_after  # the wait a 429 or 503 asks for, capped at hublimits.RETRY_AFTER_MAX
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:

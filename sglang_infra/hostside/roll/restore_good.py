@@ -9,16 +9,16 @@ import os
 import sys
 
 from .. import safefs
-from ..gate import gate
+from ..gate import goodcopy
 
 
 def main(argv=None):
     docker_dir = (sys.argv[1:] if argv is None else argv)[0]
     restored = []
-    for name in gate.CONFIG:
+    for name in goodcopy.CONFIG:
         path = os.path.join(docker_dir, name)
-        if safefs.is_regular(path + ".good"):   # a link there is not followed (gate.copy refuses one too)
-            gate.copy(path + ".good", path)
+        if safefs.is_regular(path + ".good"):   # a link there is not followed (goodcopy.copy refuses one too)
+            goodcopy.copy(path + ".good", path)
             restored.append(name)
     print(f"restore_good: {', '.join(restored) or 'nothing'} put back from the last known-good copy")
     return 0

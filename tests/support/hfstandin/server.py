@@ -345,6 +345,8 @@ CONFIG_DEFAULTS = {
     "inject_status": None,         # answer the next requests with this status
     "inject_count": 0,             # ... this many of them
     "inject_match": None,          # ... only those whose "METHOD /path" contains this string
+    "inject_statuses": None,       # a list: answer the next matching requests with these statuses, one each, in
+                                   # order, before any inject_status (a Hub that errs, then rate-limits: [500, 429])
     "retry_after": None,           # seconds: an injected status carries Retry-After, and every matching request
                                    # gets it until they have passed, as from the Hub's rate limiter
     "hostile_body": None,          # "endless": answer the matching requests with a JSON body that never ends, as
@@ -367,6 +369,11 @@ def _validate_config(update: object) -> dict:
         if key in _STRING_KEYS:
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{key} must be a string or null")
+            continue
+        if key == "inject_statuses":
+            if value is not None and (not isinstance(value, list) or len(value) > 100 or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and 400 <= v <= 599 for v in value)):
+                raise ValueError(f"{key} must be a list of at most 100 statuses 400-599, or null")
             continue
         if key == "hostile_body":
             if value is not None and value not in HOSTILE_BODIES:
@@ -1159,7 +1166,9 @@ class StandinHub:
                 self._config["drop_count"] = 1
             if changes.get("inject_status") is not None and "inject_count" not in changes:
                 self._config["inject_count"] = 1
-            if {"inject_status", "inject_match", "retry_after"} & set(changes):
+            if changes.get("inject_statuses") is not None:
+                self._config["inject_statuses"] = list(changes["inject_statuses"])  # consumed here, not the caller's
+            if {"inject_status", "inject_statuses", "inject_match", "retry_after"} & set(changes):
                 self._limited_until = 0.0
             return dict(self._config)
 
@@ -1199,10 +1208,14 @@ class StandinHub:
             now = time.monotonic()
             if now < self._limited_until:  # inside a Retry-After window: refused again, as a rate limiter does
                 return self._limited_status, max(1, round(self._limited_until - now + 0.499))
-            if status is None or self._config["inject_count"] <= 0:
-                return None, None
-            self._config["inject_count"] -= 1
             wait = self._config["retry_after"]
+            if self._config["inject_statuses"]:
+                status = self._config["inject_statuses"].pop(0)
+                wait = wait if status in (429, 503) else None  # in a sequence, as the Hub's: a 500 asks no wait
+            elif status is None or self._config["inject_count"] <= 0:
+                return None, None
+            else:
+                self._config["inject_count"] -= 1
             if wait is not None:
                 self._limited_until, self._limited_status = now + wait, status
             return status, wait

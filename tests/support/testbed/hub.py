@@ -167,7 +167,8 @@ class Hub:
 
     def clear_faults(self) -> None:
         self.configure(throttle_bytes_per_s=None, drop_after_bytes=None, drop_count=0, drop_range=None,
-                       inject_status=None, inject_count=0, inject_match=None, retry_after=None)
+                       inject_status=None, inject_count=0, inject_match=None, retry_after=None,
+                       inject_statuses=None)
 
 
 def ensure_hub(name: str | None = None) -> Hub:
