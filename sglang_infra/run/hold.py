@@ -104,3 +104,19 @@ def _beat(name: str, stdin) -> None:
             logger.warning(f"[{name}] this run's hold on the host ended ({error}); another run may change it now")
             return
 
+
+
+def with_holder(state, host, snapshot: dict) -> dict:
+    """The status report's snapshot with who holds the host now (hold.py show: a run, or a gate its run left
+    going), as its report section's "hold"; one small command of its own, so the snapshot's stays within one
+    argument. Unreadable: no holder said."""
+    arguments = {key: value for key, value in connector_arguments(state, host).items()
+                 if key not in ("_success_exit_codes",)}
+    try:
+        ok, output = host.run_shell_command(StringCommand(f"{ship.command('write.hold')} show"), print_output=False,
+                                            **arguments)
+        found = json.loads("\n".join(output.stdout_lines)[:8192]) if ok else None
+    except Exception:   # the report goes on without it
+        found = None
+    report = dict(snapshot.get("report") or {}, hold=found if isinstance(found, dict) else None)
+    return dict(snapshot, report=report)

@@ -53,6 +53,8 @@ def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None,
     snapshot = factcache.get(host, Snapshot, spec=json.dumps(spec, sort_keys=True))
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
+    if report:   # who is changing the host now, for status.sh
+        snapshot = hold.with_holder(host.state, host, snapshot)
     try:
         return resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group), [], snapshot
     except DeployDataError as error:

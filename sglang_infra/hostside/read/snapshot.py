@@ -39,7 +39,7 @@ from .. import dockerapi, names, safefs, stack
 from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
-from ..write import acl, hold
+from ..write import acl
 from . import cachestate, doorcheck, openpgp, settled
 
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
@@ -562,7 +562,7 @@ def read(spec):
                                 "legacy_entry": acl.has_entry(home, reader["legacy_user"], "user"),
                                 "user": _user(reader["user"]) is not None}
     if spec.get("report"):
-        found["report"] = dict(report.read(home, engine), hold=hold.show())
+        found["report"] = report.read(home, engine)
     return found
 
 
