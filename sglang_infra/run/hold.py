@@ -49,14 +49,14 @@ def take(state, host, wait: float) -> str | None:
     runs = _held.setdefault(id(state), {})
     if host.name in runs:
         return None
+    client = getattr(getattr(host, "connector", None), "client", None)
+    if client is None:   # not an SSH host (the local connector, the unit tests' hosts): no other run reaches it
+        return None
     command = StringCommand(f"{ship.command('write.hold')} take {int(wait)}")
     # what pyinfra's SSH connector takes for itself before it makes the command (connectors/ssh.py)
     arguments = {key: value for key, value in connector_arguments(state, host).items()
                  if key not in ("_get_pty", "_timeout", "_stdin", "_success_exit_codes")}
     unix = make_unix_command_for_host(state, host, command, **arguments)
-    client = getattr(host.connector, "client", None)
-    if client is None:   # not an SSH host (the local connector of the unit tests): nothing else can reach it
-        return None
     stdin, stdout, _ = client.exec_command(unix.get_raw_value())
     stdin.write(json.dumps(holder()) + "\n")
     stdin.flush()

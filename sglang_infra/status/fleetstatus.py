@@ -74,8 +74,9 @@ def problems(row: dict) -> list[tuple[str, str]]:
                                  "verified in hf-cache"))
     if gate is not None and gate.get("passed") is False:
         found.append(("failing", f"the last gate failed: {gate.get('reason')}"))
+    # (a multi-node group's member is judged with its group: groupstatus)
     elif (gate is not None and gate.get("current") is False and container is not None
-          and container["state"] == "running" and not row.get("changing")):
+          and container["state"] == "running" and not row.get("changing") and not row.get("node_group")):
         found.append(("ungated", "the running container is not the one the last gate passed: a run ended between "
                                  "its restart and its gate's end; the next run gates it (or rolls it back)"))
     if image.get("lock") == "no":
