@@ -44,6 +44,10 @@ sglang_image = "lmsysorg/sglang:v0.5.16"
 # sites without registry access; None pulls from the registry.
 sglang_image_archive = None
 
+# The SGLang release sglang_image carries, whose own arguments (sglang_infra/machine/sglang_args/<release>.json, made by
+# scripts/sglang-args.sh) judge every launch flag before any host changes; None reads it from the image's tag (v0.5.16).
+sglang_version = None
+
 # Template that becomes docker/compose.yaml; a site may point at its own copy.
 sglang_compose_template = "templates/compose.yaml.j2"
 

@@ -24,8 +24,9 @@ from ..fleet.hosts import Fleet, read_fleet
 from ..fleet.monitoring import with_monitors
 from ..fleet.nodegroups import check_groups, not_serving, with_members
 from ..fleet.peering import with_sources
+from ..machine.sglang_args.launch import host_problems as launch_problems
 from ..plan.inventoryfile import inventory_file
-from ..plan.problems import DeployDataError, raise_if
+from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.refusals import judge
 from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
@@ -56,9 +57,12 @@ def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None,
     if report:   # who is changing the host now, for status.sh
         snapshot = hold.with_holder(host.state, host, snapshot)
     try:
-        return resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group), [], snapshot
+        plan = resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group)
     except DeployDataError as error:
         return None, error.problems, snapshot
+    # the flags against the image's SGLang release, the model against the GPUs
+    found = [problem(host.name, *each) for each in launch_problems(plan, judged.data)]
+    return (None, found, snapshot) if found else (plan, [], snapshot)
 
 
 def _overrides(host) -> str | None:

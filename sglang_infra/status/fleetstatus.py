@@ -211,6 +211,8 @@ def table(report: dict) -> str:
     for host in report["hosts"]:
         lines += [printable(f"{host['host']}: {problem}") for problem in host["problems"]]
         lines += [printable(gateway_line(host["host"], gateway)) for gateway in host.get("gateways") or ()]
+        if host.get("fit"):
+            lines.append(printable(f"{host['host']}: fits its GPUs: {host['fit']['said']}"))
         if host.get("prometheus"):
             lines.append(printable(f"{host['host']}: the fleet's Prometheus (metrics, alerts, the dashboard's "
                                    f"source) at {host['prometheus']}"))

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 from ..hostside.formats.netloc import netloc
 from ..hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
 from ..machine.gpus import gpu_faults
+from ..machine.modelfit import fit as model_fit
 from ..plan.schema import listen_address
 
 ENV = "SGLANG_STATUS_REPORT"
@@ -211,7 +212,15 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "prometheus": prometheus_url(name, plan.monitor.settings) if plan.monitor else None,
         # a member of a multi-node group: the group, its members and its rank (fleetstatus judges the group whole)
         "node_group": group_fields(plan.node_group),
+        # the served model against the GPUs, the figures the preflight judged it by (machine/modelfit.py); None where
+        # it is not judged (no GPU, no lock)
+        "fit": fit_fields(plan),
     }
+
+
+def fit_fields(plan) -> dict | None:
+    found = model_fit(plan)
+    return None if found is None else {**found.figures(), "said": found.said()}
 
 
 GROUP_FIELDS = ("name", "rank", "members", "head", "port", "ports", "interface")   # what the row carries of a group

@@ -285,6 +285,18 @@ def admin_key_file() -> Path:
     return path
 
 
+def pinned_release() -> str:
+    """The SGLang release of group_data's sglang_image (its tag)."""
+    import runpy
+
+    from sglang_infra.machine.sglang_args.table import image_version
+
+    image = runpy.run_path(str(HERE.parent.parent.parent / "group_data" / "all.py"))["sglang_image"]
+    release = image_version(image)
+    assert release, f"group_data's sglang_image {image} names no release in its tag"
+    return release
+
+
 def standin_data() -> dict:
     """Host data for the stand-in profile: no GPU, the stand-in image loaded from its archive, models pulled
     from the stand-in Hub (this run's own one; the unprefixed one outside a test run)."""
@@ -296,6 +308,9 @@ def standin_data() -> dict:
     return {
         "sglang_require_gpu": False,
         "sglang_image": tag,
+        # The stand-in speaks the pinned release's arguments: its tag names its sources, not a release, so the
+        # release whose table judges its flags is group_data's (sglang_infra/machine/sglang_args/).
+        "sglang_version": pinned_release(),
         "sglang_image_archive": str(archive),
         # The gateway: the real, pinned SMG in its own image, and the control-plane key the deploy alone holds.
         "sglang_router_image": gateway_tag,
