@@ -327,7 +327,7 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
     update_models, update_images, update_wheels = _parse_updates(updates)
     wanted: dict[str, tuple[str, dict]] = {}   # registry key -> (first host, data)
     for name, data in hosts:
-        for key in dict.fromkeys([data["sglang_model"], *data["sglang_cached_models"]]):
+        for key in registry.kept_keys(data):
             entry = data["sglang_models"].get(key)
             if not isinstance(entry, Mapping):
                 raise LockGenError(f"host {name}: {key!r} is not in sglang_models. Fix: use a registry key")

@@ -112,10 +112,11 @@ class Fit:
     gpu_mib: int
     fraction: float
     fraction_source: str       # 'sglang_mem_fraction_static' or "SGLang's default for a 140 GiB GPU"
-    weights: int               # bytes, the whole model
+    weights: int               # bytes, the whole model (its speculative drafter's included)
     kv: KvShape | None
     context: int | None
     context_source: str
+    drafter_weights: int = 0   # bytes of the drafter's weights among ``weights`` (a speculative recipe's)
 
     @property
     def per_gpu(self) -> int:
@@ -152,10 +153,11 @@ class Fit:
 
     def said(self) -> str:
         """Every figure in words, for the refusal and the status report."""
+        drafter = f", the drafter's {self.drafter_weights / GIB:.1f} GiB included" if self.drafter_weights else ""
         head = (f"{self.model} on {self.gpus} at --tp-size={self.tp}: weights {self.weights / GIB:.1f} GiB (the "
-                f"lock's file sizes), {self.per_gpu / GIB:.1f} GiB per GPU; --mem-fraction-static {self.fraction} "
-                f"({self.fraction_source}) keeps {self.static / GIB:.1f} GiB of each {self.gpu_mib} MiB GPU for "
-                "weights and KV cache")
+                f"lock's file sizes{drafter}), {self.per_gpu / GIB:.1f} GiB per GPU; --mem-fraction-static "
+                f"{self.fraction} ({self.fraction_source}) keeps {self.static / GIB:.1f} GiB of each {self.gpu_mib} "
+                "MiB GPU for weights and KV cache")
         if self.room <= 0:
             return f"{head}: the weights alone are {-self.room / GIB:.1f} GiB over it"
         kv = f", leaving {self.room / GIB:.1f} GiB for the KV cache"
@@ -175,9 +177,11 @@ def fit(plan) -> Fit | None:
     locked = plan.locked.get(plan.served.key)
     if locked is None or not locked.weights:
         return None
-    # what the server is given: the rendered flags (a flag left out is SGLang's own default)
-    given = {flag["key"]: flag["arg"].partition("=")[2] for flag in plan.flags}
-    tp = int(plan.derived["sglang_tp_size"].value)
+    # what the server is given: the rendered flags, by flag (a recipe's argument may stand in for a derived one), each
+    # with the key it came from; a flag left out is SGLang's own default
+    given = {flag["arg"].partition("=")[0]: (flag["arg"].partition("=")[2], flag["key"]) for flag in plan.flags}
+    tp_given = given.get("--tp-size", ("", ""))[0]
+    tp = int(tp_given) if tp_given.isdigit() else int(plan.derived["sglang_tp_size"].value)
     gpu_mib = min(gpu.memory_mib for gpu in plan.gpus.gpus)
     names: dict[str, int] = {}
     for gpu in plan.gpus.gpus:
@@ -186,21 +190,24 @@ def fit(plan) -> Fit | None:
     group = plan.node_group
     if group is not None:
         gpus += f" per member, {group.nnodes} members of {group.name}"
-    source = "sglang_mem_fraction_static"
-    if given.get(source):
-        fraction = float(given[source])
+    fraction_given, source = given.get("--mem-fraction-static", ("", ""))
+    if fraction_given:
+        fraction = float(fraction_given)
     else:
         fraction = sglang_default_fraction(gpu_mib, tp)
         source = f"SGLang's default for a {gpu_mib} MiB GPU"
     config = locked.config or {}
     text = config.get("text_config")
-    context_source = "sglang_context_length"
-    context: Any = int(given[context_source]) if given.get(context_source, "").isdigit() else None
+    context_given, context_source = given.get("--context-length", ("", ""))
+    context: Any = int(context_given) if context_given.isdigit() else None
     if context is None:
         context = {**config, **(text if isinstance(text, Mapping) else {})}.get("max_position_embeddings")
         context_source = "the model's max_position_embeddings"
+    drafter = plan.locked.get(plan.drafter.key) if plan.drafter is not None else None
+    drafter_weights = drafter.weights if drafter is not None and drafter.weights else 0
     return Fit(model=f"{plan.served.key!r} ({locked.repo_id}@{locked.commit[:12]})", gpus=gpus, tp=tp,
-               gpu_mib=gpu_mib, fraction=float(fraction), fraction_source=source, weights=locked.weights,
+               gpu_mib=gpu_mib, fraction=float(fraction), fraction_source=source,
+               weights=locked.weights + drafter_weights, drafter_weights=drafter_weights,
                kv=kv_shape(locked.config, tp, plan.derived["sglang_dtype"].value), context=context
                if isinstance(context, int) else None, context_source=context_source)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..hostside.pull.manifest import content_digest
+from .registry import kept_keys as registry_kept_keys
 
 FORMAT = 1
 DEFAULT_NAME = "sglang.lock"
@@ -202,8 +203,7 @@ def problems(lock: Lock, data: Mapping[str, Any], wanted_pins: Mapping[str, str]
     out = []
     where = lock.path
     registry = data["sglang_models"]
-    keys = [data["sglang_model"], *data["sglang_cached_models"]]
-    for key in dict.fromkeys(keys):
+    for key in registry_kept_keys(data):
         entry = registry.get(key)
         if not isinstance(entry, Mapping):
             continue  # judged by registry.problems

@@ -265,6 +265,9 @@ SCHEMA: dict[str, Key] = {
     "sglang_extra_env": Key("a mapping of environment variable names to one-line strings, none of them one the "
                             f"deploy sets ({', '.join(DEPLOY_ENV)})", _env_mapping,
                             "use e.g. {'NCCL_P2P_DISABLE': '1'}"),
+    "sglang_launch_args": Key("a mapping of SGLang flags ('--name') to {'value': ..., 'reason': ...}",
+                              lambda v: isinstance(v, dict),
+                              "use e.g. {'--chunked-prefill-size': {'value': 4096, 'reason': '...'}}"),
     "sglang_validate": Key("'on-change' or 'always'", _one_of("on-change", "always"),
                            "use 'on-change', or 'always' to validate on every run"),
     "sglang_ready_timeout": Key("an integer number of seconds 10-7200", _int_range(10, 7200),

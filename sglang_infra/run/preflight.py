@@ -32,7 +32,7 @@ from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
 from ..plan.types import HostPlan
 from ..status import statusrows
-from . import factcache, hold
+from . import factcache, hold, sources
 from .facts import Snapshot
 
 _plans: dict[int, dict[str, HostPlan | None]] = {}
@@ -126,7 +126,10 @@ def preflight(host, inventory) -> bool:
                      + check_groups(resolved, everyone.node_groups, [h.name for h, _ in jobs]))
         plans = fleet(resolved, everyone, refuse=not report)
         plans = with_sources(plans, everyone)
-        _plans[key] = with_monitors(plans, everyone, refuse=not report)
+        plans = with_monitors(plans, everyone, refuse=not report)
+        if not report:   # every source a plan fetches from answers from its host, before any change (sources.py)
+            raise_if(sources.refusals([h for h, _ in jobs], plans, {h.name: job.value[2] for h, job in jobs}))
+        _plans[key] = plans
     return _plans[key].get(host.name) is not None
 
 

@@ -171,6 +171,8 @@ def _cells(host: dict) -> list[str]:
         tok = gate.get("tok_per_s")
         ratio = gate.get("ratio_to_baseline")
         figures = "" if tok is None else f" {tok:g} tok/s" + ("" if ratio is None else f" ({ratio:g}x)")
+        if gate.get("avg_spec_accept_length") is not None:
+            figures += f" accept {gate['avg_spec_accept_length']:.2f}"
         gate_cell = f"{gate.get('time') or '?'} {outcome}{figures}"
     verified = "verified" if model["complete"] and model["verified"] else "INCOMPLETE"
     return [host["host"], host["verdict"], host.get("os") or "?", gpu_cell,

@@ -153,7 +153,8 @@ def _gate_record(report) -> tuple[dict | None, dict]:
     return {"time": _of(gate.get("time"), str), "passed": _of(gate.get("passed"), bool),
             "reason": None if gate.get("reason") is None else str(gate.get("reason")),
             "rolled_back": _of(gate.get("rolled_back"), bool)}, \
-        {key: _of(benchmark.get(key), number) for key in ("tok_per_s", "baseline_tok_per_s", "ratio_to_baseline")}
+        {key: _of(benchmark.get(key), number) for key in ("tok_per_s", "baseline_tok_per_s", "ratio_to_baseline",
+                                                          "avg_spec_accept_length", "min_accept_length")}
 
 
 def _holder(found) -> dict | None:
@@ -192,6 +193,9 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "rolled_back": gate.get("rolled_back"), "tok_per_s": benchmark.get("tok_per_s"),
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
+            # a speculative recipe's average accept length, and its floor (None without a recipe)
+            "avg_spec_accept_length": benchmark.get("avg_spec_accept_length"),
+            "min_accept_length": benchmark.get("min_accept_length"),
             # whether what runs now is what the gate last passed (the stamp, hostside/gate/stamp.py)
             "current": stamp_current((snapshot.get("gate") or {}).get("stamp"),
                                      (snapshot.get("gate") or {}).get("digest")),

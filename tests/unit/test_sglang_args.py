@@ -70,6 +70,7 @@ class ServerArgs:
     graph: A[Optional[Literal["full", "off"]], Arg(help="g", choices=Backend.ALL)] = None
     level: A[Optional[Literal["low", "high"]], "help only"] = None
     size: A[int, "a number"] = 1
+    speculative_algorithm: A[Optional[str], "free text to argparse"] = None
     fast: A[bool, "a switch"] = False
     ids: A[Optional[List[int]], "several"] = None
     hidden: A[bool, Arg(no_cli=True)] = False
@@ -84,6 +85,12 @@ class ServerArgs:
         parser.add_argument("--kind", type=str, choices=[m.name for m in Kinds])
 ''',
     "sglang/srt/graph.py": "class Backend:\n    FULL = 'full'\n    OFF = 'off'\n    ALL = (FULL, OFF)\n",
+    "sglang/srt/speculative/spec_info.py":
+        "class SpeculativeAlgorithm(Enum):\n    EAGLE = auto()\n    NGRAM = auto()\n    NONE = auto()\n",
+    "sglang/srt/arg_groups/speculative_hook.py":
+        "def resolve(speculative_algorithm):\n"
+        "    if speculative_algorithm == 'NEXTN' or speculative_algorithm == 'EAGLE':\n"
+        "        return 'EAGLE'\n    return speculative_algorithm\n",
     "sglang/srt/parser/reasoning_parser.py": "class ReasoningParser:\n    DetectorMap = {'qwen3': A, 'kimi': B}\n",
     "sglang/srt/function_call/function_call_parser.py":
         "class FunctionCallParser:\n    ToolCallParserEnum = {'qwen3_coder': A, 'hermes': B}\n",
@@ -93,6 +100,21 @@ class ServerArgs:
 @pytest.fixture(scope="module")
 def small():
     return reader.read(SOURCE, "9.9.9", "sglang-9.9.9.whl", "0" * 64)
+
+
+def test_the_speculative_algorithm_takes_the_releases_members_and_the_aliases_its_hook_resolves(small):
+    flag = small["flags"]["--speculative-algorithm"]
+    assert flag["choices"] == ["EAGLE", "NEXTN", "NGRAM"] and flag["registry"] == "speculative"
+    assert "SpeculativeAlgorithm's members" in small["made_from"]["how"]
+
+
+def test_a_misspelt_speculative_algorithm_is_refused_with_the_releases_choices():
+    table = tables.load("0.5.16")
+    assert table is not None
+    what, choices = tables.judge(table, "--speculative-algorithm", "EAGEL3")
+    assert what == "'EAGEL3' is not a speculative algorithm SGLang 0.5.16 registers"
+    assert choices == ["DFLASH", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "NEXTN", "NGRAM", "STANDALONE"]
+    assert tables.judge(table, "--speculative-algorithm", "EAGLE3") is None
 
 
 def test_the_reader_names_the_release_and_how_it_read_it(small):
@@ -318,7 +340,9 @@ def test_without_a_fraction_sglangs_default_for_the_gpu_is_used():
 def test_a_multi_node_group_splits_the_weights_over_its_whole_tp():
     plan = locked(plan_for(DEFAULTS, "h200-1gpu"), 5 * 10**9, 28, DENSE_70B)
     alone = modelfit.fit(plan)
-    grouped = modelfit.fit(replace(plan, derived={**plan.derived, "sglang_tp_size": replace(
+    # as resolve gives a member its group's whole tp: the derived value and the flag rendered from it
+    flags = tuple({**f, "arg": "--tp-size=4"} if f["arg"].startswith("--tp-size=") else f for f in plan.flags)
+    grouped = modelfit.fit(replace(plan, flags=flags, derived={**plan.derived, "sglang_tp_size": replace(
         plan.derived["sglang_tp_size"], value=4)}))
     assert alone is not None and grouped is not None
     assert grouped.per_gpu * 4 >= grouped.weights and grouped.per_gpu < alone.per_gpu
@@ -382,6 +406,7 @@ def test_the_preflight_refuses_a_misspelt_choice_before_any_host_changes(monkeyp
         return state, hosts
 
     monkeypatch.setattr(preflight.factcache, "get", lambda host, fact, spec: converged_snapshot())
+    monkeypatch.setattr(preflight.sources, "ask", lambda host, urls: dict.fromkeys(urls))   # every source answers
     monkeypatch.setattr(preflight, "inventory_file", lambda: None)
     state, good = fleet()
     try:

@@ -54,6 +54,10 @@ def flag_problems(table: tables.Table, flags: Sequence[Mapping[str, Any]], entry
         if each["key"] in ENTRY_KEYS:
             out.append(("sglang_models", f"entry {entry!r}: {each['key']} {value!r} ({flag}): {what}",
                         f"{valid} in the registry entry, or None to leave the flag out"))
+        elif each["key"] == "sglang_models":   # the entry's recipe: its launch_args or its speculative recipe
+            said = f"{value!r} ({each['arg']}): {what}" if value is not True else what
+            out.append(("sglang_models", f"entry {entry!r}: {said}",
+                        f"{valid} in the entry's launch_args or speculative recipe"))
         else:
             out.append((each["key"], f"{value!r} ({each['arg']}): {what}" if value is not True else what, valid))
     return out

@@ -115,7 +115,8 @@ def judge(table: Table, flag: str, value: Any) -> tuple[str, list[str] | None] |
         if wrong:
             return f"{flag}={each} is not {wrong}, as SGLang {table.version} takes it", choices
         if choices is not None and str(each) not in choices:
-            what = {"reasoning": "reasoning parser", "tool_call": "tool-call parser"}.get(spec.get("registry", ""))
+            what = {"reasoning": "reasoning parser", "tool_call": "tool-call parser",
+                    "speculative": "speculative algorithm"}.get(spec.get("registry", ""))
             said = f"'{each}' is not a {what} SGLang {table.version} registers" if what else \
                 f"{flag}={each} is not one of SGLang {table.version}'s choices"
             return said, choices

@@ -220,6 +220,34 @@ def ensure_image(ca_bundle: str | None = None) -> str:
     return tag
 
 
+BOOKWORM_BUILD_SCRIPT = HERE / "build-bookworm-image.sh"
+
+
+def bookworm_image_tag() -> str:
+    """The Debian 12 host image's tag names its build script and the trixie image it takes compose v2 from."""
+    digest = hashlib.sha256(BOOKWORM_BUILD_SCRIPT.read_bytes() + image_tag().encode()).hexdigest()[:12]
+    return f"sglang-testbed:bookworm-{digest}"
+
+
+def ensure_bookworm_image(ca_bundle: str | None = None) -> str:
+    """The Debian 12 (bookworm) host image, built once with a machine lock as ensure_image() builds the trixie one."""
+    tag = bookworm_image_tag()
+    if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+        return tag
+    trixie = ensure_image(ca_bundle)
+    with _machine_lock("testbed-image-bookworm"):
+        if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+            return tag  # another run built it while this one waited
+        ca = ca_bundle if ca_bundle is not None else os.environ.get("TESTBED_CA_BUNDLE", DEFAULT_CA_BUNDLE)
+        args = ["bash", str(BOOKWORM_BUILD_SCRIPT), tag, trixie]
+        if ca and Path(ca).exists():
+            args.append(ca)
+        proc = subprocess.run(args, timeout=1200)
+        if proc.returncode != 0:
+            raise TestbedError(f"building the Debian 12 test-host image {tag} failed")
+    return tag
+
+
 STANDIN_DIR = HERE.parent / "standin"
 CACHE_DIR = Path(os.environ.get("TESTBED_CACHE_DIR", "/var/tmp/sglang-testbed-cache"))
 
