@@ -9,16 +9,18 @@ one read of each host (sglang_infra/run/preflight.py).
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra.run import factcache, failedhosts, settled
+from sglang_infra.run import factcache, failedhosts, interrupt, settled
 from sglang_infra.run import workarounds as compat
 from sglang_infra.run.preflight import plan_of, plans, preflight, snapshots
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
+interrupt.install()           # Ctrl-C or SIGTERM ends the run at once, non-zero, naming the hosts whose gate was going
 compat.install_fast_call_locations()  # operation call sites without reading source lines
 failedhosts.install(state)    # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 settled.install(state)        # a host that changed nothing is stamped at the end of the run
-# every host's plan; bad data on any host refuses the run (a status report skips that host)
+# every host held for this run (one run at a time, run/hold.py), then its plan; bad data on any host refuses the run
+# (a status report skips that host)
 ready = preflight(host, inventory)
 if ready and settled.unchanged(host, plans(host.state), snapshots(host.state)):  # 0. as its last run left it
     local.include("tasks/settled.py")

@@ -279,6 +279,11 @@ sglang_validate = "on-change"
 # Seconds to wait for /health and then a first completion after a (re)start; SGLang's own tests allow 600 s.
 sglang_ready_timeout = 600
 
+# Seconds a run waits for another run that holds a host (one run changes a host at a time) before it refuses, naming
+# the holder: a run's gate ends within sglang_ready_timeout (600 s) plus the checks' 900 s, so a cron'd run started
+# during another's gate waits it out; a holder whose machine is gone frees the host within 60 s of silence.
+sglang_host_lock_wait = 1800
+
 # Concurrent requests in benchmark.sh; the runbook's throughput figures were measured at 8.
 sglang_benchmark_concurrency = 8
 

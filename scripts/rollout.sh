@@ -8,6 +8,8 @@
 # LOCK.candidate, deploy the canary against it, and only when the canary's
 # gate passed move it over the lock and deploy every other host against that
 # same lock. A failed canary leaves the lock as it was.
+# Exit 0: every step passed; 1: refused, or a step failed; 130/143: interrupted (SIGINT/SIGTERM), nothing deployed
+# past the step that was going.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 canary=canary
@@ -48,13 +50,39 @@ if [ "$lock" = 1 ]; then
   canary_data=(--data "sglang_lock=$candidate")
 fi
 
-echo "rollout: canary step on $canary" >&2
-if ! "$pyinfra" -y --limit "$canary" "$inventory" deploy.py "${canary_data[@]}" "$@"; then
+# An interrupt (Ctrl-C, SIGTERM) stops the rollout at once: the step going on is told (it stops within seconds,
+# naming the hosts whose gate goes on by itself, run/interrupt.py) and no host past it is deployed. The step runs in
+# the background so that the trap runs now, not once the step has ended.
+step=
+stop() {
+  trap - INT TERM
+  [ -n "$step" ] && kill -s "$1" "$step" 2>/dev/null && wait "$step"
   [ -n "$candidate" ] && rm -f "$candidate"
-  echo "rollout: the canary ($canary) failed; stopped before the other hosts, which were not touched" \
-       "${candidate:+(the lock was left as it was)}" >&2
-  exit 1
-fi
+  echo "rollout: interrupted ($1) during the canary step on $canary; stopped before the other hosts, which were" \
+       "not touched${candidate:+ (the lock was left as it was)}" >&2
+  exit "$2"
+}
+trap 'stop INT 130' INT
+trap 'stop TERM 143' TERM
+
+echo "rollout: canary step on $canary" >&2
+"$pyinfra" -y --limit "$canary" "$inventory" deploy.py "${canary_data[@]}" "$@" &
+step=$!
+wait "$step"
+code=$?
+step=
+trap - INT TERM
+case $code in
+  0) ;;
+  130|143) [ -n "$candidate" ] && rm -f "$candidate"
+     echo "rollout: the canary step on $canary was interrupted; stopped before the other hosts, which were not" \
+          "touched${candidate:+ (the lock was left as it was)}" >&2
+     exit "$code" ;;
+  *) [ -n "$candidate" ] && rm -f "$candidate"
+     echo "rollout: the canary ($canary) failed; stopped before the other hosts, which were not touched" \
+          "${candidate:+(the lock was left as it was)}" >&2
+     exit 1 ;;
+esac
 if [ -n "$candidate" ]; then
   mv -f "$candidate" "${candidate%.candidate}"
   echo "rollout: the canary passed on ${candidate%.candidate}; it is the lock now" >&2

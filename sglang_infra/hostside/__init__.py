@@ -27,8 +27,8 @@ Every module and folder, a line each; each folder's __init__.py lists its own mo
 (tests/unit/test_hostside_index.py keeps the lists whole):
 
     read/                the host's reads, run per command: the snapshot, the settled stamp, the cache, the door
-    write/               the host's writes, run per command: put, a directory's ACL entry, drift repair
-    roll/                the rolling change, run per command: drain, the gateways' worker sets, the last good back
+    write/               the host's writes, run per command: put, a directory's ACL entry, drift repair, the run's hold
+    roll/                the rolling change, run per command: drain, worker sets, the last good back, the detached gate
     gate/                the gate (kept as files): its program, its stamp, its metrics, the status report's section
     gpu/                 the GPUs: nvidia-smi read, their health as metrics, the kernel check the gate runs
     formats/             the forms host programs and the control side share: host:port, sizes

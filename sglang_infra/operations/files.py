@@ -57,7 +57,8 @@ def swap_in(dest: str, content: bytes, user: str, group: str, mode: str, check: 
         return
 
     show_diff(dest, current, content)
-    checked = check.format(candidate=q(f"{dest}.candidate")) if check else None
+    # put.py names its candidate by its own pid, and hands it to the check as $CANDIDATE
+    checked = check.format(candidate='"$CANDIDATE"') if check else None
     yield put_command(dest, content, user, group, mode, keep_previous=bool(current), check=checked)
 
 

@@ -8,8 +8,8 @@ from typing import Mapping
 from pyinfra import host
 from pyinfra.api import FunctionCommand
 
-from ..hostside.names import stamp_current
-from ..run.operation import file_entry, q, run_streamed, snapshot_operation
+from ..hostside.names import COMPOSE_FILE, stamp_current
+from ..run.operation import file_entry, q, run_gate, snapshot_operation
 from .docker import image_id
 from .stack import stack_section
 
@@ -46,7 +46,10 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
     if gate_passed(image, files, gateway) and not always:
         host.noop("this compose.yaml, .env, image and scripts already passed the gate")
         return
-    yield FunctionCommand(run_streamed, (f"bash {q(gate)}",), {})
+    # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
+    # and judging only the config this run rendered (its sha256 among ``files``)
+    config = next((sha for path, sha in files.items() if path.endswith("/" + COMPOSE_FILE)), None)
+    yield FunctionCommand(run_gate, (f"bash {q(gate)}" + (f" --config-sha {config}" if config else ""),), {})
 
 
 def gate_passed(image: str, files: Mapping[str, str], gateway: str | None = None) -> bool:

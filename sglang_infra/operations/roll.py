@@ -56,9 +56,9 @@ from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
-from ..run import factcache, reboot
+from ..run import factcache, interrupt, reboot
 from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
-from ..run.operation import connector_arguments, q, run_on, snapshot_operation
+from ..run.operation import connector_arguments, detached, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from .gpu_driver import running_driver
@@ -175,7 +175,8 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
         # out of service, the old container serves nobody: stopped at once, not after compose's long grace
         stop = f"{' '.join(COMPOSE_COMMAND)} stop --timeout {QUICK_STOP_SECONDS}"
         up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
-    yield FunctionCommand(roll_worker, (roll, up, f"bash {q(script)}", why, gate.metrics_url, gate.api_key_file,
+    judged = f"bash {q(script)} --config-sha {compose_sha}"   # the gate judges only the config this run rendered
+    yield FunctionCommand(roll_worker, (roll, up, judged, why, gate.metrics_url, gate.api_key_file,
                                         gate.turn_seconds, project_dir, leaving, roll.stamped,
                                         *([group] if group else [])),
                           {"worker_key": WorkerKey(api_key.decode()) if api_key else None})
@@ -453,11 +454,13 @@ def restart_and_gate(host, up: str | Reboot | None, gate: str | None, state=None
         return None
     if group is not None:
         return group_restart_and_gate(state, host, group, up is not None, f"group {group.name}'s turn")
-    if up is not None:
-        status, output = run_on(host, up)
-        if not status:
-            return f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
-    status, output = run_on(host, gate)
+    with interrupt.gate_going(host.name):
+        if up is not None:
+            status, output = run_on(host, up)
+            if not status:
+                return f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
+        # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
+        status, output = run_on(host, detached(gate))
     return None if status else gate_reason(output)
 
 

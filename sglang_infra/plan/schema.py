@@ -272,6 +272,8 @@ SCHEMA: dict[str, Key] = {
                            "use 'on-change', or 'always' to validate on every run"),
     "sglang_ready_timeout": Key("an integer number of seconds 10-7200", _int_range(10, 7200),
                                 "allow a model load, e.g. 600"),
+    "sglang_host_lock_wait": Key("an integer number of seconds 0-86400", _int_range(0, 86400),
+                                 "use e.g. 1800, or 0 to refuse at once while another run holds the host"),
     "sglang_benchmark_concurrency": Key("an integer 1-256", _int_range(1, 256), "use e.g. 8"),
     "sglang_benchmark_max_tokens": Key("an integer 1-32768", _int_range(1, 32768), "use e.g. 256"),
     "sglang_benchmark_min_fraction": Key("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1,

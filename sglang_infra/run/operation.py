@@ -13,6 +13,8 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
+from ..machine import ship
+from . import interrupt
 from .facts import Unreadable, current
 
 q = shlex.quote
@@ -88,3 +90,16 @@ def connector_arguments(state, other) -> dict:
 
     found, _ = pop_global_arguments(state, other, {})
     return {key: value for key, value in found.items() if key in CONNECTOR_ARGUMENT_KEYS}
+
+
+def detached(command: str) -> str:
+    """``command`` run apart from this run's connection (hostside/roll/detach.py): it ends on the host by itself
+    whatever happens to the run, which follows its output and exit code."""
+    return f"{ship.command('roll.detach')} -- sh -c {q(command)}"
+
+
+def run_gate(state, host, command: str) -> bool:
+    """The gate ``command``, run detached and streamed; while it runs, an interrupt names the host
+    (run/interrupt.py)."""
+    with interrupt.gate_going(host.name):
+        return run_on(host, detached(command))[0]

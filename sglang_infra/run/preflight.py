@@ -32,7 +32,7 @@ from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
 from ..plan.types import HostPlan
 from ..status import statusrows
-from . import factcache, sources
+from . import factcache, hold, sources
 from .facts import Snapshot
 
 _plans: dict[int, dict[str, HostPlan | None]] = {}
@@ -46,10 +46,16 @@ def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None,
     judged = judge(host.name, host.data.dict())
     if judged.problems:
         return None, judged.problems, None
+    if not report and not hold.dry():   # one run at a time changes a host: held before it is read (run/hold.py)
+        refused = hold.take(host.state, host, judged.data["sglang_host_lock_wait"])
+        if refused:
+            return None, [refused], None
     spec = snapshot_spec(judged.data, report, node_group=node_group, name=host.name)
     snapshot = factcache.get(host, Snapshot, spec=json.dumps(spec, sort_keys=True))
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
+    if report:   # who is changing the host now, for status.sh
+        snapshot = hold.with_holder(host.state, host, snapshot)
     try:
         plan = resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group)
     except DeployDataError as error:

@@ -28,12 +28,13 @@ from pathlib import Path
 
 from ..hostside.formats.units import human
 from ..hostside.printable import printable
+from ..hostside.write.hold import described
 from . import groupstatus, statusrows
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
 RUN_TIMEOUT = 600   # seconds for the whole read; SSH's own connect timeout ends an unanswered host much sooner
 # The verdicts, worst first; a host's verdict is its worst problem's kind.
-VERDICTS = ("unreachable", "refused", "failing", "off the lock", "ok")
+VERDICTS = ("unreachable", "refused", "failing", "ungated", "changing", "off the lock", "ok")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -48,6 +49,8 @@ def problems(row: dict) -> list[tuple[str, str]]:
     if row.get("unreachable"):
         return [("unreachable", row["unreachable"])]
     found = []
+    if row.get("changing"):
+        found.append(("changing", f"another run is changing this host: {described(row['changing'])}"))
     if row.get("api") == statusrows.API_ACCESS[-1]:
         found.append(("refused", "no sglang_api_key_file and sglang_trusted_network is False, yet a port of this host "
                                  "answers the network without a key; the next deploy refuses that"))
@@ -71,6 +74,11 @@ def problems(row: dict) -> list[tuple[str, str]]:
                                  "verified in hf-cache"))
     if gate is not None and gate.get("passed") is False:
         found.append(("failing", f"the last gate failed: {gate.get('reason')}"))
+    # (a multi-node group's member is judged with its group: groupstatus)
+    elif (gate is not None and gate.get("current") is False and container is not None
+          and container["state"] == "running" and not row.get("changing") and not row.get("node_group")):
+        found.append(("ungated", "the running container is not the one the last gate passed: a run ended between "
+                                 "its restart and its gate's end; the next run gates it (or rolls it back)"))
     if image.get("lock") == "no":
         found.append(("off the lock", f"the container runs {image.get('ref')}, not the image digest of "
                                       f"{row.get('lock')}"))

@@ -157,6 +157,13 @@ def _gate_record(report) -> tuple[dict | None, dict]:
                                                           "avg_spec_accept_length", "min_accept_length")}
 
 
+def _holder(found) -> dict | None:
+    """The run holding the host, as the host described it (strings only), or None."""
+    if not isinstance(found, Mapping) or not found:
+        return None
+    return {str(key)[:40]: str(value)[:200] for key, value in list(found.items())[:12]}
+
+
 def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
     """One host's row: the plan and the snapshot (with its report section) judged, and the drifted operations."""
     report = snapshot.get("report") or {}
@@ -195,6 +202,8 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             # when the container it stamped had started (a group's member started since restarted alone)
             "started_at": (snapshot.get("gate") or {}).get("started_at")},
         "drift": {"operations": len(drift), "names": drift},
+        # another run holding the host now (hostside/write/hold.py): who, from where, since when, doing what
+        "changing": _holder(report.get("hold")),
         "disk": {"hf_cache_bytes": cache.get("bytes"), "free_bytes": disk.get("free"),
                  "total_bytes": disk.get("total")},
         "lock": plan.lock.path if plan.lock is not None else None,

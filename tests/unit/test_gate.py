@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -384,3 +385,27 @@ def test_the_container_s_answer_is_read_at_most_the_bound_and_the_command_stoppe
     monkeypatch.setattr(gate.names, "COMPOSE_COMMAND", ("python3", "-c", """print('{"ok": true, "said": "ran"}')"""))
     found = run.compose_bounded(gate.KERNEL_REPORT_BYTES, "exec")
     assert gate.kernel_report(found.stdout) == ({"ok": True, "said": "ran"}, None)
+
+
+@pytest.mark.parametrize("changed_during_checks", [False, True], ids=["before", "during-the-checks"])
+def test_the_gate_judges_only_the_config_its_run_rendered(tmp_path, monkeypatch, changed_during_checks):
+    """Issue #60: two runs met, and one run's gate passed (or filed as failed) the other run's config."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    mine = hashlib.sha256((docker / names.COMPOSE_FILE).read_bytes()).hexdigest()
+    run.args.config_sha = mine
+    if changed_during_checks:
+        validate = run.validate
+        monkeypatch.setattr(run, "validate", lambda: (docker / names.COMPOSE_FILE).write_text("other: 1\n")
+                            or validate())
+    else:
+        (docker / names.COMPOSE_FILE).write_text("other: 1\n")
+    assert run.run() == gate.NOT_OWN
+    assert sorted(os.listdir(docker)) == [names.COMPOSE_FILE]   # no record, no stamp, no .good, no .failed
+
+
+def test_the_gate_passes_its_own_config(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    run.args.config_sha = hashlib.sha256((docker / names.COMPOSE_FILE).read_bytes()).hexdigest()
+    assert run.run() == 0 and (docker / (names.COMPOSE_FILE + ".good")).exists()

@@ -153,3 +153,19 @@ def test_the_program_reads_exactly_its_size_from_stdin(docker):
                            input=b"abc", capture_output=True)
     assert short.returncode == 1 and b"stdin ended after 3 of 10 bytes" in short.stderr
     assert not (docker / "f").exists()
+
+
+def test_a_live_writers_candidate_is_left_to_it_and_an_ended_ones_removed(docker):
+    """Two writes of one file at once never unlink each other's candidate (issue #60: both runs failed)."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    try:
+        (docker / f"compose.yaml.candidate.{sleeper.pid}").write_text("another run's\n")
+        (docker / f"compose.yaml.candidate.{ended.pid}").write_text("a killed run's\n")
+        runs = compose(docker, "a: 1\n", check='grep -q "a: 1" "$CANDIDATE"')
+        assert [r.returncode for r in runs] == [0], runs
+        assert sorted(os.listdir(docker)) == ["compose.yaml", f"compose.yaml.candidate.{sleeper.pid}"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -18,6 +18,7 @@ from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Front, Roll
+from sglang_infra.run.operation import detached
 
 FRONT = Front(gateway_host="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
@@ -83,7 +84,7 @@ class Host:
         if text == UP.at_once:
             self.log.append((self.name, "stop at once, up"))
             return True, Output()
-        if text == GATE:
+        if text == detached(GATE):   # the gate runs apart from the run's connection (hostside/roll/detach.py)
             self.log.append((self.name, "gate"))
             if self.gate_fails:
                 return False, Output(err=["gate[x]: FAILED: benchmark.sh: 12 tok/s. Rolled back to the last "

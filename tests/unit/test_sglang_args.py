@@ -406,6 +406,7 @@ def test_the_preflight_refuses_a_misspelt_choice_before_any_host_changes(monkeyp
         return state, hosts
 
     monkeypatch.setattr(preflight.factcache, "get", lambda host, fact, spec: converged_snapshot())
+    monkeypatch.setattr(preflight.sources, "ask", lambda host, urls: dict.fromkeys(urls))   # every source answers
     monkeypatch.setattr(preflight, "inventory_file", lambda: None)
     state, good = fleet()
     try:

@@ -154,6 +154,12 @@ def test_drift_is_shown_but_is_no_failure():
      "failing: the last gate failed: benchmark.sh: 12 tok/s is below 80% of the baseline"),
     ({"image": {"ref": "lmsysorg/sglang:v0.5.16", "lock": "no"}, "lock": "/inv/sglang.lock"}, "off the lock",
      "off the lock: the container runs lmsysorg/sglang:v0.5.16, not the image digest of /inv/sglang.lock"),
+    ({"changing": {"user": "alice", "control": "laptop-7", "since": "2026-12-06T04:00:00Z", "doing": "pyinfra x"}},
+     "changing", "changing: another run is changing this host: alice on laptop-7 since 2026-12-06T04:00:00Z "
+                 "(`pyinfra x`)"),
+    ({"gate": {"passed": True, "current": False}}, "ungated",
+     "ungated: the running container is not the one the last gate passed: a run ended between its restart and its "
+     "gate's end; the next run gates it (or rolls it back)"),
     ({"refused": ["host gpu-01: sglang_port: 'x' is not an integer. Fix: ..."]}, "refused",
      "refused: host gpu-01: sglang_port: 'x' is not an integer. Fix: ..."),
 ])

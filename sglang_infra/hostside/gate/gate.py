@@ -9,6 +9,9 @@
    fail: keep them as *.failed, restore the last known-good config, recreate,
    validate again, and exit non-zero saying so (1: rolled back, 2: the
    rollback failed too and the host needs a person).
+   With --config-sha, the gate judges only the config its run rendered: a
+   compose.yaml of another sha256, before or after the checks, is judged,
+   recorded and rolled back by nobody here (exit 4).
 Either way, the outcome is recorded in docker/.last-gate (stamp.LAST): when,
 pass or fail and why, whether test_tool_calling.sh passed, and the benchmark's
 figures (scripts/status.sh); a worker's gate then writes its metrics for the
@@ -21,6 +24,7 @@ set, workers.json, is the fleet's and is never rolled back).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -158,6 +162,22 @@ class Gate:
         say(f"CUDA kernel check passed: {report['said']}")
         return None
 
+    def not_own(self):
+        """None when compose.yaml is the config the run that started this gate rendered (--config-sha), or no run
+        said which; else why the gate must not judge it: another run (or a hand) changed the host meanwhile."""
+        wanted = getattr(self.args, "config_sha", None)
+        if not wanted:
+            return None
+        try:
+            content, _ = safefs.read_with_stat(os.path.join(self.docker_dir, names.COMPOSE_FILE), MAX_CONFIG)
+        except OSError as error:
+            return f"compose.yaml could not be read ({error})"
+        found = hashlib.sha256(content).hexdigest()
+        if found != wanted:
+            return (f"compose.yaml on this host (sha256 {found[:12]}) is not the config this run rendered "
+                    f"({wanted[:12]}): another run changed it")
+        return None
+
     def compose_bounded(self, limit, *words):
         """compose(*words), each of its outputs read at most ``limit`` bytes: a command that prints more is
         killed there (its output cut at ``limit`` + 1 bytes), as one that runs past COMMAND_TIMEOUT."""
@@ -266,7 +286,13 @@ class Gate:
             return self.fail_member()
         if step == "rolled-back":
             return self.validate_rolled_back()
-        failed = self.validate()
+        other = self.not_own()
+        if other is None:
+            failed = self.validate()
+            other = self.not_own()
+        if other is not None:
+            say(f"FAILED: {other}; this gate judged nothing, recorded nothing and rolled nothing back")
+            return NOT_OWN
         # What the config tried did in its checks: the record keeps it even when a rollback validates again.
         tried, tool_call_ok = self.benchmark, self.tool_call_ok
         if failed is None:
@@ -389,6 +415,8 @@ class Gate:
         return 0
 
 
+# compose.yaml is not the config the run that started the gate rendered: nothing judged, recorded or rolled back.
+NOT_OWN = 4
 # gate.py --group-step validate: the checks failed and nothing was rolled back (the group's operation does that):
 # its exit code, and the words that end its FAILED line.
 GROUP_FAILED = 3
@@ -437,6 +465,9 @@ def main(argv=None):
     parser.add_argument("--kernel-check-nvcc", default=None, help="the image's nvcc, for the kernel check")
     parser.add_argument("--api-key-file", default=None, help="the server's key file (api-key: KEY)")
     parser.add_argument("--gateway", default=None, metavar="SLUG", help="validate the gateway in router/SLUG/")
+    parser.add_argument("--config-sha", default=None, metavar="SHA256",
+                        help="the compose.yaml the run rendered: the gate judges and records only that config "
+                             f"(another: exit {NOT_OWN}, nothing judged)")
     parser.add_argument("--group-step", default=None,
                         choices=("validate", "revalidate", "keep", "failed", "rolled-back"),
                         help="a multi-node group's: validate (rank 0, no rollback), revalidate (rank 0, every "

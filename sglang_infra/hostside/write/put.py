@@ -2,10 +2,11 @@
 
     python3 put.py DEST USER GROUP MODE SIZE [--keep-previous] [--check COMMAND]
 
-Reads exactly SIZE bytes from stdin into DEST.candidate, a file this program
+Reads exactly SIZE bytes from stdin into DEST.candidate.PID (its own pid: two
+writes of DEST at once never meet; an ended process's leftover is removed), a file this program
 creates itself (O_EXCL, O_NOFOLLOW) in DEST's directory, opened one path
 component at a time (safefs.open_dir), and sets its owner and mode through
-its descriptor. With --check, COMMAND (a shell command naming the candidate)
+its descriptor. With --check, COMMAND (a shell command naming the candidate as "$CANDIDATE")
 must accept it; a candidate it refuses is deleted and DEST stays as it was.
 With --keep-previous, the current DEST is copied (content, owner, mode,
 times, read with O_NOFOLLOW) into a new file that then takes the name
@@ -26,6 +27,7 @@ from .. import safefs
 
 CHECK_TIMEOUT = 300  # seconds, for the candidate's check (docker compose config)
 MAX_PREVIOUS = 64 << 20
+CANDIDATE = ".candidate"   # DEST.candidate.PID: the new content, named by the process that writes it
 
 
 def _read_stdin(size):
@@ -47,6 +49,33 @@ def _regular_or_absent(dir_fd, name, path):
     return st
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_leftovers(dir_fd, name, dest):
+    """DEST.candidate (an older run's name) and DEST.candidate.PID of a process that has ended: leftovers of an
+    interrupted write, removed; a live process's candidate is left to it. A link or anything but a regular file at
+    such a name is refused, never followed."""
+    for entry in sorted(os.listdir(dir_fd)):
+        if entry != name + CANDIDATE and not entry.startswith(name + CANDIDATE + "."):
+            continue
+        pid = entry[len(name + CANDIDATE) + 1:]
+        if pid and (not pid.isdigit() or _alive(int(pid))):
+            continue
+        _regular_or_absent(dir_fd, entry, os.path.join(os.path.dirname(dest), entry))
+        try:
+            os.unlink(entry, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+
+
 def _replace(dir_fd, name, data, mode, owner, times=None):
     """``name`` replaced by a new file holding ``data``: written beside it, renamed over it."""
     tmp = f"{name}.{os.getpid()}.tmp"
@@ -58,18 +87,16 @@ def put(dest, owner, mode, data, keep_previous=False, check=None):
     dir_fd = safefs.open_dir(directory)
     try:
         current = _regular_or_absent(dir_fd, name, dest)
-        candidate = name + ".candidate"
-        _regular_or_absent(dir_fd, candidate, dest + ".candidate")
-        try:
-            os.unlink(candidate, dir_fd=dir_fd)  # a leftover of an interrupted run
-        except FileNotFoundError:
-            pass
+        _remove_leftovers(dir_fd, name, dest)
+        # This program's own name: another write of DEST at the same moment has its own, and never unlinks this one.
+        candidate = f"{name}{CANDIDATE}.{os.getpid()}"
 
         def checked_and_kept():
             """The candidate passed its check, and the old file is kept as .previous."""
             if check:
                 try:
-                    found = subprocess.run(["sh", "-c", check], capture_output=True, text=True, timeout=CHECK_TIMEOUT)
+                    found = subprocess.run(["sh", "-c", check], env={**os.environ, "CANDIDATE": os.path.join(
+                        directory, candidate)}, capture_output=True, text=True, timeout=CHECK_TIMEOUT)
                     out, ok = (found.stdout + found.stderr).strip(), found.returncode == 0
                 except subprocess.TimeoutExpired:
                     out, ok = f"the check took over {CHECK_TIMEOUT} s", False
