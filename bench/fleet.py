@@ -40,6 +40,7 @@ import pstats
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,6 +52,7 @@ sys.path.insert(0, str(HERE.parent))
 from compare import Worktree  # noqa: E402
 from harness import Testbed  # noqa: E402
 from run import _COMMAND_RE, DRIFTS, PYINFRA, ROOT, _env, parse_output, timed, write_inventory  # noqa: E402
+from sglang_infra.machine import ship  # noqa: E402
 from testbed.hosts import TestHost  # noqa: E402
 
 SIZES = (1, 4, 16, 32, 64, 100)
@@ -195,6 +197,66 @@ ROWS = (
 )
 
 
+def _stdlib_imports(names: list[str]) -> list[str]:
+    """The standard-library modules the carried host programs import at their top (what a read imports before it
+    reads anything; a function's late import is left out)."""
+    import ast
+
+    found: set[str] = set()
+    for name in names:
+        for node in ast.parse(ship._source(name)).body:
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+    return sorted(found)
+
+
+def read_breakdown(host: TestHost, base: dict, reps: int) -> dict:
+    """Where one read's host CPU goes, on one converged real host: ``reps`` of each step, the container's cgroup CPU
+    before and after, less what the host spends idle meanwhile (its own server, dockerd, timers): the SSH login
+    (`ssh HOST true`), python3's start (`python3 -I -S -c pass`), the imports the snapshot's modules make at their
+    top, and the whole read (the snapshot's own command, as the Snapshot fact sends it, with this host's spec)."""
+    import runpy
+    import shlex
+
+    from sglang_infra.plan.resolve import snapshot_spec
+
+    data = {k: v for k, v in runpy.run_path(str(ROOT / "group_data" / "all.py")).items() if k.startswith("sglang_")}
+    spec = json.dumps(snapshot_spec({**data, **base}, name=host.name), sort_keys=True)
+    command = f"{ship.cached_command('read.snapshot')} {shlex.quote(spec)} >/dev/null"
+    imports = _stdlib_imports([*ship.carried("read.snapshot"), "read.snapshot"])
+    with tempfile.TemporaryDirectory() as scratch:
+        script = Path(scratch) / "bench-read.sh"
+        script.write_text(f"for i in $(seq {reps}); do {command}; done\n")
+        subprocess.run(["docker", "cp", str(script), f"{host.container}:/root/"], check=True, capture_output=True,
+                       timeout=60)
+    ssh = ["ssh", "-i", str(host.ssh_key), "-o", f"UserKnownHostsFile={host.known_hosts}", "-o",
+           "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"{host.login}@{host.address}"]
+    steps = {
+        "idle": lambda: time.sleep(5),
+        "ssh_login": lambda: [subprocess.run([*ssh, "true"], check=True, capture_output=True, timeout=60)
+                              for _ in range(reps)],
+        "python_start": lambda: host.exec(f"for i in $(seq {reps}); do python3 -I -S -c pass; done"),
+        "python_and_imports": lambda: host.exec(
+            f"for i in $(seq {reps}); do python3 -I -S -c {shlex.quote('import ' + ', '.join(imports))}; done"),
+        "python_imports_and_read": lambda: host.exec("bash /root/bench-read.sh", timeout=600),
+    }
+    spent = {}
+    for step, run in steps.items():
+        cpu, began = host_cpu_s([host]), time.monotonic()
+        run()
+        spent[step] = (host_cpu_s([host]) - cpu, time.monotonic() - began)
+    idle_rate = spent["idle"][0] / spent["idle"][1]
+    per = {step: (cpu - idle_rate * wall) / reps for step, (cpu, wall) in spent.items() if step != "idle"}
+    return {"reps": reps, "imports": imports, "idle_cpu_per_s": idle_rate,
+            "ssh_login_s": per["ssh_login"], "python_start_s": per["python_start"],
+            "imports_s": per["python_and_imports"] - per["python_start"],
+            "read_itself_s": per["python_imports_and_read"] - per["python_and_imports"],
+            "read_command_s": per["python_imports_and_read"],
+            "per_read_s": per["ssh_login"] + per["python_imports_and_read"]}
+
+
 def _cell(fmt: str, value) -> str:
     return "-" if value is None else fmt.format(value)
 
@@ -230,6 +292,8 @@ def main() -> int:
     parser.add_argument("--before", metavar="REF", help="also run this git ref's deploy at each size (before a change)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile one re-run of N names")
     parser.add_argument("--drift", action="store_true", help="also plant drift on one host of 100 names and repair it")
+    parser.add_argument("--read-breakdown", type=int, default=0, metavar="N",
+                        help="also split one read's host CPU (SSH login, python start, imports, the read), N of each")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where fleet.{md,json} go")
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",")})
@@ -265,6 +329,9 @@ def main() -> int:
                 print(f"fleet: {label}, {count} host(s): re-run {row['rerun_s']:.2f} s, CPU {row['cpu_s']:.2f} s "
                       f"({row['cpu_per_host_s']:.3f} s/host), {row['commands_per_host']:.1f} commands/host, "
                       f"hosts' CPU {row['hosts_cpu_s'] or 0:.2f} s, {row['changes']} changes", file=sys.stderr)
+        breakdown = read_breakdown(real[0], base, args.read_breakdown) if args.read_breakdown else None
+        if breakdown:
+            print(f"fleet: one read's host CPU: {json.dumps(breakdown)}", file=sys.stderr)
         profiled = profile_size(state, out, real, args.profile, base) if args.profile else None
         drifted = drift_one_of_a_hundred(state, real, base) if args.drift else None
         if drifted:
@@ -275,7 +342,7 @@ def main() -> int:
             before.close()
     text = markdown(rows, args.real, labels)
     (out / "fleet.json").write_text(json.dumps({"real_hosts": args.real, "before": args.before, "rows": rows,
-                                                "profile": profiled, "drift": drifted,
+                                                "profile": profiled, "drift": drifted, "read_breakdown": breakdown,
                                                 "wall_s": time.monotonic() - began},
                                                indent=2) + "\n")
     (out / "fleet.md").write_text(text + "\n")

@@ -6,8 +6,10 @@ anyway) names the same plan fingerprint and the same snapshot digest this run wo
 covers everything a host's operations are made from: the whole resolved plan (every field, secrets and rendered
 files included, the fleet-derived values the preflight set on it), and the deploy's own code and templates.
 The snapshot digest covers everything the operations compare against: any drift (a mode, a file, the
-account, the container, the cache) changes the snapshot, so the host takes the full plan, which finds and
-repairs the drift, and `--dry --diff` shows it as before.
+account, the container, the cache, a GPU or the driver) changes the snapshot, so the host takes the full plan,
+which finds and repairs the drift, and `--dry --diff` shows it as before. What moves by itself while nothing
+changes (a container's uptime, each GPU's temperature, power draw, utilisation, memory used and clocks) is left
+out of the digest: every real GPU host would otherwise take the full plan on every run (issue 56).
 
 Conservative where hosts involve each other: when any host of the run takes the full plan, a host whose
 operations reach other hosts or depend on their state (a gateway host, a worker some gateway fronts, a
@@ -103,6 +105,26 @@ def plan_fingerprint(plan: HostPlan, code: str | None = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# Each GPU's live readings (hostside/gpu/nvsmi.py parse()'s keys): they move by themselves on every real GPU,
+# from one second to the next, and no operation compares against them. What the GPU is (its index, bus id, uuid,
+# name, memory total, power limit, persistence, fabric, ECC faults, retired and remapped rows) stays in.
+GPU_LIVE = ("temperature_c", "slowdown_c", "power_w", "utilization", "memory_utilization", "memory_used_mib",
+            "clock_reasons")
+
+
+def _steady_gpu(gpu: Mapping[str, Any]) -> dict[str, Any]:
+    """One GPU's reading without GPU_LIVE; its ECC counts kept as the uncorrected ones alone (corrected errors
+    tick up on a healthy card); whether it is at its slowdown temperature kept as a verdict (a fault the
+    preflight refuses, gpus.gpu_faults)."""
+    temperature, slowdown = gpu.get("temperature_c"), gpu.get("slowdown_c")
+    steady = {k: v for k, v in gpu.items() if k not in GPU_LIVE}
+    for key in ("ecc_volatile", "ecc_aggregate"):
+        if isinstance(steady.get(key), Mapping):
+            steady[key] = {"uncorrected": steady[key].get("uncorrected")}
+    steady["hot"] = temperature is not None and slowdown is not None and temperature >= slowdown
+    return steady
+
+
 def _steady(value: Any) -> Any:
     """The snapshot without what changes by itself while nothing changes and no operation compares: a
     container's status text ("Up 3 minutes") and its healthcheck's last verdict (the status report's alone),
@@ -115,8 +137,19 @@ def _steady(value: Any) -> Any:
     return value
 
 
+def _steady_gpus(section: Any) -> Any:
+    """The snapshot's gpus section with each GPU of its driver reading (nvsmi.parse) as _steady_gpu keeps it."""
+    driver = section.get("driver") if isinstance(section, Mapping) else None
+    if not isinstance(driver, Mapping) or not isinstance(driver.get("gpus"), list):
+        return section
+    gpus = [_steady_gpu(g) if isinstance(g, Mapping) else g for g in driver["gpus"]]
+    return {**section, "driver": {**driver, "gpus": gpus}}
+
+
 def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
-    text = json.dumps(_steady(dict(snapshot)), sort_keys=True, separators=(",", ":"))
+    """sha256 of the snapshot less what moves by itself (_steady, and each GPU's live readings, _steady_gpus)."""
+    steady = _steady({**snapshot, "gpus": _steady_gpus(snapshot["gpus"])} if "gpus" in snapshot else dict(snapshot))
+    text = json.dumps(steady, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -4,12 +4,19 @@ A fleet of two real hosts, the second reached under two more inventory names as 
 reaches a hundred), with an API key on every worker (the secure default). After a converge and a re-run that
 changes nothing (which stamps every host), a third run plans that one operation alone on each name. Drift planted
 on one host is shown by `--dry --diff`, found and repaired by one run, which leaves the other hosts alone; the next
-run changes nothing and the one after that finds every host settled again."""
+run changes nothing and the one after that finds every host settled again.
+
+The second host is a GPU host (issue 56): after the converge it gets a one-GPU stand-in nvidia-smi (STANDIN_SMI:
+the lent H200's recorded outputs), a stand-in of the NVIDIA container hook and Docker's `nvidia` runtime run by
+runc, so its plan reserves the GPU and its server starts with the reservation. Between the run that stamps it
+and the run that must find it settled, its nvidia-smi moves to the same H200's other recorded read (another
+temperature and power draw, as every real GPU's readings move), and again before the last run."""
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
+import subprocess
 
 import pytest
 
@@ -19,6 +26,7 @@ from harness import (
     HUB,
     HUB_LOST_SETGID,
     LAYOUT_OP,
+    PROJECT_DIR,
     SETTLED_OP,
     diff_misses,
     planned,
@@ -31,6 +39,51 @@ ALIASES = ("sg-settled-2-alias-a", "sg-settled-2-alias-b")
 EVERY = (DRIFTED, OTHER, *ALIASES)
 STAMP = "/var/lib/sglang-settled.json"
 DRIFTS = (HUB_LOST_SETGID, COMPOSE_HAND_EDITED)
+NVSMI = PROJECT_DIR / "tests" / "unit" / "fixtures" / "nvidia-smi"
+# Two recorded reads of one lent H200, nothing changed on it between them but its temperature and power draw.
+READS = (NVSMI / "h200-2026-11-29.q.xml", PROJECT_DIR / "tests" / "unit" / "fixtures" / "h200-2026-12-04" / "q.xml")
+SHARE = "/usr/local/share/standin-nvidia-smi"
+STANDIN_SMI = f"""#!/bin/sh
+# STAND-IN nvidia-smi (tests/e2e/test_settled_fleet.py): one H200's recorded outputs, no GPU here.
+case "$*" in
+  "-q -x") cat {SHARE}/q.xml ;;
+  "topo -m") cat {SHARE}/topo.txt ;;
+  "--query-gpu=index,name,compute_cap,memory.total --format=csv,noheader,nounits") cat {SHARE}/query.csv ;;
+  "--query-gpu=name,memory.used,memory.total --format=csv,noheader,nounits") echo "NVIDIA H200, 0, 143771" ;;
+  *) echo "stand-in nvidia-smi: $* is not recorded" >&2; exit 2 ;;
+esac
+"""
+# STAND-IN of the NVIDIA Container Toolkit's hook: Docker registers its `nvidia` device driver when the hook is on
+# its PATH and runs it before a container that reserves GPUs starts; there is no GPU to hand over here.
+HOOK = "#!/bin/sh\n# STAND-IN nvidia-container-runtime-hook (tests/e2e/test_settled_fleet.py)\ncat >/dev/null\n"
+DAEMON_JSON = '{"runtimes": {"nvidia": {"path": "runc"}}}'   # as `nvidia-ctk runtime configure` names it
+
+
+def _copy(host, source, dest) -> None:
+    subprocess.run(["docker", "cp", str(source), f"{host.container}:{dest}"], check=True, capture_output=True,
+                   timeout=60)
+
+
+def give_gpu(host, workdir) -> None:
+    """The stand-ins of one H200, its driver and the container toolkit (Docker comes with the deploy: after it)."""
+    for name, text in (("nvidia-smi", STANDIN_SMI), ("hook", HOOK), ("daemon.json", DAEMON_JSON)):
+        (workdir / f"settled-{name}").write_text(text)
+    host.exec(f"mkdir -p {SHARE}")
+    for source, dest in ((READS[0], f"{SHARE}/q.xml"), (NVSMI / "h200-1gpu.query.csv", f"{SHARE}/query.csv"),
+                         (NVSMI / "h200-1gpu.topo.txt", f"{SHARE}/topo.txt"),
+                         (workdir / "settled-nvidia-smi", "/usr/local/bin/nvidia-smi"),
+                         (workdir / "settled-hook", "/usr/local/bin/nvidia-container-runtime-hook"),
+                         (workdir / "settled-daemon.json", "/etc/docker/daemon.json")):
+        _copy(host, source, dest)
+    host.exec("chmod 755 /usr/local/bin/nvidia-smi /usr/local/bin/nvidia-container-runtime-hook && "
+              "systemctl restart docker && for i in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done")
+
+
+def move_readings(host, read) -> str:
+    """The GPU's readings as the next run finds them: the recorded read ``read``; its temperature line."""
+    _copy(host, read, f"{SHARE}/q.xml")
+    return host.exec("nvidia-smi -q -x | grep -m1 '<gpu_temp>'").stdout.strip()
+
 
 @pytest.fixture(scope="module")
 def fleet(testbed, workdir):
@@ -45,7 +98,13 @@ def fleet(testbed, workdir):
                                                        + [(alias, keyed) for alias in aliases]})
     runs = {"converge": run_deploy(real)}
     assert runs["converge"].returncode == 0, runs["converge"].why()
+    give_gpu(other, workdir)
+    alone = testbed.inventory(workdir / "settled-gpu.py", {"production": [(other, keyed)]})
+    runs["gpu"] = run_deploy(alone)           # its server restarts with its GPU reserved
+    runs["compose"] = other.exec("cat /opt/sglang/docker/compose.yaml").stdout
     runs["stamping"] = run_deploy(every)      # changes nothing, takes the full plan, stamps
+    runs["temperatures"] = [other.exec("nvidia-smi -q -x | grep -m1 '<gpu_temp>'").stdout.strip(),
+                            move_readings(other, READS[1])]
     runs["settled"] = run_deploy(every)
     runs["stamps"] = {h.name: h.exec(f"stat -c '%U %a' {STAMP}", check=False).stdout.strip()
                       for h in (drifted, other)}
@@ -54,9 +113,20 @@ def fleet(testbed, workdir):
     runs["diff"] = run_dry(every, "--diff")
     runs["repair"] = run_deploy(every)
     runs["after"] = run_deploy(every)
+    runs["temperatures"].append(move_readings(other, READS[0]))
     runs["settled_again"] = run_deploy(every)
     runs["hub_mode"] = drifted.exec(f"stat -c '%a' {HUB}").stdout.strip()
     return runs
+
+
+def test_the_gpu_host_serves_on_its_gpu(fleet):
+    assert fleet["gpu"].returncode == 0, fleet["gpu"].why()
+    assert "driver: nvidia" in fleet["compose"], fleet["compose"]
+
+
+def test_its_gpus_readings_moved_between_the_runs(fleet):
+    assert fleet["temperatures"] == ["<gpu_temp>36 C</gpu_temp>", "<gpu_temp>33 C</gpu_temp>",
+                                     "<gpu_temp>36 C</gpu_temp>"]
 
 
 def test_the_run_after_a_converge_changes_nothing(fleet):

@@ -9,8 +9,9 @@ import json
 import os
 
 import pytest
-from conftest import converged_snapshot, pinned_defaults
+from conftest import FIXTURES, converged_snapshot, pinned_defaults
 
+from sglang_infra.hostside.gpu import nvsmi
 from sglang_infra.hostside.read import settled as stamp_file
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import FrontDoor, GatewaySettings, Monitor, MonitorSettings
@@ -272,3 +273,104 @@ def test_why_a_stamped_host_takes_the_full_plan_is_said():
     assert settled.unsettled_because(wanted, wanted) is None
     assert "snapshot" in settled.unsettled_because({**wanted, "snapshot": "c" * 64}, wanted)
     assert "plan" in settled.unsettled_because({**wanted, "plan": "c" * 64}, wanted)
+
+
+# ---------------------------------------------------------------- a GPU host's live readings (issue 56)
+
+NVSMI = FIXTURES / "nvidia-smi"
+# Two reads of one lent H200, days apart, nothing changed on it: only its temperature and power draw moved.
+FIRST_READ = NVSMI / "h200-2026-11-29.q.xml"
+SECOND_READ = FIXTURES / "h200-2026-12-04" / "q.xml"
+
+
+def gpu_snapshot(document=SECOND_READ, move=None):
+    """A converged snapshot whose gpus section is what the snapshot program reads on that H200 (the recorded query,
+    topology and -q -x document), ``move`` applied to each GPU's parsed reading."""
+    driver = nvsmi.parse(document.read_text())
+    for gpu in driver["gpus"]:
+        (move or (lambda g: None))(gpu)
+    found = snapshot()
+    found["gpus"] = {"query": (NVSMI / "h200-1gpu.query.csv").read_text().splitlines(),
+                     "topo": (NVSMI / "h200-1gpu.topo.txt").read_text().splitlines(), "runtimes": ["nvidia", "runc"],
+                     "driver": driver, "nvswitches": [], "fabric_manager": None,
+                     "units": {nvsmi.PERSISTENCED_UNIT: {"loaded": True, "active": "active", "enabled": "enabled",
+                                                         "reload_needed": False}}}
+    return found
+
+
+def busy(gpu):
+    """The readings of a GPU serving: hot, drawing power, busy, its memory full, capped by power, a corrected
+    ECC error or two."""
+    gpu.update(temperature_c=71, slowdown_c=88, power_w=655.4, utilization=97, memory_utilization=61,
+               memory_used_mib=130112, clock_reasons={**gpu["clock_reasons"], "gpu_idle": False, "sw_power_cap": True})
+    gpu["ecc_volatile"] = {**gpu["ecc_volatile"], "corrected": 2}
+    gpu["ecc_aggregate"] = {**gpu["ecc_aggregate"], "corrected": 5}
+
+
+def test_two_recorded_reads_of_one_h200_have_one_digest():
+    assert settled.snapshot_digest(gpu_snapshot(FIRST_READ)) == settled.snapshot_digest(gpu_snapshot(SECOND_READ))
+
+
+def test_a_real_h100_read_idle_and_then_busy_has_one_digest():
+    """Recorded on the lent H100: the second read 12 s into a matmul loop (33 to 64 C, 71 to 691 W, 100 %)."""
+    reads = json.loads((NVSMI / "h100-idle-busy.gpus.json").read_text())
+    assert reads["first"]["driver"]["gpus"][0]["power_w"] < 100 < reads["second"]["driver"]["gpus"][0]["power_w"]
+    first, second = snapshot(gpus=reads["first"]), snapshot(gpus=reads["second"])
+    assert settled.snapshot_digest(first) == settled.snapshot_digest(second)
+
+
+def test_a_busy_gpu_has_the_digest_of_an_idle_one():
+    assert settled.snapshot_digest(gpu_snapshot(move=busy)) == settled.snapshot_digest(gpu_snapshot())
+
+
+@pytest.mark.parametrize("drift", [
+    lambda s: s["gpus"]["driver"].update(driver="580.95.05"),                   # another driver running
+    lambda s: s["gpus"]["driver"].update(cuda="12.8"),
+    lambda s: s["gpus"]["driver"]["gpus"].clear(),                             # the GPU fell off the bus
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(name="NVIDIA H100 80GB HBM3"),
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(bus_id="00000000:00:07.0"),
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(memory_total_mib=81559),
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(persistence=False),
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(power_limit_w=500),
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(remap_pending=True),
+    lambda s: s["gpus"]["driver"]["gpus"][0]["ecc_volatile"].update(uncorrected=1),
+    lambda s: s["gpus"]["driver"]["gpus"][0].update(temperature_c=92),          # over its slowdown: a fault
+    lambda s: s["gpus"]["query"].append("1, NVIDIA H200, 9.0, 143771"),
+    lambda s: s["gpus"].update(runtimes=["runc"]),                              # the NVIDIA runtime is gone
+    lambda s: s["gpus"]["units"][nvsmi.PERSISTENCED_UNIT].update(active="inactive"),
+])
+def test_what_a_gpu_is_still_changes_the_digest(drift):
+    drifted = gpu_snapshot()
+    drift(drifted)
+    assert settled.snapshot_digest(drifted) != settled.snapshot_digest(gpu_snapshot())
+
+
+def _every_role():
+    """One plan of each role: a standalone worker, a gateway host, a monitor, a host with peer sources, a host with
+    a peer door, and the two members of a multi-node group."""
+    from sglang_infra.plan.types import NodeGroup
+
+    plans = {"worker": plan("worker"),
+             "gateway": dataclasses.replace(plan("gateway"), front_door=FRONT_DOOR),
+             "monitor": dataclasses.replace(plan("monitor"), monitor=Monitor(MonitorSettings.of(DEFAULTS))),
+             "peers": dataclasses.replace(plan("peers"), peer_sources={"m": None}),
+             "door": _door_plans()["door"]}
+    for rank, name in enumerate(("rank-0", "rank-1")):
+        group = NodeGroup(name="ds", rank=rank, members=("rank-0", "rank-1"), head="10.0.0.11", port=29500, ports=32)
+        plans[name] = dataclasses.replace(plan(name), node_group=group)
+    return plans
+
+
+def test_every_role_settles_while_its_gpus_readings_move():
+    """The run that stamped read each host's GPU one way; this run reads it another (both recorded on one real
+    H200), nothing else changed: every host, of every role, takes the settled path."""
+    plans = _every_role()
+    assert all(settled.involves_others(each) for name, each in plans.items() if name != "worker")
+    snapshots = {}
+    for name, each in plans.items():
+        first, second = gpu_snapshot(FIRST_READ), gpu_snapshot(SECOND_READ, move=busy)
+        if name == "door":
+            first["peer"] = second["peer"] = {"address": "10.0.0.1", "local": True, "door": HELD}
+        second["settled"] = {"plan": settled.plan_fingerprint(each), "snapshot": settled.snapshot_digest(first)}
+        snapshots[name] = second
+    assert settled.decide(plans, snapshots)[0] == set(plans)
