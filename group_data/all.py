@@ -44,6 +44,10 @@ sglang_image = "lmsysorg/sglang:v0.5.16"
 # sites without registry access; None pulls from the registry.
 sglang_image_archive = None
 
+# The SGLang release sglang_image carries, whose own arguments (sglang_infra/machine/sglang_args/<release>.json, made by
+# scripts/sglang-args.sh) judge every launch flag before any host changes; None reads it from the image's tag (v0.5.16).
+sglang_version = None
+
 # Template that becomes docker/compose.yaml; a site may point at its own copy.
 sglang_compose_template = "templates/compose.yaml.j2"
 
@@ -62,9 +66,9 @@ sglang_gpus = "all"
 # False.
 sglang_require_gpu = True
 
-# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime;
-# off, such a host is refused with the install hint.
-sglang_install_nvidia_toolkit = False
+# Let the deploy install the NVIDIA Container Toolkit from NVIDIA's repository when Docker lacks the nvidia runtime
+# (a bare GPU server converges with the defaults); False opts out: such a host is refused with the install hint.
+sglang_install_nvidia_toolkit = True
 
 # Base URL of NVIDIA's container-toolkit apt repository, used only when sglang_install_nvidia_toolkit is True.
 sglang_nvidia_toolkit_apt_url = "https://nvidia.github.io/libnvidia-container"
@@ -104,6 +108,12 @@ sglang_nvidia_cuda_apt_url = "https://developer.download.nvidia.com/compute/cuda
 # Full fingerprint of the key that signs the CUDA repository; None: NVIDIA's own key for the host's Debian release
 # (gpus.CUDA_REPO_KEYS). Its keyring holds exactly that key, checked on every run; set a mirror's own key here.
 sglang_nvidia_cuda_apt_key_fingerprint = None
+
+# More SGLang arguments for this host or group, beyond the runbook's flags and the served entry's launch_args (which
+# this host's win over, flag by flag): {'--flag': {'value': V, 'reason': 'why'}}, True for a bare switch. Each is
+# checked against the pinned SGLang's own arguments before any host changes; one that replaces a flag the deploy
+# derives says 'overrides': True (docs/models.md, Launch recipes).
+sglang_launch_args = {}
 
 # Seconds the healthcheck waits before failures count; loading tens of GB of weights takes minutes.
 sglang_healthcheck_start_period = 900

@@ -24,7 +24,8 @@ else:
         name=f"Ensure the Docker engine and compose v2 are installed ({engine.source} packages)",
         packages=list(engine.packages),
         update=True,
-        cache_time=engine.apt_cache_time,
+        # a vendor's repository just added has no lists yet, however fresh apt's stamp (Ubuntu's daily timer)
+        cache_time=engine.apt_cache_time if engine.repo is None else None,
     )
 
 docker_service(name="Ensure the Docker engine is running and enabled")

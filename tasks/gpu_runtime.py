@@ -13,15 +13,13 @@ from sglang_infra.run.preflight import plan_of
 plan = plan_of(host)
 engine = plan.engine
 
-if plan.gpus.count and not plan.gpus.nvidia_runtime and engine.install_nvidia_toolkit:
-    url = engine.nvidia_toolkit_apt_url
-    vendor_repository("NVIDIA Container Toolkit", f"{url}/gpgkey",
-                      f"deb [signed-by={{keyring}}] {url}/stable/deb/{engine.arch} /", "nvidia-container-toolkit",
-                      engine.nvidia_toolkit_key_fingerprint)
+if engine.toolkit is not None:   # GPUs, Docker without the nvidia runtime, and the toolkit not turned off
+    toolkit = engine.toolkit
+    vendor_repository("NVIDIA Container Toolkit", toolkit.key_url, toolkit.line, "nvidia-container-toolkit",
+                      toolkit.fingerprint)
     apt.packages(
         name="Ensure the NVIDIA Container Toolkit is installed",
         packages=["nvidia-container-toolkit"],
-        update=True,
-        cache_time=engine.apt_cache_time,
+        update=True,   # NVIDIA's repository just added has no lists yet, however fresh apt's stamp
     )
     nvidia_runtime(name="Ensure Docker has the NVIDIA runtime")

@@ -80,6 +80,7 @@ elif plan.roll is not None:   # a worker some gateway fronts restarts in its poo
         roll=plan.roll,
         recreate_if=server_secrets.did_change,
         group=group,
+        api_key=plan.api_key,
     )
 elif group is not None:
     group_up(

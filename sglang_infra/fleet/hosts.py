@@ -15,14 +15,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
+from ..models.registry import kept_keys
 from ..plan.roles import fleet_address, groups_of, monitors, roles
 from ..plan.types import NodeGroup
 from .nodegroups import membership
-
-
-def kept_keys(data: Mapping[str, Any]) -> list[str]:
-    """The registry keys a host keeps in its cache (registry.kept's order): the served one, then the cached ones."""
-    return list(dict.fromkeys([data["sglang_model"], *(data.get("sglang_cached_models") or ())]))
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ class Fleet:
 
     @cached_property
     def keepers(self) -> Mapping[str, tuple[str, ...]]:
-        """Model key -> the serving hosts that keep it in their cache (kept_keys), in inventory order: the
+        """Model key -> the serving hosts that keep it in their cache (registry.kept_keys), in inventory order: the
         candidates for its peer sources."""
         found: dict[str, list[str]] = {}
         for each in self.hosts:

@@ -62,8 +62,8 @@ def say(line: str) -> None:
 # ---------------------------------------------------------------- models
 
 def _regular_file_hashes(repo_id: str, path: str, commit: str, endpoint: str | None, token: str | None,
-                         size: int) -> tuple[str, str]:
-    """(sha256, git blob sha1) of a regular file's bytes, fetched at ``commit``."""
+                         size: int, keep: list[bytes] | None = None) -> tuple[str, str]:
+    """(sha256, git blob sha1) of a regular file's bytes, fetched at ``commit``; ``keep`` collects the bytes."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
@@ -87,6 +87,8 @@ def _regular_file_hashes(repo_id: str, path: str, commit: str, endpoint: str | N
                 break
             content.update(chunk)
             git.update(chunk)
+            if keep is not None:
+                keep.append(chunk)
     if got != size:
         raise LockGenError(f"{repo_id}@{commit[:12]}: {path} came with {got} bytes, the listing says {size}")
     return content.hexdigest(), git.hexdigest()
@@ -117,6 +119,7 @@ def resolve_model(key: str, repo_id: str, revision: str, endpoint: str | None,
     if registry.is_commit(revision) and commit != revision:
         raise LockGenError(f"{key}: {endpoint or 'the Hub'} resolved commit {revision} to {commit}")
     files = []
+    config: dict | None = None
     for sibling in info.siblings or []:
         if sibling.size is None:
             raise LockGenError(f"{key}: {endpoint or 'the Hub'} listed {sibling.rfilename} without its size")
@@ -124,7 +127,14 @@ def resolve_model(key: str, repo_id: str, revision: str, endpoint: str | None,
             files.append({"path": sibling.rfilename, "size": int(sibling.lfs.size), "sha256": sibling.lfs.sha256,
                           "sha256_from": "lfs"})
             continue
-        sha256, git = _regular_file_hashes(repo_id, sibling.rfilename, commit, endpoint, token, int(sibling.size))
+        kept: list[bytes] | None = [] if sibling.rfilename == lockfile.CONFIG_FILE else None
+        sha256, git = _regular_file_hashes(repo_id, sibling.rfilename, commit, endpoint, token, int(sibling.size),
+                                           kept)
+        if kept is not None:
+            try:
+                config = lockfile.config_subset(json.loads(b"".join(kept)))
+            except ValueError:
+                config = None
         if sibling.blob_id and git != sibling.blob_id:
             raise LockGenError(f"{key}: {sibling.rfilename} at {commit[:12]} hashes to git blob {git}, the listing "
                                f"says {sibling.blob_id}")
@@ -133,7 +143,7 @@ def resolve_model(key: str, repo_id: str, revision: str, endpoint: str | None,
     if not files:
         raise LockGenError(f"{key}: {repo_id}@{commit[:12]} lists no files")
     gated = info.gated if info.gated in (False, True, "auto", "manual") else None
-    return lockfile.LockedModel(key, repo_id, commit, tuple(sorted(files, key=lambda f: f["path"])), gated)
+    return lockfile.LockedModel(key, repo_id, commit, tuple(sorted(files, key=lambda f: f["path"])), gated, config)
 
 
 # ---------------------------------------------------------------- images
@@ -317,7 +327,7 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
     update_models, update_images, update_wheels = _parse_updates(updates)
     wanted: dict[str, tuple[str, dict]] = {}   # registry key -> (first host, data)
     for name, data in hosts:
-        for key in dict.fromkeys([data["sglang_model"], *data["sglang_cached_models"]]):
+        for key in registry.kept_keys(data):
             entry = data["sglang_models"].get(key)
             if not isinstance(entry, Mapping):
                 raise LockGenError(f"host {name}: {key!r} is not in sglang_models. Fix: use a registry key")
@@ -339,10 +349,13 @@ def generate(hosts: list[tuple[str, dict]], old: lockfile.Lock | None, updates: 
         asked = key in update_models
         revision = update_models.get(key) or entry.get("revision")
         if not asked and kept and kept.repo_id == entry["repo_id"] and entry.get("revision") in (None, kept.commit):
-            if kept.gated is not None:
+            if kept.gated is not None and (kept.config is not None
+                                           or not any(f["path"] == lockfile.CONFIG_FILE for f in kept.files)):
                 locked_models[key] = kept
                 continue
-            revision = kept.commit   # locked before the lock said whether the repo is gated: read it at that commit
+            # locked before the lock said whether the repo is gated, or what its config.json says of its shape:
+            # read it again at that commit
+            revision = kept.commit
         if not revision:
             raise LockGenError(f"{key!r} has no revision in sglang_models and is not in the lock yet. Fix: lock a "
                                f"branch's head with --update {key}@main, or pin 'revision'")

@@ -287,9 +287,40 @@ def _one_stream(url: str, model: str, max_tokens: int, timeout: float, out: dict
         out["error"] = str(error)
 
 
+# An accept length is the tokens one verify step keeps (the verified token included): 1 to a drafter's steps + 1.
+MAX_ACCEPT_LENGTH = 64.0
+
+
+def accept_length(url: str, timeout: float) -> tuple[float | None, str | None]:
+    """(the server's average speculative accept length, a problem): SGLang's /server_info reports
+    avg_spec_accept_length in each data-parallel rank's internal_states once a speculative step has run; the mean of
+    the ranks that report one. Read bounded in bytes and time; anything but numbers in range is a problem."""
+    deadline = time.monotonic() + timeout
+    try:
+        with open_url(urllib.request.Request(url.rstrip("/") + "/server_info"), left(deadline, timeout)) as reply:
+            info = json.loads(read_bounded(reply, deadline, MAX_ANSWER_BYTES))
+    except urllib.error.HTTPError as error:
+        return None, f"HTTP {error.code} from {url}/server_info: {error_body(error)}"
+    except (urllib.error.URLError, OSError, ValueError, Unbounded) as error:
+        return None, f"no usable /server_info from {url} within {timeout:g} s: {error}"
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    if not isinstance(states, list):
+        return None, f"{url}/server_info has no internal_states list"
+    found = [state.get("avg_spec_accept_length") for state in states if isinstance(state, dict)]
+    found = [v for v in found if v is not None]
+    values = [float(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool)
+              and 0 <= v <= MAX_ACCEPT_LENGTH]
+    if len(values) != len(found):
+        return None, f"{url}/server_info reports an avg_spec_accept_length that is not a number 0-{MAX_ACCEPT_LENGTH:g}"
+    if not values:
+        return None, None
+    return sum(values) / len(values), None
+
+
 def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeout: float,
                   baseline: float | None, min_fraction: float, results_dir: str | None,
-                  distinct_prompts: bool = False) -> dict:
+                  distinct_prompts: bool = False, speculative: bool = False,
+                  min_accept_length: float | None = None) -> dict:
     outs: list[dict] = [{} for _ in range(concurrency)]
     threads = [threading.Thread(target=_one_stream, args=(url, model, max_tokens, timeout, o,
                                                           bench_prompt(i if distinct_prompts else None)))
@@ -327,6 +358,21 @@ def run_benchmark(url: str, model: str, concurrency: int, max_tokens: int, timeo
             problems.append(f"{throughput:.1f} tok/s is below {min_fraction:.0%} of the baseline {baseline:g} tok/s")
     else:
         result["note"] = "no baseline recorded for this model; this result can become one"
+    if speculative or min_accept_length is not None:
+        # The recipe's own measure: its drafter's tokens kept per step, beside the throughput they buy.
+        length, problem = accept_length(url, 30.0)
+        result["avg_spec_accept_length"] = _round(length)
+        result["min_accept_length"] = min_accept_length
+        if min_accept_length is None:
+            if problem:
+                result["accept_length_note"] = problem
+        elif problem:
+            problems.append(problem)
+        elif length is None:
+            problems.append("the server reports no avg_spec_accept_length: speculative decoding did not run")
+        elif length < min_accept_length:
+            problems.append(f"the average accept length {length:.2f} is below the recipe's floor "
+                            f"{min_accept_length:g}")
     result["ok"] = not problems
     result["problems"] = problems
     if results_dir:
@@ -437,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--max-tokens", type=int, default=256)
             p.add_argument("--baseline", type=float, default=None, help="tok/s; none: record, do not compare")
             p.add_argument("--min-fraction", type=float, default=0.8)
+            p.add_argument("--speculative", action="store_true",
+                           help="record /server_info's avg_spec_accept_length beside the throughput")
+            p.add_argument("--min-accept-length", type=float, default=None,
+                           help="the speculative recipe's floor on /server_info's avg_spec_accept_length")
             p.add_argument("--results-dir", default=None)
             p.add_argument("--distinct-prompts", action="store_true",
                            help="start every prompt differently (unrelated users), to measure a gateway's spread")
@@ -452,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         result = list_models(args.url, args.timeout)
     else:
         result = run_benchmark(args.url, args.model, args.concurrency, args.max_tokens, args.timeout,
-                               args.baseline, args.min_fraction, args.results_dir, args.distinct_prompts)
+                               args.baseline, args.min_fraction, args.results_dir, args.distinct_prompts,
+                               args.speculative, args.min_accept_length)
     print(redact(json.dumps(result, sort_keys=True)))
     if not result["ok"]:
         print(redact(f"{result['check']} FAILED: {'; '.join(result['problems'])}"), file=sys.stderr)

@@ -53,6 +53,9 @@ ENV_FILE = ".env"
 FAILED_SUFFIX = ".failed"
 # The container label naming the model a worker serves (repo@commit): a change of model recreates it.
 MODEL_LABEL = "sglang.model"
+# The label naming a speculative recipe's drafter (repo@commit): a config on disk (the running one, its rollback)
+# keeps its drafter's revision from a prune, as MODEL_LABEL keeps its model's.
+DRAFTER_LABEL = "sglang.drafter"
 # A multi-node group's member (sglang_node_group): the serving container's labels name its group, its rank and the
 # group's size, so the status report, the host checks and the deploy can tell a member and its group from the host.
 NODE_GROUP_LABEL = "sglang.node_group"

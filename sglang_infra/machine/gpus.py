@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from ..hostside.gpu import nvsmi
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MARLIN = re.compile(r"awq|gptq|marlin", re.I)
 # The value a key takes to be derived from the host's GPUs here (the schema accepts it for those keys).
@@ -55,6 +57,7 @@ class DriverFacts:
     persistenced_active: bool = False
     names: tuple[str, ...] = ()          # the GPUs' product names (NVLSM is needed by some boards)
     faults: tuple[str, ...] = ()         # each unhealthy GPU with its reasons (gpu_faults)
+    lost: tuple[str, ...] = ()           # each GPU of the last good gate nvidia-smi no longer lists (lost_gpus)
     error: str | None = None             # why nvidia-smi -q -x could not be read
 
 
@@ -129,7 +132,8 @@ def parse_driver(section: Mapping[str, Any]) -> DriverFacts:
         nvswitches=tuple(section.get("nvswitches") or ()), fabric_manager=section.get("fabric_manager"),
         fabric_manager_active=(units.get(FABRIC_MANAGER_UNIT) or {}).get("active") == "active",
         persistenced_active=(units.get(PERSISTENCED_UNIT) or {}).get("active") == "active",
-        names=tuple(g.get("name") or "" for g in gpus), faults=tuple(gpu_faults(section)), error=found.get("error"))
+        names=tuple(g.get("name") or "" for g in gpus), faults=tuple(_health_faults(section)),
+        lost=tuple(lost_gpus(section)), error=found.get("error"))
 
 
 def parse_snapshot(section: Mapping[str, Any] | None) -> GpuInventory:
@@ -409,6 +413,15 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
     if count and gpus != "all" and gpus > count:
         problems.append(("sglang_gpus", f"{gpus} reserved but only {count} GPU(s) found",
                          f"reserve at most {count}, or 'all'"))
+    lost = inventory.driver.lost
+    if lost and (gpus == "all" or gpus > count):
+        # A plan derived from the GPUs left (--tp-size 7 of 8) would restart the server on fewer GPUs than its gate
+        # passed with; most models do not split 7 ways, and the rollback to 8 could not start either (issue 53).
+        problems.append(("sglang_gpus", f"{'; '.join(lost)}. The server is left as it is: a plan from the {count} "
+                         "GPU(s) left would restart it on fewer than its last good config passed its gate on",
+                         "replace the GPU, or bring it back (reset it: nvidia-smi -r, or reboot the host), and "
+                         f"deploy again; or serve on the {count} left on purpose: set sglang_gpus = {count} (with an "
+                         "sglang_tp_size that divides it) and deploy again"))
     if (derived["sglang_dtype"].value == "float16") != (derived["sglang_mamba_conv_dtype"].value == "float16"):
         problems.append(("sglang_mamba_conv_dtype",
                          "--dtype float16 and SGLANG_MAMBA_CONV_DTYPE=float16 must go together (one alone crashes "
@@ -423,7 +436,28 @@ def plan_problems(data: Mapping[str, Any], inventory: GpuInventory, derived: Map
     return problems
 
 
+def lost_gpus(section: Mapping[str, Any] | None) -> list[str]:
+    """'GPU <i> (<bus id>, <uuid>): missing ...' for each GPU the last good config passed its gate on (the gate's
+    record, nvsmi.GATED_FILE) that nvidia-smi no longer lists: fallen off the bus (XID 79) or taken out. [] where
+    no gate recorded GPUs, and where nvidia-smi -q -x could not be read (its own error says so)."""
+    section = section or {}
+    gated = section.get("gated")
+    listed = (section.get("driver") or {}).get("gpus")
+    if not gated or listed is None:
+        return []
+    return [f"GPU {g.get('index')} ({', '.join(str(g[k]) for k in ('bus_id', 'uuid') if g.get(k))}): missing: "
+            f"nvidia-smi lists {len(listed)} GPU(s), the last good config passed its gate on {len(gated)} "
+            "(fallen off the bus? look for XID 79 in the kernel log: dmesg | grep -i xid)"
+            for g in nvsmi.missing(gated, listed)]
+
+
 def gpu_faults(section: Mapping[str, Any] | None) -> list[str]:
+    """Each GPU that should not be trusted with a server: every one missing since the last good gate
+    (lost_gpus), then every unhealthy one (_health_faults)."""
+    return lost_gpus(section) + _health_faults(section)
+
+
+def _health_faults(section: Mapping[str, Any] | None) -> list[str]:
     """'GPU <i> (<bus id>): <reason>; ...' for each GPU whose health says it should not be trusted with a server,
     from the snapshot's gpus section (hostside/gpu/nvsmi.py's reading):
     uncorrectable ECC errors since the driver loaded,

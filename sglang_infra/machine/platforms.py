@@ -45,13 +45,14 @@ def supported_names() -> str:
     return ", ".join(p.name for p in PLATFORMS.values())
 
 
-def support_problem(os_id, os_version, docker_source: str, engine_works: bool):
-    """(problem, fix) when this host cannot be converged as asked, else None."""
+def support_problem(os_id, os_version, docker_source: str, engine_works: bool, gets_docker: bool = True):
+    """(problem, fix) when this host cannot be converged as asked, else None; ``gets_docker``: the host runs Docker
+    (a host only in the monitor group never does, so its engine is never judged)."""
     platform = lookup(os_id, os_version)
     if platform is None:
         return (f"unsupported operating system {os_id or 'unknown'} {os_version or ''}".rstrip(),
                 f"use one of: {supported_names()}")
-    if engine_works:
+    if engine_works or not gets_docker:
         return None  # a working engine is left alone, wherever it came from
     if docker_source == "distribution" and platform.distribution_packages is None:
         return (f"{platform.name} ships no Docker Compose v2 in its own archive",
@@ -68,10 +69,13 @@ def docker_packages(platform: Platform, docker_source: str) -> tuple[str, ...]:
 
 def engine_works(docker) -> bool:
     """
-    A Docker engine that is up (active unit, answering socket, CLI present)
-    and has the compose v2 CLI plugin, from the snapshot's docker section.
-    Compose v1 was a standalone program, never a plugin, so the plugin's
+    A Docker engine the deploy can use as it is, from the snapshot's docker
+    section: the CLI, the compose v2 CLI plugin (wherever the CLI finds it,
+    root's own ~/.docker/cli-plugins included) and an engine that answers or
+    that systemd can start (docker.service known and not masked). Whether it
+    runs at this moment is not asked: a stopped or socket-activated engine is
+    started by tasks/docker_engine.py, and the answer is the same on every
+    run. Compose v1 was a standalone program, never a plugin, so the plugin's
     presence means v2 or newer.
     """
-    return bool(docker.get("cli") and docker.get("api") and docker.get("active") == "active"
-                and docker.get("compose_plugin"))
+    return bool(docker.get("cli") and docker.get("compose_plugin") and (docker.get("api") or docker.get("loaded")))

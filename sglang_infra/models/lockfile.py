@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..hostside.pull.manifest import content_digest
+from .registry import kept_keys as registry_kept_keys
 
 FORMAT = 1
 DEFAULT_NAME = "sglang.lock"
@@ -57,6 +58,18 @@ class LockedModel:
     commit: str
     files: tuple[dict, ...]   # {"path", "size", "sha256", "sha256_from", "git_blob"?}
     gated: bool | str | None = None   # the Hub's word when the lock was written (False, "auto", "manual"); None: unsaid
+    # what the model's config.json says of its shape (CONFIG_KEYS: layers, KV heads, head size, dtype), for the
+    # preflight's fit on the GPUs (machine/modelfit.py); None: a lock written before it said so
+    config: Mapping[str, Any] | None = None
+
+    @property
+    def weights(self) -> int:
+        """Bytes of the weight files (the .safetensors, else the .bin / .pt / .pth ones), as the lock lists them."""
+        for suffixes in ((".safetensors",), (".bin", ".pt", ".pth")):
+            found = [f["size"] for f in self.files if f["path"].endswith(suffixes)]
+            if found:
+                return sum(found)
+        return 0
 
     @property
     def content(self) -> str:
@@ -67,6 +80,23 @@ class LockedModel:
         """What the pull verifies against (hfpull.py --locked-stdin)."""
         return {"commit": self.commit, "files": [dict(f) for f in self.files],
                 **({"gated": self.gated} if self.gated is not None else {})}
+
+
+# The keys of a model's config.json the lock keeps (and of its text_config, where a multimodal model nests its
+# language model's): what the KV cache of one token needs (machine/modelfit.py), nothing else.
+CONFIG_FILE = "config.json"
+CONFIG_KEYS = ("architectures", "model_type", "torch_dtype", "dtype", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "hidden_size", "max_position_embeddings", "layer_types",
+               "full_attention_interval", "kv_lora_rank", "qk_rope_head_dim", "text_config")
+
+
+def config_subset(config: Any) -> dict | None:
+    """The CONFIG_KEYS of a parsed config.json (and of its text_config), or None when it is not a JSON object."""
+    if not isinstance(config, Mapping):
+        return None
+    out = {key: config[key] for key in CONFIG_KEYS if key in config and key != "text_config"}
+    text = config_subset(config.get("text_config"))
+    return {**out, "text_config": text} if text else out
 
 
 @dataclass(frozen=True)
@@ -130,7 +160,10 @@ def parse(path: str, text: str) -> Lock:
         if not ok:
             raise _fail(path, f"models[{key!r}] is not a repo id, a 40-hex commit, a list of files with size and "
                         "sha256, and a 'gated' of false, \"auto\" or \"manual\"")
-        models[key] = LockedModel(key, entry["repo_id"], entry["commit"], files, entry.get("gated"))
+        config = entry.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise _fail(path, f"models[{key!r}].config is not the object config.json holds")
+        models[key] = LockedModel(key, entry["repo_id"], entry["commit"], files, entry.get("gated"), config)
     images = raw.get("images") or {}
     if not all(isinstance(k, str) and isinstance(v, dict) and _DIGEST.fullmatch(str(v.get("digest")))
                for k, v in images.items()):
@@ -170,8 +203,7 @@ def problems(lock: Lock, data: Mapping[str, Any], wanted_pins: Mapping[str, str]
     out = []
     where = lock.path
     registry = data["sglang_models"]
-    keys = [data["sglang_model"], *data["sglang_cached_models"]]
-    for key in dict.fromkeys(keys):
+    for key in registry_kept_keys(data):
         entry = registry.get(key)
         if not isinstance(entry, Mapping):
             continue  # judged by registry.problems
@@ -221,7 +253,8 @@ def document(models: Mapping[str, LockedModel], images: Mapping[str, str],
         "written_by": "scripts/lock.sh (sglang_infra/models/lockgen.py)",
         "written_at": written_at,
         "models": {key: {"repo_id": m.repo_id, "commit": m.commit, "files": [dict(f) for f in m.files],
-                         **({"gated": m.gated} if m.gated is not None else {})}
+                         **({"gated": m.gated} if m.gated is not None else {}),
+                         **({"config": dict(m.config)} if m.config is not None else {})}
                    for key, m in sorted(models.items())},
         "images": {ref: {"digest": digest, "pinned": f"{repository(ref)}@{digest}"}
                    for ref, digest in sorted(images.items())},

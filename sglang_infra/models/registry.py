@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..hostside import names
+from . import recipes
+from .recipes import LaunchArg, Speculative
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -33,6 +35,10 @@ FIELDS = {
     "tool_call_parser": (False, "None or a parser name", "'qwen3_coder'"),
     "baseline_tok_s": (False, "None or the measured aggregate output tok/s (a number > 0)", "985"),
     "unvetted": (False, "True or False", "True, to serve a model that has not passed the gate yet"),
+    "launch_args": (False, "SGLang flags this model needs beyond the runbook's, each {'value', 'reason'}",
+                    "{'--kv-cache-dtype': {'value': 'fp8_e5m2', 'reason': '...'}}"),
+    "speculative": (False, "a speculative-decoding recipe (algorithm, draft_model, steps, reason)",
+                    "{'algorithm': 'EAGLE3', 'draft_model': 'its-drafter-key', 'num_steps': 3, 'reason': '...'}"),
 }
 
 
@@ -47,6 +53,8 @@ class Model:
     tool_call_parser: str | None
     baseline_tok_s: float | None
     unvetted: bool
+    launch_args: tuple[LaunchArg, ...] = ()
+    speculative: Speculative | None = None
 
     @property
     def folder(self) -> str:
@@ -86,12 +94,17 @@ def entry(data: Mapping[str, Any], key: str) -> Model:
         role=raw.get("role"), reasoning_parser=raw.get("reasoning_parser"),
         tool_call_parser=raw.get("tool_call_parser"), baseline_tok_s=raw.get("baseline_tok_s"),
         unvetted=bool(raw.get("unvetted", False)),
+        launch_args=recipes.launch_args(raw.get("launch_args")),
+        speculative=recipes.speculative(raw.get("speculative")),
     )
 
 
 def registry(data: Mapping[str, Any]) -> dict[str, Model]:
     """Every well-formed entry of the registry, by key (a malformed one is refused where a host uses it)."""
-    return {key: entry(data, key) for key, raw in data["sglang_models"].items() if not _entry_problems(key, raw)}
+    registry = data["sglang_models"]
+    drafters = {recipes.drafter_key(raw) for raw in registry.values()}
+    return {key: entry(data, key) for key, raw in registry.items()
+            if not _entry_problems(key, raw, registry, drafter=key in drafters)}
 
 
 def served(data: Mapping[str, Any]) -> Model:
@@ -99,10 +112,28 @@ def served(data: Mapping[str, Any]) -> Model:
     return entry(data, data["sglang_model"])
 
 
+def kept_keys(data: Mapping[str, Any]) -> list[str]:
+    """The registry keys a host keeps in its cache, each once: the served one, then `sglang_cached_models`, each
+    followed by the drafter its speculative recipe names (pulled, locked, shared and never pruned like a model)."""
+    registry = data.get("sglang_models") or {}
+    keys: list[str] = []
+    for key in [data["sglang_model"], *(data.get("sglang_cached_models") or ())]:
+        keys.append(key)
+        drafter = recipes.drafter_key(registry.get(key)) if isinstance(registry, Mapping) else None
+        if drafter is not None:
+            keys.append(drafter)
+    return list(dict.fromkeys(keys))
+
+
 def kept(data: Mapping[str, Any]) -> list[Model]:
-    """Every model this host keeps in its cache: the served one first, then `sglang_cached_models`."""
-    keys = [data["sglang_model"], *[k for k in data["sglang_cached_models"] if k != data["sglang_model"]]]
-    return [entry(data, key) for key in dict.fromkeys(keys)]
+    """Every model this host keeps in its cache (kept_keys), the served one first."""
+    return [entry(data, key) for key in kept_keys(data)]
+
+
+def drafter_of(model: Model, kept: Iterable[Model]) -> Model | None:
+    """``model``'s drafter among the ``kept`` models (its speculative recipe's draft_model); None without one."""
+    key = model.speculative.draft_model if model.speculative else None
+    return next((each for each in kept if key is not None and each.key == key), None)
 
 
 def _denied(data: Mapping[str, Any], repo_id: str) -> tuple[str, Mapping[str, str]] | None:
@@ -112,8 +143,11 @@ def _denied(data: Mapping[str, Any], repo_id: str) -> tuple[str, Mapping[str, st
     return None
 
 
-def _entry_problems(key: str, raw: Any) -> list[tuple[str, str]]:
-    """(problem, fix) for one registry entry, judged alone."""
+def _entry_problems(key: str, raw: Any, registry: Any, derived: frozenset[str] | None = None,
+                    drafter: bool = False) -> list[tuple[str, str]]:
+    """(problem, fix) for one registry entry, judged alone (its drafter against ``registry``, its arguments against
+    the flags the deploy derives, ``derived``, when given); a ``drafter`` is judged by its target's gate, so it
+    records no role or baseline of its own."""
     if not isinstance(raw, Mapping):
         return [(f"entry {key!r} is {type(raw).__name__}, not a mapping", "write it as a dict of fields")]
     out = []
@@ -147,15 +181,21 @@ def _entry_problems(key: str, raw: Any) -> list[tuple[str, str]]:
         out.append((f"entry {key!r}: baseline_tok_s {value!r} is not a number > 0", "use the measured tok/s"))
     if not isinstance(raw.get("unvetted", False), bool):
         out.append((f"entry {key!r}: unvetted must be True or False", "use True or False"))
-    if raw.get("unvetted") is not True and (raw.get("role") is None or raw.get("baseline_tok_s") is None):
+    if "launch_args" in raw:
+        out += recipes.args_problems(f"entry {key!r}: launch_args", raw["launch_args"], derived)
+    if "speculative" in raw:
+        out += recipes.speculative_problems(f"entry {key!r}: speculative", raw["speculative"], registry)
+    if not drafter and raw.get("unvetted") is not True and (
+            raw.get("role") is None or raw.get("baseline_tok_s") is None):
         out.append((f"entry {key!r} is not vetted: a vetted model records its role and its measured baseline_tok_s",
                     "add both from a gate run (test_tool_calling.sh and benchmark.sh), or mark the entry "
                     "'unvetted': True to try it"))
     return out
 
 
-def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, problem, fix) for the registry and this host's choice of models."""
+def problems(data: Mapping[str, Any], derived: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
+    """(key, problem, fix) for the registry and this host's choice of models (and their drafters); ``derived``: the
+    flags the deploy derives itself, which an entry's launch_args may replace only when it says so."""
     out: list[tuple[str, str, str]] = []
     registry, denied = data["sglang_models"], data["sglang_denied_models"]
     if not isinstance(registry, Mapping):
@@ -178,6 +218,7 @@ def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         wanted += [("sglang_router_models", key) for key in fronted]
 
     checked: set[str] = set()
+    drafters: set[str] = set()
     for data_key, key in wanted:
         if not isinstance(key, str) or key not in registry:
             by_repo = [k for k, v in registry.items() if isinstance(v, Mapping)
@@ -200,9 +241,13 @@ def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if not _KEY_RE.fullmatch(key):
             out.append((data_key, f"registry key {key!r} must be lower-case letters, digits, '.', '_' or '-'",
                         "rename the entry"))
-        for problem, fix in _entry_problems(key, registry[key]):
+        for problem, fix in _entry_problems(key, registry[key], registry, derived, key in drafters):
             out.append(("sglang_models", problem, fix))
         raw = registry[key]
+        drafter = recipes.drafter_key(raw)
+        if drafter is not None and drafter in registry:   # one not in it is the recipe's own problem
+            drafters.add(drafter)
+            wanted.append(("sglang_models", drafter))
         if isinstance(raw, Mapping) and isinstance(raw.get("repo_id"), str):
             hit = _denied(data, raw["repo_id"])
             if hit:
@@ -215,8 +260,9 @@ def problems(data: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 def warnings(data: Mapping[str, Any]) -> list[str]:
     """What every run says about an unvetted model on this host."""
     out = []
+    drafters = {model.speculative.draft_model for model in kept(data) if model.speculative}
     for model in kept(data):
-        if model.unvetted:
+        if model.unvetted and model.key not in drafters:
             out.append(f"{model.key} ({model.pinned}) is marked unvetted: it has not passed the runbook's "
                        "tool-calling test and benchmark; do not route production traffic to it")
     return out

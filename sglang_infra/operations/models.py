@@ -39,10 +39,18 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
     if state["secret"] != {"owner": group, "group": group, "mode": "700"}:
         changed = True
         yield f"install -d -o {q(group)} -g {q(group)} -m 700 {t}/secret"
-    if not state["venv_python"]:
+    # A venv without its pip was cut mid-way (a run killed, its connection lost): made again, from scratch, beside
+    # it. The cut run's ensurepip may still be writing into it (measured: `venv --clear` in place then failed with
+    # "Directory not empty"), so it is first renamed out of the way, then removed.
+    fresh = not state["venv_python"] or not state["venv_pip"]
+    if fresh and state["venv_python"]:
+        changed = True
+        yield (f"mv -T {t}/venv {t}/venv.cut.$$ && {ship.PYTHON} -m venv {t}/venv && "
+               f"{{ rm -rf {t}/venv.cut.$$ || true; }}")
+    elif fresh:
         changed = True
         yield f"{ship.PYTHON} -m venv {t}/venv"
-    if state["hub_versions"] != [hub_version]:
+    if fresh or state["hub_versions"] != [hub_version]:
         changed = True
         index = "".join(f" {option}" for option in pip_index_options(index_url))
         yield (f"{t}/venv/bin/pip install --quiet --disable-pip-version-check --no-input{index} "

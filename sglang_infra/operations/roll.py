@@ -24,8 +24,10 @@ Then:
    smg_worker_requests_active), at most sglang_drain_timeout;
 3. `docker compose up` (stop_grace_period is longer than that wait);
 4. its gate, the rollback included;
-5. back in every gateway (with the key the gateway sends its workers), until
-   each lists it healthy with its model.
+5. back in every gateway, with the worker's own API key (a new key, rotated in
+   this run, is the one it now requires: the gateway host's file still holds
+   the old one until tasks/gateways.py; issue 53), until each lists it healthy
+   with its model.
 A failed gate of a worker in service stops the roll of that pool: its later
 workers in service are not restarted (their last good compose.yaml and .env
 are put back on disk, so what runs is what their gate stamped), and fail
@@ -139,7 +141,7 @@ def no_turn_needed(roll: Roll, phase: str = "config") -> None:
 
 @snapshot_operation
 def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: str, gate: Gate, roll: Roll,
-           recreate_if=None, group: NodeGroup | None = None):
+           recreate_if=None, group: NodeGroup | None = None, api_key: bytes | None = None):
     """
     Ensure the stack runs the current compose.yaml and that it passed its
     gate (stack_up then validated, as one), restarting this worker only in
@@ -150,6 +152,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
     + script: the gate's script on the host; gate: what it validates (its files, whether always), the worker's
       metrics and key file (the drain), and the longest one worker's gate may take (its readiness wait and checks)
     + group: rank 0's multi-node group: the worker is the group, restarted and gated as one (operations/group.py)
+    + api_key: the worker's API key (the plan's), sent to its gateways with it when they take it back
     """
     reasons, command = restart(project_dir, image, model, compose_sha, recreate_if)
     if group is not None:
@@ -174,7 +177,16 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
         up = Up(command, f"cd {q(project_dir)} && {stop} && {command}")
     yield FunctionCommand(roll_worker, (roll, up, f"bash {q(script)}", why, gate.metrics_url, gate.api_key_file,
                                         gate.turn_seconds, project_dir, leaving, roll.stamped,
-                                        *([group] if group else [])), {})
+                                        *([group] if group else [])),
+                          {"worker_key": WorkerKey(api_key.decode()) if api_key else None})
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    """The worker's own API key (sglang_api_key_file), for its gateways to send it when they take it back; never
+    shown (no repr: pyinfra and the fixtures print a FunctionCommand's arguments)."""
+
+    value: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -308,7 +320,8 @@ def gate_reason(output) -> str:
 
 def roll_worker(state, host, roll: Roll, up: Up | None, gate: str | None, why: str, metrics_url: str,
                 key_file: str | None, turn_seconds: int, project_dir: str, leaving=(), stamped: bool = True,
-                group: NodeGroup | None = None, phase: str = "config") -> bool:
+                group: NodeGroup | None = None, phase: str = "config",
+                worker_key: WorkerKey | None = None) -> bool:
     """This worker's turn in its pool (the module's docstring); False fails this host. pyinfra passes
     ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand).
     ``leaving``: other gateways it leaves first and does not come back to (a model switch: Roll.others).
@@ -323,7 +336,8 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str | None, why: s
     assert pool.out is not None
     if not stamped or roll.url in pool.out:
         pool.out.add(roll.url)   # counted before anything that yields: the others' turns see it at once
-        return out_of_service_turn(state, host, pool, roll, up, gate, why, turn_seconds, leaving, say, group)
+        return out_of_service_turn(state, host, pool, roll, up, gate, why, turn_seconds, leaving, say, group,
+                                   worker_key)
     turn = 2 * roll.drain_timeout + 2 * turn_seconds + TURN_MARGIN
     waited = wait_for_turn(state, pool, roll, turn * roll.pool_size)
     if waited is not None or pool.failed:
@@ -347,7 +361,7 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str | None, why: s
             failure = restart_and_gate(host, up.drained if up else None, gate, state, group)
     finally:
         try:
-            back = come_back(state, host, pool, roll, turn_seconds, say)
+            back = come_back(state, host, pool, roll, turn_seconds, say, worker_key)
             if failure is None and back is not True:
                 failure = back or None
             if failure is not None:
@@ -390,7 +404,8 @@ def wait_for_turn(state, pool: PoolState, roll: Roll, seconds: float) -> str | N
 
 
 def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None, gate: str | None, why: str,
-                        turn_seconds: int, leaving, say, group: NodeGroup | None = None) -> bool:
+                        turn_seconds: int, leaving, say, group: NodeGroup | None = None,
+                        worker_key: WorkerKey | None = None) -> bool:
     """A worker that serves nobody: at once, out of any gateway that lists it, no drain, its old container stopped
     at once; back in its gateways when its gate passed. Its failure fails this host alone."""
     failure = None
@@ -403,7 +418,7 @@ def out_of_service_turn(state, host, pool: PoolState, roll: Roll, up: Up | None,
             failure = restart_and_gate(host, up.at_once if up else None, gate, state, group)
     finally:
         try:
-            back = come_back(state, host, pool, roll, turn_seconds, say)
+            back = come_back(state, host, pool, roll, turn_seconds, say, worker_key)
             if failure is None and back is not True:
                 failure = back or None
             if failure is not None:
@@ -446,7 +461,8 @@ def restart_and_gate(host, up: str | Reboot | None, gate: str | None, state=None
     return None if status else gate_reason(output)
 
 
-def come_back(state, host, pool: PoolState, roll: Roll, turn_seconds: int, say) -> bool | str:
+def come_back(state, host, pool: PoolState, roll: Roll, turn_seconds: int, say,
+              worker_key: WorkerKey | None = None) -> bool | str:
     """Back in every gateway when it serves a config its gate stamped (it is then no longer out of service), each
     listing it healthy with its model (so routing it requests): True; False when it serves no such config; else why
     a gateway did not take it back."""
@@ -457,7 +473,8 @@ def come_back(state, host, pool: PoolState, roll: Roll, turn_seconds: int, say) 
     problem: bool | str = True
     for front in roll.fronts:
         ok, said = on_gateway_host(state, front, {"add": roll.url, "healthy_within": turn_seconds,
-                                                  "model": roll.model})
+                                                  "model": roll.model,
+                                                  **({"api_key": worker_key.value} if worker_key else {})})
         say(said, logger.info if ok else logger.error)
         if not ok and problem is True:
             problem = f"the gateway {front.gateway_host}/{front.slug} did not report it healthy ({said})"

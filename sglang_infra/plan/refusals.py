@@ -31,12 +31,13 @@ from ..hostside.printable import printable
 from ..machine import platforms, toolchain
 from ..machine.gpus import Derived, GpuInventory, derive_flags, plan_problems
 from ..machine.templating import template_path
-from ..models import lockfile
+from ..models import lockfile, recipes
 from ..models import registry as models
 from . import peerdoor
 from .gateway_pin import GATEWAY_VERSION
 from .inventoryfile import inventory_dir
 from .problems import problem
+from .render import DERIVED_FLAGS
 from .schema import RETIRED, SCHEMA, by_digest, host_address, image_problem, system_dir_problem
 
 # Keys an operator may add for their own use (e.g. in their own group files): never judged, never used here.
@@ -157,8 +158,10 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
     if not template.is_file():
         err("sglang_compose_template", f"{template} does not exist",
             "point it at a file under templates/, e.g. 'templates/compose.yaml.j2'")
-    for key, what, fix in models.problems(data):
+    for key, what, fix in models.problems(data, DERIVED_FLAGS):
         err(key, what, fix)
+    for what, fix in recipes.args_problems("sglang_launch_args", data["sglang_launch_args"], DERIVED_FLAGS):
+        err("sglang_launch_args", what, fix)
     pins = None
     if data["sglang_toolchain_image"]:
         found = toolchain.problems(data)
@@ -208,9 +211,10 @@ def judge(host_name: str, data: Mapping[str, Any]) -> Judged:
 
 def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[str, Any],
                      gpus: GpuInventory | None = None, serves: bool = True,
-                     derived: Mapping[str, Derived] | None = None) -> list[str]:
+                     derived: Mapping[str, Derived] | None = None, gets_docker: bool = True) -> list[str]:
     """Problems between the data and the host as it is now (its snapshot); ``serves``: it runs a model;
-    ``derived``: the flags resolve derived from ``gpus`` (worked out here when not given)."""
+    ``derived``: the flags resolve derived from ``gpus`` (worked out here when not given); ``gets_docker``: the
+    deploy installs or uses Docker there (a host only in the monitor group does not)."""
     errors: list[str] = []
 
     def err(key: str, what: str, fix: str) -> None:
@@ -225,7 +229,7 @@ def check_host_state(host_name: str, data: Mapping[str, Any], snapshot: Mapping[
     os_release = snapshot.get("os") or {}
     os_problem = platforms.support_problem(os_release.get("id"), os_release.get("version"),
                                            data["sglang_docker_source"],
-                                           platforms.engine_works(snapshot.get("docker") or {}))
+                                           platforms.engine_works(snapshot.get("docker") or {}), gets_docker)
     if os_problem:
         err("os", os_problem[0], os_problem[1])
     if not snapshot.get("python3"):

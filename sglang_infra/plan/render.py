@@ -12,6 +12,7 @@ from ..hostside import names
 from ..machine import ship
 from ..machine.gpus import Derived
 from ..machine.templating import render_template, template_text
+from ..models import recipes
 from ..models.registry import CONTAINER_HF_CACHE, Model
 from . import types as plantypes
 from .defaults import reasons
@@ -62,26 +63,54 @@ def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dic
     return {**data, **{key: d.value for key, d in derived.items()}}
 
 
+# The flags LAUNCH_FLAGS derives: a recipe's argument may replace one only when it says so, with its reason.
+DERIVED_FLAGS = frozenset(flag for _, flag in LAUNCH_FLAGS)
+
+
 def launch_flags(values: Mapping[str, Any], derived: Mapping[str, Derived], model: Model,
-                 group: NodeGroup | None = None) -> list[dict[str, str]]:
+                 group: NodeGroup | None = None, drafter: Model | None = None) -> list[dict[str, str]]:
     """SGLang's launch flags from the final values (final_values), each with its reason and source; a member of a
-    multi-node group gets its group's three flags after --tp-size."""
+    multi-node group gets its group's three flags after --tp-size; then the served entry's speculative recipe (its
+    drafter's pinned snapshot, ``drafter``), then the recipe's arguments: the entry's `launch_args`, then the host's
+    `sglang_launch_args` (the host's wins over the entry's for one flag; one that overrides a derived flag takes its
+    place)."""
     why = reasons()
+    args = {arg.flag: (arg, f"registry entry {model.key}", "sglang_models") for arg in model.launch_args}
+    args.update({arg.flag: (arg, "sglang_launch_args", "sglang_launch_args")
+                 for arg in recipes.launch_args(values.get("sglang_launch_args"))})
     flags = []
     for key, flag in LAUNCH_FLAGS:
-        from_entry = key in _ENTRY_REASONS
-        value = getattr(model, key) if from_entry else values[key]
-        if value is None or value is False:
-            continue
-        arg = flag if value is True else f"{flag}={value}"
-        if from_entry:
-            reason = f"{_ENTRY_REASONS[key]} [registry entry {model.key}]"
+        if flag in args:
+            arg, source, data_key = args.pop(flag)
+            flags.append({"arg": arg.arg, "key": data_key,
+                          "reason": f"{arg.reason} [{source}, in place of the derived {flag}]"})
         else:
-            # A reason that states the number takes it from the value rendered beside it.
-            reason = why[key].replace("{value}", str(value)) + (f" [{derived[key].source}]" if key in derived else "")
-        flags.append({"arg": arg, "reason": reason, "key": key})
+            from_entry = key in _ENTRY_REASONS
+            value = getattr(model, key) if from_entry else values[key]
+            if value is None or value is False:
+                continue
+            arg_text = flag if value is True else f"{flag}={value}"
+            if from_entry:
+                reason = f"{_ENTRY_REASONS[key]} [registry entry {model.key}]"
+            else:
+                # A reason that states the number takes it from the value rendered beside it.
+                reason = why[key].replace("{value}", str(value)) + (f" [{derived[key].source}]" if key in derived
+                                                                    else "")
+            flags.append({"arg": arg_text, "reason": reason, "key": key})
         if key == "sglang_tp_size" and group is not None:
             flags += group_flags(group)
+    recipe = model.speculative
+    if recipe is not None:
+        for arg_text, field in recipe.flags():
+            flags.append({"arg": arg_text, "key": "sglang_models",
+                          "reason": f"{recipe.reason} [registry entry {model.key}, speculative {field}]"})
+        if drafter is not None:
+            flags.append({"arg": f"--speculative-draft-model-path={drafter.container_path}", "key": "sglang_models",
+                          "reason": f"The drafter {drafter.key} ({drafter.pinned}), pulled and verified like the "
+                                    f"model, loaded from its snapshot [registry entry {model.key}, speculative "
+                                    "draft_model]"})
+    for arg, source, data_key in args.values():
+        flags.append({"arg": arg.arg, "key": data_key, "reason": f"{arg.reason} [{source}]"})
     return flags
 
 
@@ -125,6 +154,7 @@ def compose_yaml(plan: HostPlan) -> str:
         gpu_reservation=plan.gpus.count > 0,
         stop_grace_period=plan.roll_settings.drain_timeout + STOP_MARGIN,
         model_label=names.MODEL_LABEL,
+        drafter=plan.drafter, drafter_label=names.DRAFTER_LABEL,
         group=plan.node_group,
         health_url=f"{plan.gate.url}/health",
         group_labels=(names.NODE_GROUP_LABEL, names.NODE_RANK_LABEL, names.NNODES_LABEL),
@@ -139,7 +169,8 @@ def scripts(plan: HostPlan, gateway: Gateway | None = None) -> dict[str, str]:
     """The validation scripts and the gate, by file name under sglang_home (a gateway's: under its directory)."""
     gate = gateway.gate if gateway else plan.gate
     context = dict(plan.template_values, url=gate.url, api_key_file=gate.api_key_file, served_model=gate.served_name,
-                   baseline=gate.baseline_tok_s,
+                   baseline=gate.baseline_tok_s, speculative=gate.speculative,
+                   min_accept_length=gate.min_accept_length,
                    checks_program=ship.installed("checks"), gate_program=ship.installed("gate.gate"),
                    python=ship.PYTHON,
                    toolchain_check=gate.toolchain_check, scripts_dir=gateway.dir if gateway else plan.paths.home,

@@ -23,7 +23,15 @@ from .. import ACCOUNT
 from ..hostside import apikey, names
 from ..hostside.gate.gate import CHECKS_BUDGET
 from ..machine import keyrings, platforms, toolchain
-from ..machine.gpus import DRIVER_PREFERENCES, Derived, cuda_repository, derive_flags, driver_packages, parse_snapshot
+from ..machine.gpus import (
+    DRIVER_PREFERENCES,
+    Derived,
+    GpuInventory,
+    cuda_repository,
+    derive_flags,
+    driver_packages,
+    parse_snapshot,
+)
 from ..models import registry as models
 from . import peerdoor, render
 from . import types as plantypes
@@ -102,6 +110,16 @@ def cuda_repo(data: Mapping[str, Any], os_release: Mapping[str, Any]):
                            os_release.get("arch"), override.upper() if override else None)
 
 
+def toolkit_repo(data: Mapping[str, Any], gpus: GpuInventory, serves: bool, arch: str | None) -> AptSource | None:
+    """NVIDIA's Container Toolkit repository, when this run installs the toolkit: a serving host with GPUs whose
+    Docker lacks the nvidia runtime, sglang_install_nvidia_toolkit on."""
+    if not (serves and gpus.count and not gpus.nvidia_runtime and data["sglang_install_nvidia_toolkit"]):
+        return None
+    url = data["sglang_nvidia_toolkit_apt_url"]
+    return AptSource(f"{url}/gpgkey", f"deb [signed-by={{keyring}}] {url}/stable/deb/{arch} /",
+                     data["sglang_nvidia_toolkit_apt_key_fingerprint"].upper())
+
+
 def snapshot_spec(data: Mapping[str, Any], report: bool = False, node_group: NodeGroup | None = None,
                   name: str = "") -> dict[str, Any]:
     """What the snapshot of a host reads, from its (already judged) data; ``report``: the status report's too;
@@ -169,7 +187,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     gpus = parse_snapshot(snapshot.get("gpus"))
     derived = derive_flags(data, gpus)
     bind, unbound = member_bind(name, data, node_group if serves else None)
-    raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived)
+    raise_if(unbound + check_host_state(name, data, snapshot, gpus, serves, derived,
+                                      gets_docker=serves or runs_gateways)
              + (check_reach(name, node_group, snapshot) if node_group and serves else [])
              + clashes(name, data, serves, runs_gateways, monitors(groups), node_group if serves else None)
              + (check_gateway_host(name, judged) if runs_gateways else []))
@@ -189,7 +208,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
     os_release = snapshot.get("os") or {}
     platform = platforms.lookup(os_release.get("id"), os_release.get("version"))
     engine_works = platforms.engine_works(snapshot.get("docker") or {})
-    installs = platform is not None and not engine_works   # a working engine is left alone
+    gets_docker = serves or runs_gateways   # a host only in `monitor` never gets Docker
+    installs = gets_docker and platform is not None and not engine_works   # a working engine is left alone
     # The server, as the gate reaches it on the host: loopback, or the one address a member listens on.
     url = worker_url(bind, data["sglang_port"]) if node_group and serves else LOCAL_URL.format(port=data["sglang_port"])
     pin = data["sglang_nvidia_driver_version"]
@@ -204,8 +224,7 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
             if installs and platform is not None else (),
             apt_cache_time=data["sglang_apt_cache_time"], install_nvidia_toolkit=data["sglang_install_nvidia_toolkit"],
             nvidia_toolkit_apt_url=data["sglang_nvidia_toolkit_apt_url"],
-            nvidia_toolkit_key_fingerprint=data["sglang_nvidia_toolkit_apt_key_fingerprint"].upper(),
-            arch=os_release.get("arch")),
+            arch=os_release.get("arch"), toolkit=toolkit_repo(data, gpus, serves, os_release.get("arch"))),
         gpus=gpus,
         served=served, kept=kept, registry=models.registry(data), warnings=tuple(models.warnings(data)),
         lock=lock, locked={m.key: lock.models[m.key] for m in kept} if lock else {},
@@ -218,7 +237,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
         image=Image(tag=tag, locked=locked_image, pulled=image, archive=data["sglang_image_archive"], build=build,
                     serving=build.tag if build else image),
         port=data["sglang_port"],
-        derived=derived, flags=tuple(render.launch_flags(values, derived, served, node_group if serves else None)),
+        derived=derived, flags=tuple(render.launch_flags(values, derived, served, node_group if serves else None,
+                                                        models.drafter_of(served, kept))),
         template_values=values,
         gate=Gate(url=url,
                   api_key_file=paths.server_config if judged.api_key else None,
@@ -228,6 +248,8 @@ def resolve_judged(name: str, judged: Judged, snapshot: Mapping[str, Any], group
                   kernel_check_nvcc=f"{toolchain.CUDA_HOME}/bin/nvcc" if build and gpus.count else None,
                   always=data["sglang_validate"] == "always", retry_failed=data["sglang_retry_failed"],
                   metrics_url=f"{url}/metrics",
+                  speculative=served.speculative is not None,
+                  min_accept_length=served.speculative.min_accept_length if served.speculative else None,
                   turn_seconds=data["sglang_ready_timeout"] + CHECKS_BUDGET),
         compose_template=data["sglang_compose_template"],
         serves=serves,

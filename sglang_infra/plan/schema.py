@@ -257,9 +257,17 @@ SCHEMA: dict[str, Key] = {
     "sglang_image_archive": Key("None or a path to an image archive on the control machine",
                                 _optional(lambda v: isinstance(v, str) and os.path.isfile(v)),
                                 "point at an existing `docker save` file, or None to pull from the registry"),
+    "sglang_version": Key("None or the SGLang release the image carries, e.g. '0.5.16'",
+                          _optional(lambda v: isinstance(v, str)
+                                    and re.fullmatch(r"[0-9]+(\.[0-9]+)+(\.post[0-9]+)?", v) is not None),
+                          "None to read it from sglang_image's tag (v0.5.16), or the release, e.g. '0.5.16', for a "
+                          "mirror's tag that does not say it"),
     "sglang_extra_env": Key("a mapping of environment variable names to one-line strings, none of them one the "
                             f"deploy sets ({', '.join(DEPLOY_ENV)})", _env_mapping,
                             "use e.g. {'NCCL_P2P_DISABLE': '1'}"),
+    "sglang_launch_args": Key("a mapping of SGLang flags ('--name') to {'value': ..., 'reason': ...}",
+                              lambda v: isinstance(v, dict),
+                              "use e.g. {'--chunked-prefill-size': {'value': 4096, 'reason': '...'}}"),
     "sglang_validate": Key("'on-change' or 'always'", _one_of("on-change", "always"),
                            "use 'on-change', or 'always' to validate on every run"),
     "sglang_ready_timeout": Key("an integer number of seconds 10-7200", _int_range(10, 7200),

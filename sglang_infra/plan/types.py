@@ -18,7 +18,7 @@ from ..machine.gpus import CudaRepository, Derived, GpuInventory
 from ..machine.keyrings import VendorKey
 from ..machine.toolchain.image import BuildContext
 from ..models.lockfile import Lock, LockedModel
-from ..models.registry import Model
+from ..models.registry import Model, drafter_of
 
 # The runbook's layout under the home: path below it -> mode (docker/secrets: the server's private config).
 LAYOUT = {"": "750", names.DOCKER_DIR: "755", names.SECRETS_DIR: "700", names.HF_CACHE_DIR: "2775",
@@ -131,6 +131,10 @@ class Gate:
     files: Mapping[str, str] = field(default_factory=dict, repr=False)   # what it validates: path -> sha256
     # the toolchain image's pinned nvcc: the gate compiles and runs a CUDA kernel with it on every GPU
     kernel_check_nvcc: str | None = None
+    # the served entry's speculative recipe: the benchmark records the server's average accept length, and fails
+    # below the recipe's floor (min_accept_length) when it sets one
+    speculative: bool = False
+    min_accept_length: float | None = None
 
 
 @dataclass(frozen=True)
@@ -391,8 +395,10 @@ class Engine:
     apt_cache_time: int             # sglang_apt_cache_time: seconds apt's lists stay fresh, for every apt step
     install_nvidia_toolkit: bool    # sglang_install_nvidia_toolkit
     nvidia_toolkit_apt_url: str     # sglang_nvidia_toolkit_apt_url
-    nvidia_toolkit_key_fingerprint: str   # sglang_nvidia_toolkit_apt_key_fingerprint, upper case
     arch: str | None                # the host's Debian architecture (NVIDIA's repository path)
+    # NVIDIA's Container Toolkit repository, when this run installs the toolkit: a serving host with GPUs whose
+    # Docker lacks the nvidia runtime, sglang_install_nvidia_toolkit on (None: nothing to install)
+    toolkit: AptSource | None = None
 
 
 @dataclass(frozen=True)
@@ -548,3 +554,8 @@ class HostPlan:
     @property
     def keep(self) -> list[str]:
         return [model.pinned for model in self.kept]
+
+    @property
+    def drafter(self) -> Model | None:
+        """The served entry's drafter (its speculative recipe's draft_model), kept beside it; None without one."""
+        return drafter_of(self.served, self.kept)

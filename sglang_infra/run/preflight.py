@@ -24,14 +24,15 @@ from ..fleet.hosts import Fleet, read_fleet
 from ..fleet.monitoring import with_monitors
 from ..fleet.nodegroups import check_groups, not_serving, with_members
 from ..fleet.peering import with_sources
+from ..machine.sglang_args.launch import host_problems as launch_problems
 from ..plan.inventoryfile import inventory_file
-from ..plan.problems import DeployDataError, raise_if
+from ..plan.problems import DeployDataError, problem, raise_if
 from ..plan.refusals import judge
 from ..plan.resolve import resolve_judged, snapshot_spec
 from ..plan.schema import SCHEMA
 from ..plan.types import HostPlan
 from ..status import statusrows
-from . import factcache
+from . import factcache, sources
 from .facts import Snapshot
 
 _plans: dict[int, dict[str, HostPlan | None]] = {}
@@ -50,9 +51,12 @@ def _resolve_host(host, report: bool, everyone: Fleet) -> tuple[HostPlan | None,
     if snapshot is None:
         return None, [f"host {host.name}: its snapshot could not be read (the error is above)"], None
     try:
-        return resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group), [], snapshot
+        plan = resolve_judged(host.name, judged, snapshot, everyone.host(host.name).groups, node_group)
     except DeployDataError as error:
         return None, error.problems, snapshot
+    # the flags against the image's SGLang release, the model against the GPUs
+    found = [problem(host.name, *each) for each in launch_problems(plan, judged.data)]
+    return (None, found, snapshot) if found else (plan, [], snapshot)
 
 
 def _overrides(host) -> str | None:
@@ -116,7 +120,10 @@ def preflight(host, inventory) -> bool:
                      + check_groups(resolved, everyone.node_groups, [h.name for h, _ in jobs]))
         plans = fleet(resolved, everyone, refuse=not report)
         plans = with_sources(plans, everyone)
-        _plans[key] = with_monitors(plans, everyone, refuse=not report)
+        plans = with_monitors(plans, everyone, refuse=not report)
+        if not report:   # every source a plan fetches from answers from its host, before any change (sources.py)
+            raise_if(sources.refusals([h for h, _ in jobs], plans, {h.name: job.value[2] for h, job in jobs}))
+        _plans[key] = plans
     return _plans[key].get(host.name) is not None
 
 

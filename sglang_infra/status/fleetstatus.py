@@ -163,6 +163,8 @@ def _cells(host: dict) -> list[str]:
         tok = gate.get("tok_per_s")
         ratio = gate.get("ratio_to_baseline")
         figures = "" if tok is None else f" {tok:g} tok/s" + ("" if ratio is None else f" ({ratio:g}x)")
+        if gate.get("avg_spec_accept_length") is not None:
+            figures += f" accept {gate['avg_spec_accept_length']:.2f}"
         gate_cell = f"{gate.get('time') or '?'} {outcome}{figures}"
     verified = "verified" if model["complete"] and model["verified"] else "INCOMPLETE"
     return [host["host"], host["verdict"], host.get("os") or "?", gpu_cell,
@@ -203,6 +205,8 @@ def table(report: dict) -> str:
     for host in report["hosts"]:
         lines += [printable(f"{host['host']}: {problem}") for problem in host["problems"]]
         lines += [printable(gateway_line(host["host"], gateway)) for gateway in host.get("gateways") or ()]
+        if host.get("fit"):
+            lines.append(printable(f"{host['host']}: fits its GPUs: {host['fit']['said']}"))
         if host.get("prometheus"):
             lines.append(printable(f"{host['host']}: the fleet's Prometheus (metrics, alerts, the dashboard's "
                                    f"source) at {host['prometheus']}"))

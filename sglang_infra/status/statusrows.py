@@ -36,6 +36,7 @@ from typing import Any, Mapping
 from ..hostside.formats.netloc import netloc
 from ..hostside.names import MODEL_LABEL, TOOLCHAIN_BASE_LABEL, stamp_current
 from ..machine.gpus import gpu_faults
+from ..machine.modelfit import fit as model_fit
 from ..plan.schema import listen_address
 
 ENV = "SGLANG_STATUS_REPORT"
@@ -152,7 +153,8 @@ def _gate_record(report) -> tuple[dict | None, dict]:
     return {"time": _of(gate.get("time"), str), "passed": _of(gate.get("passed"), bool),
             "reason": None if gate.get("reason") is None else str(gate.get("reason")),
             "rolled_back": _of(gate.get("rolled_back"), bool)}, \
-        {key: _of(benchmark.get(key), number) for key in ("tok_per_s", "baseline_tok_per_s", "ratio_to_baseline")}
+        {key: _of(benchmark.get(key), number) for key in ("tok_per_s", "baseline_tok_per_s", "ratio_to_baseline",
+                                                          "avg_spec_accept_length", "min_accept_length")}
 
 
 def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
@@ -184,6 +186,9 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
             "rolled_back": gate.get("rolled_back"), "tok_per_s": benchmark.get("tok_per_s"),
             "baseline_tok_per_s": benchmark.get("baseline_tok_per_s"),
             "ratio_to_baseline": benchmark.get("ratio_to_baseline"),
+            # a speculative recipe's average accept length, and its floor (None without a recipe)
+            "avg_spec_accept_length": benchmark.get("avg_spec_accept_length"),
+            "min_accept_length": benchmark.get("min_accept_length"),
             # whether what runs now is what the gate last passed (the stamp, hostside/gate/stamp.py)
             "current": stamp_current((snapshot.get("gate") or {}).get("stamp"),
                                      (snapshot.get("gate") or {}).get("digest")),
@@ -202,7 +207,15 @@ def row(name: str, plan, snapshot: Mapping[str, Any], drift: list[str]) -> dict:
         "prometheus": prometheus_url(name, plan.monitor.settings) if plan.monitor else None,
         # a member of a multi-node group: the group, its members and its rank (fleetstatus judges the group whole)
         "node_group": group_fields(plan.node_group),
+        # the served model against the GPUs, the figures the preflight judged it by (machine/modelfit.py); None where
+        # it is not judged (no GPU, no lock)
+        "fit": fit_fields(plan),
     }
+
+
+def fit_fields(plan) -> dict | None:
+    found = model_fit(plan)
+    return None if found is None else {**found.figures(), "said": found.said()}
 
 
 GROUP_FIELDS = ("name", "rank", "members", "head", "port", "ports", "interface")   # what the row carries of a group

@@ -204,3 +204,19 @@ def test_the_control_plane_key_adds_a_worker_through_the_api(keyed_fleet):
     spare = json.dumps({"url": f"http://{gateway.address}:30999"})   # nothing listens there: never healthy
     assert call(gateway, "POST", url, "admin", spare) in ("200", "201", "202")
 
+
+def test_a_rotated_key_rolls_the_worker_behind_its_gateway_and_serves(keyed_fleet, workdir):
+    """Issue 53: a key rotation stopped the roll at the first worker. The worker, restarted first, wants the new
+    key; its gateway took it back with the gateway host's old one (that file changes later, in tasks/gateways.py),
+    so it listed the worker with model "unknown" and the roll failed. Now the roll sends the worker's own key: the
+    run passes, and through the recreated gateway a client with the new key gets completions."""
+    gateway, client = keyed_fleet[FLEET_GATEWAY], keyed_fleet[FLEET_WORKER]
+    (workdir / "api-key-fleet").write_text("fleetkey-rotated-456789abcdef0123\n")
+    result = run_deploy(workdir / "apikey_fleet.py")
+    (workdir / "apikey_rotated.log").write_text(result.output)
+    assert result.returncode == 0, result.why()
+    assert "fleetkey-rotated-456789abcdef0123" not in result.output
+    assert "fleetkey-rotated" in client.exec(f"cat {CONFIG}").stdout
+    body = json.dumps({"model": "qwen3.6-35b-a3b", "messages": [{"role": "user", "content": "Say hello."}],
+                       "max_tokens": 8})
+    assert call(client, "POST", f"http://{gateway.address}:30080/v1/chat/completions", "key", body) == "200"

@@ -36,7 +36,8 @@ GATEWAY_DIR = "/opt/sglang/router/qwen3-6-35b-a3b-awq"
 PORT = 30080
 # The project before SMG: the commit this change was made on (override with TEST_MIGRATE_FROM=<commit>).
 MIGRATE_FROM = os.environ.get("TEST_MIGRATE_FROM", "620d8e258fab021bc6fbd028e5c0f916d16bc638")
-NEW_KEYS = ("sglang_router_image", "sglang_router_image_archive", "sglang_router_admin_key_file")
+# Keys of the stand-in profile that the old tree does not know (sglang_version: the stand-in's SGLang release).
+NEW_KEYS = ("sglang_router_image", "sglang_router_image_archive", "sglang_router_admin_key_file", "sglang_version")
 
 
 def checkout(ref: str, into) -> str:

@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 
 from harness import run_deploy
+from sglang_infra.models import lockfile
+
+from .test_gpu_driver import RECORDED, give_gpu
+from .test_status import rows, run_status
 
 GOOD, BAD, ALIEN = "sg-refuse-good", "sg-refuse-bad", "sg-refuse-alien"
 
@@ -86,6 +90,14 @@ CASES = {
                                           "None, and this host's API would be published on 0.0.0.0:30000"),
     "a multi-node group of one": ({"sglang_node_group": "ds-a"}, BAD, "sglang_node_group",
                                   "give another host the same sglang_node_group"),
+    # judged by the pinned SGLang's own arguments (sglang_infra/machine/sglang_args/0.5.16.json)
+    "a misspelt choice of SGLang's": ({"sglang_cuda_graph_backend_prefill": "disable"}, BAD,
+                                      "sglang_cuda_graph_backend_prefill",
+                                      "'disable' (--cuda-graph-backend-prefill=disable): "
+                                      "--cuda-graph-backend-prefill=disable is not one of SGLang 0.5.16's choices. "
+                                      "Fix: use one of breakable, disabled, full, tc_piecewise."),
+    "an image whose release has no table": ({"sglang_version": "0.4.0"}, BAD, "sglang_version",
+                                            "make it with `scripts/sglang-args.sh 0.4.0`"),
 }
 
 
@@ -158,3 +170,82 @@ def test_a_group_member_that_cannot_reach_rank_0s_dist_init_address_is_refused(t
     assert "refused before any change on any host" in result.output
     assert result.statuses == {}, "an operation started"
     assert fingerprints(hosts) == baseline
+
+
+def test_a_parser_the_pinned_release_lacks_is_refused_naming_the_registry_entry(testbed, hosts, baseline, workdir):
+    """k2_horizon is a reasoning parser of SGLang 0.5.23, not of the pinned 0.5.16: the registry entry is refused,
+    naming the parser and the ones 0.5.16 registers, before any host changes."""
+    registry = testbed.standin["sglang_models"]
+    key = "qwen3.6-27b-awq-int4"   # the quality group's model
+    models = {**registry, key: {**registry[key], "reasoning_parser": "k2_horizon"}}
+    inventory = testbed.inventory(workdir / "refuse_parser.py", {"production": [(hosts[GOOD], {})],
+                                                                 "quality": [(hosts[BAD], {"sglang_models": models})]})
+    result = run_deploy(inventory)
+    assert result.returncode != 0
+    assert f"host {BAD}: sglang_models: entry '{key}': reasoning_parser 'k2_horizon' (--reasoning-parser): " \
+        "'k2_horizon' is not a reasoning parser SGLang 0.5.16 registers. Fix: use one of apertus2509, auto, " \
+        in result.output, result.output[-3000:]
+    assert "qwen3-thinking" in result.output and "refused before any change on any host" in result.output
+    assert result.statuses == {}, "an operation started"
+    assert fingerprints(hosts) == baseline
+
+
+# ---------------------------------------------------------------- the served model against the host's GPUs
+
+GPU, KEY = "sg-refuse-gpu", "qwen3.6-35b-a3b-awq"
+# Hand-written in the shape of a dense 70B model's config.json (Llama-style): 80 layers, 8 KV heads of 128, bf16.
+DENSE_70B = {"num_hidden_layers": 80, "num_key_value_heads": 8, "num_attention_heads": 64, "hidden_size": 8192,
+             "torch_dtype": "bfloat16", "max_position_embeddings": 131072}
+
+
+@pytest.fixture(scope="module")
+def gpu_host(testbed):
+    """A host given one H200 by the stand-in nvidia-smi (the recorded one: 143771 MiB)."""
+    host = testbed.host(GPU)
+    give_gpu(host, RECORDED)
+    return host
+
+
+def locked_inventory(testbed, workdir, host, name: str, shard_bytes: int, shards: int):
+    """``host`` serving the stand-in model with a lock beside the inventory that says it is ``shards`` weight files
+    of ``shard_bytes`` with a 70B model's config.json: what the preflight judges the fit by, before any pull."""
+    folder = workdir / f"refuse_fit_{name}"
+    folder.mkdir(exist_ok=True)
+    entry = testbed.standin["sglang_models"][KEY]
+    files = tuple({"path": f"model-{i + 1:05d}-of-{shards:05d}.safetensors", "size": shard_bytes,
+                   "sha256": f"{i:064x}", "sha256_from": "lfs"} for i in range(shards))
+    locked = lockfile.LockedModel(KEY, entry["repo_id"], entry["revision"], files, False, DENSE_70B)
+    (folder / "sglang.lock").write_text(lockfile.render(lockfile.document({KEY: locked}, {}, {}, "2026-12-06")))
+    return testbed.inventory(folder / "inventory.py", {"production": [(host, {
+        "sglang_require_gpu": True, "sglang_install_nvidia_toolkit": True, "sglang_context_length": 131072})]})
+
+
+def test_a_model_too_large_for_the_hosts_gpus_is_refused_before_the_pull_naming_every_figure(testbed, gpu_host,
+                                                                                              workdir):
+    before = gpu_host.exec(FINGERPRINT).stdout
+    result = run_deploy(locked_inventory(testbed, workdir, gpu_host, "large", 5 * 10**9, 30))   # 150 GB
+    assert result.returncode != 0
+    assert f"host {GPU}: sglang_model: '{KEY}' (standin-org/tiny-chat@" in result.output, result.output[-3000:]
+    assert "on 1 x NVIDIA H200 (143771 MiB each) at --tp-size=1: weights 139.7 GiB (the lock's file sizes), " \
+        "139.7 GiB per GPU; --mem-fraction-static 0.85 (sglang_mem_fraction_static) keeps 119.3 GiB of each " \
+        "143771 MiB GPU for weights and KV cache: the weights alone are 20.4 GiB over it: it cannot be served " \
+        "there, and the pull would fetch 139.7 GiB for nothing. Fix: serve it on more GPUs" in result.output
+    assert "refused before any change on any host" in result.output
+    assert result.statuses == {}, "an operation started"
+    assert gpu_host.exec(FINGERPRINT).stdout == before
+    assert gpu_host.exec("test -e /opt/sglang/hf-cache", check=False).returncode != 0   # nothing pulled
+
+
+def test_a_model_that_fits_is_not_refused_and_status_shows_its_figures(testbed, gpu_host, workdir):
+    """20 GB on the same H200: not refused; status.sh (a dry run, nothing changed) shows what it was judged by."""
+    before = gpu_host.exec(FINGERPRINT).stdout
+    report = run_status(locked_inventory(testbed, workdir, gpu_host, "fits", 5 * 10**9, 4), "--json")
+    row = rows(report)[GPU]
+    assert row["refused"] == [], row
+    fit = row["fit"]
+    assert (fit["fits"], fit["tp"], fit["gpu_mib"], fit["fraction"], fit["weights_gib"]) == \
+        (True, 1, 143771, 0.85, 18.63), fit
+    assert fit["kv_token_bytes"] == 2 * 80 * 8 * 128 * 2 and fit["kv_tokens"] > 131072 and fit["context"] == 131072
+    text = run_status(locked_inventory(testbed, workdir, gpu_host, "fits", 5 * 10**9, 4)).stdout
+    assert f"{GPU}: fits its GPUs: '{KEY}' (standin-org/tiny-chat@" in text
+    assert gpu_host.exec(FINGERPRINT).stdout == before

@@ -228,7 +228,8 @@ def test_the_server_container_runs_and_is_not_unhealthy(serving):
 
 
 def test_every_gpu_the_plan_found_is_present_and_healthy(serving):
-    """nvidia-smi's own word on each GPU (the snapshot's driver facts, gpus.gpu_faults): present, no uncorrectable
+    """nvidia-smi's own word on each GPU (the snapshot's driver facts, gpus.gpu_faults): present, every one the
+    last good config passed its gate on still listed (named by index and bus id when one is gone), no uncorrectable
     ECC error, no row remap waiting, under its slowdown temperature, registered with the fabric on an NVSwitch
     board; a failing GPU is named with its reason. A host without nvidia-smi (a stand-in sandbox) has none."""
     target = serving

@@ -234,9 +234,11 @@ class Testbed:
     def inventory(self, path: Path, groups: dict[str, list[tuple[TestHost, dict[str, Any]]]]) -> Path:
         return write_inventory(path, groups, base=self.standin)
 
-    def host(self, name: str, login: str = "root") -> TestHost:
-        """A fresh host; ``login`` "deploy" reaches it as a non-root user with passwordless sudo."""
-        host = testbed_hosts.start_host(name, self.state_dir, image=self.image, prefix=self.prefix, login=login)
+    def host(self, name: str, login: str = "root", image: str | None = None) -> TestHost:
+        """A fresh host (of ``image``, the trixie one unless given); ``login`` "deploy" reaches it as a non-root
+        user with passwordless sudo."""
+        host = testbed_hosts.start_host(name, self.state_dir, image=image or self.image, prefix=self.prefix,
+                                        login=login)
         self.started.append(host)
         return host
 

@@ -64,7 +64,7 @@ def _short(text: str) -> str:
     from sglang_infra.machine import ship
 
     for name in ship.programs():
-        text = text.replace(shlex.quote(ship.program(name)), f"<hostside/{name.replace('.', '/')}.py>")
+        text = text.replace(shlex.quote(ship.packed(name)), f"<hostside/{name.replace('.', '/')}.py>")
     return text
 
 

@@ -126,13 +126,13 @@ def free_port() -> int:
 def standin():
     servers = []
 
-    def start(failure="", load=0.0, rate=2000, served="qwen-test", drip=2.0):
+    def start(failure="", load=0.0, rate=2000, served="qwen-test", drip=2.0, extra=(), accept=2.5):
         port = free_port()
         server = standin_server.serve_in_thread(
             ["--model-path", "org/model", "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
-             "--tp-size", "2", "--tool-call-parser", "qwen3_coder"],
+             "--tp-size", "2", "--tool-call-parser", "qwen3_coder", *extra],
             {"STANDIN_FAILURE": failure, "STANDIN_LOAD_SECONDS": str(load), "STANDIN_TOKENS_PER_SECOND": str(rate),
-             "STANDIN_DRIP_SECONDS": str(drip)})
+             "STANDIN_DRIP_SECONDS": str(drip), "STANDIN_ACCEPT_LENGTH": str(accept)})
         servers.append(server)
         return f"http://127.0.0.1:{port}"
 
@@ -223,6 +223,60 @@ def test_benchmark_fails_a_slow_server(standin):
     result = v.run_benchmark(standin(failure="slow"), "qwen-test", concurrency=4, max_tokens=4, timeout=30,
                              baseline=985, min_fraction=0.8, results_dir=None)
     assert not result["ok"] and "below 80% of the baseline 985" in result["problems"][0]
+
+
+SPECULATIVE = ("--speculative-algorithm", "NGRAM", "--speculative-num-steps", "3")
+
+
+def test_benchmark_records_a_speculative_servers_accept_length_beside_its_throughput(standin):
+    result = v.run_benchmark(standin(extra=SPECULATIVE, accept=2.75), "qwen-test", concurrency=2, max_tokens=4,
+                             timeout=30, baseline=None, min_fraction=0.8, results_dir=None, speculative=True)
+    assert result["ok"], result["problems"]
+    assert result["avg_spec_accept_length"] == 2.75 and result["tok_per_s"] > 0
+
+
+def test_benchmark_fails_an_accept_length_below_the_recipes_floor(standin):
+    result = v.run_benchmark(standin(extra=SPECULATIVE, accept=1.2), "qwen-test", concurrency=2, max_tokens=4,
+                             timeout=30, baseline=None, min_fraction=0.8, results_dir=None, speculative=True,
+                             min_accept_length=2.0)
+    assert not result["ok"]
+    assert result["problems"] == ["the average accept length 1.20 is below the recipe's floor 2"]
+
+
+def test_benchmark_with_a_floor_fails_a_server_that_never_drafted(standin):
+    result = v.run_benchmark(standin(), "qwen-test", concurrency=2, max_tokens=4, timeout=30, baseline=None,
+                             min_fraction=0.8, results_dir=None, speculative=True, min_accept_length=2.0)
+    assert not result["ok"] and "speculative decoding did not run" in result["problems"][0]
+
+
+@pytest.mark.parametrize("answer, why", [
+    (b"null", "has no internal_states list"),
+    (b'{"internal_states": [{"avg_spec_accept_length": "many"}]}', "not a number 0-64"),
+    (b'{"internal_states": [{"avg_spec_accept_length": 1e9}]}', "not a number 0-64"),
+    (b"x" * (v.MAX_ANSWER_BYTES + 10), "no usable /server_info"),
+])
+def test_an_accept_length_answer_out_of_shape_is_a_problem_never_a_crash(answer, why):
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        length, problem = v.accept_length(f"http://127.0.0.1:{server.server_address[1]}", 5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert length is None and why in problem
 
 
 def test_benchmark_counts_errors(standin):

@@ -143,9 +143,9 @@ def snapshot(tmp_path, program: str, *flags: str) -> dict:
 
 def test_the_snapshot_through_the_cache_reads_what_the_bundle_reads(tmp_path, cache):
     cached = ship.cached_program("read.snapshot", str(cache))
-    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.program("read.snapshot"))   # a miss
+    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.packed("read.snapshot"))   # a miss
     assert len(os.listdir(cache)) == 1
-    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.program("read.snapshot"))   # a hit
+    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.packed("read.snapshot"))   # a hit
 
 
 def test_the_snapshot_fact_runs_through_roots_cache():

@@ -158,3 +158,76 @@ def test_a_fabric_not_yet_registered_is_refused_once_fabric_manager_runs():
     found = refusals(section("hgx-h200-fabric-pending-handwritten", nvswitches=NVSWITCHES,
                              fabric_manager="580.159.04", units=RUNNING), sglang_enable_persistence=True)
     assert list(found) == ["nvidia-smi"] and "not registered with the NVSwitch fabric" in found["nvidia-smi"][0]
+
+
+# ---------------------------------------------------------------- a GPU lost since the last good gate (issue 53)
+STANDIN = Path(__file__).resolve().parents[1] / "support" / "gpustandin" / "nvidia-smi"
+
+
+def eight_gpus(tmp_path, present: str, gated: str | None = "0 1 2 3 4 5 6 7") -> dict:
+    """The snapshot's gpus section of a host whose stand-in nvidia-smi lists the GPUs ``present`` names, its last
+    good gate having passed on those ``gated`` names (None: no gate recorded GPUs)."""
+    import subprocess
+
+    share = tmp_path / "standin-nvidia-smi"
+    share.mkdir(exist_ok=True)
+    (share / "q.xml").write_text(document("recorded"))
+
+    def read(indexes, *args):
+        (share / "present").write_text(indexes + "\n")
+        return subprocess.run([str(STANDIN), *args], capture_output=True, text=True, check=True, timeout=30,
+                              env={"STANDIN_NVIDIA_SMI_DIR": str(share), "PATH": "/usr/bin:/bin"}).stdout
+
+    record = None if gated is None else json.loads(nvsmi.gated(nvsmi.parse(read(gated, "-q", "-x"))))
+    return {"query": read(present, "--query-gpu=index,name,compute_cap,memory.total",
+                          "--format=csv,noheader,nounits").splitlines(),
+            "topo": read(present, "topo", "-m").splitlines(), "runtimes": ["nvidia"],
+            "driver": nvsmi.parse(read(present, "-q", "-x")), "nvswitches": [], "fabric_manager": None,
+            "units": {}, "gated": record}
+
+
+GPU_3 = "GPU 3 (00000000:5D:00.0, GPU-5a1e0000-0000-4000-8000-000000000003): missing: nvidia-smi lists 7 GPU(s), " \
+    "the last good config passed its gate on 8"
+
+
+def test_a_gpu_gone_since_the_last_good_gate_is_a_fault_named_by_index_and_bus_id(tmp_path):
+    found = gpu_faults(eight_gpus(tmp_path, "0 1 2 4 5 6 7"))
+    assert len(found) == 1 and found[0].startswith(GPU_3), found
+
+
+@pytest.mark.parametrize("present, gated", [("0 1 2 3 4 5 6 7", "0 1 2 3 4 5 6 7"), ("0 1 2 4 5 6 7", None),
+                                            ("0 1 2 4 5 6 7", "0 1 2 4 5 6 7"), ("0 1 2 3 4 5 6 7", "0 1 2 4 5 6 7")],
+                         ids=["all-there", "never-gated", "gated-on-seven", "one-more-than-gated"])
+def test_every_gpu_of_the_last_good_gate_still_there_is_no_fault(tmp_path, present, gated):
+    assert gpu_faults(eight_gpus(tmp_path, present, gated)) == []
+
+
+def test_a_lost_gpu_is_refused_before_a_plan_for_fewer_naming_it_and_the_fix(tmp_path):
+    """Today's main re-planned --tp-size 8 to 7 and restarted the server on seven GPUs."""
+    section = eight_gpus(tmp_path, "0 1 2 4 5 6 7")
+    found = refusals(section)
+    what, fix = found["sglang_gpus"]
+    assert what.startswith(GPU_3) and "The server is left as it is" in what
+    assert "replace the GPU" in fix and "set sglang_gpus = 7" in fix
+    assert "nvidia-smi" not in found   # named once, with its own fix, not again as an unhealthy GPU
+
+
+def test_a_lost_gpu_is_refused_when_sglang_gpus_still_reserves_it(tmp_path):
+    assert "missing" in refusals(eight_gpus(tmp_path, "0 1 2 4 5 6 7"), sglang_gpus=8, sglang_tp_size=8)[
+        "sglang_gpus"][0]
+
+
+@pytest.mark.parametrize("gpus", [7, 4])
+def test_serving_on_the_gpus_left_is_allowed_when_sglang_gpus_says_so(tmp_path, gpus):
+    assert refusals(eight_gpus(tmp_path, "0 1 2 4 5 6 7"), sglang_gpus=gpus, sglang_tp_size=gpus) == {}
+
+
+def test_the_gates_record_is_read_bounded_and_never_through_a_link(tmp_path):
+    (tmp_path / "elsewhere").write_text('[{"index": 0, "bus_id": "x", "uuid": "y"}]')
+    (tmp_path / nvsmi.GATED_FILE).symlink_to(tmp_path / "elsewhere")
+    assert nvsmi.read_gated(str(tmp_path)) is None
+    (tmp_path / nvsmi.GATED_FILE).unlink()
+    (tmp_path / nvsmi.GATED_FILE).write_text("[" + "{}, " * 30000 + "{}]")
+    assert nvsmi.read_gated(str(tmp_path)) is None
+    (tmp_path / nvsmi.GATED_FILE).write_text('[{"index": true, "bus_id": ["x"], "uuid": "GPU-1"}]')
+    assert nvsmi.read_gated(str(tmp_path)) == [{"index": None, "bus_id": None, "uuid": "GPU-1"}]

@@ -64,6 +64,7 @@ def inventory(monkeypatch):
     snapshots = {each.name: converged_snapshot(None if each.name[:3] in ("gw-", "mon") else "rtx4090-2gpu-node",
                                                reach={"ok": True, "said": "connected"}) for each in hosts}
     monkeypatch.setattr(preflight.factcache, "get", lambda host, fact, spec: snapshots[host.name])
+    monkeypatch.setattr(preflight.sources, "ask", lambda host, urls: dict.fromkeys(urls))   # every source answers
     monkeypatch.setattr(preflight, "inventory_file", lambda: None)
     Host.reads.clear()
     yield hosts

@@ -267,6 +267,84 @@ def test_the_kernel_check_fails_the_gate_naming_the_gpu(tmp_path, monkeypatch, s
             "/usr/local/cuda-pip/bin/nvcc") in calls
 
 
+# ---------------------------------------------------------------- the GPUs the last good config passed on (issue 53)
+STANDIN_NVIDIA_SMI = os.path.join(os.path.dirname(__file__), "..", "support", "gpustandin", "nvidia-smi")
+
+
+def standin_gpus(tmp_path, monkeypatch, present: str) -> None:
+    """The stand-in nvidia-smi (tests/support/gpustandin/) first on PATH, listing the GPUs ``present`` names."""
+    share, bin_dir = tmp_path / "standin-nvidia-smi", tmp_path / "bin"
+    share.mkdir()
+    bin_dir.mkdir()
+    (share / "q.xml").write_text(open(os.path.join(os.path.dirname(__file__), "fixtures", "h200-2026-12-04",
+                                                   "q.xml")).read())
+    (share / "present").write_text(present + "\n")
+    (bin_dir / "nvidia-smi").symlink_to(os.path.abspath(STANDIN_NVIDIA_SMI))
+    monkeypatch.setenv("STANDIN_NVIDIA_SMI_DIR", str(share))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_passed_gate_keeps_the_gpus_it_passed_on_beside_the_good_config(tmp_path, monkeypatch):
+    from sglang_infra.hostside.gpu import nvsmi
+
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    standin_gpus(tmp_path, monkeypatch, "0 1 2 3 4 5 6 7")
+    run, docker = _worker(tmp_path, monkeypatch)
+    assert run.run() == 0
+    kept = nvsmi.read_gated(str(docker))
+    assert [g["index"] for g in kept] == list(range(8))
+    assert kept[3] == {"index": 3, "bus_id": "00000000:5D:00.0", "uuid": "GPU-5a1e0000-0000-4000-8000-000000000003"}
+
+
+def test_a_failed_gate_keeps_the_gpus_of_the_last_good_config(tmp_path, monkeypatch):
+    from sglang_infra.hostside.gpu import nvsmi
+
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    standin_gpus(tmp_path, monkeypatch, "0 1 2 3 4 5 6 7")
+    run, docker = _worker(tmp_path, monkeypatch)
+    assert run.run() == 0
+    (tmp_path / "standin-nvidia-smi" / "present").write_text("0 1 2 4 5 6 7\n")
+    (tmp_path / "home" / names.VALIDATION_SCRIPTS[0]).write_text(TOOL_CALLS_FAIL)
+    assert run.run() != 0   # failed (its rollback here fails the same checks)
+    assert len(nvsmi.read_gated(str(docker))) == 8
+
+
+def test_a_gateways_gate_keeps_no_gpus(tmp_path, monkeypatch):
+    from sglang_infra.hostside.gpu import nvsmi
+
+    standin_gpus(tmp_path, monkeypatch, "0 1")
+    run, docker = _worker(tmp_path, monkeypatch, gateway="m")
+    assert run.run() == 0 and not (docker / nvsmi.GATED_FILE).exists()
+
+
+# ---------------------------------------------------------------- the last good config failing (issue 53)
+@pytest.mark.parametrize("recovers", [True, False], ids=["recreated-it-passes", "recreated-it-fails-again"])
+def test_a_solo_host_whose_good_config_fails_keeps_it_good_not_failed(tmp_path, monkeypatch, capsys, recovers):
+    """A solo host restarted on its last known-good config (a container gone) whose gate then fails: the config is
+    not kept as *.failed (the next run would refuse the good config itself, operations/gate.py not_failed_before);
+    it is recreated and validated once more."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL)
+    (docker / "compose.yaml.good").write_text("services: {}\n")
+    outcomes = iter(["test_tool_calling.sh: no tool_calls in the answer", None if recovers else "still failing"])
+    monkeypatch.setattr(run, "validate", lambda: next(outcomes))
+    assert run.run() == (1 if recovers else 2)
+    assert not (docker / "compose.yaml.failed").exists()
+    assert (docker / "compose.yaml.good").read_text() == "services: {}\n"
+    assert "nothing is kept as *.failed" in capsys.readouterr().err
+
+
+def test_a_new_config_that_fails_is_still_kept_as_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch, TOOL_CALLS_FAIL)
+    (docker / "compose.yaml.good").write_text("services: {old: {}}\n")
+    outcomes = iter(["test_tool_calling.sh: no tool_calls in the answer", None])
+    monkeypatch.setattr(run, "validate", lambda: next(outcomes))
+    assert run.run() == 1
+    assert (docker / "compose.yaml.failed").read_text() == "services: {}\n"
+    assert (docker / "compose.yaml").read_text() == "services: {old: {}}\n"
+
+
 @pytest.mark.parametrize("stdout, why", [
     ("null", "answered NoneType null, not its report"),
     ("[]", "answered list [], not its report"),

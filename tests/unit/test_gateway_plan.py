@@ -609,7 +609,7 @@ class TurnHost:
 
         text = str(command)
         gevent.sleep(0.02)
-        if "# roll/gateway_workers.py from sglang_infra/hostside" in text:
+        if "hostside/roll/gateway_workers.py" in text:   # ship.command: the program packed, its path in clear
             change = json.loads(_stdin)
             if change.get("view"):
                 self.log.append((self.name, "view"))

@@ -192,6 +192,26 @@ def test_a_worker_listed_healthy_without_its_model_is_not_back(keyed, capsys):
         in err and "another-key" not in err
 
 
+def test_a_worker_whose_key_was_rotated_comes_back_with_its_own_key(keyed, capsys):
+    """Issue 53: a key rotated in this run. The roll restarts the worker first (it now wants the new key); the
+    gateway host's server.yaml still holds the old one until tasks/gateways.py. Sent the old key, the gateway listed
+    the worker with model "unknown" and the roll stopped at the first worker; the roll now sends the worker's own."""
+    base, home, listed, bodies, _ = keyed
+    server_config(home, "old-key-0123456789abcdef0123")
+    code, said = step(home / "router" / "m", base, {"add": A, "healthy_within": 2, "model": SERVED,
+                                                    "api_key": WORKER_KEY})
+    assert (code, [w["model_id"] for w in listed.values()]) == (0, [SERVED]), said
+    assert bodies == [{"url": A, "api_key": WORKER_KEY}]
+    assert WORKER_KEY not in said + capsys.readouterr().err
+
+
+def test_a_rotated_key_goes_to_no_port_the_gateways_container_does_not_publish(keyed):
+    base, home, _, bodies, _ = keyed
+    server_config(home, "old-key-0123456789abcdef0123", holds=lambda url: False)
+    step(home / "router" / "m", base, {"add": A, "healthy_within": 0, "api_key": WORKER_KEY})
+    assert bodies == [{"url": A}]
+
+
 def test_a_gateway_from_before_smg_is_read_with_the_api_key_it_had(keyed, capsys):
     """The move of a keyed sglang-router fleet to SMG: the old gateway's worker API takes the API key (the gateway
     host's server.yaml), not the control-plane key; the roll reads what it lists with that key."""

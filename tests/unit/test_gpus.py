@@ -125,6 +125,7 @@ def test_impossible_plans_are_refused():
     assert problems("h100-8gpu-nvlink", sglang_dtype="float16") == []
 
 
-def test_missing_nvidia_runtime_is_refused_unless_the_deploy_may_install_it():
-    assert problems("h200-1gpu", runtime=False) == ["sglang_install_nvidia_toolkit"]
-    assert problems("h200-1gpu", runtime=False, sglang_install_nvidia_toolkit=True) == []
+def test_missing_nvidia_runtime_is_installed_by_default_and_refused_when_opted_out():
+    assert problems("h200-1gpu", runtime=False) == []
+    assert problems("h200-1gpu", runtime=False, sglang_install_nvidia_toolkit=False) == \
+        ["sglang_install_nvidia_toolkit"]

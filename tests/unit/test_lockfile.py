@@ -353,3 +353,28 @@ def test_the_image_build_requires_the_locked_wheel_hashes():
     assert "--require-hashes -r /tmp/sglang-requirements.txt" in locked.dockerfile
     assert b"flashinfer-python==0.6.14 \\\n    --hash=sha256:" + b"a" * 64 in locked.files["requirements.txt"]
     assert locked.tag.startswith("sglang-serving:v0.5.16-") and locked.tag != plain.tag
+
+
+def test_lock_sh_keeps_the_shape_config_json_gives_and_reads_it_again_for_an_older_lock(hub, tmp_path):
+    """The lock carries what config.json says of the model's shape (lockfile.CONFIG_KEYS), read from the bytes it
+    hashes, for the preflight's fit on the GPUs (machine/modelfit.py); an entry locked before it is read again at its
+    commit, and a lock written again without --update changes nothing."""
+    shaped = {"repos": [{"repo_id": "org/shaped", "commits": [{"branch": "main", "files": [
+        {"path": "config.json", "text": json.dumps({"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64,
+                                                    "torch_dtype": "bfloat16", "vocab_size": 1000})},
+        {"path": "model.safetensors", "size": 1000, "seed": 3, "lfs": True}]}]}]}
+    with StandinHub(shaped, access_log=False) as shaped_hub:
+        model = lockgen.resolve_model("s", "org/shaped", "main", shaped_hub.url, None)
+        assert model.config == {"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64,
+                                "torch_dtype": "bfloat16"}
+        assert model.weights == 1000
+        written = lockfile.parse("x", lockfile.render(lockfile.document({"s": model}, {}, {}, "now")))
+        assert written.models["s"].config == model.config
+        data = {**host_data(hub), "sglang_hf_endpoint": shaped_hub.url, "sglang_models": {"s": {
+            **host_data(hub)["sglang_models"]["m"], "repo_id": "org/shaped"}}, "sglang_model": "s"}
+        older = lockfile.parse("x", lockfile.render(lockfile.document(
+            {"s": lockfile.LockedModel("s", model.repo_id, model.commit, model.files, False)}, {}, {}, "then")))
+        again = lockgen.generate([("h", data)], older, [])
+        assert again["models"]["s"]["config"] == model.config
+        kept = lockgen.generate([("h", data)], lockfile.parse("x", lockfile.render(again)), [])
+        assert lockfile.body(kept) == lockfile.body(again)

@@ -184,7 +184,7 @@ def test_layout_batches_repairs_by_size_within_the_kernels_limit_on_one_argument
     commands, _ = run("layout", {"home": "/opt/sglang", "dirs": {}, "user": "sglang", "group": "sglang"},
                       {"Snapshot": {"layout": {"dirs": {}, "drift": {"cache_file_mode": paths,
                                                                      "cache_group": short}}}})
-    program = shlex.quote(__import__("sglang_infra.machine.ship", fromlist=["program"]).program("write.repair"))
+    program = shlex.quote(__import__("sglang_infra.machine.ship", fromlist=["packed"]).packed("write.repair"))
     sent = [c.replace("<hostside/write/repair.py>", program) for c in commands]
     assert all(len(shlex.quote(c).encode()) < 128 * 1024 for c in sent), [len(c) for c in sent]
     listed = [w for c in sent for w in shlex.split(c)[8:]]   # python3 -I -c PROGRAM CATEGORY HOME USER GROUP

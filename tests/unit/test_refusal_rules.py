@@ -130,11 +130,11 @@ def test_compose_template_must_exist():
 
 
 FRESH = {"os_id": "debian", "os_version": "13", "user": None, "group": None, "admins_present": [],
-         "uid_owner": None, "gid_owner": None, "cli": None, "api": False, "active": "inactive",
+         "uid_owner": None, "gid_owner": None, "cli": None, "api": False, "active": "inactive", "loaded": False,
          "compose_plugin": None}
-WORKING_ENGINE = {"cli": "/usr/bin/docker", "api": True, "active": "active",
+WORKING_ENGINE = {"cli": "/usr/bin/docker", "api": True, "active": "active", "loaded": True,
                   "compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
-_DOCKER = ("cli", "api", "active", "compose_plugin")
+_DOCKER = ("cli", "api", "active", "loaded", "compose_plugin")
 
 
 def snapshot(state: dict) -> dict:
@@ -192,6 +192,26 @@ def test_debian_12_needs_dockers_repository_unless_an_engine_works():
     assert "sglang_docker_source = 'docker'" in host_errors({"os_version": "12"})[0]
     assert host_errors({"os_version": "12"}, sglang_docker_source="docker") == []
     assert host_errors({"os_version": "12", **WORKING_ENGINE}) == []
+
+
+@pytest.mark.parametrize("engine", [
+    {"api": False, "active": "inactive"},   # docker.service stopped
+    {"api": True, "active": "inactive"},    # only docker.socket was active when the units were read
+    {"api": False, "active": "failed"},
+])
+def test_debian_12_with_compose_v2_and_an_engine_that_can_start_is_not_refused(engine):
+    assert host_errors({"os_version": "12", **WORKING_ENGINE, **engine}) == []
+
+
+def test_debian_12_whose_engine_is_masked_and_silent_is_refused():
+    assert host_errors({"os_version": "12", **WORKING_ENGINE, "api": False, "loaded": False})
+
+
+def test_a_host_that_gets_no_docker_is_never_judged_for_it():
+    data = {**DEFAULTS, "sglang_require_gpu": False}
+    bare_bookworm = snapshot({**FRESH, "os_version": "12"})
+    assert check_host_state("mon-01", data, bare_bookworm, serves=False, gets_docker=False) == []
+    assert check_host_state("mon-01", data, bare_bookworm, serves=False, gets_docker=True)
 
 
 def test_existing_account_with_other_ids_is_refused():

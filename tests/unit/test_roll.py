@@ -32,11 +32,11 @@ class Output(SimpleNamespace):
 
 
 def shipped(program, command):
-    """True when ``command`` runs hostside/<program>.py as ship.py bundles it (its neighbours' text may name others),
-    or through the code cache (ship.cached_command)."""
+    """True when ``command`` runs hostside/<program>.py as ship.command packs it (its path in clear), or through
+    the code cache (ship.cached_command)."""
     from sglang_infra.machine import ship
 
-    return f"# {program}.py from sglang_infra/hostside" in command or \
+    return f'"hostside/{program}.py","exec"' in command or \
         command.startswith(ship.cached_command(program.replace("/", ".")))
 
 
@@ -567,3 +567,24 @@ def test_a_groups_turn_restarts_and_gates_the_whole_group_from_rank_0(fleet, mon
                                 "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker", (), stamped, group)
     assert calls == [("gpu-01", "ds-a", True)]
     assert not [what for name, what in log if name == "gpu-01" and what in ("up", "gate", "stop at once, up")]
+
+
+def test_a_worker_comes_back_to_its_gateways_with_its_own_key_never_shown(fleet, monkeypatch):
+    """Issue 53: a key rotated in this run stopped the roll at the first worker (its gateway sent it the gateway
+    host's old key). The worker's own key (its plan's) goes in the change's stdin when it comes back, not when it
+    leaves, and is in no repr pyinfra or a fixture prints."""
+    state, _, log = fleet
+    key = "rotated-0123456789abcdef0123"
+    calls = []
+    real = roll_ops.on_gateway_host
+    monkeypatch.setattr(roll_ops, "on_gateway_host", lambda state, front, change: (calls.append(change)
+                                                                                  or real(state, front, change)))
+    worker_key = roll_ops.WorkerKey(key)
+    assert roll_ops.roll_worker(state, Host("gpu-01", log), roll(size=2)(1), UP, GATE, "the key changed",
+                                "http://127.0.0.1:30000/metrics", None, 60, "/opt/sglang/docker", (),
+                                worker_key=worker_key)
+    changes = [change for change in calls if "view" not in change]
+    assert [change.get("api_key") for change in changes if "add" in change] == [key]
+    assert all("api_key" not in change for change in changes if "remove" in change)
+    assert key not in repr(worker_key)
+

@@ -124,18 +124,46 @@ def test_the_control_side_writes_a_host_program_only_through_installed():
     assert callers == []
 
 
-def test_every_program_run_per_command_fits_in_one_argument_with_room_to_grow():
-    """pyinfra runs a command as one `sh -c` argument, quoted once more; Linux refuses one longer than 128 KiB
-    (MAX_ARG_STRLEN). Every program the control side sends in a command (ship.command, found at its call sites)
-    fits with 8 KiB to spare for its arguments and some growth; the snapshot goes compressed (cached_command)."""
+def _sent() -> set[tuple[str, str]]:
+    """Every program the control side sends in a command, found at its call sites: ("cached_", name) through the
+    code cache (ship.cached_command), ("", name) as ship.command sends it."""
     import re
-    import shlex
 
     root = Path(__file__).resolve().parents[2]
-    found = {(cached, name) for folder in ("sglang_infra", "tasks") for path in (root / folder).rglob("*.py")
-             for cached, name in re.findall(r"ship\.(cached_)?command\(['\"]([\w.]+)['\"]\)", path.read_text())}
+    return {(cached, name) for folder in ("sglang_infra", "tasks") for path in (root / folder).rglob("*.py")
+            for cached, name in re.findall(r"ship\.(cached_)?command\(['\"]([\w.]+)['\"]\)", path.read_text())}
+
+
+def test_every_program_sent_in_a_command_travels_compressed_with_room_to_double():
+    """Issue 53: sent as text, roll.restore_good (the rollback's own program) was 118.6 KiB quoted twice, within
+    10 KiB of the 128 KiB one argument may hold (MAX_ARG_STRLEN: pyinfra's `sh -c` quotes it once more), so a
+    feature added to a rollback path could break the rollback. Every program sent per command travels compressed
+    (ship.command packs it; cached_command compresses it for the code cache): each fits in half the limit, quoted
+    twice, and its text is no longer in the command at all."""
+    import shlex
+
+    found = _sent()
     sent = {name for _, name in found}
     assert {"write.put", "roll.restore_good", "stack", "read.snapshot"} <= sent, sent   # the call sites were found
-    sizes = {name: len(shlex.quote((ship.cached_command if cached else ship.command)(name)).encode())
+    sizes = {name: len(shlex.quote(shlex.quote((ship.cached_command if cached else ship.command)(name))).encode())
              for cached, name in found}
-    assert max(sizes.values()) <= 120 * 1024, sorted(sizes.items(), key=lambda item: -item[1])
+    assert max(sizes.values()) <= 64 * 1024, sorted(sizes.items(), key=lambda item: -item[1])
+    for cached, name in found:
+        assert ship.program(name).splitlines()[-1] not in (ship.cached_command if cached else ship.command)(name)
+
+
+@pytest.mark.parametrize("name, args", [("roll.restore_good", ["/nonexistent"]), ("write.acl", []),
+                                        ("write.put", ["/nonexistent/a"])])
+def test_a_compressed_program_runs_as_its_text_did(name, args, tmp_path):
+    """The same program, the same arguments, the same stdin: the same exit status and output as the text run
+    from a file (stdin reaches it: write.put reads the file's content there)."""
+    def run(line: list[str]):
+        return subprocess.run(line, input="content", capture_output=True, text=True, timeout=60)
+
+    whole_file = tmp_path / "program.py"
+    whole_file.write_text(ship.program(name))
+    packed = run(["sh", "-c", ship.command(name).replace("python3", sys.executable, 1) + " " + " ".join(args)])
+    whole = run([sys.executable, "-I", str(whole_file), *args])
+    assert (packed.returncode, packed.stdout, packed.stderr.splitlines()[-1:]) == \
+        (whole.returncode, whole.stdout, whole.stderr.splitlines()[-1:])
+    assert packed.returncode != 0 or name == "roll.restore_good"   # each ran far enough to judge its arguments

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from sglang_infra.hostside.read import snapshot as hostsnapshot
 from sglang_infra.machine import ship
 from sglang_infra.machine.platforms import engine_works
 from sglang_infra.run.facts import Snapshot
@@ -193,19 +194,76 @@ def test_a_host_without_python3_still_says_what_it_is(tmp_path):
     assert found["python3"] is None and "id" in found["os"]
 
 
-WORKING = {"cli": "/usr/bin/docker", "api": True, "active": "active",
+WORKING = {"cli": "/usr/bin/docker", "api": True, "active": "active", "loaded": True,
            "compose_plugin": "/usr/libexec/docker/cli-plugins/docker-compose"}
 
 
 @pytest.mark.parametrize("broken", [
-    {"compose_plugin": None},   # engine without compose v2 (v1 was never a plugin)
-    {"api": False},             # daemon not answering on its socket
-    {"active": "failed"},       # unit down
-    {"cli": None},              # no client
+    {"compose_plugin": None},               # engine without compose v2 (v1 was never a plugin)
+    {"cli": None},                          # no client
+    {"api": False, "loaded": False},        # no engine answers and systemd has none to start (or it is masked)
 ])
 def test_engine_works_needs_every_part(broken):
     assert engine_works(WORKING)
     assert not engine_works({**WORKING, **broken})
+
+
+@pytest.mark.parametrize("state", [
+    {"api": False, "active": "inactive"},   # docker.service stopped: the deploy starts it
+    {"api": True, "active": "inactive"},    # socket-activated: the snapshot's own query started it after the read
+    {"api": False, "active": "failed"},     # failed once: started again, not refused
+    {"api": True, "loaded": False},         # an engine that answers without a unit (dockerd run by hand)
+])
+def test_an_engine_that_can_be_started_works_whatever_it_does_now(state):
+    assert engine_works({**WORKING, **state})
+
+
+def fake_docker_host(tmp_path, monkeypatch, plugin_in=None, daemon_json=None):
+    """docker() against a fake root: a CLI on PATH, no socket, the compose plugin in ``plugin_in``."""
+    bin_dir, home = tmp_path / "bin", tmp_path / "home"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text("#!/bin/sh\n")
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(hostsnapshot.pwd, "getpwuid", lambda uid: type("pw", (), {"pw_dir": str(home)})())
+    system = tmp_path / "system-plugins"
+    monkeypatch.setattr(hostsnapshot, "COMPOSE_PLUGIN_DIRS", (str(system),))
+    monkeypatch.setattr(hostsnapshot.dockerapi, "SOCKET", str(tmp_path / "no-socket"))
+    monkeypatch.setattr(hostsnapshot, "DAEMON_JSON", str(tmp_path / "daemon.json"))
+    if daemon_json is not None:
+        (tmp_path / "daemon.json").write_text(daemon_json)
+    if plugin_in is not None:
+        folder = {"root": home / ".docker" / "cli-plugins", "system": system}[plugin_in]
+        folder.mkdir(parents=True)
+        (folder / "docker-compose").write_text("#!/bin/sh\n")
+        (folder / "docker-compose").chmod(0o755)
+    return home
+
+
+@pytest.mark.parametrize("plugin_in", ["root", "system"])
+def test_the_compose_plugin_is_found_where_the_cli_finds_it_roots_own_folder_included(tmp_path, monkeypatch,
+                                                                                       plugin_in):
+    fake_docker_host(tmp_path, monkeypatch, plugin_in)
+    found = hostsnapshot.docker({"loaded": True, "active": "inactive", "enabled": "enabled"})
+    assert found["compose_plugin"] and found["compose_plugin"].endswith("/docker-compose")
+    assert found["loaded"] is True and found["api"] is False and engine_works(found)
+
+
+def test_no_compose_plugin_anywhere_is_no_working_engine(tmp_path, monkeypatch):
+    fake_docker_host(tmp_path, monkeypatch)
+    found = hostsnapshot.docker({"loaded": True, "active": "active", "enabled": "enabled"})
+    assert found["compose_plugin"] is None and not engine_works(found)
+
+
+@pytest.mark.parametrize("daemon_json,runtimes", [
+    ('{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}', ["nvidia"]),
+    ('{"runtimes": {"nvidia": ', []),      # torn: nothing claimed
+    ('["nvidia"]', []),                    # not the engine's shape
+    (None, []),                            # no file
+])
+def test_a_stopped_engine_reports_the_runtimes_its_daemon_json_names(tmp_path, monkeypatch, daemon_json, runtimes):
+    fake_docker_host(tmp_path, monkeypatch, "system", daemon_json)
+    assert hostsnapshot.docker({"loaded": True, "active": "inactive"})["runtimes"] == runtimes
 
 
 def test_the_loader_bundles_a_program_with_the_neighbours_it_imports():

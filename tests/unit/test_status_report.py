@@ -354,3 +354,18 @@ def test_a_failing_gpu_is_named_with_its_reason_and_fails_the_host():
              "remap (or page retirement) waits for a GPU reset; 92 C, at or over its slowdown temperature (91 C)")
     assert judged["exit"] == 1 and judged["hosts"][0]["problems"] == [fault]
     assert f"gpu-01: {fault}" in fleetstatus.table(judged).splitlines()
+
+
+def test_a_host_whose_model_fits_shows_the_figures_the_preflight_judged_it_by():
+    """Two RTX 4090 and the lock's 8 GB of weights: the row carries modelfit's figures, the table says them."""
+    plan = _plan()
+    shard = {"path": "model.safetensors", "size": 8 * 10**9, "sha256": "2" * 64, "sha256_from": "lfs"}
+    model = LockedModel(plan.served.key, plan.served.repo_id, plan.served.revision, FILES + (shard,))
+    plan = replace(_locked(plan, _lock(plan)), locked={plan.served.key: model})
+    row = statusrows.row("gpu-01", plan, _snapshot(plan), [])
+    assert row["fit"]["fits"] is True and row["fit"]["tp"] == 2 and row["fit"]["gpu_mib"] == 24564
+    assert row["fit"]["fraction"] == 0.85 and row["fit"]["fraction_source"] == "sglang_mem_fraction_static"
+    text = fleetstatus.table(fleetstatus.judged([row]))
+    assert "gpu-01: fits its GPUs: 'qwen3.6-35b-a3b-awq' (QuantTrio/Qwen3.6-35B-A3B-AWQ@" in text
+    assert "on 2 x NVIDIA GeForce RTX 4090 (24564 MiB each) at --tp-size=2" in text
+    assert statusrows.row("gpu-01", _plan(), _snapshot(_plan()), [])["fit"] is None   # no lock: not judged

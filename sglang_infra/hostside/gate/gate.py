@@ -29,10 +29,11 @@ import sys
 import threading
 import time
 
-from .. import apikey, checks, names, stack
+from .. import apikey, checks, names, safefs, stack
+from ..gpu import nvsmi
 from ..printable import printable
 from . import gate_metrics, stamp
-from .goodcopy import CONFIG, copy
+from .goodcopy import CONFIG, MAX_CONFIG, copy
 
 LOG_LINES = 40  # of the server's log, shown when it never became ready
 # Beyond the readiness wait: both checks bound their own requests at 300 s (checks.py), the toolchain check and
@@ -44,7 +45,8 @@ COMMAND_TIMEOUT = 120
 KERNEL_REPORT_BYTES = 64 << 10
 KERNEL_SAID_CHARS = 1000
 # benchmark.sh's summary fields kept in the gate's record.
-BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "ok", "result_file")
+BENCHMARK_FIELDS = ("time", "tok_per_s", "baseline_tok_per_s", "ratio_to_baseline", "avg_spec_accept_length",
+                    "min_accept_length", "ok", "result_file")
 
 
 def say(line):
@@ -195,6 +197,29 @@ class Gate:
     def keep(self, suffix):
         for path in self.config():
             copy(path, path + suffix)
+        if suffix == ".good" and not self.gateway:
+            self.keep_gpus()
+
+    def is_last_good(self):
+        """Whether the config is its last known-good copy byte for byte (False where either cannot be read)."""
+        try:
+            return all(safefs.read_with_stat(path, MAX_CONFIG)[0] == safefs.read_with_stat(path + ".good",
+                                                                                          MAX_CONFIG)[0]
+                       for path in self.config())
+        except OSError:
+            return False
+
+    def keep_gpus(self):
+        """A worker's GPUs as nvidia-smi lists them now, kept beside its *.good config (nvsmi.GATED_FILE): the
+        plan this config passed on. Nothing is kept without nvidia-smi (a stand-in sandbox)."""
+        try:
+            listed = subprocess.run(["nvidia-smi", "-q", "-x"], capture_output=True, text=True, check=True,
+                                    timeout=COMMAND_TIMEOUT)
+            text = nvsmi.gated(nvsmi.parse(listed.stdout))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return
+        stack.write_private(os.path.join(self.docker_dir, nvsmi.GATED_FILE), text,
+                            os.path.join(self.docker_dir, names.COMPOSE_FILE))
 
     def stamp(self):
         found = stack.container(self.project, self.service)
@@ -262,8 +287,13 @@ class Gate:
             say(f"FAILED: {failed}. {GROUP_STATE_FAILED}")
             self.record(failed, tried, tool_call_ok=tool_call_ok)
             return GROUP_FAILED
+        # A config that is its own last known-good copy (restarted as it was: a container gone, a host rebooted)
+        # failed through the host's state, not as a config: kept as *.failed, the next run would refuse the good
+        # config itself (operations/gate.py not_failed_before). It is recreated and validated once more below.
+        last_good = step is None and self.is_last_good()
         try:
-            self.keep(names.FAILED_SUFFIX)
+            if not last_good:
+                self.keep(names.FAILED_SUFFIX)
         except OSError as error:
             say(f"could not keep the failed config as *.failed ({error})")
         if step == "validate":
@@ -293,11 +323,16 @@ class Gate:
         if again is None:
             self.stamp()
         self.record(failed, tried, rolled_back=again is None, tool_call_ok=tool_call_ok)
+        if again is None and last_good:
+            say(f"FAILED: {failed}. This config is the last known-good one (nothing is kept as *.failed); "
+                "recreated, it serves and validates again")
+            return 1
         if again is None:
             say(f"FAILED: {failed}. Rolled back to the last known-good config, which serves and validates again; "
                 "the failed config is kept as compose.yaml.failed and .env.failed")
             return 1
-        say(f"FAILED: {failed}. The rollback to the last known-good config ALSO failed ({again}); "
+        same = " (this config is the last known-good one: nothing is kept as *.failed)" if last_good else ""
+        say(f"FAILED: {failed}. The rollback to the last known-good config ALSO failed ({again}){same}; "
             "the host needs a person")
         return 2
 

@@ -7,9 +7,12 @@ Newer drivers name the clock reasons clocks_event_reasons, older ones clocks_thr
 give the slowdown temperature as a margin to T.Limit, older ones as an absolute threshold: both are read.
 """
 
+import json
 import os
 import re
 import xml.etree.ElementTree as ElementTree
+
+from .. import safefs
 
 NVSWITCH_DEVICES = "/proc/driver/nvidia-nvswitch/devices"
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
@@ -18,6 +21,12 @@ DRIVER_UNITS = (FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 KMSG_MAX_RECORDS = 100000   # bounds the kernel-log read: the ring buffer holds far fewer
+# The GPUs a worker's last good config passed its gate on (index, bus id, uuid), kept by the gate beside
+# compose.yaml.good in docker/: a host that lists fewer later lost one (an XID 79, fallen off the bus), and a
+# plan re-derived from what is left would restart the server on fewer GPUs than it was gated with (issue 53).
+GATED_FILE = "gpus.good"
+GATED_KEYS = ("index", "bus_id", "uuid")
+GATED_MAX_BYTES = 65536
 
 
 def _text(node, path):
@@ -110,6 +119,7 @@ def parse(xml_text):
         gpus.append({
             "index": position if minor is None else minor,
             "bus_id": gpu.get("id"),
+            "uuid": _text(gpu, "uuid"),
             "name": _text(gpu, "product_name"),
             "persistence": _yes(gpu, "persistence_mode"),
             "fabric_state": _text(gpu, "fabric/state"),
@@ -134,6 +144,34 @@ def parse(xml_text):
             "clock_reasons": _clock_reasons(gpu),
         })
     return {"driver": _text(root, "driver_version"), "cuda": _text(root, "cuda_version"), "gpus": gpus}
+
+
+def gated(parsed):
+    """GATED_FILE's text for the GPUs of ``parsed`` (parse()'s reading): each one's index, bus id and uuid."""
+    return json.dumps([{key: gpu.get(key) for key in GATED_KEYS} for gpu in parsed["gpus"]], sort_keys=True) + "\n"
+
+
+def read_gated(docker_dir):
+    """The GPUs the last good config passed its gate on ([{index, bus_id, uuid}]), None when none are recorded
+    (no gate passed since the record began, no GPU, or a file that is not the gate's: a link, too large, not JSON)."""
+    raw = safefs.read_regular(os.path.join(docker_dir, GATED_FILE), GATED_MAX_BYTES)
+    try:
+        found = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if not isinstance(found, list) or not all(isinstance(g, dict) for g in found):
+        return None
+    return [{key: g.get(key) if isinstance(g.get(key), (str, int)) and not isinstance(g.get(key), bool) else None
+             for key in GATED_KEYS} for g in found][:64]
+
+
+def missing(gated_gpus, listed):
+    """The GPUs of ``gated_gpus`` (read_gated) that ``listed`` (parse()'s gpus) no longer has: matched by bus id
+    (the slot: a replaced card is no loss), by uuid where no bus id was recorded."""
+    buses = {str(g.get("bus_id")).lower() for g in listed if g.get("bus_id")}
+    uuids = {g.get("uuid") for g in listed if g.get("uuid")}
+    return [g for g in gated_gpus or ()
+            if (str(g["bus_id"]).lower() not in buses if g.get("bus_id") else g.get("uuid") not in uuids)]
 
 
 def nvswitches(directory=NVSWITCH_DEVICES):

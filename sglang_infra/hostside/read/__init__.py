@@ -10,4 +10,5 @@ imports them, so they move and change without touching a converged host. Every m
     cachestate.py   the model cache, read without the Hub (used by snapshot.py)
     doorcheck.py    whether the peer door's address and port are held by the door's own nginx, and its cert
     openpgp.py      a vendor apt keyring's primary keys (full fingerprints), type, owner and mode, as apt trusts it
+    reach.py        whether each source the plan will fetch from answers, asked from the host (run/sources.py)
 """

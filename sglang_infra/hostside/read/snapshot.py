@@ -42,8 +42,12 @@ from ..pull import manifest
 from ..write import acl
 from . import cachestate, doorcheck, openpgp, settled
 
+# Where the docker CLI finds its plugins, after the user's own ~/.docker/cli-plugins (root's: the deploy's commands
+# run as root): docker/cli's cli-plugins/manager defaultSystemPluginDirs.
 COMPOSE_PLUGIN_DIRS = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
                        "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins")
+# The engine's configuration, where `nvidia-ctk runtime configure` writes the nvidia runtime.
+DAEMON_JSON = "/etc/docker/daemon.json"
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
 COMMAND_TIMEOUT = 30  # seconds, for nvidia-smi and systemctl
 MAX_DETAILS = 1000    # drifted entries whose owner and mode travel along (for --diff)
@@ -129,16 +133,40 @@ def account(spec):
 DOCKER_UNIT = "docker.service"
 
 
+def plugin_dirs():
+    """Every folder the docker CLI run by root takes plugins from, in its order: root's own ~/.docker/cli-plugins
+    first, then the system's."""
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return COMPOSE_PLUGIN_DIRS
+    return (os.path.join(home, ".docker", "cli-plugins"), *COMPOSE_PLUGIN_DIRS)
+
+
+def configured_runtimes():
+    """The runtimes daemon.json names (sorted), read when the engine does not answer: a stopped engine starts with
+    them."""
+    raw = safefs.read_regular(DAEMON_JSON, 1 << 20)
+    try:
+        found = json.loads(raw).get("runtimes") if raw else None
+    except (ValueError, AttributeError):
+        return []
+    return sorted(name for name in found if isinstance(name, str)) if isinstance(found, dict) else []
+
+
 def docker(unit):
     """The engine: its CLI, socket, compose plugin, API, images and runtimes; ``unit`` is docker.service's state
-    as services() read it (read() asks systemctl once for it and the spec's units)."""
+    as services() read it (read() asks systemctl once for it and the spec's units). ``loaded``: systemd knows the
+    unit (not masked), so a stopped engine can be started; an engine that does not answer reports the runtimes
+    its daemon.json names."""
     out = {
         "cli": shutil.which("docker"),
         "socket": stat.S_ISSOCK(os.stat(dockerapi.SOCKET).st_mode) if os.path.exists(dockerapi.SOCKET) else False,
-        "compose_plugin": next((f"{d}/docker-compose" for d in COMPOSE_PLUGIN_DIRS
+        "compose_plugin": next((f"{d}/docker-compose" for d in plugin_dirs()
                                 if os.access(f"{d}/docker-compose", os.X_OK)), None),
         "active": (unit or {}).get("active") or None,
         "enabled": (unit or {}).get("enabled") or None,
+        "loaded": bool((unit or {}).get("loaded")),
         "api": False, "images": {}, "runtimes": [],
     }
     if out["socket"]:
@@ -148,6 +176,8 @@ def docker(unit):
             out["api"] = True
         except dockerapi.Unavailable:
             pass
+    if not out["api"]:
+        out["runtimes"] = configured_runtimes()
     return out
 
 
@@ -386,7 +416,8 @@ def files(directory):
     return out
 
 
-_MODEL_LABEL = re.compile(r'^\s*' + re.escape(names.MODEL_LABEL) + r':\s*"?([^"\s]+)"?\s*$', re.M)
+_MODEL_LABEL = re.compile(r'^\s*(?:' + re.escape(names.MODEL_LABEL) + '|' + re.escape(names.DRAFTER_LABEL)
+                          + r'):\s*"?([^"\s]+)"?\s*$', re.M)
 
 
 def models(home, user):
@@ -418,6 +449,8 @@ def tools(tools_dir):
     return {
         "venv_module": all(importlib.util.find_spec(m) is not None for m in ("ensurepip", "venv")),
         "venv_python": os.access(os.path.join(tools_dir, "venv", "bin", "python"), os.X_OK),
+        # a venv made but cut before ensurepip gave it pip (a run killed or its connection lost there)
+        "venv_pip": os.access(os.path.join(tools_dir, "venv", "bin", "pip"), os.X_OK),
         "hub_versions": sorted(os.path.basename(d)[len("huggingface_hub-"):-len(".dist-info")] for d in dists),
         "tools": owner_mode(tools_dir),
         "secret": owner_mode(os.path.join(tools_dir, "secret")),
@@ -525,6 +558,7 @@ def read(spec):
     found_gpus = gpus()
     if found_gpus is not None:
         found_gpus["runtimes"] = engine["runtimes"]
+        found_gpus["gated"] = nvsmi.read_gated(docker_dir)   # the GPUs the last good config was gated on
     found = {
         "python3": sys.executable,
         "os": _os_release(),

@@ -89,10 +89,12 @@ def call(base, method, path, body=None):
     return call_once(base, method, path, body)
 
 
-def add_worker(base, url):
+def add_worker(base, url, key=None):
     """POST /workers: ``url``, with the key the gateway sends its workers (never printed) when there is one, and
-    only to a URL the gateway's own running container publishes (as the Bearer header: apikey.auth_headers)."""
-    key = _SERVER_KEY["key"] if _SERVER_KEY["holds"] is not None and _SERVER_KEY["holds"](base) else None
+    only to a URL the gateway's own running container publishes (as the Bearer header: apikey.auth_headers).
+    ``key``: the worker's own (a rolled worker whose key was rotated in this run), else the gateway host's."""
+    holds = _SERVER_KEY["holds"] is not None and _SERVER_KEY["holds"](base)
+    key = (key or _SERVER_KEY["key"]) if holds else None
     call(base, "POST", "/workers", {"url": url, **({"api_key": key} if key else {})})
 
 
@@ -176,7 +178,7 @@ def one_worker(directory, base, change):
     try:
         have = registered(base)
         if adding and url not in have:
-            add_worker(base, url)
+            add_worker(base, url, change.get("api_key") if isinstance(change.get("api_key"), str) else None)
         elif not adding and url in have:
             call(base, "DELETE", f"/workers/{have[url]}")
     except (urllib.error.URLError, OSError) as error:

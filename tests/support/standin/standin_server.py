@@ -69,6 +69,8 @@ Behaviour is set by environment variables, which compose passes through:
   SGLANG_HEALTH_CHECK_TIMEOUT
                              seconds rank 0 of a broken group holds /health and /health_generate before its 503
                              (SGLang's own variable and default, 20)
+  STANDIN_ACCEPT_LENGTH      the average speculative accept length /server_info reports with
+                             --speculative-algorithm, once a completion was served (default 2.5)
   STANDIN_FAILURE            one failure mode, to test the gate:
       repetition_loop    clean tool_calls, reasoning_content full of one character
       tool_call_as_text  the tool call left as raw markup in content
@@ -137,6 +139,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--api-key")
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--config", help="a YAML file of flags (key: value), merged as SGLang's --config does")
+    # Recipes' arguments, as SGLang 0.5.16's server_args.py spells them: speculative decoding (the algorithm's
+    # choices are SGLang's own) and the tuning flags operators set per model.
+    p.add_argument("--speculative-algorithm",
+                   choices=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"))
+    p.add_argument("--speculative-draft-model-path")
+    p.add_argument("--speculative-draft-model-quantization")
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--kv-cache-dtype")
+    p.add_argument("--quantization")
+    p.add_argument("--chunked-prefill-size", type=int)
+    p.add_argument("--max-running-requests", type=int)
+    p.add_argument("--disable-cuda-graph", action="store_true")
     # Multi-node, as SGLang's server_args.py spells them (--nccl-init-addr: its older alias).
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
@@ -636,6 +652,10 @@ class StandIn:
         if pool < 1:
             raise SystemExit(f"stand-in: STANDIN_KV_POOL_TOKENS={pool} must be at least 1")
         self.stats = Metrics(self.served, pool)
+        # A speculative server's average accept length (STANDIN_ACCEPT_LENGTH, default 2.5), reported as SGLang
+        # reports it: in /server_info's internal_states, once a speculative step has run (a completion served).
+        self.accept_length = float(env.get("STANDIN_ACCEPT_LENGTH", 2.5))
+        self.completions = 0
         self.active = 0
         self.lock = threading.Lock()
         self.terminating = False   # SIGTERM came: /health answers 503, requests are still served
@@ -652,6 +672,10 @@ class StandIn:
                 "dp_size": 1, "nnodes": self.args.nnodes, "node_rank": self.args.node_rank,
                 "dist_init_addr": self.args.dist_init_addr, "context_length": self.args.context_length,
                 "version": "stand-in",
+                "speculative_algorithm": self.args.speculative_algorithm,
+                "speculative_draft_model_path": self.args.speculative_draft_model_path,
+                "internal_states": [{"avg_spec_accept_length": self.accept_length}
+                                    if self.args.speculative_algorithm and self.completions else {}],
                 "api_key": self.args.api_key}
 
     def ready(self) -> bool:
@@ -874,6 +898,7 @@ def make_handler(standin: StandIn):
             self.wfile.write(data)
 
         def _complete(self, request, tracked: Tracked):
+            standin.completions += 1
             message, finish, pieces = standin.completion(request)
             prompt_tokens = tracked.prompt
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces),
@@ -1003,6 +1028,11 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     if problem:
         print(f"stand-in: cannot load the model: {problem}", file=sys.stderr, flush=True)
         return 1
+    if args.speculative_draft_model_path:
+        problem = model_problem(args.speculative_draft_model_path, env)
+        if problem:
+            print(f"stand-in: cannot load the draft model: {problem}", file=sys.stderr, flush=True)
+            return 1
     if standin.failure == "crash_at_start":
         print("stand-in: RuntimeError: simulated crash while loading the model (STANDIN_FAILURE=crash_at_start)",
               file=sys.stderr, flush=True)

@@ -220,6 +220,34 @@ def ensure_image(ca_bundle: str | None = None) -> str:
     return tag
 
 
+BOOKWORM_BUILD_SCRIPT = HERE / "build-bookworm-image.sh"
+
+
+def bookworm_image_tag() -> str:
+    """The Debian 12 host image's tag names its build script and the trixie image it takes compose v2 from."""
+    digest = hashlib.sha256(BOOKWORM_BUILD_SCRIPT.read_bytes() + image_tag().encode()).hexdigest()[:12]
+    return f"sglang-testbed:bookworm-{digest}"
+
+
+def ensure_bookworm_image(ca_bundle: str | None = None) -> str:
+    """The Debian 12 (bookworm) host image, built once with a machine lock as ensure_image() builds the trixie one."""
+    tag = bookworm_image_tag()
+    if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+        return tag
+    trixie = ensure_image(ca_bundle)
+    with _machine_lock("testbed-image-bookworm"):
+        if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+            return tag  # another run built it while this one waited
+        ca = ca_bundle if ca_bundle is not None else os.environ.get("TESTBED_CA_BUNDLE", DEFAULT_CA_BUNDLE)
+        args = ["bash", str(BOOKWORM_BUILD_SCRIPT), tag, trixie]
+        if ca and Path(ca).exists():
+            args.append(ca)
+        proc = subprocess.run(args, timeout=1200)
+        if proc.returncode != 0:
+            raise TestbedError(f"building the Debian 12 test-host image {tag} failed")
+    return tag
+
+
 STANDIN_DIR = HERE.parent / "standin"
 CACHE_DIR = Path(os.environ.get("TESTBED_CACHE_DIR", "/var/tmp/sglang-testbed-cache"))
 
@@ -285,6 +313,18 @@ def admin_key_file() -> Path:
     return path
 
 
+def pinned_release() -> str:
+    """The SGLang release of group_data's sglang_image (its tag)."""
+    import runpy
+
+    from sglang_infra.machine.sglang_args.table import image_version
+
+    image = runpy.run_path(str(HERE.parent.parent.parent / "group_data" / "all.py"))["sglang_image"]
+    release = image_version(image)
+    assert release, f"group_data's sglang_image {image} names no release in its tag"
+    return release
+
+
 def standin_data() -> dict:
     """Host data for the stand-in profile: no GPU, the stand-in image loaded from its archive, models pulled
     from the stand-in Hub (this run's own one; the unprefixed one outside a test run)."""
@@ -296,6 +336,9 @@ def standin_data() -> dict:
     return {
         "sglang_require_gpu": False,
         "sglang_image": tag,
+        # The stand-in speaks the pinned release's arguments: its tag names its sources, not a release, so the
+        # release whose table judges its flags is group_data's (sglang_infra/machine/sglang_args/).
+        "sglang_version": pinned_release(),
         "sglang_image_archive": str(archive),
         # The gateway: the real, pinned SMG in its own image, and the control-plane key the deploy alone holds.
         "sglang_router_image": gateway_tag,

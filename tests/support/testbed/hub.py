@@ -56,6 +56,13 @@ SPEC = {"repos": [
             {"path": "model.safetensors", "size": 1 << 20, "seed": 31, "lfs": True},
         ]},
     ]},
+    # A speculative recipe's drafter (tests/e2e/test_recipes.py): a small model of its own, pinned and pulled.
+    {"repo_id": "standin-org/tiny-chat-drafter", "commits": [
+        {"branch": "main", "files": [
+            {"path": "config.json", "text": json.dumps({"architectures": ["StandinEagle3ForCausalLM"]})},
+            {"path": "model.safetensors", "size": 1 << 20, "seed": 51, "lfs": True},
+        ]},
+    ]},
     {"repo_id": "standin-org/admin-extra", "commits": [
         {"branch": "main", "files": [
             {"path": "config.json", "text": json.dumps({"architectures": ["StandinForCausalLM"], "extra": True})},

@@ -66,7 +66,8 @@ def _wheel_index() -> str:
 
 # The only keys the sandbox sets over group_data: what the stand-ins need (docs/stand-ins.md). Everything
 # else comes from group_data, so an edit there shows on the next run.
-PROFILE_KEYS = ("sglang_require_gpu", "sglang_image", "sglang_image_archive", "sglang_models", "sglang_hf_endpoint",
+PROFILE_KEYS = ("sglang_require_gpu", "sglang_image", "sglang_version", "sglang_image_archive", "sglang_models",
+                "sglang_hf_endpoint",
                 "sglang_flashinfer_index_url", "sglang_extra_ca_bundle", "sglang_trusted_network")
 
 
