@@ -232,3 +232,50 @@ def test_a_run_killed_mid_gate_leaves_its_gate_to_roll_back_and_status_names_the
     assert cat(host, f"{DOCKER}/compose.yaml") == good and '"killed"' in cat(host, f"{DOCKER}/compose.yaml.failed")
     again = run_deploy(inventory, "--limit", CANARY)
     assert again.returncode == 0, again.why()
+
+
+def power_cycle(host) -> None:
+    """The host loses power and boots again, as a container host can: every process killed at once (`docker restart
+    -t 0`: SIGKILL, no shutdown), /run (a tmpfs) empty, systemd boots, sshd and the Docker engine start and the
+    serving container is restarted by its policy. Its disk is kept (SSH host keys included); its address may change,
+    so it is read again."""
+    from testbed.hosts import NETWORK
+
+    subprocess.run(["docker", "restart", "-t", "0", host.container], check=True, capture_output=True, timeout=120)
+    info = json.loads(subprocess.run(["docker", "inspect", host.container], check=True, capture_output=True,
+                                     text=True, timeout=60).stdout)[0]
+    host.address = info["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+    assert wait_for(lambda: host.exec("systemctl is-active ssh docker", check=False).returncode == 0, 120), \
+        "the host did not come back with sshd and Docker"
+
+
+def test_a_host_rebooted_mid_gate_converges_and_is_gated_on_the_next_run(fleet, testbed, workdir):
+    """#53 item 6: the host loses power while its gate runs (a good new config). The run fails naming the host; the
+    host boots serving the new config, which no gate passed; the next plain run gates it and passes, and the run
+    after that changes nothing."""
+    hosts, _ = fleet
+    host = hosts[CANARY]
+    log = workdir / "rebooted.log"
+    run = start_deploy(testbed.inventory(workdir / "rebooted.py", {"production": [(host, {})]}), log,
+                       *data("rebooted", STANDIN_LOAD_SECONDS="8"))
+    try:
+        assert wait_for_text(log, GATE_STARTS, timeout=300), log.read_text()[-3000:]
+        time.sleep(2)
+        power_cycle(host)
+        returncode = run.wait(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    output = log.read_text(errors="replace")
+    assert returncode != 0, output[-3000:]
+    failed = [line for line in output.splitlines() if line.startswith("--> Failed hosts")]
+    assert failed and CANARY in failed[-1], output[-3000:]
+    assert '"rebooted"' in cat(host, f"{DOCKER}/compose.yaml")   # the new config was written before the gate
+    inventory = testbed.inventory(workdir / "rebooted.py", {"production": [(host, {})]})   # its address now
+    again = run_deploy(inventory, *data("rebooted", STANDIN_LOAD_SECONDS="8"))
+    assert again.returncode == 0, again.why()
+    assert f"gate[{CANARY}]: passed; this config is now the last known-good one" in again.output, again.why()
+    record = last_gate(host)
+    assert record["passed"] is True and '"rebooted"' in cat(host, f"{DOCKER}/compose.yaml")
+    settled = run_deploy(inventory, *data("rebooted", STANDIN_LOAD_SECONDS="8"))
+    assert settled.returncode == 0 and settled.changed(CANARY) == [], settled.why()

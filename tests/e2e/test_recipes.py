@@ -114,7 +114,10 @@ def test_a_rerun_changes_nothing(served):
       "speculative algorithm SGLang 0.5.16 registers", "use one of DFLASH, DSPARK, EAGLE, EAGLE3"]),
     (registry(RECIPE, args={"--kv-cache-dtyp": {"value": "fp8_e5m2", "reason": "halves the KV cache"}}),
      ["entry 'qwen3.6-35b-a3b-awq'", "--kv-cache-dtyp is not an argument of SGLang 0.5.16"]),
-], ids=["drafter-not-in-registry", "tp-size-without-override", "misspelt-algorithm", "argument-the-release-lacks"])
+    (registry(RECIPE, args={"--tp-size": {"value": 1, "overrides": True}}),
+     ["entry 'qwen3.6-35b-a3b-awq': launch_args['--tp-size'] has no reason", "add 'reason'"]),
+], ids=["drafter-not-in-registry", "tp-size-without-override", "misspelt-algorithm", "argument-the-release-lacks",
+        "override-without-a-reason"])
 def test_a_bad_recipe_is_refused_before_any_change(served, models, words):
     host, inventory, _ = served
     compose = sha(host, f"{DOCKER}/compose.yaml")
