@@ -279,3 +279,34 @@ def test_a_host_rebooted_mid_gate_converges_and_is_gated_on_the_next_run(fleet, 
     assert record["passed"] is True and '"rebooted"' in cat(host, f"{DOCKER}/compose.yaml")
     settled = run_deploy(inventory, *data("rebooted", STANDIN_LOAD_SECONDS="8"))
     assert settled.returncode == 0 and settled.changed(CANARY) == [], settled.why()
+
+
+# The host's own state makes every check fail (not the config): loopback callers of the API port are refused.
+REFUSE_API = "iptables -I INPUT -i lo -p tcp --dport 30000 -j REJECT"
+ALLOW_API = "iptables -D INPUT -i lo -p tcp --dport 30000 -j REJECT"
+
+
+def test_a_good_config_that_fails_after_a_restart_is_not_filed_as_failed(fleet, testbed, workdir):
+    """#53 item 9: the serving container is killed and restarted by its policy, and its gate then fails through the
+    host's state while the config is its own last known-good copy. The good config is not kept as *.failed (before,
+    it was, and the next run refused the good config itself); once the host is well again the next run gates it."""
+    hosts, _ = fleet
+    host = hosts[CANARY]
+    inventory = testbed.inventory(workdir / "restarted.py", {"production": [(host, {})]})
+    good = cat(host, f"{DOCKER}/compose.yaml")
+    assert '"rebooted"' in good and last_gate(host)["passed"] is True   # left by the test above
+    before = started_at(host)
+    host.exec(f"kill -KILL $(docker inspect -f '{{{{.State.Pid}}}}' $(cd {DOCKER} && docker compose ps -q sglang))")
+    assert wait_for(lambda: started_at(host) not in ("", before), 60), "the container was not restarted"
+    host.exec(REFUSE_API)
+    try:
+        # a short readiness wait keeps the failing gate quick (it changes gate.sh, never compose.yaml)
+        failed = run_deploy(inventory, *data("rebooted", STANDIN_LOAD_SECONDS="8"), "--data", "sglang_ready_timeout=10")
+    finally:
+        host.exec(ALLOW_API)
+    assert failed.returncode != 0 and last_gate(host)["passed"] is False, failed.why()
+    assert cat(host, f"{DOCKER}/compose.yaml") == good
+    assert '"rebooted"' not in cat(host, f"{DOCKER}/compose.yaml.failed"), "the good config was filed as failed"
+    again = run_deploy(inventory, *data("rebooted", STANDIN_LOAD_SECONDS="8"))
+    assert again.returncode == 0, again.why()
+    assert f"gate[{CANARY}]: passed; this config is now the last known-good one" in again.output, again.why()
