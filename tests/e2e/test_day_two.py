@@ -17,12 +17,14 @@ import time
 
 import pytest
 
-from harness import PROJECT_DIR, PYINFRA, _env, run_deploy, start_deploy, wait_for, wait_for_text
+from harness import PROJECT_DIR, PYINFRA, _env, run_deploy, start_deploy, wait_for, wait_for_text, write_inventory
 
 CANARY, OTHER = "sg-day2-1", "sg-day2-2"
 DOCKER = "/opt/sglang/docker"
 # The tree the fleet was converged by before this change (the commit before it landed): the upgrade's start.
 UPGRADE_FROM = "80f9540"
+# Keys of the stand-in profile that tree does not know (sglang_version: the stand-in's SGLang release, issue 54).
+NEW_KEYS = ("sglang_version",)
 GATE_OP = "Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)"
 GATE_STARTS = f"--> Starting operation: tasks/stack.py | {GATE_OP}"   # the run's line as its gate begins
 # On the host: a chat completion every 0.5 s, bounded, one line each (ok / fail), into SAMPLES.
@@ -97,8 +99,11 @@ def fleet(testbed, workdir):
     """Two hosts converged by the tree before this change (UPGRADE_FROM), both serving."""
     hosts = {name: testbed.host(name) for name in (CANARY, OTHER)}
     inventory = testbed.inventory(workdir / "day2.py", {"production": [(h, {}) for h in hosts.values()]})
+    # the old tree's inventory: the stand-in profile without the keys that tree does not know
+    before = write_inventory(workdir / "day2-before.py", {"production": [(h, {}) for h in hosts.values()]},
+                             base={k: v for k, v in testbed.standin.items() if k not in NEW_KEYS})
     tree = old_tree(workdir)
-    old = subprocess.run([*PYINFRA, "-y", str(inventory), "deploy.py"], cwd=tree,
+    old = subprocess.run([*PYINFRA, "-y", str(before), "deploy.py"], cwd=tree,
                          env=_env({"PYTHONPATH": str(tree)}), capture_output=True, text=True, timeout=900)
     assert old.returncode == 0, (old.stdout + old.stderr)[-4000:]
     return hosts, inventory
