@@ -135,9 +135,10 @@ def test_a_pinned_driver_whose_kernel_headers_apt_cannot_install_stops_before_an
     inventory = testbed.inventory(workdir / "gpu_noheaders.py", {"production": [(host, {
         "sglang_nvidia_driver_version": "580.105.08", "sglang_allow_reboot": True,
         "sglang_install_nvidia_toolkit": True,   # Docker's nvidia runtime comes after the driver (never here)
-        # NVIDIA's repository as a source that answers (the stand-in Hub's address: the preflight asks every source
+        # NVIDIA's repositories as sources that answer (the stand-in Hub's address: the preflight asks every source
         # the plan fetches from, run/sources.py); never fetched from: the headers stop the host first
-        "sglang_nvidia_cuda_apt_url": testbed.standin["sglang_hf_endpoint"]})]})
+        "sglang_nvidia_cuda_apt_url": testbed.standin["sglang_hf_endpoint"],
+        "sglang_nvidia_toolkit_apt_url": testbed.standin["sglang_hf_endpoint"]})]})
     result = run_deploy(inventory)
     assert result.returncode != 0
     assert f"the kernel headers linux-headers-{kernel} (kernel {kernel}) cannot be installed" in result.output, \
