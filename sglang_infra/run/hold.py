@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import secrets
 import shlex
 import socket
 import sys
@@ -26,6 +27,8 @@ from ..machine import ship
 from .operation import connector_arguments
 
 HEARTBEAT = 5   # seconds between two lines to the hold; hold.SILENCE of silence ends it
+# This run, to the hold on each host: one host reached under several inventory names is held once, by this run.
+RUN = secrets.token_hex(16)
 _held: dict[int, dict[str, object]] = {}   # per run: each host's open channel
 
 
@@ -36,7 +39,7 @@ def dry() -> bool:
 
 def holder() -> dict[str, str]:
     """Who this run is: control machine, user, start time, what it is doing (the command, bounded)."""
-    return {"control": socket.gethostname(), "user": getpass.getuser(),
+    return {"run": RUN, "control": socket.gethostname(), "user": getpass.getuser(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "doing": " ".join(shlex.quote(word) for word in ["pyinfra", *sys.argv[1:]])[:200]}
 

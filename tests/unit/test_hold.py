@@ -88,3 +88,21 @@ def test_an_interrupt_names_the_hosts_whose_gate_goes_on():
         line = interrupt.line(signal.SIGINT)
     assert "Interrupted (SIGINT)" in line and "the gate still going on gpu-01 (its gate)" in line
     assert interrupt.line(signal.SIGTERM).endswith("no gate was going")
+
+
+def test_one_run_holds_a_host_it_reaches_under_two_names_once(where):
+    """Aliases of one SSH target in one run (tests/e2e/test_settled_fleet.py's three names): the second take, whose
+    holder names the same run, is held at once (before: it waited for the first, its own run, until the wait ran
+    out); another run still waits."""
+    ours = {**ALICE, "run": "a" * 32}
+    first = start(where, "take", "5", holder=ours)
+    assert "held" in json.loads(first.stdout.readline())
+    alias = start(where, "take", "5", holder=ours)
+    answer = json.loads(alias.stdout.readline())
+    assert answer["held"]["run"] == "a" * 32 and answer["shared"] is True
+    other = start(where, "take", "1", holder={**ALICE, "run": "b" * 32})
+    said = [json.loads(line) for line in other.communicate(timeout=30)[0].splitlines()]
+    assert said[-1]["refused"]["run"] == "a" * 32
+    for proc in (first, alias):
+        proc.stdin.close()
+        proc.wait(timeout=10)

@@ -12,7 +12,10 @@ lock (deploy.holder), says {"held": ...}, and keeps the lock while the run
 that started it sends a line at least every SILENCE seconds on stdin: stdin
 ending (the run ended, was killed, its connection cut) or falling silent (its
 machine gone) ends this process, and the kernel frees the lock with it. A dead
-holder so blocks the host at most SILENCE seconds. The lock is the kernel's;
+holder so blocks the host at most SILENCE seconds. A run that reaches one host under
+several inventory names (aliases of one SSH target) holds it once: a take whose
+holder names the run ("run", a random token of the run's) that holds the lock
+now is this run's already, and says {"held": ..., "shared": true}. The lock is the kernel's;
 the holder file is only its description (show() reads it only while the lock
 is held).
 """
@@ -141,12 +144,18 @@ def take(wait):
     fd = _open_lock()
     deadline = time.monotonic() + wait
     said = None
+    shared = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             other = _read_holder()
+            if holder.get("run") and other.get("run") == holder["run"]:
+                # the same run holds this host under another inventory name (aliases of one SSH target): it is
+                # this run's already; kept while this name's channel lives, the lock staying with the first
+                shared = True
+                break
             if time.monotonic() >= deadline:
                 _say(refused=other, waited=wait)
                 return 3
@@ -154,6 +163,10 @@ def take(wait):
                 _say(waiting=other)
                 said = other
             time.sleep(POLL)
+    if shared:
+        _say(held=holder, shared=True)
+        _kept()
+        return 0
     reason = _gate_done(deadline)
     if reason:
         _say(refused=reason, waited=wait)
@@ -167,15 +180,20 @@ def take(wait):
     os.rename(tmp, HOLDER)
     _say(held=holder)
     try:
-        while select.select([0], [], [], SILENCE)[0]:
-            if not os.read(0, 4096):
-                break
+        _kept()
     finally:
         try:
             os.unlink(HOLDER)
         except OSError:
             pass
     return 0
+
+
+def _kept():
+    """Returns once the run that started this process ends, is cut off, or falls silent for SILENCE seconds."""
+    while select.select([0], [], [], SILENCE)[0]:
+        if not os.read(0, 4096):
+            break
 
 
 def main(argv=None):
