@@ -129,16 +129,20 @@ def test_a_pinned_driver_whose_kernel_headers_apt_cannot_install_stops_before_an
     brings: a test host runs this machine's kernel, whose linux-headers-KVER no Debian source holds. The host stops
     naming that package, before NVIDIA's repository, any driver package, its pin or its hold, and is not rebooted
     (on main nothing asked for the headers: the driver's install went on, and would have built no module)."""
+    from testbed import hub as standin_hub
+
     host = testbed.host(NO_HEADERS)
     give_gpu(host, R570)
+    answering = standin_hub.ensure_hub()   # an https source that answers: the stand-in Hub's TLS port
+    host.exec(answering.trust_command())
     kernel = host.exec("uname -r").stdout.strip()
     inventory = testbed.inventory(workdir / "gpu_noheaders.py", {"production": [(host, {
         "sglang_nvidia_driver_version": "580.105.08", "sglang_allow_reboot": True,
         "sglang_install_nvidia_toolkit": True,   # Docker's nvidia runtime comes after the driver (never here)
         # NVIDIA's repositories as sources that answer (the stand-in Hub's address: the preflight asks every source
         # the plan fetches from, run/sources.py); never fetched from: the headers stop the host first
-        "sglang_nvidia_cuda_apt_url": testbed.standin["sglang_hf_endpoint"],
-        "sglang_nvidia_toolkit_apt_url": testbed.standin["sglang_hf_endpoint"]})]})
+        "sglang_nvidia_cuda_apt_url": answering.https_url,
+        "sglang_nvidia_toolkit_apt_url": answering.https_url})]})
     result = run_deploy(inventory)
     assert result.returncode != 0
     assert f"the kernel headers linux-headers-{kernel} (kernel {kernel}) cannot be installed" in result.output, \

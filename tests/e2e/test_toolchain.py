@@ -137,7 +137,9 @@ def test_drift_inside_the_running_container_fails_the_gate(built):
     result = run_deploy(inventory, "--data", "sglang_validate=always")
     assert result.returncode != 0
     assert "toolchain check in the running container" in result.output, result.output[-4000:]
-    assert "Rolled back to the last known-good config, which serves and validates again" in result.output
+    # the config is the last known-good one (the drift is the container's): recreated, never kept as failed
+    assert "This config is the last known-good one (nothing is kept as *.failed); recreated, it serves and " \
+        "validates again" in result.output, result.output[-4000:]
     assert json.loads(in_stack(host, CHECK).stdout.strip().splitlines()[-1])["ok"]
 
 
