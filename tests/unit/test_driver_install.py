@@ -41,6 +41,7 @@ def task_calls(the_plan) -> list[tuple[str, dict]]:
              "driver_unit_running")
     with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
             mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
+            mock.patch("sglang_infra.operations.roll.driver_rolled", recorder("driver_rolled")), \
             mock.patch("sglang_infra.operations.system.driver_unpinned", recorder("driver_unpinned")), \
             mock.patch("sglang_infra.operations.system.vendor_repository", recorder("vendor_repository")), \
             mock.patch.multiple(gpu_driver, **{name: recorder(name) for name in names}):

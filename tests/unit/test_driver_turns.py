@@ -7,18 +7,15 @@ recorded (a real one is what a GPU server does; a container host cannot boot).""
 
 from __future__ import annotations
 
-import runpy
 from dataclasses import replace
 from types import SimpleNamespace
-from unittest import mock
 
 import gevent
 import pytest
-from test_driver_install import TASK, plan
+from test_driver_install import plan, task_calls
 from test_roll import GATE, Output, most_out, roll, url
 from test_roll import Host as RollHost
 
-from sglang_infra.operations import gpu_driver
 from sglang_infra.operations import roll as roll_ops
 from sglang_infra.plan.types import Front, NodeGroup, Roll
 from sglang_infra.run import reboot
@@ -166,24 +163,6 @@ def test_a_group_member_whose_install_failed_keeps_the_whole_group_from_rebootin
 # ------------------------------------------------------------------ which hosts take turns (tasks/gpu_driver.py)
 FRONT = Front(gateway_host="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
-
-
-def task_calls(the_plan) -> list[tuple[str, dict]]:
-    calls: list[tuple[str, dict]] = []
-
-    def recorder(name):
-        return lambda *args, **kwargs: calls.append((name, {"args": args, **kwargs}))
-
-    names = ("kernel_headers_installed", "nvidia_driver_installed", "nvidia_driver_loaded", "fabric_manager_installed",
-             "driver_unit_running")
-    with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
-            mock.patch("pyinfra.operations.server.reboot", recorder("reboot")), \
-            mock.patch("sglang_infra.operations.roll.driver_rolled", recorder("driver_rolled")), \
-            mock.patch("sglang_infra.operations.system.vendor_repository", recorder("vendor_repository")), \
-            mock.patch("sglang_infra.operations.system.driver_unpinned", recorder("driver_unpinned")), \
-            mock.patch.multiple(gpu_driver, **{name: recorder(name) for name in names}):
-        runpy.run_path(str(TASK))
-    return calls
 
 
 def behind_a_gateway(the_plan):
