@@ -203,21 +203,31 @@ def image_tag() -> str:
     return f"sglang-testbed:trixie-{digest}"
 
 
-def ensure_image(ca_bundle: str | None = None) -> str:
-    tag = image_tag()
-    if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
-        return tag
-    with _machine_lock("testbed-image"):
-        if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+def _present(tag: str) -> bool:
+    return _run(["docker", "image", "inspect", tag], check=False).returncode == 0
+
+
+def _built(tag: str, lock: str, script_args: list[str], what: str, ca_bundle: str | None) -> str:
+    """``tag``, built by ``script_args`` (a build script and its arguments, the CA bundle added) once, under a
+    machine lock: a run that waited finds it built by the other."""
+    with _machine_lock(lock):
+        if _present(tag):
             return tag  # another run built it while this one waited
         ca = ca_bundle if ca_bundle is not None else os.environ.get("TESTBED_CA_BUNDLE", DEFAULT_CA_BUNDLE)
-        args = ["bash", str(BUILD_SCRIPT), tag]
+        args = ["bash", *script_args]
         if ca and Path(ca).exists():
             args.append(ca)
         proc = subprocess.run(args, timeout=1200)
         if proc.returncode != 0:
-            raise TestbedError(f"building the test-host image {tag} failed")
+            raise TestbedError(f"building the {what} {tag} failed")
     return tag
+
+
+def ensure_image(ca_bundle: str | None = None) -> str:
+    tag = image_tag()
+    if _present(tag):
+        return tag
+    return _built(tag, "testbed-image", [str(BUILD_SCRIPT), tag], "test-host image", ca_bundle)
 
 
 BOOKWORM_BUILD_SCRIPT = HERE / "build-bookworm-image.sh"
@@ -232,20 +242,11 @@ def bookworm_image_tag() -> str:
 def ensure_bookworm_image(ca_bundle: str | None = None) -> str:
     """The Debian 12 (bookworm) host image, built once with a machine lock as ensure_image() builds the trixie one."""
     tag = bookworm_image_tag()
-    if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+    if _present(tag):
         return tag
     trixie = ensure_image(ca_bundle)
-    with _machine_lock("testbed-image-bookworm"):
-        if _run(["docker", "image", "inspect", tag], check=False).returncode == 0:
-            return tag  # another run built it while this one waited
-        ca = ca_bundle if ca_bundle is not None else os.environ.get("TESTBED_CA_BUNDLE", DEFAULT_CA_BUNDLE)
-        args = ["bash", str(BOOKWORM_BUILD_SCRIPT), tag, trixie]
-        if ca and Path(ca).exists():
-            args.append(ca)
-        proc = subprocess.run(args, timeout=1200)
-        if proc.returncode != 0:
-            raise TestbedError(f"building the Debian 12 test-host image {tag} failed")
-    return tag
+    return _built(tag, "testbed-image-bookworm", [str(BOOKWORM_BUILD_SCRIPT), tag, trixie],
+                  "Debian 12 test-host image", ca_bundle)
 
 
 STANDIN_DIR = HERE.parent / "standin"
