@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import pstats
+import re
 import secrets
 import subprocess
 import sys
@@ -52,7 +53,6 @@ sys.path.insert(0, str(HERE.parent))
 from compare import Worktree  # noqa: E402
 from harness import Testbed  # noqa: E402
 from run import _COMMAND_RE, DRIFTS, PYINFRA, ROOT, _env, parse_output, timed, write_inventory  # noqa: E402
-from sglang_infra.machine import ship  # noqa: E402
 from testbed.hosts import TestHost  # noqa: E402
 
 SIZES = (1, 4, 16, 32, 64, 100)
@@ -197,51 +197,71 @@ ROWS = (
 )
 
 
-def _stdlib_imports(names: list[str]) -> list[str]:
-    """The standard-library modules the carried host programs import at their top (what a read imports before it
-    reads anything; a function's late import is left out)."""
-    import ast
-
-    found: set[str] = set()
-    for name in names:
-        for node in ast.parse(ship._source(name)).body:
-            if isinstance(node, ast.Import):
-                found |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                found.add(node.module)
-    return sorted(found)
+_PROGRAM_OF = "from sglang_infra.machine import ship; print(ship.cached_program('read.snapshot'), end='')"
+_RUN_CALL = re.compile(r'\nrun\((?P<packages>\[[^]]*\]), "(?P<blob>[A-Za-z0-9+/=]+)"[^\n]*\)\n$')
 
 
-def read_breakdown(host: TestHost, base: dict, reps: int) -> dict:
-    """Where one read's host CPU goes, on one converged real host: ``reps`` of each step, the container's cgroup CPU
-    before and after, less what the host spends idle meanwhile (its own server, dockerd, timers): the SSH login
-    (`ssh HOST true`), python3's start (`python3 -I -S -c pass`), the imports the snapshot's modules make at their
-    top, and the whole read (the snapshot's own command, as the Snapshot fact sends it, with this host's spec)."""
+def read_programs(checkout: Path) -> dict[str, str]:
+    """The snapshot's program as ``checkout`` sends it (ship.cached_program: the code cache's runner, then its call
+    with the compressed modules), cut into the steps one read takes, each a whole program that stops there:
+    ``decompress`` (the runner's own text compiled and its imports, the modules unpacked), ``load`` (and their code
+    compiled, or loaded from root's cache), ``read`` (the whole read: the modules run, the host read)."""
+    text = subprocess.run([sys.executable, "-c", _PROGRAM_OF], cwd=checkout, check=True, capture_output=True,
+                          text=True, timeout=120, env=_env({"PYTHONPATH": str(checkout)})).stdout
+    found = _RUN_CALL.search(text)
+    if found is None:
+        raise SystemExit(f"fleet: {checkout}'s snapshot program does not end in the code cache's run(...) call")
+    runner = text[:found.start()]
+    unpack = f"\nmodules = json.loads(zlib.decompress(binascii.a2b_base64(\"{found['blob']}\")))\n"
+    return {"decompress": runner + unpack, "load": runner + unpack + "codes_for(modules, DIRECTORY)\n",
+            "read": text}
+
+
+READ_STEPS = (("ssh_login_s", "the SSH login (sshd, the PAM session, the shell)"),
+              ("python_start_s", "python3's start (-I -S)"),
+              ("decompress_s", "the runner compiled, its imports, the modules decompressed"),
+              ("compile_or_load_s", "the modules' code: loaded from root's cache (compiled on a miss)"),
+              ("reads_s", "the read: the modules run (their imports) and the host read"),
+              ("program_s", "the snapshot program in all (start to exit)"),
+              ("per_read_s", "one read over SSH in all"))
+
+
+def read_breakdown(host: TestHost, base: dict, reps: int, checkouts: list[tuple[str, Path]]) -> dict:
+    """Where one read's host CPU goes, on one converged real host, for each of ``checkouts`` side by side: ``reps``
+    of each step, the container's cgroup CPU before and after, less what the host spends idle meanwhile (its own
+    server, dockerd, timers): the SSH login (`ssh HOST true`), python3's start (`python3 -I -S -c pass`), then the
+    snapshot's own program cut after each of its steps (read_programs), run as the Snapshot fact runs it (root,
+    -I -S, this host's spec); each step is the difference to the one before. One run of each program first, so
+    root's code cache holds the checkout's entry (the two checkouts' entries replace each other)."""
     import runpy
     import shlex
 
     from sglang_infra.plan.resolve import snapshot_spec
 
     data = {k: v for k, v in runpy.run_path(str(ROOT / "group_data" / "all.py")).items() if k.startswith("sglang_")}
-    spec = json.dumps(snapshot_spec({**data, **base}, name=host.name), sort_keys=True)
-    command = f"{ship.cached_command('read.snapshot')} {shlex.quote(spec)} >/dev/null"
-    imports = _stdlib_imports([*ship.carried("read.snapshot"), "read.snapshot"])
-    with tempfile.TemporaryDirectory() as scratch:
-        script = Path(scratch) / "bench-read.sh"
-        script.write_text(f"for i in $(seq {reps}); do {command}; done\n")
-        subprocess.run(["docker", "cp", str(script), f"{host.container}:/root/"], check=True, capture_output=True,
-                       timeout=60)
+    spec = shlex.quote(json.dumps(snapshot_spec({**data, **base}, name=host.name), sort_keys=True))
     ssh = ["ssh", "-i", str(host.ssh_key), "-o", f"UserKnownHostsFile={host.known_hosts}", "-o",
            "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"{host.login}@{host.address}"]
-    steps = {
-        "idle": lambda: time.sleep(5),
-        "ssh_login": lambda: [subprocess.run([*ssh, "true"], check=True, capture_output=True, timeout=60)
-                              for _ in range(reps)],
-        "python_start": lambda: host.exec(f"for i in $(seq {reps}); do python3 -I -S -c pass; done"),
-        "python_and_imports": lambda: host.exec(
-            f"for i in $(seq {reps}); do python3 -I -S -c {shlex.quote('import ' + ', '.join(imports))}; done"),
-        "python_imports_and_read": lambda: host.exec("bash /root/bench-read.sh", timeout=600),
-    }
+
+    def loop(command: str) -> str:
+        return f"for i in $(seq {reps}); do {command} >/dev/null; done"
+
+    with tempfile.TemporaryDirectory() as scratch:
+        for label, checkout in checkouts:
+            for step, program in read_programs(checkout).items():
+                path = Path(scratch) / f"bench-{label}-{step}.py"
+                path.write_text(program)
+                subprocess.run(["docker", "cp", str(path), f"{host.container}:/root/"], check=True,
+                               capture_output=True, timeout=60)
+    steps = {"idle": lambda: time.sleep(5),
+             "ssh_login": lambda: [subprocess.run([*ssh, "true"], check=True, capture_output=True, timeout=60)
+                                   for _ in range(reps)],
+             "python_start": lambda: host.exec(loop("python3 -I -S -c pass"))}
+    for label, _ in checkouts:
+        for step in ("decompress", "load", "read"):
+            program = f"/root/bench-{label}-{step}.py"
+            steps[f"{label}:{step}"] = (lambda p=program: host.exec(
+                f"python3 -I -S {p} {spec} >/dev/null; {loop(f'python3 -I -S {p} {spec}')}", timeout=600))
     spent = {}
     for step, run in steps.items():
         cpu, began = host_cpu_s([host]), time.monotonic()
@@ -249,12 +269,25 @@ def read_breakdown(host: TestHost, base: dict, reps: int) -> dict:
         spent[step] = (host_cpu_s([host]) - cpu, time.monotonic() - began)
     idle_rate = spent["idle"][0] / spent["idle"][1]
     per = {step: (cpu - idle_rate * wall) / reps for step, (cpu, wall) in spent.items() if step != "idle"}
-    return {"reps": reps, "imports": imports, "idle_cpu_per_s": idle_rate,
-            "ssh_login_s": per["ssh_login"], "python_start_s": per["python_start"],
-            "imports_s": per["python_and_imports"] - per["python_start"],
-            "read_itself_s": per["python_imports_and_read"] - per["python_and_imports"],
-            "read_command_s": per["python_imports_and_read"],
-            "per_read_s": per["ssh_login"] + per["python_imports_and_read"]}
+    out: dict = {"reps": reps, "idle_cpu_per_s": idle_rate}
+    for label, _ in checkouts:
+        out[label] = {"ssh_login_s": per["ssh_login"], "python_start_s": per["python_start"],
+                      "decompress_s": per[f"{label}:decompress"] - per["python_start"],
+                      "compile_or_load_s": per[f"{label}:load"] - per[f"{label}:decompress"],
+                      "reads_s": per[f"{label}:read"] - per[f"{label}:load"],
+                      "program_s": per[f"{label}:read"],
+                      "per_read_s": per["ssh_login"] + per[f"{label}:read"]}
+    return out
+
+
+def breakdown_markdown(breakdown: dict, names: dict[str, str]) -> str:
+    labels = [label for label in ("before", "after") if label in breakdown]
+    lines = ["| one read's host CPU (s) | " + " | ".join(names[label] for label in labels) + " |",
+             "|---|" + "---|" * len(labels)]
+    for key, text in READ_STEPS:
+        lines.append(f"| {text} | " + " | ".join(f"{breakdown[label][key]:.4f}" for label in labels) + " |")
+    return "\n".join(lines + ["", f"{breakdown['reps']} of each step on one converged host, its container's cgroup "
+                                   "CPU less its idle rate (bench/fleet.py --read-breakdown)."])
 
 
 def _cell(fmt: str, value) -> str:
@@ -329,7 +362,9 @@ def main() -> int:
                 print(f"fleet: {label}, {count} host(s): re-run {row['rerun_s']:.2f} s, CPU {row['cpu_s']:.2f} s "
                       f"({row['cpu_per_host_s']:.3f} s/host), {row['commands_per_host']:.1f} commands/host, "
                       f"hosts' CPU {row['hosts_cpu_s'] or 0:.2f} s, {row['changes']} changes", file=sys.stderr)
-        breakdown = read_breakdown(real[0], base, args.read_breakdown) if args.read_breakdown else None
+        breakdown = read_breakdown(real[0], base, args.read_breakdown,
+                                   ([("before", before.path)] if before else []) + [("after", ROOT)]
+                                   ) if args.read_breakdown else None
         if breakdown:
             print(f"fleet: one read's host CPU: {json.dumps(breakdown)}", file=sys.stderr)
         profiled = profile_size(state, out, real, args.profile, base) if args.profile else None
@@ -345,6 +380,8 @@ def main() -> int:
                                                 "profile": profiled, "drift": drifted, "read_breakdown": breakdown,
                                                 "wall_s": time.monotonic() - began},
                                                indent=2) + "\n")
+    if breakdown:
+        text += "\n\n" + breakdown_markdown(breakdown, labels)
     (out / "fleet.md").write_text(text + "\n")
     print(text)
     changed = [r["hosts"] for r in rows if r["changes"]]

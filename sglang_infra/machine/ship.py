@@ -219,6 +219,11 @@ def command(entry: str) -> str:
 
 
 CODECACHE = "read.codecache"
+# The standard-library modules a program run through the code cache loads only when it first uses them
+# (codecache.run): a read of a converged host imports them through modules it carries, never uses them, and they
+# were a third of its imports' CPU (docs/benchmarks.md): TLS (the door's certificate, HTTPS), urllib.request (the
+# gateways' and the reach checks'), the XML of `nvidia-smi -q -x`, addresses (the peer door's).
+LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress")
 
 
 @lru_cache(maxsize=None)
@@ -231,8 +236,8 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     names = [*carried(entry), entry]
     modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)] for name in names]
     blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
-    where = "" if directory is None else f", {json.dumps(directory)}"
-    return f"{_source(CODECACHE)}\nrun({json.dumps(_packages(names))}, \"{blob}\"{where})\n"
+    where = "DIRECTORY" if directory is None else json.dumps(directory)
+    return f"{_source(CODECACHE)}\nrun({json.dumps(_packages(names))}, \"{blob}\", {where}, {json.dumps(LAZY)})\n"
 
 
 def cached_command(entry: str, directory: str | None = None) -> str:

@@ -5,15 +5,23 @@ tenth of the host CPU of one read (docs/benchmarks.md).
 The command carries the sources every time; this module, sent ahead of them, computes their digest, and runs the
 code compiled from exactly those sources: from DIRECTORY when a cache entry is there and sound, else compiled here
 (and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is
-ignored (and replaced): the directory belongs to root, is 0700 and no link, in a parent only root writes; the
-entry is a regular file of root, 0600, no link, within LIMIT; its header names the digest of these very sources
+ignored (and replaced): the directory belongs to root, is 0700 and no link, below folders (from /) only root
+writes, none a link; the entry is a regular file of root, 0600, no link, within LIMIT; its header names the
+digest of these very sources
 and of this Python (the marshal format changes with Python), and the sha256 of its payload, which the payload
 matches. So an entry for other sources (stale) or one changed after it was written (truncated, edited) is never
 executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
 This text holds no single quote: the command quotes it for the shell twice, and each would grow to 17 bytes.
+
+A bundled module runs when the program first uses one of its names, not at the start (_Deferred), and the
+standard-library modules the command names (ship.LAZY) load when first used too (importlib.util.LazyLoader): a
+read of a converged host never uses the HTTP helpers of the gateways (bounded.py, urllib.request), TLS (ssl), the
+XML of nvidia-smi or the checks of the door, and importing them was about half of its imports (docs/benchmarks.md).
 """
 import binascii
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import marshal
 import os
@@ -44,24 +52,42 @@ def _root_only(st, kind):
 
 
 def _open_directory(directory, create):
-    """A descriptor of ``directory`` when it is a 0700 directory of root in a parent only root writes (made so
-    when ``create`` and absent), else None."""
-    parent = os.path.dirname(directory.rstrip("/")) or "/"
+    """A descriptor of ``directory`` when it is a 0700 directory of root and every folder above it, from /, is a
+    directory of root that no group or other may write, none of them a link (each opened through the one above
+    it, O_NOFOLLOW, so nothing can be swapped in between); ``directory`` made so when ``create`` and absent. Else
+    None: under a folder someone else may write, a rename there could put the code of anyone in the path root runs."""
+    parts = [part for part in directory.split("/") if part]
+    if not directory.startswith("/") or not parts or "." in parts or ".." in parts:
+        return None
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     try:
-        st = os.lstat(parent)
+        fd = os.open("/", flags)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != OWNER or st.st_mode & 0o022:
+                return None
+            below = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != OWNER or st.st_mode & 0o022:
             return None
         if create:
             try:
-                os.mkdir(directory, 0o700)
+                os.mkdir(parts[-1], 0o700, dir_fd=fd)
             except FileExistsError:
                 pass
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        found = os.open(parts[-1], flags, dir_fd=fd)
     except OSError:
         return None
-    if _root_only(os.fstat(fd), stat.S_ISDIR):
-        return fd
-    os.close(fd)
+    finally:
+        os.close(fd)
+    if _root_only(os.fstat(found), stat.S_ISDIR):
+        return found
+    os.close(found)
     return None
 
 
@@ -147,19 +173,55 @@ def codes_for(modules, directory=DIRECTORY):
     return codes
 
 
-def run(packages, blob, directory=DIRECTORY):
+class _Deferred(types.ModuleType):
+    """A bundled module whose code runs when the program first asks it for a name it does not hold yet (a
+    function, a class, a constant): ``from .. import bounded`` alone runs nothing, ``bounded.open_url`` runs
+    bounded.py first. The import system reads only what every module holds (__spec__, __path__ of a package)."""
+
+    def __getattr__(self, attribute):
+        code = _PENDING.pop(self.__name__, None)
+        if code is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attribute!r}")
+        self.__class__ = types.ModuleType
+        exec(code, self.__dict__)
+        return getattr(self, attribute)
+
+
+_PENDING = {}
+
+
+class _LazyFinder:
+    """Finds each standard-library module of ``names`` where Python would, and loads it when first used."""
+
+    def __init__(self, names):
+        self.names = frozenset(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.names:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = importlib.util.LazyLoader(spec.loader)
+        return spec
+
+
+def run(packages, blob, directory=DIRECTORY, lazy=()):
     """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (base64 of the zlib
-    of a JSON list of [name, package, path, source], the entry last, run as __main__) executed in order, as the
-    bundle of run/ship.py does."""
+    of a JSON list of [name, package, path, source], the entry last, run as __main__) registered, run when first
+    used (_Deferred), as the bundle of run/ship.py runs them in order; the standard-library modules ``lazy``
+    load when first used."""
     modules = json.loads(zlib.decompress(binascii.a2b_base64(blob)))
     codes = codes_for(modules, directory)
+    if lazy:
+        sys.meta_path.insert(0, _LazyFinder(lazy))
     for package in packages:
         sys.modules.setdefault(package, types.ModuleType(package)).__path__ = []
     for (name, package, _, _), code in zip(modules[:-1], codes):
-        module = types.ModuleType(name)
+        module = _Deferred(name)
         module.__package__ = package
+        _PENDING[name] = code
         sys.modules[name] = module
-        exec(code, module.__dict__)
         setattr(sys.modules[package], name.rpartition(".")[2], module)
     main = types.ModuleType("__main__")
     main.__package__ = modules[-1][1]

@@ -26,7 +26,6 @@ import importlib.util
 import ipaddress
 import json
 import os
-import platform
 import pwd
 import re
 import shutil
@@ -70,7 +69,7 @@ def _os_release():
         if sep:
             values[key.strip()] = value.strip().strip('"')
     return {"id": values.get("ID"), "version": values.get("VERSION_ID"),
-            "arch": DEBIAN_ARCH.get(platform.machine(), platform.machine())}
+            "arch": DEBIAN_ARCH.get(os.uname().machine, os.uname().machine)}
 
 
 def _user(name):
