@@ -229,15 +229,19 @@ LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress")
 @lru_cache(maxsize=None)
 def cached_program(entry: str, directory: str | None = None) -> str:
     """The source of hostside/<entry>.py with its neighbours, run through hostside/read/codecache.py: the same modules
-    in the same order as program(entry), compiled once per host and then read from root's own cache (``directory``,
-    codecache.DIRECTORY when None). The modules travel compressed, in base64: a third of the bytes, and no quote
-    for the shell to escape (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this
-    one, where one argument may hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
+    as program(entry), compiled once per host and then read from root's own cache (``directory``,
+    codecache.DIRECTORY when None), each run when first used, the LAZY modules loaded when first used. The runner
+    and the modules travel compressed, in base64: a third of the bytes, and no quote for the shell to escape
+    (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this one, where one argument may
+    hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
     names = [*carried(entry), entry]
     modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)] for name in names]
     blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
     where = "DIRECTORY" if directory is None else json.dumps(directory)
-    return f"{_source(CODECACHE)}\nrun({json.dumps(_packages(names))}, \"{blob}\", {where}, {json.dumps(LAZY)})\n"
+    runner = base64.b64encode(zlib.compress(_source(CODECACHE).encode(), 9)).decode("ascii")
+    return (f"import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
+            f"\"{_path(CODECACHE)}\", \"exec\"))\n"
+            f"run({json.dumps(_packages(names))}, \"{blob}\", {where}, {json.dumps(LAZY)})\n")
 
 
 def cached_command(entry: str, directory: str | None = None) -> str:

@@ -4,11 +4,18 @@ never executed: the sources the command carries are compiled instead (and kept, 
 
 from __future__ import annotations
 
+import binascii
 import json
 import os
+import pwd
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+import zlib
+from pathlib import Path
 
 import pytest
 
@@ -25,8 +32,17 @@ PLANTED = (compile("VALUE = 'from the cache'\n", "hostside/helper.py", "exec"), 
 
 
 @pytest.fixture
-def cache(tmp_path):
-    directory = tmp_path / "cache"
+def root_tree():
+    """A folder of root's, 0700, below folders no group or other may write (root's home): pytest's tmp_path lies
+    below /tmp, which everyone may write, and root keeps no code there."""
+    top = Path(tempfile.mkdtemp(prefix="codecache-test-", dir=pwd.getpwuid(0).pw_dir))
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def cache(root_tree):
+    directory = root_tree / "cache"
     directory.mkdir(mode=0o700)
     return directory
 
@@ -95,17 +111,63 @@ def test_an_entry_not_kept_by_root_alone_is_never_run(cache, change):
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
 
 
-def test_an_entry_reached_through_a_link_is_never_run(cache, tmp_path):
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda cache: os.chown(entry(cache), 1000, -1), id="entry-not-roots"),
+    pytest.param(lambda cache: os.chmod(entry(cache), 0o660), id="entry-writable-by-group"),
+    pytest.param(lambda cache: os.chmod(entry(cache), 0o606), id="entry-writable-by-others"),
+])
+def test_an_entry_not_roots_alone_is_replaced_by_a_sound_one(cache, change):
     plant(cache)
-    elsewhere = tmp_path / "elsewhere"
+    change(cache)
+    codecache.codes_for(MODULES, str(cache))
+    st = entry(cache).lstat()
+    assert (st.st_uid, stat.S_ISREG(st.st_mode), oct(st.st_mode & 0o777)) == (0, True, "0o600")
+    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"
+
+
+def test_an_entry_reached_through_a_link_is_never_run_and_is_replaced(cache, root_tree):
+    plant(cache)
+    elsewhere = root_tree / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     entry(cache).rename(elsewhere / "kept")
     entry(cache).symlink_to(elsewhere / "kept")
+    assert codecache.load(str(cache), codecache.key(MODULES)) is None
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
-    linked = tmp_path / "linked"
+    assert not entry(cache).is_symlink()   # the link itself replaced; what it pointed at untouched
+    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"
+    assert (elsewhere / "kept").exists()
+    linked = root_tree / "linked"
     linked.symlink_to(elsewhere)
     (elsewhere / "kept").rename(elsewhere / codecache.key(MODULES))
     assert codecache.load(str(linked), codecache.key(MODULES)) is None
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda top: os.chmod(top, 0o770), id="group-writable"),
+    pytest.param(lambda top: os.chmod(top, 0o1777), id="writable-by-all-sticky"),
+    pytest.param(lambda top: os.chown(top, 1000, -1), id="not-roots"),
+])
+def test_a_cache_below_a_folder_someone_else_may_write_is_neither_read_nor_written(root_tree, change):
+    """Every folder above the cache, not only its parent: whoever may write one of them may rename what is below
+    it and put a tree of their own in its place."""
+    cache = root_tree / "middle" / "cache"
+    cache.mkdir(mode=0o700, parents=True)
+    (root_tree / "middle").chmod(0o755)
+    plant(cache)
+    change(root_tree)
+    assert codecache.load(str(cache), codecache.key(MODULES)) is None
+    os.unlink(entry(cache))
+    assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
+    assert os.listdir(cache) == []
+
+
+def test_a_cache_below_a_link_is_never_read(root_tree):
+    real = root_tree / "real"
+    (real / "cache").mkdir(mode=0o700, parents=True)
+    (root_tree / "via").symlink_to(real)
+    plant(real / "cache")
+    assert value_of(codecache.load(str(real / "cache"), codecache.key(MODULES))) == "from the cache"
+    assert codecache.load(str(root_tree / "via" / "cache"), codecache.key(MODULES)) is None
 
 
 def test_a_directory_someone_else_may_write_is_neither_read_nor_written(cache):
@@ -153,7 +215,8 @@ def test_the_snapshot_fact_runs_through_roots_cache():
 
     command = Snapshot().command(spec="{}")
     assert f"exec python3 -I -S -c {shlex.quote(ship.cached_program('read.snapshot'))} " in command
-    assert ship.cached_program("read.snapshot").startswith(ship.path_of("read.codecache").read_text())
+    runner = ship.cached_program("read.snapshot").split('a2b_base64("', 1)[1].split('"', 1)[0]
+    assert zlib.decompress(binascii.a2b_base64(runner)).decode() == ship.path_of("read.codecache").read_text()
 
 
 def test_the_snapshot_command_leaves_room_in_one_argument():
@@ -181,3 +244,49 @@ def test_a_candidate_left_by_a_killed_read_goes_and_one_being_written_stays(cach
     os.utime(left, (0, 0))
     codecache.codes_for(MODULES, str(cache))
     assert sorted(os.listdir(cache)) == sorted([codecache.key(MODULES), writing.name])
+
+
+def bundled(modules, cache, lazy=()) -> str:
+    """A program as ship.cached_program builds one, of ``modules`` ((name, source), the entry last, all in pkg)."""
+    rows = [[f"pkg.{name}", "pkg", f"hostside/{name}.py", source] for name, source in modules]
+    blob = binascii.b2a_base64(zlib.compress(json.dumps(rows).encode()), newline=False).decode()
+    return f"{ship.path_of('read.codecache').read_text()}\nrun([\"pkg\"], \"{blob}\", {str(cache)!r}, {list(lazy)!r})\n"
+
+
+def ran(program: str) -> str:
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+NOISY = ("noisy", "print('noisy ran')\nVALUE = 'noisy value'\n")
+
+
+def test_a_carried_module_runs_only_when_the_program_uses_it(cache):
+    assert ran(bundled([NOISY, ("entry", "from pkg import noisy\nprint('entry ran')\n")], cache)) == "entry ran\n"
+    assert ran(bundled([NOISY, ("entry", "from pkg import noisy\nprint('entry ran', noisy.VALUE)\n")], cache)) \
+        == "noisy ran\nentry ran noisy value\n"
+    assert ran(bundled([NOISY, ("entry", "from pkg.noisy import VALUE\nprint(VALUE)\n")], cache)) \
+        == "noisy ran\nnoisy value\n"
+
+
+def test_a_lazy_standard_module_loads_when_first_used(cache):
+    entry = ("entry", "import sys, ssl\nprint('_ssl' in sys.modules)\nssl.PROTOCOL_TLS_CLIENT\n"
+                      "print('_ssl' in sys.modules)\n")
+    assert ran(bundled([entry], cache, lazy=["ssl"])) == "False\nTrue\n"
+    assert ran(bundled([entry], cache)) == "True\nTrue\n"
+
+
+def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
+    """What a read that needs none of them never imports: TLS (ssl, through http.client), the XML of nvidia-smi,
+    urllib.request's (through bounded.py and report.py); python3 -X importtime lists every module a run loads."""
+    spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
+            "groups": [], "uid": None, "gid": None, "dirs": []}
+    path = tmp_path / "program.py"
+    path.write_text(ship.cached_program("read.snapshot"))
+    out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(path), json.dumps(spec)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "json" in loaded
+    assert not loaded & {"_ssl", "_elementtree", "pyexpat", "urllib.response"}

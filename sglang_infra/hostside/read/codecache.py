@@ -4,14 +4,13 @@ tenth of the host CPU of one read (docs/benchmarks.md).
 
 The command carries the sources every time; this module, sent ahead of them, computes their digest, and runs the
 code compiled from exactly those sources: from DIRECTORY when a cache entry is there and sound, else compiled here
-(and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is
-ignored (and replaced): the directory belongs to root, is 0700 and no link, below folders (from /) only root
-writes, none a link; the entry is a regular file of root, 0600, no link, within LIMIT; its header names the
-digest of these very sources
-and of this Python (the marshal format changes with Python), and the sha256 of its payload, which the payload
-matches. So an entry for other sources (stale) or one changed after it was written (truncated, edited) is never
-executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
-This text holds no single quote: the command quotes it for the shell twice, and each would grow to 17 bytes.
+(and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is ignored
+(and replaced): the directory belongs to root, is 0700 and no link, below folders (from /) only root writes, none a
+link; the entry is a regular file of root, 0600, no link, within LIMIT; its header names the digest of these very
+sources and of this Python (the marshal format changes with Python), and the sha256 of its payload, which the
+payload matches. So an entry for other sources (stale) or one changed after it was written (truncated, edited) is
+never executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in
+DIRECTORY. This text travels compressed, in base64, as the modules do (ship.cached_program).
 
 A bundled module runs when the program first uses one of its names, not at the start (_Deferred), and the
 standard-library modules the command names (ship.LAZY) load when first used too (importlib.util.LazyLoader): a
