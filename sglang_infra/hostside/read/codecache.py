@@ -186,7 +186,7 @@ class _Deferred(types.ModuleType):
         return getattr(self, attribute)
 
 
-_PENDING = {}
+_PENDING: dict = {}   # a deferred module's name: its code, until it runs
 
 
 class _LazyFinder:
