@@ -39,6 +39,7 @@ import json
 import pstats
 import re
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -226,13 +227,15 @@ READ_STEPS = (("ssh_login_s", "the SSH login (sshd, the PAM session, the shell)"
               ("per_read_s", "one read over SSH in all"))
 
 
-def read_breakdown(host: TestHost, base: dict, reps: int, checkouts: list[tuple[str, Path]]) -> dict:
+def read_breakdown(host: TestHost, base: dict, reps: int, checkouts: list[tuple[str, Path]], rounds: int = 3) -> dict:
     """Where one read's host CPU goes, on one converged real host, for each of ``checkouts`` side by side: ``reps``
     of each step, the container's cgroup CPU before and after, less what the host spends idle meanwhile (its own
     server, dockerd, timers): the SSH login (`ssh HOST true`), python3's start (`python3 -I -S -c pass`), then the
     snapshot's own program cut after each of its steps (read_programs), run as the Snapshot fact runs it (root,
     -I -S, this host's spec); each step is the difference to the one before. One run of each program first, so
-    root's code cache holds the checkout's entry (the two checkouts' entries replace each other)."""
+    root's code cache holds the checkout's entry (the two checkouts' entries replace each other). ``rounds`` times
+    over, every step in turn (the machine is shared: a neighbour's burst lands on one round); each figure is the
+    median of its rounds."""
     import runpy
     import shlex
 
@@ -262,14 +265,21 @@ def read_breakdown(host: TestHost, base: dict, reps: int, checkouts: list[tuple[
             program = f"/root/bench-{label}-{step}.py"
             steps[f"{label}:{step}"] = (lambda p=program: host.exec(
                 f"python3 -I -S {p} {spec} >/dev/null; {loop(f'python3 -I -S {p} {spec}')}", timeout=600))
-    spent = {}
-    for step, run in steps.items():
-        cpu, began = host_cpu_s([host]), time.monotonic()
-        run()
-        spent[step] = (host_cpu_s([host]) - cpu, time.monotonic() - began)
-    idle_rate = spent["idle"][0] / spent["idle"][1]
-    per = {step: (cpu - idle_rate * wall) / reps for step, (cpu, wall) in spent.items() if step != "idle"}
-    out: dict = {"reps": reps, "idle_cpu_per_s": idle_rate}
+    samples: dict[str, list[float]] = {step: [] for step in steps if step != "idle"}
+    idle_rates = []
+    for _ in range(rounds):
+        spent = {}
+        for step, run in steps.items():
+            cpu, began = host_cpu_s([host]), time.monotonic()
+            run()
+            spent[step] = (host_cpu_s([host]) - cpu, time.monotonic() - began)
+        idle_rate = spent["idle"][0] / spent["idle"][1]
+        idle_rates.append(idle_rate)
+        for step, (cpu, wall) in spent.items():
+            if step != "idle":
+                samples[step].append((cpu - idle_rate * wall) / reps)
+    per = {step: statistics.median(found) for step, found in samples.items()}
+    out: dict = {"reps": reps, "rounds": rounds, "idle_cpu_per_s": statistics.median(idle_rates), "samples": samples}
     for label, _ in checkouts:
         out[label] = {"ssh_login_s": per["ssh_login"], "python_start_s": per["python_start"],
                       "decompress_s": per[f"{label}:decompress"] - per["python_start"],
@@ -286,8 +296,9 @@ def breakdown_markdown(breakdown: dict, names: dict[str, str]) -> str:
              "|---|" + "---|" * len(labels)]
     for key, text in READ_STEPS:
         lines.append(f"| {text} | " + " | ".join(f"{breakdown[label][key]:.4f}" for label in labels) + " |")
-    return "\n".join(lines + ["", f"{breakdown['reps']} of each step on one converged host, its container's cgroup "
-                                   "CPU less its idle rate (bench/fleet.py --read-breakdown)."])
+    return "\n".join(lines + ["", f"{breakdown['reps']} of each step on one converged host, {breakdown['rounds']} "
+                                   "rounds, the median; its container's cgroup CPU less its idle rate "
+                                   "(bench/fleet.py --read-breakdown)."])
 
 
 def _cell(fmt: str, value) -> str:

@@ -1,12 +1,17 @@
 """The project's one Jinja environment: templates/ by path, compiled once per
-run. render.py (plan -> the files the deploy writes) and the toolchain's
-Dockerfile render through it.
+run, and kept compiled between runs (Jinja's own bytecode cache, in the
+operator's own 0700 folder, BYTECODE_DIR): a template's code is compiled again
+only when its text, this file or Jinja changes. render.py (plan -> the files
+the deploy writes) and the toolchain's Dockerfile render through it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
+import stat
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,10 @@ import jinja2
 from ..hostside.printable import printable
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
+# Where the templates' compiled code is kept between runs: compiling the templates a settled host's fingerprint
+# renders was about 0.03 s of every run (docs/benchmarks.md). The operator's own folder, never a shared one (/tmp):
+# the deploy runs the code it finds there.
+BYTECODE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sglang-infra" / "templates"
 
 
 @lru_cache(maxsize=1)
@@ -45,10 +54,37 @@ def template_path(template: str) -> Path:
     return PROJECT_DIR / template
 
 
+@lru_cache(maxsize=1)
+def bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Jinja's bytecode cache in BYTECODE_DIR when that is a directory of this user's alone (0700, no link; made
+    so when absent), else None: the templates are then compiled on every run, as before."""
+    try:
+        BYTECODE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(BYTECODE_DIR)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(BYTECODE_DIR))
+
+
+# A kept template's name: this file's digest (the environment's options and filters are in it) and its source's;
+# Jinja's own bucket adds its version and Python's, and checks the source again. A template's older versions stay
+# (a few KB each) until the folder is removed.
+_KEPT_AS = "sglang-infra:" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
 @lru_cache(maxsize=16)
 def _compiled(source: str) -> jinja2.Template:
-    # Compiled once per run, not once per host: compiling costs more than rendering.
-    return environment().from_string(source)
+    # Compiled once per run, not once per host: compiling costs more than rendering; and kept between runs.
+    env, cache = environment(), bytecode_cache()
+    if cache is None:
+        return env.from_string(source)
+    bucket = cache.get_bucket(env, f"{_KEPT_AS}:{hashlib.sha256(source.encode()).hexdigest()}", None, source)
+    if bucket.code is None:
+        bucket.code = env.compile(source)
+        cache.set_bucket(bucket)
+    return env.template_class.from_code(env, bucket.code, env.make_globals(None))
 
 
 @lru_cache(maxsize=16)
