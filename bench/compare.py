@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import _COMMAND_RE, ROOT, parse_output, publish, testbed, timed, timed_deploy, write_inventory  # noqa: E402
+from run import _COMMAND_RE, PYINFRA, ROOT, _env, parse_output, publish, testbed, timed, write_inventory  # noqa: E402
 
 ANSIBLE_DIR = HERE / "ansible"
 PLAYBOOK = ANSIBLE_DIR / "layout.yml"
@@ -176,7 +176,23 @@ def inventory_for(checkout: Path, inventory: Path) -> Path:
     return older
 
 
-def _pyinfra(label: str, checkout: Path, inventory: Path, names: list[str], log_dir: Path) -> dict:
+# With --keep-bytecode, each checkout's Python keeps its modules' bytecode as an operator's does (in a folder of the
+# bench's, so no checkout gets a __pycache__); without it, the caller's environment decides (this machine's shell
+# sets PYTHONDONTWRITEBYTECODE=1: every run then compiles the project's modules from source).
+BYTECODE_DIR: Path | None = None
+
+
+def timed_deploy(inventory: Path, *args: str, checkout: Path = ROOT) -> dict:
+    """One `pyinfra -y INVENTORY deploy.py` of ``checkout``, run from it and importing from it, with this venv's
+    pyinfra."""
+    env = _env({"PYTHONPATH": str(checkout)})
+    if BYTECODE_DIR is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(BYTECODE_DIR / checkout.name)
+    return timed([*PYINFRA, "-y", str(inventory), "deploy.py", *args], cwd=checkout, env=env)
+
+
+def _pyinfra(label: str, checkout: Path, inventory: Path, names: list[str], log_dir: Path, reruns: int = 1) -> dict:
     converge = timed_deploy(inventory, checkout=checkout)
     (log_dir / f"{label}-converge.log").write_text(converge["output"])
     if converge["returncode"] != 0:
@@ -186,17 +202,20 @@ def _pyinfra(label: str, checkout: Path, inventory: Path, names: list[str], log_
     # before the timed run.
     counted = timed_deploy(inventory, "-vv", checkout=checkout)
     (log_dir / f"{label}-rerun-vv.log").write_text(counted["output"])
-    rerun = timed_deploy(inventory, checkout=checkout)
+    timed_runs = [timed_deploy(inventory, checkout=checkout) for _ in range(reruns)]
+    rerun = sorted(timed_runs, key=lambda run: run["seconds"])[len(timed_runs) // 2]   # the median's run
     (log_dir / f"{label}-rerun.log").write_text(rerun["output"])
-    for run, what in ((rerun, "re-run"), (counted, "-vv re-run")):
+    for run, what in ((*((r, "re-run") for r in timed_runs), (counted, "-vv re-run"))):
         if run["returncode"] != 0:
             raise BenchError(f"{label}: {what} of {len(names)} host(s) failed (exit {run['returncode']}):\n"
                              f"{run['output'][-3000:]}")
     return {
         f"{label}_converge_s": converge["seconds"],
         f"{label}_rerun_s": rerun["seconds"],
+        f"{label}_rerun_all_s": [r["seconds"] for r in timed_runs],
+        f"{label}_rerun_cpu_s": rerun["user_s"] + rerun["sys_s"],
         f"{label}_rerun_commands_per_host": _commands_per_host(counted["output"], names),
-        f"{label}_rerun_changes": _changes(rerun["output"], names) + _changes(counted["output"], names),
+        f"{label}_rerun_changes": sum(_changes(r["output"], names) for r in (*timed_runs, counted)),
     }
 
 
@@ -230,7 +249,7 @@ def _ansible(playbook: Path, inventory: Path, home: Path, names: list[str], log_
 
 
 def one_round(count: int, rep: int, state_dir: Path, image: str, base: dict,
-              checkouts: list[tuple[str, Path]], playbook: Path) -> dict:
+              checkouts: list[tuple[str, Path]], playbook: Path, reruns: int = 1) -> dict:
     names = [f"cmp-{count}-{i}" for i in range(count)]
     log_dir = state_dir / f"logs-{count}-{rep}"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +261,7 @@ def one_round(count: int, rep: int, state_dir: Path, image: str, base: dict,
                                     {"production": [(host, {}) for host in fleet]}, base=base)
         sample = {"hosts": count, "rep": rep}
         for label, checkout in checkouts:
-            sample.update(_pyinfra(label, checkout, inventory_for(checkout, inventory), names, log_dir))
+            sample.update(_pyinfra(label, checkout, inventory_for(checkout, inventory), names, log_dir, reruns))
         ansible_inventory = write_ansible_inventory(state_dir / f"compare_{count}_{rep}.ansible.yml", fleet)
         sample.update(_ansible(playbook, ansible_inventory, state_dir / "ansible", names, log_dir))
     finally:
@@ -364,14 +383,20 @@ def main() -> int:
     # 1,4 x 3 repetitions fits in about 10 minutes on 2 cores.
     parser.add_argument("--hosts", default="1,4", help="fleet sizes, comma-separated (default 1,4)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per fleet size (default 3)")
+    parser.add_argument("--reruns", type=int, default=1,
+                        help="timed no-change re-runs per repetition and checkout, the median kept (default 1)")
+    parser.add_argument("--keep-bytecode", action="store_true",
+                        help="let each checkout's Python keep its bytecode, as an operator's does (a bench folder)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where compare.{md,json} go")
     args = parser.parse_args()
+    global BYTECODE_DIR
     counts = [int(c) for c in args.hosts.split(",")]
     if args.reps < 1 or not counts or min(counts) < 1:
         parser.error("--hosts and --reps must be positive")
     out = Path(args.out).resolve()
     state_dir = out / "compare-state"
     state_dir.mkdir(parents=True, exist_ok=True)
+    BYTECODE_DIR = state_dir / "pycache" if args.keep_bytecode else None
 
     started = time.monotonic()
     worktrees: list[Worktree] = []
@@ -401,10 +426,11 @@ def main() -> int:
         base = testbed.standin_data()
         for rep in range(args.reps):
             for count in counts:
-                sample = one_round(count, rep, state_dir, image, base, checkouts, playbook)
+                sample = one_round(count, rep, state_dir, image, base, checkouts, playbook, args.reruns)
                 samples.append(sample)
                 print(f"compare: {count} host(s) rep {rep + 1}/{args.reps}: "
                       + ", ".join(f"{label} re-run {sample[f'{label}_rerun_s']:.2f}s "
+                                  f"(all {sample[f'{label}_rerun_all_s']}, CPU {sample[f'{label}_rerun_cpu_s']:.2f}s) "
                                   f"({sample[f'{label}_rerun_commands_per_host']} commands/host, "
                                   f"{sample[f'{label}_rerun_changes']} changes)" for label, _ in checkouts)
                       + f", ansible re-run {sample['ansible_rerun_s']:.2f}s "
