@@ -167,3 +167,15 @@ def test_a_compressed_program_runs_as_its_text_did(name, args, tmp_path):
     assert (packed.returncode, packed.stdout, packed.stderr.splitlines()[-1:]) == \
         (whole.returncode, whole.stdout, whole.stderr.splitlines()[-1:])
     assert packed.returncode != 0 or name == "roll.restore_good"   # each ran far enough to judge its arguments
+
+
+@pytest.mark.parametrize("name", ship.programs())
+def test_the_relative_imports_read_are_those_of_the_whole_module(name):
+    """ship reads a module's imports from its `from .` lines alone (relative_imports): for every module of
+    hostside/, exactly the relative imports at its top level that the whole module's parse finds, in order."""
+    def imports(source: str) -> list[tuple[int, str | None, list[str]]]:
+        return [(node.level, node.module, [alias.name for alias in node.names])
+                for node in ast.parse(source).body if isinstance(node, ast.ImportFrom) and node.level]
+
+    source = ship.path_of(name).read_text(encoding="utf-8")
+    assert imports(ship.relative_imports(source)) == imports(source)
