@@ -11,6 +11,7 @@ import os
 import pytest
 from conftest import FIXTURES, converged_snapshot, pinned_defaults
 
+from sglang_infra.hostside import dockerapi
 from sglang_infra.hostside.gpu import nvsmi
 from sglang_infra.hostside.read import settled as stamp_file
 from sglang_infra.plan.resolve import resolve
@@ -374,3 +375,19 @@ def test_every_role_settles_while_its_gpus_readings_move():
         second["settled"] = {"plan": settled.plan_fingerprint(each), "snapshot": settled.snapshot_digest(first)}
         snapshots[name] = second
     assert settled.decide(plans, snapshots)[0] == set(plans)
+
+
+GATEWAY_PORTS = [{"IP": "127.0.0.1", "PrivatePort": 29000, "PublicPort": 29000, "Type": "tcp"},
+                 {"IP": "172.18.0.6", "PrivatePort": 30080, "PublicPort": 30080, "Type": "tcp"}]
+
+
+@pytest.mark.parametrize("order", [GATEWAY_PORTS, GATEWAY_PORTS[::-1]])
+def test_a_containers_ports_read_the_same_in_the_engines_either_order(monkeypatch, order):
+    """The engine lists a container's published ports in no fixed order: a gateway host (its port and its metrics
+    port) read them one way in the run that stamped it and the other way in the next (test_groups' gateway host, on
+    the machine), and took the full plan. The read sorts them, so its snapshot digest stays."""
+    listed = [{"Id": "c1", "Names": ["/gw"], "State": "running", "Status": "Up 3 minutes", "ImageID": "sha256:i",
+               "Labels": {"com.docker.compose.service": "router"}, "Ports": order}]
+    monkeypatch.setattr(dockerapi, "get", lambda path, query=None, socket_path=None: listed)
+    [container] = dockerapi.containers(["com.docker.compose.project=p"])
+    assert container["ports"] == GATEWAY_PORTS
