@@ -276,6 +276,33 @@ def test_why_a_stamped_host_takes_the_full_plan_is_said():
     assert "plan" in settled.unsettled_because({**wanted, "plan": "c" * 64}, wanted)
 
 
+def test_why_a_host_whose_stamp_matches_still_takes_the_full_plan_is_said():
+    """A gateway host as stamped takes the full plan because another host does, or the run is limited: the run's
+    log says so and names that host, as it says why a host whose stamp differs does (issue 56: the gateway,
+    group and worker hosts of a fleet were planned in full without a word, the one cause alone named)."""
+    plans = {"a": plan("a"), "gw": dataclasses.replace(plan("gw"), front_door=FRONT_DOOR), "b": plan("b")}
+    snapshots = stamped(plans, drifted={"a"})
+    skips, stamps = settled.decide(plans, snapshots)
+    assert skips == {"b"}
+    assert settled.held_back(plans, snapshots, stamps, skips) == {
+        "gw": "it involves other hosts, and a takes the full plan"}
+    snapshots = stamped(plans)
+    skips, stamps = settled.decide(plans, snapshots, whole=False)
+    assert settled.held_back(plans, snapshots, stamps, skips, whole=False) == {
+        "gw": "it involves other hosts, and this run has not every host of the inventory (--limit)"}
+    skips, stamps = settled.decide(plans, snapshots)
+    assert skips == set(plans) and settled.held_back(plans, snapshots, stamps, skips) == {}
+
+
+def test_a_door_not_found_held_or_validate_always_is_said_too():
+    plans = {**_door_plans(), "v": plan("v", sglang_validate="always")}
+    snapshots = _with_door(stamped(plans), "door", {**HELD, "cert": None})
+    skips, stamps = settled.decide(plans, snapshots)
+    assert settled.held_back(plans, snapshots, stamps, skips) == {
+        "door": "its snapshot did not find its peer door held by the door's nginx with its certificate",
+        "v": "sglang_validate is always (it is gated on every run)"}
+
+
 # ---------------------------------------------------------------- a GPU host's live readings (issue 56)
 
 NVSMI = FIXTURES / "nvidia-smi"
