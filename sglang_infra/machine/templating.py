@@ -24,7 +24,14 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
 # Where the templates' compiled code is kept between runs: compiling the templates a settled host's fingerprint
 # renders was about 0.03 s of every run (docs/benchmarks.md). The operator's own folder, never a shared one (/tmp):
 # the deploy runs the code it finds there.
-BYTECODE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sglang-infra" / "templates"
+def _cache_home() -> Path | None:
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except (RuntimeError, KeyError):   # no home to be found: the templates are compiled on each run
+        return None
+
+
+BYTECODE_DIR = (_cache_home() or Path("/nonexistent")) / "sglang-infra" / "templates"
 
 
 @lru_cache(maxsize=1)
@@ -57,7 +64,9 @@ def template_path(template: str) -> Path:
 @lru_cache(maxsize=1)
 def bytecode_cache() -> jinja2.BytecodeCache | None:
     """Jinja's bytecode cache in BYTECODE_DIR when that is a directory of this user's alone (0700, no link; made
-    so when absent), else None: the templates are then compiled on every run, as before."""
+    so when absent, in a cache folder that exists), else None: the templates are then compiled on every run."""
+    if not BYTECODE_DIR.parents[2].is_dir():   # no home (where ~/.cache would be): nothing is made
+        return None
     try:
         BYTECODE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(BYTECODE_DIR)

@@ -70,3 +70,12 @@ def test_a_link_in_its_place_is_never_used(fresh, tmp_path):
     run()
     assert len(compiled) == 2
     assert os.listdir(elsewhere) == []
+
+
+def test_without_a_home_nothing_is_made(fresh, tmp_path, monkeypatch):
+    run, compiled = fresh
+    monkeypatch.setattr(templating, "BYTECODE_DIR", tmp_path / "gone" / ".cache" / "sglang-infra" / "templates")
+    assert run() == '"x" is kept\n'
+    assert run() == '"x" is kept\n'
+    assert len(compiled) == 2
+    assert not (tmp_path / "gone").exists()
