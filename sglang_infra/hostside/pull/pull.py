@@ -575,7 +575,7 @@ class Puller:
             indexed.append((index, blob))
             index += len(blob.paths)
         with ThreadPoolExecutor(self.workers, "hfpull-file") as files, \
-                ThreadPoolExecutor(self.workers, "hfpull-range") as self.transfer.ranges:
+                transfer.RangePool(self.workers, "hfpull-range") as self.transfer.ranges:
             gather([files.submit(self._pull_blob, blob, trust, i, commit) for i, blob in indexed], self.stop)
         self.progress.update(force=True)
 
