@@ -27,7 +27,9 @@ process), its loopback's MTU set to 1500 and capped by `tc qdisc ... tbf
 rate --link-mbit` (the link), the stand-in Hub inside it, every connection
 held to a quarter of the link by the stand-in's own throttle (capped
 connections: a pull needs 4 of them to fill the link), a model of 4 shards
-of --link-shard-mib MiB. This checkout's pull and, with --before REF, REF's
+of --link-shard-mib MiB, pulled as the deploy pulls a locked model (the
+lock's record, from the project's lockgen, on stdin). This checkout's pull
+and, with --before REF, REF's
 (its hostside/pull bundled by its own ship.py from `git archive REF`), one
 after the other, --reps times each, each into a fresh cache. Per pull: its
 wall time and the link's share it reached (the model's bytes / the wall
@@ -233,6 +235,23 @@ def link_unavailable() -> str | None:
     return None
 
 
+def timed_stdin(command: list[str], stdin: Path) -> dict:
+    """run.timed with ``stdin``'s content as the child's standard input."""
+    with open(stdin, "rb") as given, tempfile.TemporaryFile("w+") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdin=given, stdout=log, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=PULL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        seconds = time.perf_counter() - started
+        log.seek(0)
+        output = log.read()
+    return {"seconds": seconds, "returncode": proc.returncode, "output": output}
+
+
 def link_child(config: dict) -> int:
     """Inside the namespace (`unshare --net`): cap its loopback, run the stand-in and every pull, print the rows."""
     rate_bps = config["mbit"] * 1_000_000 // 8
@@ -246,12 +265,23 @@ def link_child(config: dict) -> int:
     hub = Standin(workdir, rate_bps // 4, repos)
     rows = []
     try:
+        # As the deploy pulls a locked model: the lock's record on stdin (its files are the listing), written by the
+        # project's own lock code against the stand-in.
+        from sglang_infra.fleet import lockgen
+
+        locked = lockgen.resolve_model("link", "bench/link", "main", hub.url, None)
+        lock_file = workdir / "link-lock.json"
+        lock_file.write_text(json.dumps(locked.record()))
         for rep in range(config["reps"]):
             for label, script in config["programs"]:
                 hub.reset()
                 cache = workdir / f"link-{label}-{rep}"
+                command = ours(Path(script), cache, "bench/link", hub, config["workers"]) + ["--locked-stdin"]
+                command[command.index("--revision") + 1] = locked.commit
                 started = time.monotonic()
-                result = run_one(ours(Path(script), cache, "bench/link", hub, config["workers"]), f"{label}'s pull")
+                result = timed_stdin(command, lock_file)
+                if result["returncode"] != 0:
+                    raise BenchError(f"{label}'s pull failed ({result['returncode']}): {result['output'][-2000:]}")
                 ended = started + result["seconds"]
                 bodies = [b for b in hub.bodies() if "model-" in b["path"]]
                 first, last = min(b["started_at"] for b in bodies), max(b["ended_at"] for b in bodies)
@@ -264,7 +294,7 @@ def link_child(config: dict) -> int:
                 rows.append({"label": label, "rep": rep, "seconds": result["seconds"],
                              "share": size / result["seconds"] / rate_bps, "start_s": first - started,
                              "bodies_s": last - first, "bodies_share": sent / (last - first) / rate_bps,
-                             "tail_s": ended - last, "hub_bytes": sent, "cpu_s": result["user_s"] + result["sys_s"]})
+                             "tail_s": ended - last, "hub_bytes": sent})
                 print(f"link {label} #{rep + 1}: {result['seconds']:.2f} s, {rows[-1]['share']:.3f} of the link",
                       file=sys.stderr, flush=True)
                 subprocess.run(["rm", "-rf", str(cache), f"{cache}-verified"], check=False)
@@ -329,7 +359,7 @@ def link_table(link: dict, args) -> str:
              f"repetitions each, alternating (median [min-max]). Goal: at least {LINK_GOAL:.0%} of the link; the "
              f"bodies' ceiling is TCP's {FRAME_CEILING:.3f}.", "",
              "| pull | wall s | share of the link | start s | bodies s | share while bytes flow | tail s | "
-             "Hub bytes / model | CPU s |", "|---|---|---|---|---|---|---|---|---|"]
+             "Hub bytes / model |", "|---|---|---|---|---|---|---|---|"]
     for label in link["programs"]:
         rows = [r for r in link["rows"] if r["label"] == label]
 
@@ -339,7 +369,7 @@ def link_table(link: dict, args) -> str:
         hub_per_model = statistics.median(r["hub_bytes"] for r in rows) / link["model_bytes"]
         lines.append(f"| {label} | {cell('seconds')} | {cell('share', '{:.3f}')} ({met}) | {cell('start_s')} | "
                      f"{cell('bodies_s')} | {cell('bodies_share', '{:.3f}')} | {cell('tail_s')} | "
-                     f"{hub_per_model:.3f} | {cell('cpu_s')} |")
+                     f"{hub_per_model:.3f} |")
     return "\n".join(lines)
 
 
