@@ -236,7 +236,7 @@ def link_unavailable() -> str | None:
 
 
 def timed_stdin(command: list[str], stdin: Path) -> dict:
-    """run.timed with ``stdin``'s content as the child's standard input."""
+    """The wall time, exit code and output of ``command``, ``stdin``'s content as its standard input."""
     with open(stdin, "rb") as given, tempfile.TemporaryFile("w+") as log:
         started = time.perf_counter()
         proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdin=given, stdout=log, stderr=subprocess.STDOUT,
