@@ -475,6 +475,57 @@ def test_a_large_file_comes_in_parallel_ranges_and_is_verified(hub, tmp_path):
     assert_big_file_verified(tmp_path, commit, meta)
 
 
+SHARDS = {"repos": [{"repo_id": "org/shards", "commits": [{"branch": "main", "files": [
+    {"path": "config.json", "text": '{"shards": 4}'}] + [
+    {"path": f"model-0000{i}-of-00004.safetensors", "size": 8 << 20, "seed": 60 + i, "lfs": True}
+    for i in range(1, 5)]}]}]}
+
+
+def test_the_connections_go_to_one_file_then_the_next(tmp_path):
+    """Four shards of 8 ranges each and 8 connections: the connections take the first file's ranges, then the
+    next file's, so the files finish one after another, in the pull's order, each hashed while the next one's bytes
+    come. (In the first-come queue before, the ranges ran in the order the files' threads queued them: at times two
+    files interleaved to the end, finishing together and both hashed after the last byte, the link idle meanwhile.)"""
+    with StandinHub(SHARDS, access_log=False) as hub:
+        hub.set_throttle(4 << 20)  # per connection: 0.25 s a range, so the ranges overlap
+        commit = hub.commit("org/shards", "main")
+        res = ok_pull(tmp_path, "org/shards", commit, hub)
+        gets = sorted((g for g in resolve_gets(hub) if "model-" in g["path"]), key=lambda g: g["started_at"])
+
+    assert res["files_fetched"] == 5 and res["bytes_fetched"] == 4 * (8 << 20) + len('{"shards": 4}')
+    assert len(gets) == 32 and all(g["range"] for g in gets)
+    files = [g["path"].rsplit("/", 1)[1] for g in gets]
+    # The first 8 ranges start as the files' HEADs answer (two files may share them); from then on each free
+    # connection takes the earliest file's next range, so no range starts a wave (0.25 s) after a later file's.
+    # (Requests sent within a few ms of each other may reach the Hub in either order: not counted.)
+    later = [(g["started_at"], f) for g, f in zip(gets[8:], files[8:])]
+    behind = [(f, g) for t, f in later for u, g in later if u - t > 0.1 and g < f]
+    waves = " | ".join(" ".join(f[10] for f in files[n:n + 8]) for n in range(0, 32, 8))
+    assert behind == [], waves
+    for path in {*files}:
+        blob = repo_dir(tmp_path, "org/shards") / "snapshots" / commit / path
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == hub.file_meta("org/shards", commit, path)["etag"]
+
+
+def test_the_range_pool_runs_the_lowest_order_waiting_first():
+    import threading
+
+    ran, gate = [], threading.Event()
+    with transfer.RangePool(1, "test-range") as pool:
+        busy = pool.submit((0, 0), gate.wait, 10)
+        futures = [pool.submit(order, ran.append, order) for order in [(3, 0), (1, 1), (2, 5), (1, 0)]]
+        failed = pool.submit((9, 9), int, "not a number")
+        gate.set()
+        assert busy.result(timeout=10) is True
+        for future in futures:
+            future.result(timeout=10)
+        with pytest.raises(ValueError):
+            failed.result(timeout=10)
+    assert ran == [(1, 0), (1, 1), (2, 5), (3, 0)]
+    with pytest.raises(RuntimeError):
+        pool.submit((0, 0), int)
+
+
 def test_workers_1_fetches_one_stream(hub, tmp_path):
     commit, meta, _, _ = big_file(hub, tmp_path)
     ok_pull(tmp_path, "org/big", commit, hub, "--workers", "1")

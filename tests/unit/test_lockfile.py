@@ -243,6 +243,27 @@ def test_with_the_lock_the_pull_asks_the_hub_for_no_info_and_no_listing(hub, tmp
         f["sha256"] if f["sha256_from"] == "lfs" else f["git_blob"] for f in locked.files)
 
 
+def test_with_the_lock_the_pull_never_loads_the_hub_api_module(hub, tmp_path):
+    """huggingface_hub.hf_api (the info, listing and access-check client) is a large part of the pull's start
+    (0.06-0.18 s here): a pull that asks none of them, as with the lock, never imports it; one without the lock does."""
+    locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
+    probe = ("import runpy, sys\nsys.argv = sys.argv[1:]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+             "except SystemExit as e:\n    print('EXIT', e.code, 'HF_API', 'huggingface_hub.hf_api' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    loaded = {}
+    for name, record_in in (("locked", locked.record()), ("unlocked", None)):
+        cache = tmp_path / name
+        args = [sys.executable, "-c", probe, str(SCRIPT), "pull", "--cache-dir", str(cache), "--records-dir",
+                str(records_of(cache)), "--repo-id", REPO, "--revision", locked.commit, "--endpoint", hub.url]
+        args += ["--locked-stdin"] if record_in is not None else []
+        done = subprocess.run(args, input=json.dumps(record_in) if record_in is not None else None,
+                              capture_output=True, text=True, timeout=60, env=env)
+        last = done.stdout.splitlines()[-1]
+        assert last.startswith("EXIT 0 HF_API "), done.stdout + done.stderr
+        loaded[name] = last.endswith("True")
+    assert loaded == {"locked": False, "unlocked": True}
+
+
 def test_a_lock_without_a_regular_files_git_blob_takes_the_hubs_listing(hub, tmp_path):
     locked = lockgen.resolve_model("m", REPO, "main", hub.url, None)
     record = locked.record()

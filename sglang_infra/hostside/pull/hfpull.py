@@ -25,10 +25,10 @@ adds what a fleet needs:
   the resume base;
 * up to N files at once, and a large file as several byte ranges over several
   connections, N connections in all (the Hub and its CDN throttle each
-  connection, not the link): see ranges.py for how the ranges are cut and how
-  what each holds survives a kill. The first failure stops every worker; a
-  transient one (a cut, a 5xx, a 429 with its Retry-After) is retried from the
-  range's last byte with backoff;
+  connection, not the link), the earliest file's ranges first (transfer.RangePool):
+  see ranges.py for how the ranges are cut and how what each holds survives a
+  kill. The first failure stops every worker; a transient one (a cut, a 5xx, a
+  429 with its Retry-After) is retried from the range's last byte with backoff;
 * room first: a revision whose missing bytes, plus --min-free, are more than the cache's filesystem has free is
   refused before a byte of it is fetched; a disk that fills while the pull writes (another writer) ends it
   naming the disk, its partials kept for the next run to resume;

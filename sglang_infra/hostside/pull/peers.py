@@ -446,8 +446,8 @@ class PeerTransfer:
         wrote: dict[int, list] = {k: [] for k in range(len(job.spans))}
         todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
         assert self.hub.ranges is not None
-        gather([self.hub.ranges.submit(self._fetch_range, job, k, holders, holders[n % len(holders)], wrote[k], tally,
-                                       deadline) for n, k in enumerate(todo)], job.stop)
+        gather([self.hub.ranges.submit((job.index, k), self._fetch_range, job, k, holders, holders[n % len(holders)],
+                                       wrote[k], tally, deadline) for n, k in enumerate(todo)], job.stop)
         return wrote
 
     def _fetch_range(self, job: _Job, k: int, holders: list[Peer], first: Peer, log: list,

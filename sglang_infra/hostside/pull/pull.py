@@ -16,10 +16,9 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from huggingface_hub import HfApi
 from huggingface_hub.file_download import repo_folder_name
-from huggingface_hub.hf_api import RepoFile
 
 from .. import safefs
 from ..formats.units import human
@@ -38,6 +37,9 @@ from . import hublimits, manifest, peers, ranges, transfer
 from .pull_errors import EXIT_LOCKED, EXIT_USAGE, PullError, VerifyError
 from .pull_locks import PULL_LOCK, FileLock, held_by
 from .transfer import LIBRARY_NAME, Stopped, gather
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 BLOB_NAME_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a blob's name: git's sha1 (a regular file), sha256 (LFS)
@@ -419,6 +421,11 @@ class Puller:
         return self._result()
 
     def _api(self) -> HfApi:
+        """The library's API client, imported here: its module (huggingface_hub.hf_api) is a large part of the pull's
+        start (0.06-0.18 s of a 2-core machine's time), and a pull with the lock's listing, or of a revision
+        its record vouches for, never asks the API (test_hfpull: a locked pull never imports it)."""
+        from huggingface_hub import HfApi
+
         return HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
 
     def _blobs_from_lock(self) -> list[Blob] | None:
@@ -470,6 +477,8 @@ class Puller:
                 raise Stopped()  # the check failed in another worker: its error is the one reported
 
     def _list_tree(self, api: HfApi, commit: str) -> list[Blob]:
+        from huggingface_hub.hf_api import RepoFile  # loaded with the api (_api)
+
         by_name: dict[str, Blob] = {}
         count = 0
         for entry in transfer.tree(api, self.repo_id, commit, self._token_arg()):
@@ -575,7 +584,7 @@ class Puller:
             indexed.append((index, blob))
             index += len(blob.paths)
         with ThreadPoolExecutor(self.workers, "hfpull-file") as files, \
-                ThreadPoolExecutor(self.workers, "hfpull-range") as self.transfer.ranges:
+                transfer.RangePool(self.workers, "hfpull-range") as self.transfer.ranges:
             gather([files.submit(self._pull_blob, blob, trust, i, commit) for i, blob in indexed], self.stop)
         self.progress.update(force=True)
 

@@ -12,12 +12,14 @@ timeouts (bounded_client). The first failure anywhere stops every worker (gather
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from concurrent.futures import wait as wait_futures
 from urllib.parse import urljoin, urlsplit
 
@@ -204,9 +206,65 @@ class _Job:
             os.close(self.fd)
 
 
+class RangePool:
+    """``workers`` threads that run the ranges of a pull's files, the earliest file's first: each range is
+    submitted with its ``order`` (the file's number in the pull, then the range's), and a free thread takes the
+    lowest waiting. So the connections go to one file, then the next (they finish one after another, each hashed
+    while the next one's bytes come) instead of to whichever file's ranges were queued first: files whose threads
+    queue their ranges at the same moment interleave in a first-come queue, finish together at the end, and are
+    all hashed after the last byte, the link idle meanwhile. Closing runs what is queued, then joins the threads."""
+
+    def __init__(self, workers: int, name: str):
+        self._queue: list = []  # heap of (order, sequence, future, fn, args)
+        self._sequence = itertools.count()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, name=f"{name}_{n}", daemon=True) for n in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, order: tuple, fn, *args) -> Future:
+        future: Future = Future()
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the range pool is closed")
+            heapq.heappush(self._queue, (order, next(self._sequence), future, fn, args))
+            self._ready.notify()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                _, _, future, fn, args = heapq.heappop(self._queue)
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:  # handed to whoever waits on the future (gather)
+                future.set_exception(error)
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def __enter__(self) -> RangePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Transfer:
     """The transfer of one revision's files (pinned to ``commit``) from ``endpoint`` (None: the Hub), with up to
-    ``workers`` connections in all: the ranges of every file share the pool the pull sets as ``ranges``.
+    ``workers`` connections in all: the ranges of every file share the pool the pull sets as ``ranges`` (a
+    RangePool: the earliest file's ranges first).
     ``progress`` is the pull's (file_line, line, update), ``stop`` its event (set by the first failure: every
     worker ends at its next chunk), ``count`` adds to its totals (bytes_fetched, bytes_missing, resumed_bytes)."""
 
@@ -214,7 +272,7 @@ class Transfer:
                  progress, stop: threading.Event, count):
         self.repo_id, self.commit, self.endpoint, self.token = repo_id, commit, endpoint, token
         self.workers, self.progress, self.stop, self.count = workers, progress, stop, count
-        self.ranges: ThreadPoolExecutor | None = None
+        self.ranges: RangePool | None = None
 
     def location(self, path: str, blob) -> tuple[str, dict]:
         """HEAD the resolve URL through huggingface_hub, as hf_hub_download does: the final
@@ -286,7 +344,7 @@ class Transfer:
             for _ in range(2):
                 todo = [k for k, (start, end, done) in enumerate(job.spans) if done < end - start]
                 try:
-                    gather([self.ranges.submit(self._fetch_range, job, k) for k in todo], job.stop)
+                    gather([self.ranges.submit((index, k), self._fetch_range, job, k) for k in todo], job.stop)
                     break
                 except _Restart as e:
                     job.restart(str(e))

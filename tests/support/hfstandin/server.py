@@ -32,7 +32,8 @@ listener on another port, the way the Hub hands LFS bodies to its CDN; that
 second origin serves GET/HEAD /lfs/{sha256} without any auth.
 
 Test-only control endpoints live under /_standin/ and are never recorded:
-  GET  /_standin/requests   every recorded request (no header values, never a token)
+  GET  /_standin/requests   every recorded request (no header values, never a token), with its started_at and
+                            ended_at (time.monotonic(): this machine's CLOCK_MONOTONIC, a benchmark's clock too)
   GET  /_standin/counts     the recorded requests by kind ({"info": n, ...}); ?repo=ORG/NAME: that repo's alone
   POST /_standin/reset      clear the request log
   GET|POST /_standin/config throttle and fault injection (cut bodies, injected statuses, endless or dripping answers)
@@ -603,6 +604,8 @@ class _Handler(BaseHTTPRequestHandler):
             "finished": False,
             "client_aborted": False,
             "dropped": False,
+            "started_at": time.monotonic(),  # CLOCK_MONOTONIC: comparable with a client's on this machine
+            "ended_at": None,
         })
         try:
             injected, wait = hub._take_injection(f"{self.command} {raw_path}")
@@ -636,7 +639,7 @@ class _Handler(BaseHTTPRequestHandler):
                 except _ClientGone:
                     pass
         finally:
-            self._mark(finished=True)
+            self._mark(finished=True, ended_at=time.monotonic())
             hub._access_log(self.client_address[0], self._entry)
 
     # -- control -----------------------------------------------------------
