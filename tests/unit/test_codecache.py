@@ -35,9 +35,11 @@ PLANTED = (compile("VALUE = 'from the cache'\n", "hostside/helper.py", "exec"), 
 def root_tree():
     """A folder of root's, 0700, below folders no group or other may write (root's home): pytest's tmp_path lies
     below /tmp, which everyone may write, and root keeps no code there."""
+    kept = os.umask(0o022)   # root's own: a test before this one may have left the shared cache's 002
     top = Path(tempfile.mkdtemp(prefix="codecache-test-", dir=pwd.getpwuid(0).pw_dir))
     yield top
     shutil.rmtree(top, ignore_errors=True)
+    os.umask(kept)
 
 
 @pytest.fixture
