@@ -23,6 +23,8 @@ else:
     apt.packages(
         name=f"Ensure the Docker engine and compose v2 are installed ({engine.source} packages)",
         packages=list(engine.packages),
+        # the distribution's packages are named whole (platforms.PLATFORMS); Docker's are installed as it ships them
+        extra_install_args="--no-install-recommends" if engine.repo is None else None,
         update=True,
         # a vendor's repository just added has no lists yet, however fresh apt's stamp (Ubuntu's daily timer)
         cache_time=engine.apt_cache_time if engine.repo is None else None,

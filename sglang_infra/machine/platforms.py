@@ -20,12 +20,21 @@ class Platform:
     docker_repo_family: str
 
 
+# The distribution's engine is named whole and installed without its recommends (tasks/docker_engine.py). Debian 13's
+# docker.io recommends a developer's toolbox (git, perl, criu, dbus-user-session: 49 packages where 15 serve) and
+# needrestart, whose apt hook restarts services after a library upgrade, the engine and its model server among them.
+# What the engine uses is named instead: its CLI (a package of its own on Debian 13), buildx (`docker build` of the
+# toolchain image), AppArmor (Docker confines containers by its docker-default profile only where the parser is
+# installed), xz (image archives) and, on Ubuntu, pigz (layers unpacked on every core), which it recommends there.
 PLATFORMS: dict[tuple[str, str], Platform] = {
     # bookworm ships only the Python compose v1 (1.29), so compose v2 needs Docker's repository.
     ("debian", "12"): Platform("Debian 12", "bookworm", None, "debian"),
-    ("debian", "13"): Platform("Debian 13", "trixie", ("docker.io", "docker-compose"), "debian"),
-    ("ubuntu", "22.04"): Platform("Ubuntu 22.04", "jammy", ("docker.io", "docker-compose-v2"), "ubuntu"),
-    ("ubuntu", "24.04"): Platform("Ubuntu 24.04", "noble", ("docker.io", "docker-compose-v2"), "ubuntu"),
+    ("debian", "13"): Platform("Debian 13", "trixie", (
+        "docker.io", "docker-cli", "docker-buildx", "docker-compose", "apparmor", "xz-utils"), "debian"),
+    ("ubuntu", "22.04"): Platform("Ubuntu 22.04", "jammy", (
+        "docker.io", "docker-compose-v2", "apparmor", "xz-utils", "pigz"), "ubuntu"),
+    ("ubuntu", "24.04"): Platform("Ubuntu 24.04", "noble", (
+        "docker.io", "docker-compose-v2", "apparmor", "xz-utils", "pigz"), "ubuntu"),
 }
 
 # The packages Docker's own repository provides.

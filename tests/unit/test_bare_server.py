@@ -7,6 +7,9 @@ Debian 12 and 13 also converge on real hosts in the e2e suite (docs/real-servers
 from __future__ import annotations
 
 import json
+import runpy
+from pathlib import Path
+from unittest import mock
 
 import pytest
 from conftest import FIXTURES, pinned_defaults
@@ -15,15 +18,19 @@ from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.run import sources
 
+TASK = Path(__file__).resolve().parents[2] / "tasks" / "docker_engine.py"
+
 DEFAULTS = pinned_defaults()
 RECORDED = json.loads((FIXTURES / "h200-2026-12-04" / "snapshot.json").read_text())
 TOOLKIT = DEFAULTS["sglang_nvidia_toolkit_apt_url"]
 DOCKER = DEFAULTS["sglang_docker_apt_url"]
+UBUNTU = ("docker.io", "docker-compose-v2", "apparmor", "xz-utils", "pigz")
 # Each named system: its os-release, the engine's packages from its own archive, Docker's repository's line.
 SYSTEMS = {
-    "Ubuntu 24.04": ({"id": "ubuntu", "version": "24.04"}, ("docker.io", "docker-compose-v2"), "ubuntu noble"),
-    "Ubuntu 22.04": ({"id": "ubuntu", "version": "22.04"}, ("docker.io", "docker-compose-v2"), "ubuntu jammy"),
-    "Debian 13": ({"id": "debian", "version": "13"}, ("docker.io", "docker-compose"), "debian trixie"),
+    "Ubuntu 24.04": ({"id": "ubuntu", "version": "24.04"}, UBUNTU, "ubuntu noble"),
+    "Ubuntu 22.04": ({"id": "ubuntu", "version": "22.04"}, UBUNTU, "ubuntu jammy"),
+    "Debian 13": ({"id": "debian", "version": "13"}, (
+        "docker.io", "docker-cli", "docker-buildx", "docker-compose", "apparmor", "xz-utils"), "debian trixie"),
     "Debian 12": ({"id": "debian", "version": "12"}, None, "debian bookworm"),
 }
 
@@ -96,3 +103,28 @@ def test_no_driver_is_installed_when_none_is_pinned_and_its_source_is_not_asked(
     plan = resolve("gpu-01", {**DEFAULTS, "sglang_docker_source": "docker"}, bare("Debian 12"))
     assert plan.driver.packages == () and "sglang_nvidia_cuda_apt_url" not in [
         s.key for s in sources.fetched(plan, bare("Debian 12"))]
+
+
+def engine_install(the_plan) -> dict:
+    """The arguments tasks/docker_engine.py gives apt.packages on a host with ``the_plan``."""
+    calls: list[dict] = []
+    with mock.patch("sglang_infra.run.preflight.plan_of", lambda host: the_plan), \
+            mock.patch("sglang_infra.operations.system.keyrings_checked", lambda *a, **k: None), \
+            mock.patch("sglang_infra.operations.system.vendor_repository", lambda *a, **k: None), \
+            mock.patch("sglang_infra.operations.docker.docker_service", lambda *a, **k: None), \
+            mock.patch("pyinfra.operations.apt.packages", lambda **kwargs: calls.append(kwargs)):
+        runpy.run_path(str(TASK))
+    (install,) = calls
+    return install
+
+
+@pytest.mark.parametrize("system", [s for s in SYSTEMS if SYSTEMS[s][1]])
+def test_the_distributions_engine_is_installed_as_named_without_its_recommends(system):
+    install = engine_install(resolve("gpu-01", DEFAULTS, bare(system)))
+    assert install["packages"] == list(SYSTEMS[system][1])
+    assert install["extra_install_args"] == "--no-install-recommends"   # no needrestart, git, perl, criu
+
+
+def test_dockers_own_packages_are_installed_as_docker_ships_them():
+    install = engine_install(resolve("gpu-01", {**DEFAULTS, "sglang_docker_source": "docker"}, bare("Debian 12")))
+    assert install["packages"][0] == "docker-ce" and install["extra_install_args"] is None
