@@ -53,8 +53,8 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
         assert compose_sha is not None
         reasons, up = restart(project_dir, image, model, compose_sha, recreate_if)
     if not reasons and gate_passed(image, files, gateway) and not always:
-        host.noop("this compose.yaml, .env, image and scripts already passed the gate" +
-                  (" and run" if project_dir is not None else ""))
+        host.noop("this compose.yaml, .env, image and scripts already " +
+                  ("run and " if project_dir is not None else "") + "passed the gate")
         return
     # apart from this run's connection: an interrupt or a cut connection leaves the restart's gate to end on the
     # host, judging only the config this run rendered (its sha256 among ``files``)
