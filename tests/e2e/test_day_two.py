@@ -1,8 +1,8 @@
 """Day two on two real hosts already serving (issue #60, #53 items 4 and 6): a tool upgrade restarts nothing; two
 runs at once on one host take turns, each gating its own config, failing no more requests than one run alone; an
 interrupt stops a run at once, non-zero, naming the host whose gate goes on there by itself; rollout.sh stops at
-once on an interrupted canary; a run killed mid-gate leaves its gate to roll back by itself, and status.sh names
-the host being changed meanwhile."""
+once on an interrupted canary; a run killed the moment its restart is done leaves its gate (one program with the
+restart) to roll back by itself, and status.sh names the host being changed meanwhile."""
 
 from __future__ import annotations
 
