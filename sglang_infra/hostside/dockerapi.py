@@ -66,7 +66,9 @@ def containers(labels, socket_path=SOCKET):
             "status": found.get("Status"),
             "image_id": found.get("ImageID"),
             "labels": found.get("Labels") or {},
-            "ports": found.get("Ports") or [],   # [{"IP", "PrivatePort", "PublicPort", "Type"}] it publishes
+            # [{"IP", "PrivatePort", "PublicPort", "Type"}] it publishes, sorted: the engine lists them in no fixed
+            # order, and the snapshot's digest must not move with it (a gateway's two ports: issue 56)
+            "ports": sorted(found.get("Ports") or [], key=lambda port: json.dumps(port, sort_keys=True)),
         })
     return out
 

@@ -17,7 +17,8 @@ multi-node group member, a monitor, a host with peer sources) takes the full pla
 still skips. A host with a peer door skips only when its snapshot found the door held by the door's own nginx
 with its certificate (the snapshot reads that as the run's door check does; who holds the port is in its digest);
 no host skips under `sglang_validate=always`, in the status report or in a `--dry` run (which
-shows every operation's plan, as before).
+shows every operation's plan, as before). The run's log says why each stamped host takes the full plan
+(unsettled_because: its stamp differs; held_back: it matches, and one of these rules holds it back).
 
 The stamp is written at the end of a run, outside any operation (it is the run's record, not a change of the
 host's state), for each host that changed nothing, failed nothing and whose stamp differs: after a run that
@@ -168,6 +169,12 @@ def door_unheld(plan: HostPlan, snapshot: Mapping[str, Any]) -> bool:
     return not (door.get("held") and door.get("cert"))
 
 
+def matches(plan: HostPlan, snapshot: Mapping[str, Any], stamp: Mapping[str, str]) -> bool:
+    """The host may skip by itself: its snapshot carries ``stamp`` (the one this run works out for it), it is not
+    gated on every run, and its door (if it keeps one) was found held."""
+    return snapshot.get("settled") == stamp and not (plan.gate.always or door_unheld(plan, snapshot))
+
+
 def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping[str, Any] | None],
            report: bool = False, whole: bool = True, dry: bool = False) -> tuple[set[str], dict[str, dict[str, str]]]:
     """(the hosts that skip, the stamp each resolved host would get): see the module's docstring. ``whole``:
@@ -178,12 +185,38 @@ def decide(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping
         if plan is None or snapshot is None:
             continue
         stamps[name] = {"plan": plan_fingerprint(plan), "snapshot": snapshot_digest(snapshot)}
-        if snapshot.get("settled") == stamps[name] and not (
-                plan.gate.always or report or dry or door_unheld(plan, snapshot)):
+        if matches(plan, snapshot, stamps[name]) and not (report or dry):
             matching.add(name)
     if matching != set(plans) or not whole:
         matching = {name for name in matching if not involves_others(plans[name])}   # type: ignore[arg-type]
     return matching, stamps
+
+
+def held_back(plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Mapping[str, Any] | None],
+              stamps: Mapping[str, Mapping[str, str]], skips: set[str], whole: bool = True) -> dict[str, str]:
+    """Why each host whose stamp matches still takes the full plan (decide()'s other rules), in a few words: the
+    run's log says it beside unsettled_because(), so a host planned in full is never so without a word."""
+    stamped = {}
+    for name, stamp in stamps.items():
+        plan, snapshot = plans[name], snapshots[name]
+        if plan is not None and snapshot is not None and snapshot.get("settled") == stamp:
+            stamped[name] = (plan, snapshot)
+    causes = sorted(set(plans) - {name for name, (plan, snapshot) in stamped.items()
+                                  if matches(plan, snapshot, stamps[name])})
+    said = ", ".join(causes[:3]) + (f" and {len(causes) - 3} more" if len(causes) > 3 else "")
+    out = {}
+    for name, (plan, snapshot) in sorted(stamped.items()):
+        if name in skips:
+            continue
+        if plan.gate.always:
+            out[name] = "sglang_validate is always (it is gated on every run)"
+        elif door_unheld(plan, snapshot):
+            out[name] = "its snapshot did not find its peer door held by the door's nginx with its certificate"
+        elif not whole:
+            out[name] = "it involves other hosts, and this run has not every host of the inventory (--limit)"
+        else:
+            out[name] = f"it involves other hosts, and {said} {'takes' if len(causes) == 1 else 'take'} the full plan"
+    return out
 
 
 def unsettled_because(found: Mapping[str, str] | None, wanted: Mapping[str, str]) -> str | None:
@@ -205,11 +238,14 @@ def _decided(state, plans: Mapping[str, HostPlan | None], snapshots: Mapping[str
              ) -> tuple[set[str], dict[str, dict[str, str]], dict[str, Any]]:
     key = id(state)
     if key not in _runs:
-        skips, stamps = decide(plans, snapshots, bool(statusrows.requested()), len(plans) == len(state.inventory),
-                               bool(run_parameters().get("dry")))
+        report, whole, dry = (bool(statusrows.requested()), len(plans) == len(state.inventory),
+                              bool(run_parameters().get("dry")))
+        skips, stamps = decide(plans, snapshots, report, whole, dry)
         found = {name: (snapshots.get(name) or {}).get("settled") for name in stamps}
-        for name in sorted(stamps):
-            said = unsettled_because(found[name], stamps[name])
+        whys = {name: unsettled_because(found[name], stamps[name]) for name in stamps}
+        if not (report or dry):   # a --dry run and the status report take the full plan anyway
+            whys.update(held_back(plans, snapshots, stamps, skips, whole))
+        for name, said in sorted(whys.items()):
             if said:
                 logger.info(f"[{name}] takes the full plan: {said}")
         _runs[key] = (skips, stamps, found)

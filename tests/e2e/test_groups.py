@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy, run_host_checks
+from harness import PROJECT_DIR, SETTLED_OP, planned, run_deploy, run_host_checks
 from rolling_load import Load, gateway_workers
 from sglang_infra.hostside import names
 
@@ -108,6 +108,9 @@ def test_a_second_run_changes_nothing(fleet):
     assert again.returncode == 0, again.why(3000)
     assert {name: again.changed(name) for name in hosts} == {name: [] for name in hosts}
     assert {name: started(hosts[name]) for name in (*GROUP, SOLO)} == before
+    settled = run_deploy(inventory("groups.py"))   # issue 56: and the run after it is the settled path, everywhere
+    assert {name: planned(settled, name) for name in hosts} == {name: [SETTLED_OP] for name in hosts}, \
+        [line for line in settled.output.splitlines() if "takes the full plan" in line]
 
 
 def test_a_config_change_of_the_group_under_load_loses_no_request(fleet):

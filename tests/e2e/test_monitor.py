@@ -17,7 +17,7 @@ import pytest
 
 import harness
 from dashboard_queries import concrete, panel_queries
-from harness import PROJECT_DIR, run_deploy, run_host_checks
+from harness import PROJECT_DIR, SETTLED_OP, planned, run_deploy, run_host_checks
 
 W1, W2, GW, MON = "sg-mon-w1", "sg-mon-w2", "sg-mon-gw", "sg-mon-prom"
 SCRAPE = 5          # seconds: sglang_prometheus_scrape_interval here (the rules are evaluated as often)
@@ -120,6 +120,16 @@ def test_a_rerun_changes_nothing_on_any_host_the_monitor_included(fleet):
     assert again.returncode == 0, again.output[-3000:]
     assert {name: again.changed(name) for name in hosts} == {name: [] for name in hosts}
     assert hosts[MON].exec("systemctl show prometheus -p ExecMainStartTimestampMonotonic").stdout == started
+
+
+def test_the_run_after_it_is_the_settled_path_on_every_host_the_monitor_and_gateway_included(fleet):
+    """Issue 56: the re-run above changed nothing and stamped every host; the next run plans the settled no-op
+    alone on each (sglang_infra/run/settled.py), the monitor-only host and the gateway host too."""
+    hosts, _, good = fleet
+    settled = run_deploy(good)
+    assert settled.returncode == 0, settled.output[-3000:]
+    assert {name: planned(settled, name) for name in hosts} == {name: [SETTLED_OP] for name in hosts}, \
+        [line for line in settled.output.splitlines() if "takes the full plan" in line]
 
 
 def complete(hosts, i: int) -> None:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy, run_host_checks
+from harness import PROJECT_DIR, run_deploy, run_host_checks, wait_for
 
 CANARY, OTHER = "sg-serve-1", "sg-serve-2"
 DOCKER = "/opt/sglang/docker"
@@ -90,13 +90,42 @@ def test_validate_always_runs_the_gate_without_a_restart(served, rerun):
     assert results(host) == count + 1
 
 
-@pytest.mark.parametrize("how", ["docker compose stop", "docker compose restart"])
+# A crash: the server's main process killed; Docker's restart policy starts it again within the same boot.
+CRASH = "kill -KILL"
+
+
+def crash(host) -> None:
+    def state() -> tuple[int, bool, int]:
+        got = host.exec(f"docker inspect -f '{{{{.RestartCount}}}} {{{{.State.Running}}}} {{{{.State.Pid}}}}' "
+                        f"$(cd {DOCKER} && docker compose ps -aq sglang)").stdout.split()
+        return int(got[0]), got[1] == "true", int(got[2])
+
+    def answers() -> bool:
+        got = host.exec("bash /opt/sglang/test_tool_calling.sh", check=False, timeout=120).stdout
+        return got.startswith("{") and json.loads(got).get("ok") is True
+
+    restarts, _, pid = state()
+    host.exec(f"kill -KILL {pid}")
+    assert wait_for(lambda: (lambda now: now[0] > restarts and now[1])(state()), 60), state()
+    assert wait_for(answers, 60, 2)   # serving again before the checks judge it
+
+
+@pytest.mark.parametrize("how", ["docker compose stop", "docker compose restart", CRASH],
+                         ids=["stop", "restart", "crash"])
 def test_every_start_or_restart_is_followed_by_the_gate(served, rerun, workdir, how):
-    """A container stopped (or restarted) behind the deploy's back: the next run starts it and runs the gate."""
+    """A container stopped, restarted or crashed (its process killed, restarted by its policy) behind the deploy's
+    back: the next run starts it and runs the gate. After the crash the host checks fail the gate's stamp alone (it
+    names the container as the last gate saw it: hostside/gate/stamp.py); once the run gated it, they pass."""
     hosts, inventory, _ = served
     host = hosts[CANARY]
     count = results(host)
-    host.exec(f"cd {DOCKER} && {how}")
+    if how == CRASH:
+        crash(host)
+        checks = run_host_checks(inventory, workdir)
+        assert checks.failed(CANARY) == {"test_the_last_gate_passed_for_what_runs_now"}, checks.output[-3000:]
+        assert checks.failed(OTHER) == set()
+    else:
+        host.exec(f"cd {DOCKER} && {how}")
     if how == "docker compose stop":
         checks = run_host_checks(inventory, workdir)
         assert checks.returncode != 0
@@ -109,6 +138,8 @@ def test_every_start_or_restart_is_followed_by_the_gate(served, rerun, workdir, 
     assert "tasks/stack.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh " \
            "(rolled back if not)" in result.changed(CANARY)
     assert results(host) == count + 1
+    if how == CRASH:
+        assert run_host_checks(inventory, workdir).failed(CANARY) == set()
     again = run_deploy(inventory, "--limit", CANARY)
     assert again.returncode == 0 and again.changed(CANARY) == []
 

@@ -4,11 +4,10 @@ changes nothing; then the guest reboots and, with no deploy run, comes back serv
 (Docker, node exporter, the peer door's nginx) are started by systemd at boot, the stack's restart policy brings the
 serving container back, the tool-call check answers through its port with the key, `scripts/check.sh` passes whole
 (the stamp still names the container the daemon started at the new boot: hostside/gate/stamp.py) and a run of the deploy
-changes nothing. Then a crash: the container's process killed and restarted by its policy in the same boot asks for
-the gate (check.sh fails the stamp alone); the deploy runs the gate, it passes, check.sh passes whole and a further
-run changes nothing. What a container host cannot show, because it shares this machine's kernel and is never
-booted: the guest's own kernel reports fs.protected_hardlinks = 1 (as the deploy requires) and loads no NVIDIA
-module, which the deploy of a GPU-less host accepts."""
+changes nothing. (A crash within one boot, the container's process killed and restarted by its policy, needs no
+VM: tests/e2e/test_serve.py shows it asks for the gate.) What a container host cannot show, because it shares this
+machine's kernel and is never booted: the guest's own kernel reports fs.protected_hardlinks = 1 (as the deploy
+requires) and loads no NVIDIA module, which the deploy of a GPU-less host accepts."""
 
 from __future__ import annotations
 
@@ -26,8 +25,6 @@ PEER_KEY = "vm-peerkey-0123456789abcdef0123456789"
 DOCKER = "/opt/sglang/docker"
 # The units the deploy enables; after a reboot systemd alone must start them.
 UNITS = ("docker.service", "prometheus-node-exporter.service", "nginx.service")
-GATE_OP = ("tasks/stack.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh "
-           "(rolled back if not)")
 # Seconds the stack may take after SSH answers to serve again (dockerd starting, then the container restarted).
 SERVE_AGAIN_TIMEOUT = 240
 
@@ -195,50 +192,3 @@ def test_after_a_reboot_a_rerun_changes_nothing(rebooted):
 def test_after_a_reboot_the_kernel_still_protects_hardlinks(rebooted):
     host, _, _, _ = rebooted
     assert host.exec("sysctl -n fs.protected_hardlinks").stdout.strip() == "1"
-
-
-@pytest.fixture(scope="module")
-def crashed(rebooted):
-    """After the reboot's checks: the serving container's main process killed, as a crash would, and restarted by
-    its policy (Docker's RestartCount 1) within this boot. That start is no boot's, so it asks for the gate."""
-    host, inventory, _, _ = rebooted
-    pid = serving_container(host)["State"]["Pid"]
-    host.exec(f"kill -KILL {pid}")
-    back = wait_for(lambda: (lambda c: c if c.get("RestartCount") and c["State"]["Running"] else None)(
-        serving_container(host)), 120, 2)
-    assert back, serving_container(host)
-    wait_for(lambda: (lambda got: got if got.get("ok") else None)(tool_call(host)), SERVE_AGAIN_TIMEOUT, 5)
-    return host, inventory
-
-
-def test_after_a_crash_restart_check_sh_fails_only_the_gate_stamp(crashed):
-    _, inventory = crashed
-    checked = check_sh(inventory)
-    assert checked.returncode != 0
-    assert outcome_checks(checked.stdout, "FAILED") == {"test_the_last_gate_passed_for_what_runs_now"}, \
-        checked.stdout[-4000:]
-
-
-@pytest.fixture(scope="module")
-def regated(crashed):
-    host, inventory = crashed
-    return host, inventory, run_deploy(inventory)
-
-
-def test_after_a_crash_restart_the_deploy_runs_the_gate_again_and_it_passes(regated):
-    _, _, again = regated
-    assert again.returncode == 0, again.why()
-    assert GATE_OP in again.changed(NAME) and f"gate[{NAME}]: passed" in again.output, again.why()
-
-
-def test_after_the_gate_again_check_sh_passes(regated):
-    _, inventory, _ = regated
-    checked = check_sh(inventory)
-    assert checked.returncode == 0, checked.stdout[-4000:]
-    assert "test_the_last_gate_passed_for_what_runs_now" in outcome_checks(checked.stdout, "PASSED")
-
-
-def test_after_the_gate_again_a_rerun_changes_nothing(regated):
-    host, inventory, _ = regated
-    again = run_deploy(inventory)
-    assert again.returncode == 0 and again.changed(NAME) == [], again.why()

@@ -11,6 +11,7 @@ import os
 import pytest
 from conftest import FIXTURES, converged_snapshot, pinned_defaults
 
+from sglang_infra.hostside import dockerapi
 from sglang_infra.hostside.gpu import nvsmi
 from sglang_infra.hostside.read import settled as stamp_file
 from sglang_infra.plan.resolve import resolve
@@ -275,6 +276,33 @@ def test_why_a_stamped_host_takes_the_full_plan_is_said():
     assert "plan" in settled.unsettled_because({**wanted, "plan": "c" * 64}, wanted)
 
 
+def test_why_a_host_whose_stamp_matches_still_takes_the_full_plan_is_said():
+    """A gateway host as stamped takes the full plan because another host does, or the run is limited: the run's
+    log says so and names that host, as it says why a host whose stamp differs does (issue 56: the gateway,
+    group and worker hosts of a fleet were planned in full without a word, the one cause alone named)."""
+    plans = {"a": plan("a"), "gw": dataclasses.replace(plan("gw"), front_door=FRONT_DOOR), "b": plan("b")}
+    snapshots = stamped(plans, drifted={"a"})
+    skips, stamps = settled.decide(plans, snapshots)
+    assert skips == {"b"}
+    assert settled.held_back(plans, snapshots, stamps, skips) == {
+        "gw": "it involves other hosts, and a takes the full plan"}
+    snapshots = stamped(plans)
+    skips, stamps = settled.decide(plans, snapshots, whole=False)
+    assert settled.held_back(plans, snapshots, stamps, skips, whole=False) == {
+        "gw": "it involves other hosts, and this run has not every host of the inventory (--limit)"}
+    skips, stamps = settled.decide(plans, snapshots)
+    assert skips == set(plans) and settled.held_back(plans, snapshots, stamps, skips) == {}
+
+
+def test_a_door_not_found_held_or_validate_always_is_said_too():
+    plans = {**_door_plans(), "v": plan("v", sglang_validate="always")}
+    snapshots = _with_door(stamped(plans), "door", {**HELD, "cert": None})
+    skips, stamps = settled.decide(plans, snapshots)
+    assert settled.held_back(plans, snapshots, stamps, skips) == {
+        "door": "its snapshot did not find its peer door held by the door's nginx with its certificate",
+        "v": "sglang_validate is always (it is gated on every run)"}
+
+
 # ---------------------------------------------------------------- a GPU host's live readings (issue 56)
 
 NVSMI = FIXTURES / "nvidia-smi"
@@ -374,3 +402,19 @@ def test_every_role_settles_while_its_gpus_readings_move():
         second["settled"] = {"plan": settled.plan_fingerprint(each), "snapshot": settled.snapshot_digest(first)}
         snapshots[name] = second
     assert settled.decide(plans, snapshots)[0] == set(plans)
+
+
+GATEWAY_PORTS = [{"IP": "127.0.0.1", "PrivatePort": 29000, "PublicPort": 29000, "Type": "tcp"},
+                 {"IP": "172.18.0.6", "PrivatePort": 30080, "PublicPort": 30080, "Type": "tcp"}]
+
+
+@pytest.mark.parametrize("order", [GATEWAY_PORTS, GATEWAY_PORTS[::-1]])
+def test_a_containers_ports_read_the_same_in_the_engines_either_order(monkeypatch, order):
+    """The engine lists a container's published ports in no fixed order: a gateway host (its port and its metrics
+    port) read them one way in the run that stamped it and the other way in the next (test_groups' gateway host, on
+    the machine), and took the full plan. The read sorts them, so its snapshot digest stays."""
+    listed = [{"Id": "c1", "Names": ["/gw"], "State": "running", "Status": "Up 3 minutes", "ImageID": "sha256:i",
+               "Labels": {"com.docker.compose.service": "router"}, "Ports": order}]
+    monkeypatch.setattr(dockerapi, "get", lambda path, query=None, socket_path=None: listed)
+    [container] = dockerapi.containers(["com.docker.compose.project=p"])
+    assert container["ports"] == GATEWAY_PORTS
