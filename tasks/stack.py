@@ -4,7 +4,11 @@ compose config -q` accepts it), the stack running that config (`up -d` only
 when the container is missing, stopped or not started from the files as they
 are), and the runbook's validation scripts with the gate that runs them after
 every change: wait until the server can serve, check tool calling and
-throughput, roll back to the last known-good config on failure.
+throughput, roll back to the last known-good config on failure. A host
+serving alone is restarted and gated by one operation, whose restart and gate
+are one program on the host, run apart from the run's connection
+(operations/gate.py validated): a run lost after the restart leaves no
+ungated container.
 
 A worker some gateway fronts restarts with its gate, in its pool's turn
 (operations/roll.py): one operation, which also recreates the container when
@@ -22,7 +26,6 @@ from sglang_infra.operations.files import account_env_file, compose_file, script
 from sglang_infra.operations.gate import not_failed_before, validated
 from sglang_infra.operations.group import group_up
 from sglang_infra.operations.roll import rolled
-from sglang_infra.operations.stack import stack_up
 from sglang_infra.run.preflight import plan_of
 
 plan = plan_of(host)
@@ -53,16 +56,6 @@ compose_file(f"Ensure {docker_dir}/compose.yaml is rendered from {plan.compose_t
              docker_dir, plan.compose, plan.account.name)
 
 group = plan.node_group
-if group is None and plan.roll is None:
-    stack_up(
-        name="Ensure the stack runs the current compose.yaml (no restart when nothing changed)",
-        project_dir=docker_dir,
-        image=plan.image.serving,
-        model=plan.served.pinned,
-        compose_sha=compose_sha,
-        recreate_if=server_secrets.did_change,
-    )
-
 scripts_in_place(home, plan.scripts, plan.account.name)
 
 if group is not None and group.rank > 0:
@@ -91,7 +84,7 @@ elif group is not None:
         files=plan.gate.files,
         always=plan.gate.always,
     )
-else:
+else:   # restarted when it does not run the current compose.yaml, and gated, as one program on the host
     validated(
         name="Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
         home=home,
@@ -99,4 +92,8 @@ else:
         gate=f"{home}/{names.GATE_SCRIPT}",
         files=plan.gate.files,
         always=plan.gate.always,
+        project_dir=docker_dir,
+        model=plan.served.pinned,
+        compose_sha=compose_sha,
+        recreate_if=server_secrets.did_change,
     )

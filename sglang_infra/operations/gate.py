@@ -11,7 +11,7 @@ from pyinfra.api import FunctionCommand
 from ..hostside.names import COMPOSE_FILE, stamp_current
 from ..run.operation import file_entry, q, run_gate, snapshot_operation
 from .docker import image_id
-from .stack import stack_section
+from .stack import restart, stack_section
 
 
 @snapshot_operation
@@ -33,7 +33,8 @@ def not_failed_before(failed: str, sha: str, retry: bool = False):
 
 @snapshot_operation
 def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False,
-              gateway: str | None = None):
+              gateway: str | None = None, project_dir: str | None = None, model: str | None = None,
+              compose_sha: str | None = None, recreate_if=None):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
     wrote matches the host as it is (hostside/gate/stamp.py) and ``files`` (path:
@@ -42,14 +43,29 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
     back on failure). ``always`` runs it regardless.
 
     + gateway: the slug of a gateway (router/<slug>/), whose stamp also covers its worker set
+    + project_dir, model, compose_sha, recreate_if: the server's stack, restarted here when it does not run the
+      current compose.yaml (stack.restart, as stack_up decides), the restart and the gate one program run apart
+      from this run's connection: no moment exists where the run's loss leaves a restarted container ungated
     """
-    if gate_passed(image, files, gateway) and not always:
-        host.noop("this compose.yaml, .env, image and scripts already passed the gate")
+    reasons: list[str] = []
+    up: str | None = None
+    if project_dir is not None:
+        assert compose_sha is not None
+        reasons, up = restart(project_dir, image, model, compose_sha, recreate_if)
+    if not reasons and gate_passed(image, files, gateway) and not always:
+        host.noop("this compose.yaml, .env, image and scripts already " +
+                  ("run and " if project_dir is not None else "") + "passed the gate")
         return
-    # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
-    # and judging only the config this run rendered (its sha256 among ``files``)
+    # apart from this run's connection: an interrupt or a cut connection leaves the restart's gate to end on the
+    # host, judging only the config this run rendered (its sha256 among ``files``)
+    yield FunctionCommand(run_gate, (gate_command(gate, files),) + ((up,) if reasons else ()), {})
+
+
+def gate_command(gate: str, files: Mapping[str, str]) -> str:
+    """The gate script ``gate`` run for the config this run rendered: --config-sha, compose.yaml's sha256 among
+    ``files``, when the plan has one."""
     config = next((sha for path, sha in files.items() if path.endswith("/" + COMPOSE_FILE)), None)
-    yield FunctionCommand(run_gate, (f"bash {q(gate)}" + (f" --config-sha {config}" if config else ""),), {})
+    return f"bash {q(gate)}" + (f" --config-sha {config}" if config else "")
 
 
 def gate_passed(image: str, files: Mapping[str, str], gateway: str | None = None) -> bool:

@@ -40,9 +40,9 @@ from ..hostside.gate.gate import CONFIG, GROUP_NOT_ROLLED_BACK, GROUP_STATE_FAIL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..machine import ship
 from ..plan.types import NodeGroup, worker_validated
-from ..run import factcache
+from ..run import factcache, interrupt
 from ..run.facts import Snapshot, current
-from ..run.operation import connector_arguments, q, run_on, snapshot_operation
+from ..run.operation import connector_arguments, detached, q, run_on, snapshot_operation
 from .gate import gate_passed
 
 
@@ -148,15 +148,20 @@ def recreate(state, group: NodeGroup) -> str | None:
     return None
 
 
-def gate_command(group: NodeGroup, name: str, step: str) -> str:
-    home = next(member.home for member in group.member_plans if member.name == name)
-    return f"bash {q(home + '/' + names.GATE_SCRIPT)} --group-step {step}"
+def gate_command(group: NodeGroup, name: str, step: str, own: bool = True) -> str:
+    """The group's ``step`` of the gate on the member ``name``; ``own``: judging, keeping or failing only the config
+    this run rendered for it (--config-sha, its plan's compose.yaml: a config another run or a hand put there is
+    left alone, exit gate.NOT_OWN); not after the rollback, which put the last good config back."""
+    member = next(member for member in group.member_plans if member.name == name)
+    return (f"bash {q(member.home + '/' + names.GATE_SCRIPT)} --group-step {step}" +
+            (f" --config-sha {member.compose_sha}" if own else ""))
 
 
-def keep_members(state, host, group: NodeGroup) -> str | None:
-    """Every member above rank 0 keeps its config as the group's last good one, stamped; None, or what failed."""
+def keep_members(state, host, group: NodeGroup, own: bool = True) -> str | None:
+    """Every member above rank 0 keeps its config as the group's last good one, stamped; None, or what failed.
+    ``own``: the config this run rendered (not after a rollback)."""
     for name in group.members[1:]:
-        ok, output = on_member(state, name, gate_command(group, name, "keep"))
+        ok, output = on_member(state, name, gate_command(group, name, "keep", own))
         say(host, last_line(output), logger.info if ok else logger.error)
         if not ok:
             return f"{name}: {last_line(output)}"
@@ -164,8 +169,11 @@ def keep_members(state, host, group: NodeGroup) -> str | None:
 
 
 def gate_rank_0(state, host, group: NodeGroup, step: str):
-    """Rank 0's gate as the group's ``step`` (validate or revalidate): (ok, output), its last lines said."""
-    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, step))
+    """Rank 0's gate as the group's ``step`` (validate or revalidate), judging only the config this run rendered,
+    run apart from this run's connection on rank 0's host (hostside/roll/detach.py: it ends and records there by
+    itself, as a single host's gate): (ok, output), its last lines said."""
+    with interrupt.gate_going(host.name):
+        ok, output = on_member(state, group.head_name, detached(gate_command(group, group.head_name, step)))
     for line in output.stderr_lines[-6:]:
         say(host, line)
     return ok, output
@@ -213,11 +221,11 @@ def restart_and_gate(state, host, group: NodeGroup, restart: bool, why: str, cha
     problem = recreate(state, group)
     if problem:
         return f"{failed}; the rollback failed: {problem}; the group needs a person"
-    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "rolled-back"))
+    ok, output = on_member(state, group.head_name, gate_command(group, group.head_name, "rolled-back", own=False))
     say(host, last_line(output), logger.info if ok else logger.error)
     if not ok:
         return f"{failed}; the rollback to the last good config ALSO failed ({last_line(output)}); the group needs " \
                "a person"
-    problem = keep_members(state, host, group)
+    problem = keep_members(state, host, group, own=False)
     return f"{failed}; rolled back: every member serves its last good config again" + \
         (f" (but {problem})" if problem else "")

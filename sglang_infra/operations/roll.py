@@ -58,7 +58,7 @@ from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
 from ..run import factcache, interrupt, reboot
 from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
-from ..run.operation import connector_arguments, detached, q, run_on, snapshot_operation
+from ..run.operation import connector_arguments, detached, q, restarted_then_gated, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from .gpu_driver import running_driver
@@ -455,12 +455,9 @@ def restart_and_gate(host, up: str | Reboot | None, gate: str | None, state=None
     if group is not None:
         return group_restart_and_gate(state, host, group, up is not None, f"group {group.name}'s turn")
     with interrupt.gate_going(host.name):
-        if up is not None:
-            status, output = run_on(host, up)
-            if not status:
-                return f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
-        # apart from this run's connection: an interrupt or a cut connection leaves the gate to end on the host
-        status, output = run_on(host, detached(gate))
+        # the restart and its gate one program apart from this run's connection: an interrupt or a cut connection
+        # leaves them to end on the host, never a restarted container without its gate
+        status, output = run_on(host, detached(gate) if up is None else restarted_then_gated(up, gate))
     return None if status else gate_reason(output)
 
 

@@ -98,8 +98,24 @@ def detached(command: str) -> str:
     return f"{ship.command('roll.detach')} -- sh -c {q(command)}"
 
 
-def run_gate(state, host, command: str) -> bool:
-    """The gate ``command``, run detached and streamed; while it runs, an interrupt names the host
-    (run/interrupt.py)."""
+# The restart failed: said by restarted_then_gated's program, nothing gated (roll.gate_reason reads FAILED lines).
+UP_FAILED = "FAILED: docker compose up failed; nothing was gated"
+
+
+def restart_then_gate(up: str, gate: str) -> str:
+    """The shell program of the restart ``up`` and then the gate ``gate``: a failed ``up`` gates nothing and says
+    UP_FAILED."""
+    return f"( {up} ) || {{ echo {q(UP_FAILED)} >&2; exit 1; }}; {gate}"
+
+
+def restarted_then_gated(up: str, gate: str) -> str:
+    """restart_then_gate run apart from this run's connection (detached): once it starts, no loss of the run
+    leaves a restarted container without its gate."""
+    return detached(restart_then_gate(up, gate))
+
+
+def run_gate(state, host, command: str, up: str | None = None) -> bool:
+    """The gate ``command`` (after the restart ``up``, in the same detached program), run detached and streamed;
+    while it runs, an interrupt names the host (run/interrupt.py)."""
     with interrupt.gate_going(host.name):
-        return run_on(host, detached(command))[0]
+        return run_on(host, detached(command) if up is None else restarted_then_gated(up, command))[0]

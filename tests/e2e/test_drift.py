@@ -51,14 +51,14 @@ DRIFTS = {
     ),
 }
 PASSWD = "stat -c '%U %G %a' /etc/passwd"
-STACK_OP = "tasks/stack.py | Ensure the stack runs the current compose.yaml (no restart when nothing changed)"
 GATE_OP = ("tasks/stack.py | Ensure the running config passed test_tool_calling.sh and benchmark.sh "
            "(rolled back if not)")
 EXPECTED_REPAIRS = {ACCOUNT_OP, LAYOUT_OP, ENV_OP, COMPOSE_OP}
 # --dry reads the drifted files as they are: the hand-edited compose.yaml is not what runs, and not what
-# passed the gate, so it also plans a restart and a validation. The real repair writes compose.yaml back
-# to what runs and passed, so neither happens (test_repair_restarts_nothing).
-EXPECTED_DRY = EXPECTED_REPAIRS | {STACK_OP, GATE_OP}
+# passed the gate, so it also plans a restart and its validation (one operation: the restart and its gate are one
+# program on the host, issue #60). The real repair writes compose.yaml back to what runs and passed, so neither
+# happens (test_repair_restarts_nothing).
+EXPECTED_DRY = EXPECTED_REPAIRS | {GATE_OP}
 
 
 @pytest.fixture(scope="module")

@@ -144,6 +144,22 @@ def test_a_config_whose_gate_fails_leaves_both_members_on_the_last_good_config(f
     assert listed(hosts) == {url_of(hosts, G0): True, url_of(hosts, SOLO): True}
 
 
+def test_a_groups_gate_step_for_a_config_not_on_the_member_judges_and_keeps_nothing(fleet):
+    """#60: the group's gate steps carry the config their run rendered (--config-sha, operations/group.py); a step
+    whose config is no longer the member's compose.yaml (here: the failed config the test above rolled back from,
+    as when another run changed the member meanwhile) keeps nothing as good or failed and records nothing."""
+    hosts, _, _ = fleet
+    member = hosts[G1]
+    files = f"{DOCKER}/compose.yaml {DOCKER}/compose.yaml.good {DOCKER}/compose.yaml.failed {DOCKER}/.last-gate"
+    before = member.exec(f"sha256sum {files}").stdout
+    other = member.exec(f"sha256sum {DOCKER}/compose.yaml.failed").stdout.split()[0]
+    for step in ("keep", "failed"):
+        done = member.exec(f"bash /opt/sglang/{names.GATE_SCRIPT} --group-step {step} --config-sha {other}",
+                           check=False)
+        assert done.returncode == 4 and "is not the config this run rendered" in done.stderr, done
+    assert member.exec(f"sha256sum {files}").stdout == before
+
+
 def test_a_killed_member_is_healed_by_the_next_run_recreating_the_whole_group(fleet):
     hosts, inventory, _ = fleet
     hosts[G1].exec(f"cd {DOCKER} && docker kill $(docker compose ps -q sglang)")

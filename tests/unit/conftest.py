@@ -81,7 +81,8 @@ def command_text(command) -> str:
             text += f" <stdin sha256={hashlib.sha256(stdin.encode()).hexdigest()}>"  # the file's content
         return text
     if isinstance(command, FunctionCommand):
-        return _short(f"function {command.function.__name__}{tuple(command.args)}")
+        args = tuple(_short(arg) if isinstance(arg, str) else arg for arg in command.args)
+        return _short(f"function {command.function.__name__}{args}")
     return _short(str(command).strip())
 
 

@@ -204,6 +204,25 @@ def test_a_group_member_after_a_failed_gate_puts_its_last_good_config_back(tmp_p
     assert (docker / "compose.yaml.failed").read_text() == "services: {}\n"
 
 
+@pytest.mark.parametrize("step", ["keep", "failed"])
+def test_a_group_members_step_keeps_or_fails_only_the_config_this_run_rendered(tmp_path, monkeypatch, step):
+    """#60: a member's keep or failed step with --config-sha of another config than its compose.yaml (another run
+    changed it meanwhile) keeps nothing as good or failed, puts nothing back and stamps nothing (gate.NOT_OWN);
+    with its own config's sha256 it does its step."""
+    monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
+    run, docker = _worker(tmp_path, monkeypatch)
+    (docker / "compose.yaml.good").write_text("services: {good: {}}\n")
+    run.args.group_step, run.args.config_sha = step, "0" * 64
+    assert run.run() == gate.NOT_OWN
+    assert (docker / "compose.yaml").read_text() == "services: {}\n"
+    assert (docker / "compose.yaml.good").read_text() == "services: {good: {}}\n"
+    assert not (docker / "compose.yaml.failed").exists() and not (docker / stamp.STAMP).exists()
+    run.args.config_sha = hashlib.sha256(b"services: {}\n").hexdigest()
+    assert run.run() == 0
+    kept = "compose.yaml.good" if step == "keep" else "compose.yaml.failed"
+    assert (docker / kept).read_text() == "services: {}\n"
+
+
 def test_a_groups_rank_0_after_the_rollback_records_the_failure_though_the_good_config_serves(tmp_path, monkeypatch):
     monkeypatch.setattr(gate.gate_metrics, "write", lambda home: None)
     run, docker = _worker(tmp_path, monkeypatch)

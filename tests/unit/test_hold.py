@@ -106,3 +106,47 @@ def test_one_run_holds_a_host_it_reaches_under_two_names_once(where):
     for proc in (first, alias):
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+DETACH = textwrap.dedent("""
+    import os, sys
+    from sglang_infra.hostside.write import hold
+    from sglang_infra.hostside.roll import detach
+    hold.HOLD_DIR = sys.argv[1]
+    hold.GATE_LOCK = detach.GATE_LOCK = os.path.join(sys.argv[1], "gate.lock")
+    sys.exit(detach.main(sys.argv[2:]))
+""")
+
+
+def detached(where, script):
+    """restart_then_gate's ``script`` run through hostside/roll/detach.py as on a host: the follower's process."""
+    return subprocess.Popen([sys.executable, "-c", DETACH, where, "--", "sh", "-c", script], cwd=PROJECT_DIR,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def test_the_restart_and_its_gate_are_one_program_the_runs_loss_after_the_restart_leaves_gating(where, tmp_path):
+    """#60: the run killed the moment its restart is done (its follower and the follower's whole session gone,
+    as a cut SSH connection takes them): the gate still runs after it, on the host, by itself."""
+    from sglang_infra.run.operation import restart_then_gate
+
+    up, gated = tmp_path / "up", tmp_path / "gated"
+    follower = detached(where, restart_then_gate(f"touch {up}", f"sleep 1; echo gated > {gated}"))
+    deadline = time.monotonic() + 10
+    while not up.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert up.exists()
+    os.killpg(follower.pid, signal.SIGKILL)
+    follower.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while not gated.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gated.read_text() == "gated\n"
+
+
+def test_a_failed_restart_gates_nothing_and_says_so(where, tmp_path):
+    from sglang_infra.run.operation import UP_FAILED, restart_then_gate
+
+    gated = tmp_path / "gated"
+    follower = detached(where, restart_then_gate("cd / && false", f"echo gated > {gated}"))
+    _, err = follower.communicate(timeout=20)
+    assert follower.returncode == 1 and UP_FAILED in err.decode() and not gated.exists()

@@ -4,6 +4,7 @@ worker behind the gateway, and the stale-group rule."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -216,8 +217,9 @@ class Output:
         self.stderr_lines, self.stdout_lines = list(stderr), []
 
 
-def turn(monkeypatch, gate_results, changed=True, restart=True):
-    """The group's turn with every member's commands recorded; ``gate_results``: rank 0's gate answers in order."""
+def turn(monkeypatch, gate_results, changed=True, restart=True, commands=None):
+    """The group's turn with every member's commands recorded; ``gate_results``: rank 0's gate answers in order;
+    ``commands``: a list that gets each (member, command) as sent."""
     from types import SimpleNamespace
 
     from sglang_infra.operations import group as group_ops
@@ -227,15 +229,17 @@ def turn(monkeypatch, gate_results, changed=True, restart=True):
     ran, answers = [], list(gate_results)
 
     def on_member(state, name, command):
-        kind = "up" if " up -d " in command else "stop" if " stop --timeout " in command else \
-            command.split("--group-step ")[-1]
+        step = re.search(r"--group-step ([a-z-]+)", command)
+        kind = "up" if " up -d " in command else "stop" if " stop --timeout " in command else step and step[1]
         ran.append((name, kind))
-        if command.endswith(("--group-step validate", "--group-step revalidate", "--group-step rolled-back")):
+        if commands is not None:
+            commands.append((name, command))
+        if kind in ("validate", "revalidate", "rolled-back"):
             return answers.pop(0)
         return True, Output()
 
     monkeypatch.setattr(group_ops, "on_member", on_member)
-    host = SimpleNamespace(log_styled=lambda *a, **k: None)
+    host = SimpleNamespace(name="gpu-01", log_styled=lambda *a, **k: None)
     return group_ops.restart_and_gate(None, host, group, restart, "compose.yaml changes", changed), ran
 
 
@@ -259,6 +263,31 @@ def test_a_failed_gate_puts_every_member_back_on_its_last_good_config_and_restar
     after = ran[ran.index(("gpu-02", "failed")) + 1:]
     kinds = [what for _, what in after if what in ("stop", "up")]
     assert kinds == ["stop", "stop", "up", "up"]
+
+
+def test_the_groups_gate_judges_only_the_config_this_run_rendered_and_runs_detached_on_rank_0(monkeypatch):
+    """#60: rank 0's gate and every member's keep or failed step name the member's own compose.yaml (its plan's
+    sha256: another config is judged by nobody, gate.NOT_OWN); rank 0's gate runs apart from the run's connection
+    (hostside/roll/detach.py); after a rollback, the last good config put back is kept with no such check."""
+    from sglang_infra.hostside.gate.gate import GROUP_NOT_ROLLED_BACK
+    from sglang_infra.run.operation import detached
+
+    found, _ = plans()
+    sha = {name: found[name].compose_sha for name in ("gpu-01", "gpu-02")}
+    gate = {name: f"bash {found[name].paths.home}/{names.GATE_SCRIPT}" for name in sha}
+    commands: list[tuple[str, str]] = []
+    turn(monkeypatch, [(True, Output())], commands=commands)
+    steps = [(name, command) for name, command in commands if "--group-step" in command]
+    assert steps == [("gpu-01", detached(f"{gate['gpu-01']} --group-step validate --config-sha {sha['gpu-01']}")),
+                     ("gpu-02", f"{gate['gpu-02']} --group-step keep --config-sha {sha['gpu-02']}")]
+    commands.clear()
+    failed = (False, Output([f"gate[gpu-01]: FAILED: benchmark.sh: too slow. {GROUP_NOT_ROLLED_BACK}"]))
+    turn(monkeypatch, [failed, (True, Output())], commands=commands)
+    steps = [(name, command) for name, command in commands if "--group-step" in command]
+    assert steps[1:] == [("gpu-01", f"{gate['gpu-01']} --group-step failed --config-sha {sha['gpu-01']}"),
+                         ("gpu-02", f"{gate['gpu-02']} --group-step failed --config-sha {sha['gpu-02']}"),
+                         ("gpu-01", f"{gate['gpu-01']} --group-step rolled-back"),
+                         ("gpu-02", f"{gate['gpu-02']} --group-step keep")]
 
 
 def test_a_group_recreated_on_its_good_config_is_gated_so_that_a_failure_marks_no_config_failed(monkeypatch):

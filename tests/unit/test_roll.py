@@ -18,7 +18,7 @@ from sglang_infra.plan.problems import DeployDataError
 from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Front, Roll
-from sglang_infra.run.operation import detached
+from sglang_infra.run.operation import detached, restarted_then_gated
 
 FRONT = Front(gateway_host="gw-1", slug="m", url="http://127.0.0.1:30080", metrics="http://127.0.0.1:29000/metrics",
               directory="/opt/sglang/router/m", key_file=None)
@@ -78,6 +78,11 @@ class Host:
         if shipped("roll/drain", text):
             self.log.append((self.name, "drain"))
             return True, Output(["drain: no request in flight"])
+        for up, what in ((UP.drained, "up"), (UP.at_once, "stop at once, up")):
+            if text == restarted_then_gated(up, GATE):   # the restart, then its gate, as one detached program
+                self.log.append((self.name, what))
+                gevent.sleep(0.01)
+                text = detached(GATE)
         if text == UP.drained:
             self.log.append((self.name, "up"))
             return True, Output()

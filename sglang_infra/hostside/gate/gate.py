@@ -280,10 +280,12 @@ class Gate:
 
     def decide(self):
         step = getattr(self.args, "group_step", None)
-        if step == "keep":
-            return self.keep_member()
-        if step == "failed":
-            return self.fail_member()
+        if step in ("keep", "failed"):
+            other = self.not_own()
+            if other is not None:
+                say(f"FAILED: {other}; this member kept nothing as good or failed and put nothing back")
+                return NOT_OWN
+            return self.keep_member() if step == "keep" else self.fail_member()
         if step == "rolled-back":
             return self.validate_rolled_back()
         other = self.not_own()
