@@ -17,7 +17,17 @@ import time
 
 import pytest
 
-from harness import PROJECT_DIR, PYINFRA, _env, run_deploy, start_deploy, wait_for, wait_for_text, write_inventory
+from harness import (
+    PROJECT_DIR,
+    PYINFRA,
+    _env,
+    deploy_with_fault,
+    run_deploy,
+    start_deploy,
+    wait_for,
+    wait_for_text,
+    write_inventory,
+)
 
 CANARY, OTHER = "sg-day2-1", "sg-day2-2"
 DOCKER = "/opt/sglang/docker"
@@ -326,19 +336,17 @@ def test_a_host_rebooted_mid_gate_converges_and_is_gated_on_the_next_run(fleet, 
     after that changes nothing."""
     hosts, _ = fleet
     host = hosts[CANARY]
-    log = workdir / "rebooted.log"
-    run = start_deploy(testbed.inventory(workdir / "rebooted.py", {"production": [(host, {})]}), log,
-                       *data("rebooted", STANDIN_LOAD_SECONDS="8"))
-    try:
-        assert wait_for_text(log, GATE_STARTS, timeout=300), log.read_text()[-3000:]
+
+    def cycled():
         time.sleep(2)
         power_cycle(host)
-        returncode = run.wait(timeout=300)
-    finally:
-        if run.poll() is None:
-            run.kill()
-    output = log.read_text(errors="replace")
-    assert returncode != 0, output[-3000:]
+
+    run = deploy_with_fault(testbed.inventory(workdir / "rebooted.py", {"production": [(host, {})]}),
+                            workdir / "rebooted.log", GATE_STARTS, cycled,
+                            *data("rebooted", STANDIN_LOAD_SECONDS="8"), timeout=300)
+    output = run.output
+    assert run.reached, output[-3000:]
+    assert run.returncode != 0, output[-3000:]
     failed = [line for line in output.splitlines() if line.startswith("--> Failed hosts")]
     assert failed and CANARY in failed[-1], output[-3000:]
     assert '"rebooted"' in cat(host, f"{DOCKER}/compose.yaml")   # the new config was written before the gate

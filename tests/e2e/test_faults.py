@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import PROJECT_DIR, run_deploy, run_host_checks, start_deploy, wait_for_text
+from harness import PROJECT_DIR, deploy_with_fault, run_deploy, run_host_checks
 
 CUT, GPU = "sg-flt-cut", "sg-flt-gpu"
 # The cut comes while the run makes the pull's venv: once `python3 -m venv` made bin/python and before ensurepip
@@ -57,19 +57,16 @@ def run_status(inventory, *args) -> subprocess.CompletedProcess:
 def cut(testbed, workdir, measure):
     host = testbed.host(CUT)
     inventory = testbed.inventory(workdir / "cut.py", {"production": [(host, {})]})
-    log = workdir / "cut.log"
-    proc = start_deploy(inventory, log)
-    try:
-        reached = wait_for_text(log, CUT_AT, timeout=300)
+
+    def cut_it():
         half_made = host.exec(HALF_MADE_VENV, check=False).returncode == 0
-        killed = host.exec(KILL_SESSIONS, check=False)
-        returncode = proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        return half_made, host.exec(KILL_SESSIONS, check=False)
+
+    run = deploy_with_fault(inventory, workdir / "cut.log", CUT_AT, cut_it)
+    half_made, killed = run.fault
     rerun = run_deploy(inventory)
     measure(f"SSH cut: the venv was half made (bin/python, no pip) when the connection was cut: {half_made}")
-    return dict(reached=reached, killed=killed, returncode=returncode, output=log.read_text(errors="replace"),
+    return dict(reached=run.reached, killed=killed, returncode=run.returncode, output=run.output,
                 rerun=rerun, checks=run_host_checks(inventory, workdir), again=run_deploy(inventory))
 
 

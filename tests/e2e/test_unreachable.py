@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import run_deploy, run_host_checks, start_deploy, wait_for_text
+from harness import deploy_with_fault, run_deploy, run_host_checks
 from testbed.hosts import stop_host
 
 SURVIVORS = ("sg-unr-1", "sg-unr-2")
@@ -20,16 +20,8 @@ def outcome(testbed, workdir):
     inventory = testbed.inventory(workdir / "unreachable.py", {
         "production": [(hosts[name], {}) for name in (*SURVIVORS, LOST)],
     })
-    log = workdir / "unreachable.log"
-    proc = start_deploy(inventory, log)
-    try:
-        reached = wait_for_text(log, KILL_AFTER, timeout=300)
-        stop_host(LOST)
-        returncode = proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = log.read_text(errors="replace")
+    lost = deploy_with_fault(inventory, workdir / "unreachable.log", KILL_AFTER, lambda: stop_host(LOST), timeout=900)
+    reached, returncode, output = lost.reached, lost.returncode, lost.output
     survivors_inventory = testbed.inventory(workdir / "survivors.py", {
         "production": [(hosts[name], {}) for name in SURVIVORS],
     })

@@ -150,6 +150,31 @@ def start_deploy(inventory: Path, log: Path, *args: str) -> subprocess.Popen:
     )
 
 
+@dataclass
+class FaultedRun:
+    """A deploy run a fault met: whether its output reached the fault's moment, its exit code, its output, and what
+    the fault returned."""
+    reached: bool
+    returncode: int
+    output: str
+    fault: Any = None
+
+
+def deploy_with_fault(inventory: Path, log: Path, at: str, fault, *args: str, timeout: float = 600) -> FaultedRun:
+    """A deploy started in the background with ``args``; once its output shows ``at`` (at most 300 s), ``fault()``
+    (a cut, a kill, a power cycle); then the run is waited for, at most ``timeout`` s, and killed if it is still
+    going (the wait's timeout then raised)."""
+    run = start_deploy(inventory, log, *args)
+    try:
+        reached = wait_for_text(log, at, timeout=300)
+        done = fault()
+        returncode = run.wait(timeout=timeout)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    return FaultedRun(reached, returncode, log.read_text(errors="replace"), done)
+
+
 def wait_for(predicate, seconds: float, every: float = 1):
     """Poll ``predicate`` every ``every`` seconds, at most ``seconds``; its last value."""
     deadline = time.monotonic() + seconds
