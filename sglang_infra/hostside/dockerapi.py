@@ -1,12 +1,8 @@
 """Docker's Engine API over its unix socket: the state of images and
 containers without starting the docker CLI (a Go binary whose start-up alone
-costs more CPU than the whole read of a converged host).
-
-Each question is one HTTP/1.0 GET on its own connection, read to the end: the
-engine (Go's net/http) answers HTTP/1.0 with the whole body and closes, never in
-chunks, so no HTTP library is needed. http.client, which this used before,
-imports the email package to parse headers, and that was about a tenth of the
-snapshot's own CPU on every read of every host (docs/benchmarks.md)."""
+costs more CPU than the whole read of a converged host). One HTTP/1.0 GET per
+connection, read to the close (the engine sends no chunks to HTTP/1.0): no
+http.client, whose email package was a tenth of a read's CPU (docs/benchmarks.md)."""
 
 import json
 import socket

@@ -236,8 +236,9 @@ CODECACHE = "read.codecache"
 # (codecache.run): a read of a converged host imports them through modules it carries, never uses them, and they
 # were a third of its imports' CPU (docs/benchmarks.md): TLS (the door's certificate, HTTPS), urllib.request (the
 # gateways' and the reach checks'), the XML of `nvidia-smi -q -x`, addresses (the peer door's), and the compressors
-# shutil imports for its archives (bz2, lzma: two C libraries loaded, about 1 ms, for shutil.which alone).
-LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress", "bz2", "lzma")
+# shutil imports for its archives (bz2, lzma: two C libraries loaded, about 1 ms, for shutil.which alone), and
+# subprocess, which the gate's modules import and a read never uses (snapshot._run starts its programs itself).
+LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress", "bz2", "lzma", "subprocess")
 
 
 @lru_cache(maxsize=None)

@@ -279,10 +279,25 @@ def test_a_lazy_standard_module_loads_when_first_used(cache):
     assert ran(bundled([entry], cache)) == "True\nTrue\n"
 
 
+def test_a_lazy_standard_module_imported_by_two_modules_still_waits_for_its_first_use(cache):
+    """The gate's stamp.py and report.py both import subprocess, which a read never uses: the second import (which
+    reads the module's __spec__) must not run it, as importlib.util.LazyLoader's modules do."""
+    first = ("first", "import ssl\nVALUE = 1\n")
+    entry = ("entry", "import sys\nfrom pkg import first\nfirst.VALUE\nimport ssl\nprint('_ssl' in sys.modules)\n"
+                      "print(ssl.PROTOCOL_TLS_CLIENT.name, '_ssl' in sys.modules)\n")
+    assert ran(bundled([first, entry], cache, lazy=["ssl"])) == "False\nPROTOCOL_TLS_CLIENT True\n"
+
+
+def test_a_lazy_name_that_is_not_a_source_module_loads_as_usual(cache):
+    entry = ("entry", "import sys, _json\nprint(type(sys.modules['_json']).__name__, _json.__name__)\n")
+    assert ran(bundled([entry], cache, lazy=["_json"])) == "module _json\n"
+
+
 def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     """What a read that needs none of them never imports: TLS (ssl), the XML of nvidia-smi, urllib.request's
     (through bounded.py and report.py), an HTTP library and its email package (dockerapi.py speaks HTTP/1.0 itself),
-    the compressors shutil imports (bz2, lzma); python3 -X importtime lists every module a run loads."""
+    the compressors shutil imports (bz2, lzma), subprocess with threading and locale (snapshot._run spawns its
+    programs itself); python3 -X importtime lists every module a run loads."""
     spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
     path = tmp_path / "program.py"
@@ -293,4 +308,4 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "json" in loaded
     assert not loaded & {"_ssl", "_elementtree", "pyexpat", "urllib.response", "http.client", "email.parser",
-                         "_bz2", "_lzma"}
+                         "_bz2", "_lzma", "_posixsubprocess", "threading", "locale"}

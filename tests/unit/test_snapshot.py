@@ -9,6 +9,7 @@ import os
 import pwd
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -471,3 +472,28 @@ def test_systemd_is_asked_once_for_the_engine_and_the_units(tree, tmp_path, monk
     assert (found["docker"]["active"], found["docker"]["enabled"]) == ("active", "enabled")
     assert found["services"] == {"nginx.service": {"loaded": True, "active": "failed", "enabled": "disabled",
                                                    "reload_needed": True}}
+
+
+def test_a_program_the_read_starts_gives_its_stdout_as_text_and_nothing_else():
+    """snapshot._run starts its programs with os.posix_spawnp (not the subprocess module: its imports were a tenth
+    of a read's own CPU): stdout whatever the exit status, newlines made "\\n" as text=True makes them, stderr
+    dropped; "" for a program not found."""
+    from sglang_infra.hostside.read import snapshot as hostside_snapshot
+
+    assert hostside_snapshot._run("sh", "-c", "printf 'a\\r\\nb\\rc\\n'; echo err >&2; exit 3") == "a\nb\nc\n"
+    assert hostside_snapshot._run("no-such-program-anywhere") == ""
+    assert hostside_snapshot._run("sh", "-c", "printf 'caf\\303\\251'") == "café"
+
+
+def test_a_program_the_read_starts_is_bounded_in_time_and_output(monkeypatch):
+    from sglang_infra.hostside.read import snapshot as hostside_snapshot
+
+    monkeypatch.setattr(hostside_snapshot, "COMMAND_TIMEOUT", 0.5)
+    began = time.monotonic()
+    assert hostside_snapshot._run("sh", "-c", "echo partial; exec sleep 30") == ""
+    assert hostside_snapshot._run("sh", "-c", "exec 1>&-; exec sleep 30") == ""   # closed its stdout, still runs
+    assert time.monotonic() - began < 5
+    monkeypatch.setattr(hostside_snapshot, "COMMAND_TIMEOUT", 30)
+    monkeypatch.setattr(hostside_snapshot, "MAX_OUTPUT", 1000)
+    assert hostside_snapshot._run("sh", "-c", "head -c 5000 /dev/zero") == ""
+    assert hostside_snapshot._run("sh", "-c", "head -c 900 /dev/zero") == "\0" * 900

@@ -13,14 +13,13 @@ never executed. Writing the entry changes nothing the deploy reads or reports: t
 DIRECTORY. This text travels compressed, in base64, as the modules do (ship.cached_program).
 
 A bundled module runs when the program first uses one of its names, not at the start (_Deferred), and the
-standard-library modules the command names (ship.LAZY) load when first used too (importlib.util.LazyLoader): a
+standard-library modules the command names (ship.LAZY) load when first used too (_LazyFinder): a
 read of a converged host never uses the HTTP helpers of the gateways (bounded.py, urllib.request), TLS (ssl), the
 XML of nvidia-smi or the checks of the door, and importing them was about half of its imports (docs/benchmarks.md).
 """
 import binascii
 import hashlib
 import importlib.machinery
-import importlib.util
 import json
 import marshal
 import os
@@ -189,8 +188,36 @@ class _Deferred(types.ModuleType):
 _PENDING: dict = {}   # a deferred module's name: its code, until it runs
 
 
+class _LazyStandard(types.ModuleType):
+    """A standard-library module not yet run: it runs when first asked for a name it lacks, as _Deferred (a second
+    `import` reads only its __spec__, which ran importlib.util.LazyLoader's; and no threading imported)."""
+
+    def __getattr__(self, attribute):
+        loader = _PENDING_LOADERS.pop(self.__name__, None)
+        if loader is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attribute!r}")
+        self.__class__ = types.ModuleType
+        self.__spec__.loader = self.__loader__ = loader
+        loader.exec_module(self)
+        return getattr(self, attribute)
+
+
+_PENDING_LOADERS: dict = {}   # a lazy standard module's name: its own loader, until it runs
+
+
+class _LazyLoader:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return _LazyStandard(spec.name)
+
+    def exec_module(self, module):
+        _PENDING_LOADERS[module.__name__] = self.loader
+
+
 class _LazyFinder:
-    """Finds each standard-library module of ``names`` where Python would, and loads it when first used."""
+    """Finds each standard-library module of ``names`` where Python would, and runs it when first used."""
 
     def __init__(self, names):
         self.names = frozenset(names)
@@ -199,9 +226,9 @@ class _LazyFinder:
         if name not in self.names:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or not hasattr(spec.loader, "exec_module"):
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             return spec
-        spec.loader = importlib.util.LazyLoader(spec.loader)
+        spec.loader = _LazyLoader(spec.loader)
         return spec
 
 

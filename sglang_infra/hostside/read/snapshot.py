@@ -23,16 +23,18 @@ spec also report (report.py), what scripts/status.sh shows beyond the deploy's n
 import glob
 import grp
 import importlib.util
+import io
 import ipaddress
 import json
 import os
 import pwd
 import re
+import select
 import shutil
 import socket
 import stat
-import subprocess
 import sys
+import time
 
 from .. import dockerapi, names, safefs, stack
 from ..gate import report, stamp
@@ -54,11 +56,44 @@ MAX_LINKED = 100      # hard-linked entries named (the rest counted): enough to 
 PROTECTED_HARDLINKS = "/proc/sys/fs/protected_hardlinks"
 
 
+SIGKILL = 9  # Linux's (the signal module's enums cost ~1 ms to import)
+MAX_OUTPUT = 16 << 20  # bytes a program's answer may hold (nvidia-smi -q -x of 8 GPUs is well under 1 MB)
+
+
 def _run(*argv):
+    """What ``argv`` (found on PATH) prints on stdout, whatever its exit status, decoded as subprocess.run(text=True)
+    decodes; "" when it cannot start, prints over MAX_OUTPUT or runs past COMMAND_TIMEOUT (killed). Its stderr is
+    dropped. Not the subprocess module: its imports were a tenth of a read's own CPU (docs/benchmarks.md)."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT).stdout
-    except (OSError, subprocess.SubprocessError):
+        out, into = os.pipe()
+    except OSError:
         return ""
+    try:
+        try:
+            pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
+                (os.POSIX_SPAWN_DUP2, into, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+        except OSError:
+            return ""
+        finally:
+            os.close(into)
+        deadline, received, size, ended = time.monotonic() + COMMAND_TIMEOUT, [], 0, False
+        poller = select.poll()
+        poller.register(out, select.POLLIN)
+        while not ended and size <= MAX_OUTPUT and time.monotonic() < deadline:
+            if poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                chunk = os.read(out, 1 << 16)
+                received.append(chunk)
+                size, ended = size + len(chunk), not chunk
+        while ended and size <= MAX_OUTPUT and time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                text = b"".join(received).decode(io.TextIOWrapper(io.BytesIO()).encoding)
+                return text.replace("\r\n", "\n").replace("\r", "\n")
+            time.sleep(0.001)
+        os.kill(pid, SIGKILL)
+        os.waitpid(pid, 0)
+        return ""
+    finally:
+        os.close(out)
 
 
 def _os_release():
