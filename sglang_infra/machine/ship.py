@@ -241,6 +241,18 @@ CODECACHE = "read.codecache"
 LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress", "bz2", "lzma", "subprocess")
 
 
+# A line that holds a comment alone: sent_source() blanks it.
+_COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*$", re.M)
+
+
+def sent_source(name: str) -> str:
+    """hostside/<name>.py as cached_program() sends it: each line holding only a comment left empty (the line
+    kept, so a traceback's line numbers still match the file). The same program, and 6% fewer bytes in the
+    command, which one argument of 128 KiB must hold (tests/unit/test_ship.py holds each module's syntax tree
+    equal to its file's)."""
+    return _COMMENT_LINE.sub("", _source(name))
+
+
 @lru_cache(maxsize=None)
 def cached_program(entry: str, directory: str | None = None) -> str:
     """The source of hostside/<entry>.py with its neighbours, run through hostside/read/codecache.py: the same modules
@@ -250,7 +262,7 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this one, where one argument may
     hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
     names = [*carried(entry), entry]
-    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)] for name in names]
+    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), sent_source(name)] for name in names]
     blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
     where = "DIRECTORY" if directory is None else json.dumps(directory)
     runner = base64.b64encode(zlib.compress(_source(CODECACHE).encode(), 9)).decode("ascii")

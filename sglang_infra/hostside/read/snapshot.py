@@ -41,7 +41,7 @@ from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
 from ..write import acl
-from . import cachestate, doorcheck, openpgp, settled
+from . import cachestate, doorcheck, openpgp, settled, unitstate
 
 # Where the docker CLI finds its plugins, after the user's own ~/.docker/cli-plugins (root's: the deploy's commands
 # run as root): docker/cli's cli-plugins/manager defaultSystemPluginDirs.
@@ -225,9 +225,16 @@ def _is_dir(path):
 
 def services(units):
     """Each systemd unit's state: loaded, active, enabled, and whether systemd must re-read it (a drop-in
-    changed); one systemctl call for all."""
+    changed); asked of PID 1 on its private socket (unitstate.py), else in one systemctl call for all."""
     out = {}
     if not units:
+        return out
+    asked = unitstate.states(units, COMMAND_TIMEOUT)   # PID 1 itself, when root: no process, five properties
+    for found in (asked or {}).values():
+        if found["Id"] in units:
+            out[found["Id"]] = {"loaded": found["LoadState"] == "loaded", "active": found["ActiveState"],
+                                "enabled": found["UnitFileState"], "reload_needed": found["NeedDaemonReload"] is True}
+    if asked is not None:
         return out
     raw = _run("systemctl", "show", *units, "-p", "Id", "-p", "LoadState", "-p", "ActiveState",
                "-p", "UnitFileState", "-p", "NeedDaemonReload")
