@@ -253,6 +253,12 @@ def sent_source(name: str) -> str:
     return _COMMENT_LINE.sub("", _source(name))
 
 
+# The inline program's first line: hashlib's OpenSSL backend (_hashlib) is not loaded, so hashlib's own sha256 (the
+# same digests) serves the read: loading libcrypto was about 3 ms of a read's CPU, and a read hashes only small files
+# (safefs.MAX_HASHED_BYTES; the stamp's, the config's, the code cache's entry).
+NO_OPENSSL = 'import sys\nsys.modules.setdefault("_hashlib", None)\n'
+
+
 @lru_cache(maxsize=None)
 def cached_program(entry: str, directory: str | None = None) -> str:
     """The source of hostside/<entry>.py with its neighbours, run through hostside/read/codecache.py: the same modules
@@ -266,7 +272,7 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
     where = "DIRECTORY" if directory is None else json.dumps(directory)
     runner = base64.b64encode(zlib.compress(_source(CODECACHE).encode(), 9)).decode("ascii")
-    return (f"import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
+    return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
             f"\"{_path(CODECACHE)}\", \"exec\"))\n"
             f"run({json.dumps(_packages(names))}, \"{blob}\", {where}, {json.dumps(LAZY)})\n")
 

@@ -5,6 +5,7 @@ never executed: the sources the command carries are compiled instead (and kept, 
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import os
 import pwd
@@ -300,6 +301,8 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     programs itself); python3 -X importtime lists every module a run loads."""
     spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "compose.yaml").write_bytes(b"services: {}\n" * 1000)
     path = tmp_path / "program.py"
     path.write_text(ship.cached_program("read.snapshot"))
     out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(path), json.dumps(spec)],
@@ -307,5 +310,10 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     assert out.returncode == 0, out.stderr
     loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "json" in loaded
+    # hashlib's own sha256 (_sha2, _sha256 before Python 3.12), which it imports only without OpenSSL's (_hashlib:
+    # libcrypto, ~3 ms a read): the same digest
+    assert loaded & {"_sha2", "_sha256"}
+    assert json.loads(out.stdout)["files"][str(tmp_path / "home")]["compose.yaml"]["sha256"] \
+        == hashlib.sha256(b"services: {}\n" * 1000).hexdigest()
     assert not loaded & {"_ssl", "_elementtree", "pyexpat", "urllib.response", "http.client", "email.parser",
                          "_bz2", "_lzma", "_posixsubprocess", "threading", "locale"}
