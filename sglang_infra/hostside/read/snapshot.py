@@ -247,10 +247,53 @@ def services(units):
     return out
 
 
+DPKG_ADMINDIR = "/var/lib/dpkg"
+DPKG_STATUS_LIMIT = 64 << 20   # bytes: a server's status file is a few MB
+
+
+def dpkg_status(wanted, admindir=None):
+    """{name: version or None} of ``wanted`` read from dpkg's status file as dpkg-query reads it: installed means
+    wanted "install" and "installed" (its db:Status-Abbrev "ii"). None when dpkg-query must answer instead: a
+    journal in updates/ (a dpkg run cut short, which dpkg-query would apply first), a database moved by DPKG_ADMINDIR
+    or DPKG_ROOT, no status file or one over DPKG_STATUS_LIMIT. Reading it saves starting dpkg-query, which parses
+    every package's entry: 0.005 s of a test host's CPU per read, more with a server's thousands of packages."""
+    admindir = admindir or DPKG_ADMINDIR
+    if os.environ.get("DPKG_ADMINDIR") or os.environ.get("DPKG_ROOT"):
+        return None
+    try:
+        if any(name.isdigit() for name in os.listdir(os.path.join(admindir, "updates"))):
+            return None
+    except OSError:
+        return None
+    raw = safefs.read_regular(os.path.join(admindir, "status"), DPKG_STATUS_LIMIT + 1)
+    if raw is None or len(raw) > DPKG_STATUS_LIMIT:
+        return None
+    raw = b"\n" + raw
+    out = {}
+    for name in wanted:
+        out[name], at = None, 0
+        while (at := raw.find(f"\nPackage: {name}\n".encode(), at)) >= 0:
+            end = raw.find(b"\n\n", at + 1)
+            fields = {}
+            for line in raw[at + 1:end if end >= 0 else len(raw)].decode(errors="replace").split("\n"):
+                key, sep, value = line.partition(":")
+                if sep and not line[:1].isspace():
+                    fields[key] = value.strip()
+            status = fields.get("Status", "").split()
+            if len(status) == 3 and status[0] == "install" and status[2] == "installed":
+                out[name] = fields.get("Version")
+            at += 1
+    return out
+
+
 def packages(wanted):
-    """The installed version of each of ``wanted`` (Debian packages), None when it is not installed."""
+    """The installed version of each of ``wanted`` (Debian packages), None when it is not installed: from dpkg's
+    status file (dpkg_status), else as dpkg-query prints it."""
     out = {name: None for name in wanted}
     if wanted and shutil.which("dpkg-query"):
+        found = dpkg_status(wanted)
+        if found is not None:
+            return found
         for line in _run("dpkg-query", "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n",
                          *wanted).splitlines():
             name, _, rest = line.partition("\t")
