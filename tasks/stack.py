@@ -23,7 +23,7 @@ from pyinfra import host
 
 from sglang_infra.hostside import names
 from sglang_infra.operations.files import account_env_file, compose_file, scripts_in_place, secret_file
-from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.gate import not_failed_before, stamp_migrated, validated
 from sglang_infra.operations.group import group_up
 from sglang_infra.operations.roll import rolled
 from sglang_infra.run.preflight import plan_of
@@ -31,6 +31,11 @@ from sglang_infra.run.preflight import plan_of
 plan = plan_of(host)
 docker_dir, home = plan.paths.docker, plan.paths.home
 compose_sha = plan.compose_sha
+
+stamp_migrated(
+    name="Ensure the gate's stamp is this version's (a pass an earlier version stamped kept as a pass)",
+    home=home,
+)
 
 not_failed_before(
     name="Ensure this compose.yaml is not one that already failed its gate here (unless sglang_retry_failed)",

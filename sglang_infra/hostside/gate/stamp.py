@@ -19,6 +19,13 @@ A worker's digest also covers the driver it runs on (running_driver): after a bo
 A gateway (router/<slug>/) keeps its compose.yaml, scripts and stamp in its
 own directory, and its digest also covers the worker set it was validated
 with (workers.json) and its launcher: a change of either runs its gate again.
+
+The two validation scripts count by what they judge with (names.judged_text: their command lines, the values
+rendered into them), not by the programs they carry: a new version of the tool's checks judges the same config by
+the same rules, and re-gating a config that passed would, on a failure, only "roll back" to the same config. A
+stamp of an earlier version (LEGACY: each script by its whole sha256, up to stop 61) that names the host as it is
+now still counts as a pass of it (current()); the deploy rewrites it in this version's form before it writes the
+new scripts (main: migrate), so the tool's upgrade gates nothing.
 """
 
 import hashlib
@@ -28,7 +35,7 @@ import re
 import shutil
 import subprocess
 
-from .. import dockerapi, names, safefs
+from .. import dockerapi, names, safefs, stack
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
@@ -46,6 +53,11 @@ GATEWAY_FILES = (names.WORKERS_FILE, names.LAUNCHER)
 DRIVER_VERSION = "/proc/driver/nvidia/version"
 FABRIC_MANAGER = "nv-fabricmanager"
 FABRIC_MANAGER_SECONDS = 10
+# The form of this version's stamp, one of its digest's parts; an earlier version's stamp has no such part (LEGACY).
+FORM = "form=2"
+LEGACY = "legacy"
+# The most of a validation script read for its judged digest: the scripts carry the checks' program (about 100 KiB).
+MAX_SCRIPT = 4 << 20
 _RELEASE = re.compile(r"\b\d+\.\d+(?:\.\d+)?\b")
 
 
@@ -70,13 +82,29 @@ def running_driver():
     return parts
 
 
-def digest(home, container, docker_dir=None, extra=()):
+def judged(path):
+    """The judged digest (names.judged_digest) of the script at ``path``, or None: absent, a link, not a regular
+    file, or larger than MAX_SCRIPT."""
+    raw = safefs.read_regular(path, MAX_SCRIPT + 1)
+    return None if raw is None or len(raw) > MAX_SCRIPT else names.judged_digest(raw)
+
+
+def scripts_judged(scripts_dir):
+    """Each gate script in ``scripts_dir`` (the validation scripts and gate.sh) by path: its judged digest, as the
+    plan's gate files name them (plan/render.py gate_files), for the deploy's decision (operations/gate.py)."""
+    return {os.path.join(scripts_dir, name): judged(os.path.join(scripts_dir, name))
+            for name in names.GATE_SCRIPTS}
+
+
+def digest(home, container, docker_dir=None, extra=(), form=FORM):
     """
     The digest of the config as it is now, served by ``container``
     (stack.container()): compose.yaml and .env in ``docker_dir`` (default
-    home/docker), the scripts in ``home``, and the ``extra`` files of
-    ``docker_dir``. A gateway passes its own directory as both; a worker's
-    (no ``extra``) covers its running_driver() too.
+    home/docker), the validation scripts in ``home`` by what they judge
+    with (judged()), and the ``extra`` files of ``docker_dir``. A gateway
+    passes its own directory as both; a worker's (no ``extra``) covers its
+    running_driver() too. ``form`` LEGACY: an earlier version's digest of the
+    same, each script by its whole sha256 (migrate()).
     """
     docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
     container = container or {}
@@ -84,10 +112,15 @@ def digest(home, container, docker_dir=None, extra=()):
              f"env={safefs.sha256_regular(os.path.join(docker_dir, names.ENV_FILE))}",
              f"image={container.get('image_id') or ''}",
              f"container={container.get('id') or ''}@{container.get('started_at') or ''}"]
-    parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
+    if form == LEGACY:
+        parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
+    else:
+        parts += [f"{name}={judged(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(docker_dir, name))}" for name in extra]
     if not extra:
         parts += running_driver()
+    if form != LEGACY:
+        parts.append(form)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -137,13 +170,66 @@ def restart_count(container):
     return count if isinstance(count, int) else None
 
 
+def compare(home, container, docker_dir=None, extra=()):
+    """(digest, legacy) of the host as it is now, for comparing with the stamp: digest() of ``container``
+    as_gated() by the last gate's record in ``docker_dir`` (default home/docker); where the stamp is an earlier
+    version's that names the host as it is now, that digest (LEGACY form) and legacy True: a pass of the same config
+    by the same rules, which migrate() rewrites in this version's form."""
+    docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
+    gated = as_gated(container, last_record(docker_dir))
+    now = digest(home, gated, docker_dir, extra)
+    found = read(home, docker_dir)
+    if found and found != now:
+        earlier = digest(home, gated, docker_dir, extra, LEGACY)
+        if found == earlier:
+            return earlier, True
+    return now, False
+
+
 def current(home, container, docker_dir=None, extra=()):
-    """The digest of the host as it is now, for comparing with the stamp (snapshot.py, gate_metrics.py): digest(),
-    of ``container`` as_gated() by the last gate's record in ``docker_dir`` (default home/docker)."""
-    record = last_record(docker_dir or os.path.join(home, names.DOCKER_DIR))
-    return digest(home, as_gated(container, record), docker_dir, extra)
+    """The digest of the host as it is now, for comparing with the stamp (snapshot.py, gate_metrics.py):
+    compare()'s."""
+    return compare(home, container, docker_dir, extra)[0]
+
+
+def migrate(home, gateway=None):
+    """Rewrite an earlier version's stamp (LEGACY) that names the host as it is now in this version's form, before
+    the deploy replaces the scripts it covers: the same config, passed by the same rules, still passed after the
+    tool's upgrade. Any other stamp is left as it is. True when rewritten."""
+    if gateway:
+        docker_dir = scripts_dir = os.path.join(home, names.GATEWAY_DIR, gateway)
+        project, service = stack.gateway(gateway)
+        extra = GATEWAY_FILES
+    else:
+        docker_dir, scripts_dir = os.path.join(home, names.DOCKER_DIR), home
+        project, service, extra = stack.PROJECT, stack.SERVICE, ()
+    container = stack.container(project, service)
+    found, legacy = compare(scripts_dir, container, docker_dir, extra)
+    if not legacy:
+        return False
+    now = digest(scripts_dir, as_gated(container, last_record(docker_dir)), docker_dir, extra)
+    stack.write_private(os.path.join(docker_dir, STAMP), now + "\n", os.path.join(docker_dir, names.COMPOSE_FILE))
+    return True
 
 
 def read(home, docker_dir=None):
+    """The stamp in ``docker_dir`` (default home/docker), or None."""
     raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, names.DOCKER_DIR), STAMP), 512)
     return raw.decode(errors="replace").strip() if raw else None
+
+
+def main(argv=None):
+    """`migrate HOME [GATEWAY]`: migrate(); says whether the stamp was rewritten."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (2, 3) or argv[0] != "migrate":
+        print("usage: stamp.py migrate HOME [GATEWAY]", file=sys.stderr)
+        return 2
+    rewritten = migrate(argv[1], argv[2] if len(argv) == 3 else None)
+    print("rewritten" if rewritten else "unchanged")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
