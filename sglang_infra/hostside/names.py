@@ -103,15 +103,13 @@ def text_digest(text):
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
 
-# A line that opens a quoted here-document (`<<'PYTHON'` at its end): the script's program follows, to its word.
+# A line ending in a quoted here-document (<<'PYTHON'): a program follows, to that word.
 _HEREDOC = re.compile(r"<<-?\s*'([A-Za-z_][A-Za-z0-9_]*)'\s*$")
 
 
 def judged_text(text):
-    """What a rendered gate script judges with: its command lines, with the values rendered into them (the URL,
-    the served model, the key file, the thresholds, the timeouts), without its comments and without the bodies of
-    its quoted here-documents (the programs it carries: the tool's own code). A new version of those programs
-    judges the same config by the same rules: it is no change of what a gate judges."""
+    """A gate script's command lines (the values rendered into them), without its comments and the bodies of its
+    quoted here-documents (the programs it carries, the tool's own code: no change of what a gate judges)."""
     kept, end = [], None
     for line in (text.decode(errors="replace") if isinstance(text, bytes) else text).splitlines():
         if end is not None:
@@ -126,8 +124,7 @@ def judged_text(text):
 
 
 def judged_digest(text):
-    """text_digest of judged_text(): a gate script as the gate's decision compares it (plan/render.py gate_files,
-    gate/stamp.py)."""
+    """text_digest of judged_text(): a gate script as the gate's decision counts it."""
     return text_digest(judged_text(text))
 
 

@@ -90,7 +90,7 @@ def stamp_migrated(home: str, gateway: str | None = None):
     Ensure the gate's stamp is in this version's form: an earlier version's
     stamp that names the host as it is now (the snapshot's ``legacy``) is
     rewritten on the host as this version's stamp of the same state
-    (hostside/gate/stamp.py migrate), before the run replaces the scripts it
+    (hostside/write/restamp.py), before the run replaces the scripts it
     covered; any other stamp is left as it is. Run before the scripts are
     written: the tool's upgrade then gates nothing that passed.
 
@@ -99,4 +99,4 @@ def stamp_migrated(home: str, gateway: str | None = None):
     if not stack_section(gateway).get("legacy"):
         host.noop("the gate's stamp is this version's, or names no pass of the host as it is")
         return
-    yield f"{ship.command('gate.stamp')} migrate {q(home)}" + (f" {q(gateway)}" if gateway else "")
+    yield f"{ship.command('write.restamp')} {q(home)}" + (f" {q(gateway)}" if gateway else "")

@@ -164,7 +164,7 @@ def test_an_upgrade_restarts_nothing_gates_nothing_and_asks_the_hub_nothing(flee
     """The tool upgraded under a serving fleet: its new checks program (since stop 61: dockerapi's sorted ports,
     which test_tool_calling.sh and benchmark.sh carry) rewrites both scripts, yet the config each worker serves and
     the values it is judged by are the same: no restart, no gate (the stamp cef8e10 wrote is rewritten in this
-    version's form, hostside/gate/stamp.py migrate), no Hub request, and the next run changes nothing."""
+    version's form, hostside/write/restamp.py), no Hub request, and the next run changes nothing."""
     hosts, inventory = fleet
     before = {name: (started_at(h), results(h), last_gate(h), scripts(h)) for name, h in hosts.items()}
     hub.reset()

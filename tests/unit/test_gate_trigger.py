@@ -1,9 +1,9 @@
 """What triggers a gate (issue 60): the config it judges (compose.yaml, .env, the image and the container that serve
 it) and the operator's judging values rendered into the validation scripts' command lines, never the programs the
 scripts carry (the tool's own code). A tool upgrade gates nothing it did not change; a stamp an earlier version
-wrote of the host as it is stays a pass (hostside/gate/stamp.py compare, migrate; plan/render.py gate_files;
-operations/gate.py gate_passed). The host side is written for real into a temp home; the container is a stand-in
-dictionary shaped as stack.container() returns the engine's answer."""
+wrote of the host as it is stays a pass (hostside/gate/stamp.py compare, hostside/write/restamp.py,
+plan/render.py gate_files, operations/gate.py gate_passed). The host side is written for real into a temp home;
+the container is a stand-in dictionary shaped as stack.container() returns the engine's answer."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 
 from sglang_infra.hostside import names, safefs
 from sglang_infra.hostside.gate import stamp
+from sglang_infra.hostside.write import restamp
 from sglang_infra.machine import ship
 from sglang_infra.operations import gate as gate_operations
 from sglang_infra.plan import render
@@ -93,25 +94,25 @@ def test_a_change_of_the_config_or_of_a_judging_value_asks_for_the_gate(home, ch
 
 
 def test_an_earlier_versions_stamp_of_the_host_as_it_is_is_a_pass_and_is_migrated(home, monkeypatch):
-    """The host a cef8e10 run gated: its stamp names the host as it is (a pass), migrate() rewrites it in this
+    """The host a cef8e10 run gated: its stamp names the host as it is (a pass), restamp() rewrites it in this
     version's form before the new scripts land, and the new scripts (new checks, same values) keep it a pass."""
     earlier = stamp_of_cef8e10(str(home), GATED)
     (home / "docker" / stamp.STAMP).write_text(earlier + "\n")
     assert holds(home) and stamp.compare(str(home), GATED) == (earlier, True)
-    monkeypatch.setattr(stamp.stack, "container", lambda project, service: GATED)
-    assert stamp.migrate(str(home)) is True
+    monkeypatch.setattr(restamp.stack, "container", lambda project, service: GATED)
+    assert restamp.restamp(str(home)) is True
     assert stamp.read(str(home)) != earlier and stamp.compare(str(home), GATED)[1] is False and holds(home)
     write_scripts(home, program="print('checks v2')")
     assert holds(home)
-    assert stamp.migrate(str(home)) is False   # this version's stamp: left as it is
+    assert restamp.restamp(str(home)) is False   # this version's stamp: left as it is
 
 
 def test_an_earlier_versions_stamp_of_another_config_is_no_pass_and_stays(home, monkeypatch):
     (home / "docker" / stamp.STAMP).write_text(stamp_of_cef8e10(str(home), GATED) + "\n")
     (home / "docker" / names.COMPOSE_FILE).write_text("services: {sglang: {image: y}}\n")
     before = stamp.read(str(home))
-    monkeypatch.setattr(stamp.stack, "container", lambda project, service: GATED)
-    assert not holds(home) and stamp.migrate(str(home)) is False and stamp.read(str(home)) == before
+    monkeypatch.setattr(restamp.stack, "container", lambda project, service: GATED)
+    assert not holds(home) and restamp.restamp(str(home)) is False and stamp.read(str(home)) == before
 
 
 def test_the_judged_text_is_the_command_lines_without_comments_or_carried_programs():
@@ -142,7 +143,7 @@ def test_the_plans_gate_files_ignore_the_programs_the_scripts_carry(monkeypatch)
     assert gate_files(monkeypatch, program="checks v2") == before
 
 
-@pytest.mark.parametrize("key,value", [("sglang_benchmark_min_fraction", 0.5), ("sglang_ready_timeout", 77),
+@pytest.mark.parametrize("key,value", [("sglang_benchmark_min_fraction", 0.5), ("sglang_benchmark_max_tokens", 77),
                                        ("sglang_benchmark_concurrency", 3), ("sglang_port", 30001)])
 def test_a_judging_value_changes_the_plans_gate_files(monkeypatch, key, value):
     before, after = gate_files(monkeypatch), gate_files(monkeypatch, **{key: value})

@@ -20,12 +20,9 @@ A gateway (router/<slug>/) keeps its compose.yaml, scripts and stamp in its
 own directory, and its digest also covers the worker set it was validated
 with (workers.json) and its launcher: a change of either runs its gate again.
 
-The two validation scripts count by what they judge with (names.judged_text: their command lines, the values
-rendered into them), not by the programs they carry: a new version of the tool's checks judges the same config by
-the same rules, and re-gating a config that passed would, on a failure, only "roll back" to the same config. A
-stamp of an earlier version (LEGACY: each script by its whole sha256, up to stop 61) that names the host as it is
-now still counts as a pass of it (current()); the deploy rewrites it in this version's form before it writes the
-new scripts (main: migrate), so the tool's upgrade gates nothing.
+The validation scripts count by their command lines (names.judged_text), not the programs they carry: a new
+version of the checks judges the same config by the same values. An earlier version's stamp (LEGACY, up to stop
+61) of the host as it is still counts (compare()); write/restamp.py rewrites it in this form.
 """
 
 import hashlib
@@ -35,7 +32,7 @@ import re
 import shutil
 import subprocess
 
-from .. import dockerapi, names, safefs, stack
+from .. import dockerapi, names, safefs
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
@@ -83,15 +80,13 @@ def running_driver():
 
 
 def judged(path):
-    """The judged digest (names.judged_digest) of the script at ``path``, or None: absent, a link, not a regular
-    file, or larger than MAX_SCRIPT."""
+    """names.judged_digest of the script at ``path``, or None (absent, a link, over MAX_SCRIPT)."""
     raw = safefs.read_regular(path, MAX_SCRIPT + 1)
     return None if raw is None or len(raw) > MAX_SCRIPT else names.judged_digest(raw)
 
 
 def scripts_judged(scripts_dir):
-    """Each gate script in ``scripts_dir`` (the validation scripts and gate.sh) by path: its judged digest, as the
-    plan's gate files name them (plan/render.py gate_files), for the deploy's decision (operations/gate.py)."""
+    """Each gate script in ``scripts_dir`` by path: judged(), as plan/render.py gate_files counts it."""
     return {os.path.join(scripts_dir, name): judged(os.path.join(scripts_dir, name))
             for name in names.GATE_SCRIPTS}
 
@@ -104,7 +99,7 @@ def digest(home, container, docker_dir=None, extra=(), form=FORM):
     with (judged()), and the ``extra`` files of ``docker_dir``. A gateway
     passes its own directory as both; a worker's (no ``extra``) covers its
     running_driver() too. ``form`` LEGACY: an earlier version's digest of the
-    same, each script by its whole sha256 (migrate()).
+    same, each script by its whole sha256 (compare()).
     """
     docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
     container = container or {}
@@ -159,7 +154,7 @@ def as_gated(container, record, boot=None):
 def restart_count(container):
     """Docker's RestartCount of ``container``: restarts by its policy since the daemon or a client last started it
     (the daemon's start at boot resets it); None when the engine does not say. Read here, not by stack.container(),
-    whose module the validation scripts carry: their text is part of the stamp."""
+    whose module the validation scripts carry."""
     if "restart_count" in container:
         return container["restart_count"]
     try:
@@ -171,10 +166,9 @@ def restart_count(container):
 
 
 def compare(home, container, docker_dir=None, extra=()):
-    """(digest, legacy) of the host as it is now, for comparing with the stamp: digest() of ``container``
-    as_gated() by the last gate's record in ``docker_dir`` (default home/docker); where the stamp is an earlier
-    version's that names the host as it is now, that digest (LEGACY form) and legacy True: a pass of the same config
-    by the same rules, which migrate() rewrites in this version's form."""
+    """(digest, legacy) of the host as it is now: digest() of ``container`` as_gated() by the last gate's record
+    in ``docker_dir`` (default home/docker); where the stamp is an earlier version's of the host as it is now,
+    that digest (LEGACY form) and True."""
     docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
     gated = as_gated(container, last_record(docker_dir))
     now = digest(home, gated, docker_dir, extra)
@@ -192,44 +186,8 @@ def current(home, container, docker_dir=None, extra=()):
     return compare(home, container, docker_dir, extra)[0]
 
 
-def migrate(home, gateway=None):
-    """Rewrite an earlier version's stamp (LEGACY) that names the host as it is now in this version's form, before
-    the deploy replaces the scripts it covers: the same config, passed by the same rules, still passed after the
-    tool's upgrade. Any other stamp is left as it is. True when rewritten."""
-    if gateway:
-        docker_dir = scripts_dir = os.path.join(home, names.GATEWAY_DIR, gateway)
-        project, service = stack.gateway(gateway)
-        extra = GATEWAY_FILES
-    else:
-        docker_dir, scripts_dir = os.path.join(home, names.DOCKER_DIR), home
-        project, service, extra = stack.PROJECT, stack.SERVICE, ()
-    container = stack.container(project, service)
-    found, legacy = compare(scripts_dir, container, docker_dir, extra)
-    if not legacy:
-        return False
-    now = digest(scripts_dir, as_gated(container, last_record(docker_dir)), docker_dir, extra)
-    stack.write_private(os.path.join(docker_dir, STAMP), now + "\n", os.path.join(docker_dir, names.COMPOSE_FILE))
-    return True
-
-
 def read(home, docker_dir=None):
     """The stamp in ``docker_dir`` (default home/docker), or None."""
     raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, names.DOCKER_DIR), STAMP), 512)
     return raw.decode(errors="replace").strip() if raw else None
 
-
-def main(argv=None):
-    """`migrate HOME [GATEWAY]`: migrate(); says whether the stamp was rewritten."""
-    import sys
-
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (2, 3) or argv[0] != "migrate":
-        print("usage: stamp.py migrate HOME [GATEWAY]", file=sys.stderr)
-        return 2
-    rewritten = migrate(argv[1], argv[2] if len(argv) == 3 else None)
-    print("rewritten" if rewritten else "unchanged")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
