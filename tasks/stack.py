@@ -16,6 +16,12 @@ the server's private config, written here, changed. A multi-node group
 (sglang_node_group) restarts, gates and rolls back as one unit, from rank 0
 (operations/group.py); behind a gateway that is rank 0's turn in its pool.
 
+What triggers a gate is a change of what serves (compose.yaml, .env, the
+image, the container) or of the values the scripts judge with, never the
+programs the scripts carry: a tool upgrade gates nothing. A stamp an earlier
+version wrote of the host as it is is rewritten in this version's form first,
+before the new scripts land (operations/gate.py stamp_migrated).
+
     --data sglang_validate=always    runs the gate without a change
 """
 
