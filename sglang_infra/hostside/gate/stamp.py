@@ -190,4 +190,3 @@ def read(home, docker_dir=None):
     """The stamp in ``docker_dir`` (default home/docker), or None."""
     raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, names.DOCKER_DIR), STAMP), 512)
     return raw.decode(errors="replace").strip() if raw else None
-
