@@ -213,7 +213,7 @@ def read_programs(checkout: Path) -> dict[str, str]:
     if found is None:
         raise SystemExit(f"fleet: {checkout}'s snapshot program does not end in the code cache's run(...) call")
     runner = text[:found.start()]
-    unpack = f"\nmodules = json.loads(zlib.decompress(binascii.a2b_base64(\"{found['blob']}\")))\n"
+    unpack = f"\nmodules = unpack(\"{found['blob']}\")\n"
     return {"decompress": runner + unpack, "load": runner + unpack + "codes_for(modules, DIRECTORY)\n",
             "read": text}
 

@@ -219,7 +219,7 @@ def test_the_snapshot_fact_runs_through_roots_cache():
     command = Snapshot().command(spec="{}")
     assert f"exec python3 -I -S -c {shlex.quote(ship.cached_program('read.snapshot'))} " in command
     runner = ship.cached_program("read.snapshot").split('a2b_base64("', 1)[1].split('"', 1)[0]
-    assert zlib.decompress(binascii.a2b_base64(runner)).decode() == ship.path_of("read.codecache").read_text()
+    assert zlib.decompress(binascii.a2b_base64(runner)).decode() == ship.sent_source("read.codecache")
 
 
 def test_the_snapshot_command_leaves_room_in_one_argument():
@@ -252,7 +252,7 @@ def test_a_candidate_left_by_a_killed_read_goes_and_one_being_written_stays(cach
 def bundled(modules, cache, lazy=()) -> str:
     """A program as ship.cached_program builds one, of ``modules`` ((name, source), the entry last, all in pkg)."""
     rows = [[f"pkg.{name}", "pkg", f"hostside/{name}.py", source] for name, source in modules]
-    blob = binascii.b2a_base64(zlib.compress(json.dumps(rows).encode()), newline=False).decode()
+    blob = binascii.b2a_base64(zlib.compress("\0".join(sum(rows, [])).encode()), newline=False).decode()
     return f"{ship.path_of('read.codecache').read_text()}\nrun([\"pkg\"], \"{blob}\", {str(cache)!r}, {list(lazy)!r})\n"
 
 

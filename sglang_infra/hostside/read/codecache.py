@@ -20,7 +20,6 @@ XML of nvidia-smi or the checks of the door, and importing them was about half o
 import binascii
 import hashlib
 import importlib.machinery
-import json
 import marshal
 import os
 import stat
@@ -232,12 +231,18 @@ class _LazyFinder:
         return spec
 
 
+def unpack(blob):
+    """The modules of ``blob``: base64 of the zlib of each one's name, package, path and source, all joined by NUL
+    (no source holds one; plain text compresses a sixth better than JSON's escaped, ship.cached_program)."""
+    fields = zlib.decompress(binascii.a2b_base64(blob)).decode().split("\0")
+    return [fields[at:at + 4] for at in range(0, len(fields), 4)]
+
+
 def run(packages, blob, directory=DIRECTORY, lazy=()):
-    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (base64 of the zlib
-    of a JSON list of [name, package, path, source], the entry last, run as __main__) registered, run when first
-    used (_Deferred), as the bundle of run/ship.py runs them in order; the standard-library modules ``lazy``
-    load when first used."""
-    modules = json.loads(zlib.decompress(binascii.a2b_base64(blob)))
+    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (unpack(), the entry
+    last, run as __main__) registered, run when first used (_Deferred), as the bundle of run/ship.py runs them in
+    order; the standard-library modules ``lazy`` load when first used."""
+    modules = unpack(blob)
     codes = codes_for(modules, directory)
     if lazy:
         sys.meta_path.insert(0, _LazyFinder(lazy))
