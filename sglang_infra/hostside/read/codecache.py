@@ -233,7 +233,7 @@ class _LazyFinder:
 
 def unpack(blob):
     """The modules of ``blob``: base64 of the zlib of each one's name, package, path and source, all joined by NUL
-    (no source holds one; plain text compresses a sixth better than JSON's escaped, ship.cached_program)."""
+    (no source holds one; plain text compresses better than JSON's escaped, ship.cached_program)."""
     fields = zlib.decompress(binascii.a2b_base64(blob)).decode().split("\0")
     return [fields[at:at + 4] for at in range(0, len(fields), 4)]
 
