@@ -144,7 +144,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
            recreate_if=None, group: NodeGroup | None = None, api_key: bytes | None = None):
     """
     Ensure the stack runs the current compose.yaml and that it passed its
-    gate (stack_up then validated, as one), restarting this worker only in
+    gate (the restart then its gate, as one), restarting this worker only in
     its pool's turn, out of its gateways and drained (the module's
     docstring). Yields nothing when the container runs the current config
     and its gate's stamp matches: no gateway is touched.
