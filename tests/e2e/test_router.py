@@ -241,3 +241,49 @@ def test_bad_input_is_refused_before_any_change(fleet, workdir, case, line):
     assert "refused before any change on any host" in result.output and line in result.output, result.why(3000)
     assert result.statuses == {}
     assert (started(hosts[GW]), hosts[GW].exec(f"sha256sum {GATEWAY_DIR}/compose.yaml").stdout) == before
+
+
+def gateway_gate(host) -> dict:
+    """The gateway's last gate record (router/<slug>/.last-gate, hostside/gate/gate.py), {} when none."""
+    return json.loads(host.exec(f"cat {GATEWAY_DIR}/.last-gate", check=False).stdout or "{}")
+
+
+def test_a_run_killed_right_after_the_gateways_restart_leaves_its_gate_to_end_on_the_host(fleet, workdir):
+    """#60: SIGKILL the moment the gateway's new container runs. Before, the run was then between the gateway's
+    restart and its gate (stack_up, then validated: two commands), and the new gateway served ungated, with no record,
+    until a next run. The gateway's restart and its gate are one program on its host (operations/gate.py validated,
+    inside hostside/roll/detach.py): the host gates the new gateway and records it by itself, status.sh names the
+    host `changing` meanwhile, and the next run reads how it ended and changes nothing."""
+    hosts, _, good, _ = fleet
+    gw = hosts[GW]
+    before, record = started(gw).split()[0], gateway_gate(gw)
+    log = workdir / "gateway-killed.log"
+    policy = ("--data", "sglang_router_policy=round_robin")   # the gateway's compose.yaml changes; its gate passes
+    run = harness.start_deploy(good, log, *policy)
+    try:
+        assert harness.wait_for(lambda: started(gw).split()[:1] not in ([], [before]), 300, every=0.1), \
+            log.read_text()[-3000:]
+    finally:
+        run.kill()
+    run.wait(timeout=30)
+    killed = time.monotonic()
+    assert gw.exec("flock -n /run/sglang/gate.lock true", check=False).returncode != 0, \
+        "no gate goes on on the gateway host once its run is gone"
+    status = subprocess.run(["bash", "scripts/status.sh", str(good), "--json"], cwd=PROJECT_DIR,
+                            env=dict(os.environ, PYTHONPATH=str(PROJECT_DIR)), capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL)
+    row = {r["host"]: r for r in json.loads(status.stdout)["hosts"]}[GW]
+    read = time.monotonic() - killed
+    assert any(p.startswith("changing: ") for p in row["problems"]), (read, row)
+    assert harness.wait_for(lambda: gw.exec("flock -n /run/sglang/gate.lock true", check=False).returncode == 0,
+                            120), "the gateway's gate did not end"
+    print(f"status.sh read the gateway host {read:.1f} s after the kill; the gate ended "
+          f"{time.monotonic() - killed:.1f} s after it")
+    # the host's own gate judged the new gateway by itself: a record of its own, of the container the run started
+    now = started(gw).split()[0]
+    assert gateway_gate(gw) != record and gateway_gate(gw)["passed"] is True, gateway_gate(gw)
+    assert gateway_gate(gw)["container"]["id"] == now != before
+    assert "round_robin" in gw.exec(f"cat {GATEWAY_DIR}/compose.yaml").stdout
+    again = run_deploy(good, *policy)
+    assert again.returncode == 0, again.why(3000)
+    assert again.changed(GW) == [] and started(gw).split()[0] == now   # its gate's stamp: nothing left to do
