@@ -248,6 +248,12 @@ def gateway_gate(host) -> dict:
     return json.loads(host.exec(f"cat {GATEWAY_DIR}/.last-gate", check=False).stdout or "{}")
 
 
+def gateway_container(host) -> str:
+    """The running gateway container's id (a restart makes a new one), read at once: "" while none runs."""
+    return host.exec("docker ps -q --no-trunc --filter label=com.docker.compose.project=sglang-router-"
+                     f"{GATEWAY_DIR.rsplit('/', 1)[1]}", check=False).stdout.strip()
+
+
 def test_a_run_killed_right_after_the_gateways_restart_leaves_its_gate_to_end_on_the_host(fleet, workdir):
     """#60: SIGKILL the moment the gateway's new container runs. Before, the run was then between the gateway's
     restart and its gate (stack_up, then validated: two commands), and the new gateway served ungated, with no record,
@@ -256,12 +262,13 @@ def test_a_run_killed_right_after_the_gateways_restart_leaves_its_gate_to_end_on
     host `changing` meanwhile, and the next run reads how it ended and changes nothing."""
     hosts, _, good, _ = fleet
     gw = hosts[GW]
-    before, record = started(gw).split()[0], gateway_gate(gw)
+    before, record = gateway_container(gw), gateway_gate(gw)
+    assert before
     log = workdir / "gateway-killed.log"
     policy = ("--data", "sglang_router_policy=round_robin")   # the gateway's compose.yaml changes; its gate passes
     run = harness.start_deploy(good, log, *policy)
     try:
-        assert harness.wait_for(lambda: started(gw).split()[:1] not in ([], [before]), 300, every=0.1), \
+        assert harness.wait_for(lambda: gateway_container(gw) not in ("", before), 300, every=0.1), \
             log.read_text()[-3000:]
     finally:
         run.kill()
@@ -280,10 +287,10 @@ def test_a_run_killed_right_after_the_gateways_restart_leaves_its_gate_to_end_on
     print(f"status.sh read the gateway host {read:.1f} s after the kill; the gate ended "
           f"{time.monotonic() - killed:.1f} s after it")
     # the host's own gate judged the new gateway by itself: a record of its own, of the container the run started
-    now = started(gw).split()[0]
+    now = gateway_container(gw)
     assert gateway_gate(gw) != record and gateway_gate(gw)["passed"] is True, gateway_gate(gw)
     assert gateway_gate(gw)["container"]["id"] == now != before
     assert "round_robin" in gw.exec(f"cat {GATEWAY_DIR}/compose.yaml").stdout
     again = run_deploy(good, *policy)
     assert again.returncode == 0, again.why(3000)
-    assert again.changed(GW) == [] and started(gw).split()[0] == now   # its gate's stamp: nothing left to do
+    assert again.changed(GW) == [] and gateway_container(gw) == now   # its gate's stamp: nothing left to do
