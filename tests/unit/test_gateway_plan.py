@@ -574,8 +574,8 @@ def a_turn():
 
 
 def test_a_gateways_restart_and_its_gate_are_one_detached_program():
-    """#60: a gateway's restart and its gate are one command (before: stack_up's `up`, then validated's gate, two
-    commands: a run lost between them left a restarted gateway ungated)."""
+    """#60: a gateway's restart and its gate are one command (before: a restart operation's `up`, then validated's
+    gate, two commands: a run lost between them left a restarted gateway ungated)."""
     from pyinfra.api import FunctionCommand
 
     from sglang_infra.run.operation import restarted_then_gated, run_gate
