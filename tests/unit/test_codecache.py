@@ -289,6 +289,18 @@ def test_a_lazy_standard_module_imported_by_two_modules_still_waits_for_its_firs
     assert ran(bundled([first, entry], cache, lazy=["ssl"])) == "False\nPROTOCOL_TLS_CLIENT True\n"
 
 
+def test_threads_that_first_use_a_lazy_standard_module_at_once_each_get_it_whole(cache):
+    """reach.py's threads use urllib.request at once: none may see it half run (a name missing, or one defined
+    before the names it needs), so the others wait while the first runs it."""
+    entry = ("entry", "import threading, urllib.request\nout = []\n"
+                      "def use():\n    out.append(callable(urllib.request.build_opener) and urllib.request.Request('http://x')"
+                      ".full_url)\n"
+                      "threads = [threading.Thread(target=use) for _ in range(16)]\n"
+                      "[t.start() for t in threads]\n[t.join() for t in threads]\nprint(out.count('http://x'))\n")
+    for _ in range(5):
+        assert ran(bundled([entry], cache, lazy=["urllib.request"])) == "16\n"
+
+
 def test_a_lazy_name_that_is_not_a_source_module_loads_as_usual(cache):
     entry = ("entry", "import sys, _json\nprint(type(sys.modules['_json']).__name__, _json.__name__)\n")
     assert ran(bundled([entry], cache, lazy=["_json"])) == "module _json\n"

@@ -17,6 +17,7 @@ standard-library modules the command names (ship.LAZY) load when first used too 
 read of a converged host never uses the HTTP helpers of the gateways (bounded.py, urllib.request), TLS (ssl), the
 XML of nvidia-smi or the checks of the door, and importing them was about half of its imports (docs/benchmarks.md).
 """
+import _thread
 import binascii
 import hashlib
 import importlib.machinery
@@ -188,19 +189,23 @@ _PENDING: dict = {}   # a deferred module's name: its code, until it runs
 
 
 class _LazyStandard(types.ModuleType):
-    """A standard-library module not yet run: it runs when first asked for a name it lacks, as _Deferred (a second
-    `import` reads only its __spec__, which ran importlib.util.LazyLoader's; and no threading imported)."""
+    """A standard-library module not yet run: it runs when first asked for a name (not a __dunder__: a second
+    `import` reads only __spec__, which ran importlib.util.LazyLoader's). Threads that ask while it runs wait for
+    it (reach.py's do at once); the lock is _thread's, LazyLoader's imports threading."""
 
-    def __getattr__(self, attribute):
-        loader = _PENDING_LOADERS.pop(self.__name__, None)
-        if loader is None:
-            raise AttributeError(f"module {self.__name__!r} has no attribute {attribute!r}")
-        self.__class__ = types.ModuleType
-        self.__spec__.loader = self.__loader__ = loader
-        loader.exec_module(self)
-        return getattr(self, attribute)
+    def __getattribute__(self, attribute):
+        if attribute.startswith("__"):
+            return object.__getattribute__(self, attribute)
+        with _LAZY_LOCK:
+            loader = _PENDING_LOADERS.pop(object.__getattribute__(self, "__name__"), None)
+            if loader is not None:
+                self.__spec__.loader = self.__loader__ = loader
+                loader.exec_module(self)
+                self.__class__ = types.ModuleType
+        return object.__getattribute__(self, attribute)
 
 
+_LAZY_LOCK = _thread.RLock()
 _PENDING_LOADERS: dict = {}   # a lazy standard module's name: its own loader, until it runs
 
 
