@@ -46,12 +46,14 @@ def _others_may_change(st: os.stat_result) -> bool:
 
 
 def own_dir(path: Path) -> Path | None:
-    """``path`` as a directory of this user's alone (made, 0700, when absent below a folder that exists), or None
-    when it is not one or anything on the way to it may be changed by someone else."""
+    """``path`` as a directory of this user's alone (made, with its two parents, 0700 when absent below a home that
+    exists), or None when it is not one or anything on the way to it may be changed by someone else."""
     if not path.parents[2].is_dir():   # no home (where ~/.cache would be): nothing is made
         return None
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for folder in (path.parents[1], path.parent, path):   # each made 0700 whatever the umask
+            if not os.path.lexists(folder):
+                folder.mkdir(mode=0o700, exist_ok=True)
         real = Path(os.path.realpath(path))
         st = os.lstat(real)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:

@@ -86,6 +86,18 @@ def test_a_folder_another_user_could_change_is_never_used(tmp_path, monkeypatch,
     assert sys.dont_write_bytecode is True and sys.pycache_prefix is None
 
 
+def test_the_folders_made_are_the_operators_alone_whatever_the_umask(tmp_path, monkeypatch):
+    folder = tmp_path / "home" / ".cache" / "sglang-infra" / "pycache"
+    (tmp_path / "home").mkdir()
+    old = os.umask(0)
+    try:
+        assert pycache.own_dir(folder) == folder
+    finally:
+        os.umask(old)
+    for made in (folder, folder.parent, folder.parent.parent):
+        assert oct(made.stat().st_mode & 0o777) == "0o700"
+
+
 def test_a_sound_folder_is_used(tmp_path, monkeypatch):
     folder = tmp_path / "home" / ".cache" / "sglang-infra" / "pycache"
     monkeypatch.setattr(pycache, "PYCACHE_DIR", folder)
