@@ -16,7 +16,7 @@ from pyinfra import host
 from sglang_infra.hostside import names
 from sglang_infra.operations.docker import image_present
 from sglang_infra.operations.files import compose_file, scripts_in_place, secret_file
-from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.gate import not_failed_before, stamp_migrated, validated
 from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
 from sglang_infra.operations.stack import stack_up
 from sglang_infra.run.gateway_turns import GatewayTurn
@@ -51,6 +51,11 @@ if front_door is not None:
 for gateway in front_door.gateways if front_door is not None else ():
     where = gateway.dir
     compose_sha = gateway.compose_sha
+    stamp_migrated(
+        name=f"Ensure the {gateway.key} gateway's gate stamp is this version's (an earlier version's pass kept)",
+        home=plan.paths.home,
+        gateway=gateway.slug,
+    )
     scripts_in_place(where, dict(sorted(gateway.scripts.items())), plan.account.name)
     not_failed_before(
         name=f"Ensure the {gateway.key} gateway's compose.yaml is not one that already failed its gate here",

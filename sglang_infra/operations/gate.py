@@ -9,6 +9,7 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand
 
 from ..hostside.names import COMPOSE_FILE, stamp_current
+from ..machine import ship
 from ..run.operation import file_entry, q, run_gate, snapshot_operation
 from .docker import image_id
 from .stack import restart, stack_section
@@ -37,10 +38,11 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
               compose_sha: str | None = None, recreate_if=None):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
-    wrote matches the host as it is (hostside/gate/stamp.py) and ``files`` (path:
-    sha256, the plan's compose.yaml and scripts) and ``image`` are what is on
-    it, run ``gate`` (wait for ready, test_tool_calling.sh, benchmark.sh, roll
-    back on failure). ``always`` runs it regardless.
+    wrote matches the host as it is (hostside/gate/stamp.py) and ``files`` (the
+    plan's compose.yaml by its sha256, its scripts by what they judge with:
+    gate_passed) and ``image`` are what is on it, run ``gate`` (wait for
+    ready, test_tool_calling.sh, benchmark.sh, roll back on failure).
+    ``always`` runs it regardless.
 
     + gateway: the slug of a gateway (router/<slug>/), whose stamp also covers its worker set
     + project_dir, model, compose_sha, recreate_if: the server's stack, restarted here when it does not run the
@@ -53,7 +55,7 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
         assert compose_sha is not None
         reasons, up = restart(project_dir, image, model, compose_sha, recreate_if)
     if not reasons and gate_passed(image, files, gateway) and not always:
-        host.noop("this compose.yaml, .env, image and scripts already " +
+        host.noop("this compose.yaml, .env, image and the scripts' judging values already " +
                   ("run and " if project_dir is not None else "") + "passed the gate")
         return
     # apart from this run's connection: an interrupt or a cut connection leaves the restart's gate to end on the
@@ -69,9 +71,32 @@ def gate_command(gate: str, files: Mapping[str, str]) -> str:
 
 
 def gate_passed(image: str, files: Mapping[str, str], gateway: str | None = None) -> bool:
-    """validated's decision: the gate's stamp matches the host as it is, and ``files`` and ``image`` are on it."""
+    """validated's decision: the gate's stamp matches the host as it is (its config, the image and container
+    that serve it, the validation scripts' judging values: hostside/gate/stamp.py), and ``files`` (the config by
+    its sha256, the gate scripts by what they judge with: plan/render.py gate_files) and ``image`` are on it. The
+    programs the scripts carry (the tool's own code) are no part of it: a tool upgrade gates nothing."""
     section = stack_section(gateway)
     found = section["stack"]["container"]
+    judged = section.get("judged") or {}
     return (stamp_current(section["stamp"], section["digest"])
-            and all((file_entry(path) or {}).get("sha256") == sha for path, sha in files.items())
+            and all((judged.get(path) if path in judged else (file_entry(path) or {}).get("sha256")) == digest
+                    for path, digest in files.items())
             and found is not None and found["image_id"] == image_id(image))
+
+
+@snapshot_operation
+def stamp_migrated(home: str, gateway: str | None = None):
+    """
+    Ensure the gate's stamp is in this version's form: an earlier version's
+    stamp that names the host as it is now (the snapshot's ``legacy``) is
+    rewritten on the host as this version's stamp of the same state
+    (hostside/write/restamp.py), before the run replaces the scripts it
+    covered; any other stamp is left as it is. Run before the scripts are
+    written: the tool's upgrade then gates nothing that passed.
+
+    + gateway: the slug of a gateway (router/<slug>/) instead of the server
+    """
+    if not stack_section(gateway).get("legacy"):
+        host.noop("the gate's stamp is this version's, or names no pass of the host as it is")
+        return
+    yield f"{ship.command('write.restamp')} {q(home)}" + (f" {q(gateway)}" if gateway else "")

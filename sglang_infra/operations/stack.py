@@ -24,7 +24,8 @@ def stack_section(gateway: str | None) -> dict:
         return {"stack": snapshot["stack"], **snapshot["gate"]}
     found = snapshot.get("routers", {}).get(gateway) or {}
     return {"stack": found.get("stack") or {"container": None, "record": None, "current": False},
-            "stamp": found.get("stamp"), "digest": found.get("digest"), "workers": found.get("workers")}
+            "stamp": found.get("stamp"), "digest": found.get("digest"), "legacy": found.get("legacy"),
+            "judged": found.get("judged") or {}, "workers": found.get("workers")}
 
 
 @snapshot_operation
