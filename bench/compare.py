@@ -262,7 +262,9 @@ def one_round(count: int, rep: int, state_dir: Path, image: str, base: dict,
         inventory = write_inventory(state_dir / f"compare_{count}_{rep}.py",
                                     {"production": [(host, {}) for host in fleet]}, base=base)
         sample = {"hosts": count, "rep": rep}
-        for label, checkout in checkouts:
+        # Every other repetition the checkouts take the other order, so that a load rising or falling on a shared
+        # machine weighs on each side alike.
+        for label, checkout in (checkouts if rep % 2 == 0 else checkouts[::-1]):
             sample.update(_pyinfra(label, checkout, inventory_for(checkout, inventory), names, log_dir, reruns))
         ansible_inventory = write_ansible_inventory(state_dir / f"compare_{count}_{rep}.ansible.yml", fleet)
         sample.update(_ansible(playbook, ansible_inventory, state_dir / "ansible", names, log_dir))
@@ -365,7 +367,8 @@ def report(summary: dict, counts: list[int], reps: int, names: dict[str, str]) -
     lines.append("")
     lines.append(f"Wall seconds of the whole process, median [min-max] over {reps} repetition(s); ratios are of "
                  f"medians. Each round: fresh hosts, converged by this project; "
-                 f"then each tool in turn: one converging run, one counting run (-vv/-vvv), one timed re-run.")
+                 f"then each tool in turn: one converging run, one counting run (-vv/-vvv), one timed re-run "
+                 f"(the checkouts in the other order every other repetition).")
     lines.append("")
     lines.append("Targets (issue #10):")
     lines.append("")
