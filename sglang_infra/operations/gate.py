@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand
 
 from ..hostside.names import COMPOSE_FILE, stamp_current
 from ..machine import ship
+from ..run.gateway_turns import GatewayTurn, gateway_turn
 from ..run.operation import file_entry, q, run_gate, snapshot_operation
 from .docker import image_id
 from .stack import restart, stack_section
@@ -35,7 +36,8 @@ def not_failed_before(failed: str, sha: str, retry: bool = False):
 @snapshot_operation
 def validated(home: str, image: str, gate: str, files: dict[str, str], always: bool = False,
               gateway: str | None = None, project_dir: str | None = None, model: str | None = None,
-              compose_sha: str | None = None, recreate_if=None):
+              compose_sha: str | None = None, recreate_if=None, sole_front: bool = False,
+              turn: GatewayTurn | None = None):
     """
     Ensure what runs has passed the validation gate: unless the stamp the gate
     wrote matches the host as it is (hostside/gate/stamp.py) and ``files`` (the
@@ -45,22 +47,35 @@ def validated(home: str, image: str, gate: str, files: dict[str, str], always: b
     ``always`` runs it regardless.
 
     + gateway: the slug of a gateway (router/<slug>/), whose stamp also covers its worker set
-    + project_dir, model, compose_sha, recreate_if: the server's stack, restarted here when it does not run the
-      current compose.yaml (stack.restart, as stack_up decides), the restart and the gate one program run apart
-      from this run's connection: no moment exists where the run's loss leaves a restarted container ungated
+    + project_dir, model, compose_sha, recreate_if: the server's (or the gateway's) stack, restarted here when it
+      does not run the current compose.yaml (stack.restart), the restart and the gate one program run apart from
+      this run's connection: no moment exists where the run's loss leaves a restarted container ungated
+    + sole_front: that gateway is the only one in front of its model: a restart of a running one is said aloud
+    + turn: another gateway host fronts its model too: a running one restarts and is gated in the model's turn,
+      one gateway host at a time (run/gateway_turns.py)
     """
     reasons: list[str] = []
     up: str | None = None
     if project_dir is not None:
         assert compose_sha is not None
-        reasons, up = restart(project_dir, image, model, compose_sha, recreate_if)
+        reasons, up = restart(project_dir, image, model, compose_sha, recreate_if, gateway)
     if not reasons and gate_passed(image, files, gateway) and not always:
         host.noop("this compose.yaml, .env, image and the scripts' judging values already " +
                   ("run and " if project_dir is not None else "") + "passed the gate")
         return
+    judged = gate_command(gate, files)
+    running = stack_section(gateway)["stack"]["container"]
+    serving = running is not None and running["state"] == "running"
+    if reasons and sole_front and serving and host.state.is_executing:
+        logger.warning(f"[{host.name}] the gateway {gateway} restarts ({'; '.join(reasons)}) and no other gateway "
+                       "host fronts its model: its clients see errors until it is back (with two gateway hosts "
+                       "behind the site's load balancer, the run restarts them one at a time)")
+    if reasons and turn is not None and not sole_front and serving:
+        yield FunctionCommand(gateway_turn, (turn, up, judged, "; ".join(reasons)), {})
+        return
     # apart from this run's connection: an interrupt or a cut connection leaves the restart's gate to end on the
     # host, judging only the config this run rendered (its sha256 among ``files``)
-    yield FunctionCommand(run_gate, (gate_command(gate, files),) + ((up,) if reasons else ()), {})
+    yield FunctionCommand(run_gate, (judged,) + ((up,) if reasons else ()), {})
 
 
 def gate_command(gate: str, files: Mapping[str, str]) -> str:
