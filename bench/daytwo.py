@@ -47,8 +47,9 @@ WAITED = "another run is changing this host"
 def one_case(kind: str, trial: int, host, inventory: Path, workdir: Path) -> dict[str, Any]:
     """One case of one trial, sampled; its row. A run that fails ends the bench, with its output."""
     marker = f"t{trial}-{kind.replace(' ', '-')}"
-    gates, load, began = results(host), os.getloadavg()[0], time.monotonic()
+    gates, load = results(host), os.getloadavg()[0]
     with Sampler(host) as sampled:
+        began = time.monotonic()
         if kind == "alone":
             result = run_deploy(inventory, "--limit", HOST, *data(marker))
             runs = [(result.returncode, result.output)]
@@ -56,7 +57,7 @@ def one_case(kind: str, trial: int, host, inventory: Path, workdir: Path) -> dic
             before = serving(host)
             runs = both(inventory, workdir, HOST, data(marker), data(marker),
                         second_when=(lambda: serving(host) not in ("", before)) if kind == "after start" else None)
-    wall = time.monotonic() - began
+        wall = time.monotonic() - began   # the runs' own: the first's start to the last one's end
     if any(rc != 0 for rc, _ in runs):
         raise SystemExit(f"bench: a run of trial {trial} ({kind}) failed:\n" +
                          "\n---\n".join(output[-3000:] for _, output in runs))
@@ -110,20 +111,23 @@ def verdict(figures: dict[str, dict[str, Any]]) -> str:
             + "; ".join(parts) + ")")
 
 
+def markdown(head: list[str], body: list[list[Any]]) -> list[str]:
+    """A markdown table's lines: ``head`` and one line per row of ``body``."""
+    return [f"| {' | '.join(cells)} |" for cells in [head, ["---"] * len(head), *[[str(c) for c in b] for b in body]]]
+
+
 def table(rows: list[dict[str, Any]], figures: dict[str, dict[str, Any]]) -> str:
-    lines = ["| trial | case | failed / sent | outage s | container starts | failed outside the outage | gates | "
-             "runs waited | wall s | load before / after |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['trial']} | {r['case']} | {r['failed']} / {r['sent']} | {r['outage_s']} | {r['starts']} | "
-                     f"{r['outside']} | {r['gates']} | {r['waited']} | {r['wall_s']} | "
-                     f"{r['load_before']} / {r['load_after']} |")
-    lines += ["", "| case | trials | failed per trial | median failed per restart | mean | median outage s | "
-              "mean outage s | failed per second of outage |", "|---|---|---|---|---|---|---|---|"]
-    for kind, f in figures.items():
-        lines.append(f"| {kind} | {f['trials']} | {f['failed']} | {f['median_per_restart']} | "
-                     f"{f['mean_per_restart']} | {f['median_outage_s']} | {f['mean_outage_s']} | "
-                     f"{f['failed_per_outage_s']} |")
-    return "\n".join(lines)
+    per_case = markdown(["trial", "case", "failed / sent", "outage s", "container starts", "failed outside the outage",
+                         "gates", "runs waited", "runs wall s", "load before / after"],
+                        [[r["trial"], r["case"], f"{r['failed']} / {r['sent']}", r["outage_s"], r["starts"],
+                          r["outside"], r["gates"], r["waited"], r["wall_s"], f"{r['load_before']} / {r['load_after']}"]
+                         for r in rows])
+    per_kind = markdown(["case", "trials", "failed per trial", "median failed per restart", "mean", "median outage s",
+                         "mean outage s", "failed per second of outage"],
+                        [[kind, f["trials"], f["failed"], f["median_per_restart"], f["mean_per_restart"],
+                          f["median_outage_s"], f["mean_outage_s"], f["failed_per_outage_s"]]
+                         for kind, f in figures.items()])
+    return "\n".join([*per_case, "", *per_kind])
 
 
 def main() -> int:
