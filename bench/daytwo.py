@@ -44,35 +44,67 @@ CASES = ("alone", "at once", "after start")
 WAITED = "another run is changing this host"
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """This machine's CPU time so far (the test hosts are its containers): (busy, all) clock ticks, every core."""
+    with open("/proc/stat") as stat:
+        ticks = [int(t) for t in stat.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)   # idle and iowait are not busy
+
+
 def one_case(kind: str, trial: int, host, inventory: Path, workdir: Path) -> dict[str, Any]:
     """One case of one trial, sampled; its row. A run that fails ends the bench, with its output."""
     marker = f"t{trial}-{kind.replace(' ', '-')}"
     gates, load = results(host), os.getloadavg()[0]
+    at: dict[str, float] = {}
+
+    def first_runs() -> bool:
+        """The first run's new container runs: the second run's moment (its time kept)."""
+        if serving(host) in ("", before):
+            return False
+        at["second"] = time.time()
+        return True
+
     with Sampler(host) as sampled:
-        began = time.monotonic()
+        began, cpu = time.monotonic(), cpu_ticks()
+        at["first"] = time.time()   # the host's clock too: a test host is a container of this machine
         if kind == "alone":
             result = run_deploy(inventory, "--limit", HOST, *data(marker))
             runs = [(result.returncode, result.output)]
         else:
             before = serving(host)
+            at["second"] = at["first"]
             runs = both(inventory, workdir, HOST, data(marker), data(marker),
-                        second_when=(lambda: serving(host) not in ("", before)) if kind == "after start" else None)
+                        second_when=first_runs if kind == "after start" else None)
         wall = time.monotonic() - began   # the runs' own: the first's start to the last one's end
+        busy = [b - a for a, b in zip(cpu, cpu_ticks())]
     if any(rc != 0 for rc, _ in runs):
         raise SystemExit(f"bench: a run of trial {trial} ({kind}) failed:\n" +
                          "\n---\n".join(output[-3000:] for _, output in runs))
     if f'"{marker}"' not in cat(host, f"{DOCKER}/compose.yaml"):
         raise SystemExit(f"bench: trial {trial} ({kind}): compose.yaml lacks its change")
+    stopped, back = sampled.window() or (at["first"], at["first"])
+    within = [sent for sent, _ in sampled.samples if stopped <= sent < back]
     return {"trial": trial, "case": kind, "sent": sampled.sent, "failed": sampled.failed,
             "outage_s": round(sampled.outage(), 2), "starts": sampled.starts(),
             "outside": len(sampled.outside_the_restart()), "gates": results(host) - gates,
             "waited": sum(WAITED in output for _, output in runs), "rcs": [rc for rc, _ in runs],
             "wall_s": round(wall, 1), "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
+            "cpu_busy": round(busy[0] / busy[1], 2) if busy[1] else None,
+            # when each run started and the samples were sent, in seconds from the old container told to stop
+            "runs_at_s": [round(at[k] - stopped, 2) for k in ("first", "second") if k in at],
+            "sample_period_in_outage_s": round((within[-1] - within[0]) / (len(within) - 1), 2)
+            if len(within) > 1 else None,
+            "samples": [[round(sent - stopped, 2), word] for sent, word in sampled.samples],
             "events": [action for _, action in sampled.events]}
 
 
 def per_restart(row: dict[str, Any]) -> float:
     return row["failed"] / row["starts"] if row["starts"] else float("inf")
+
+
+def mean_of(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.mean(known), 2) if known else None
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -89,7 +121,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                      "mean_per_restart": round(statistics.mean(per_restart(r) for r in mine), 2),
                      "median_outage_s": round(statistics.median(r["outage_s"] for r in mine), 2),
                      "mean_outage_s": round(outage / len(mine), 2),
-                     "failed_per_outage_s": round(sum(r["failed"] for r in mine) / outage, 2) if outage > 0 else None}
+                     "failed_per_outage_s": round(sum(r["failed"] for r in mine) / outage, 2) if outage > 0 else None,
+                     "mean_sample_period_in_outage_s": mean_of(r["sample_period_in_outage_s"] for r in mine),
+                     "mean_cpu_busy": mean_of(r["cpu_busy"] for r in mine)}
     return out
 
 
@@ -118,14 +152,18 @@ def markdown(head: list[str], body: list[list[Any]]) -> list[str]:
 
 def table(rows: list[dict[str, Any]], figures: dict[str, dict[str, Any]]) -> str:
     per_case = markdown(["trial", "case", "failed / sent", "outage s", "container starts", "failed outside the outage",
-                         "gates", "runs waited", "runs wall s", "load before / after"],
+                         "gates", "runs waited", "runs wall s", "sample period in the outage s", "CPU busy",
+                         "load before / after"],
                         [[r["trial"], r["case"], f"{r['failed']} / {r['sent']}", r["outage_s"], r["starts"],
-                          r["outside"], r["gates"], r["waited"], r["wall_s"], f"{r['load_before']} / {r['load_after']}"]
+                          r["outside"], r["gates"], r["waited"], r["wall_s"], r["sample_period_in_outage_s"],
+                          r["cpu_busy"], f"{r['load_before']} / {r['load_after']}"]
                          for r in rows])
     per_kind = markdown(["case", "trials", "failed per trial", "median failed per restart", "mean", "median outage s",
-                         "mean outage s", "failed per second of outage"],
+                         "mean outage s", "failed per second of outage", "mean sample period in the outage s",
+                         "mean CPU busy"],
                         [[kind, f["trials"], f["failed"], f["median_per_restart"], f["mean_per_restart"],
-                          f["median_outage_s"], f["mean_outage_s"], f["failed_per_outage_s"]]
+                          f["median_outage_s"], f["mean_outage_s"], f["failed_per_outage_s"],
+                          f["mean_sample_period_in_outage_s"], f["mean_cpu_busy"]]
                          for kind, f in figures.items()])
     return "\n".join([*per_case, "", *per_kind])
 
@@ -155,7 +193,7 @@ def main() -> int:
             shift = (trial - 1) % len(CASES)
             for kind in CASES[shift:] + CASES[:shift]:
                 row = one_case(kind, trial, host, inventory, state)
-                print(json.dumps(row), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)
                 rows.append(row)
     finally:
         bed.close()

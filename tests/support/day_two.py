@@ -96,20 +96,25 @@ class Sampler:
         """How many times the serving container started."""
         return sum(action == "start" for _, action in self.events)
 
+    def window(self) -> tuple[float, float] | None:
+        """The restart's outage: (when the old container was told to stop, when the new one first answered), in
+        the host's seconds; None without a stop and a start."""
+        stopped = min((t for t, action in self.events if action in ("kill", "stop", "die")), default=None)
+        started = max((t for t, action in self.events if action == "start"), default=None)
+        if stopped is None or started is None:
+            return None
+        return stopped, min((sent for sent, word in self.samples if word == "ok" and sent > started),
+                            default=float("inf"))
+
     def outside_the_restart(self) -> list[float]:
         """The failed requests not explained by the container's one restart: sent before its old container was
         told to stop (less REQUEST_MAX, a request in flight then), or after the new one first answered. Where
         the samples fall within the outage changes how many fail (one more or less), never this list."""
-        stopped = min((t for t, action in self.events if action in ("kill", "stop", "die")), default=None)
-        started = max((t for t, action in self.events if action == "start"), default=None)
-        if stopped is None or started is None:
-            return [sent for sent, word in self.samples if word == "fail"]
-        back = min((sent for sent, word in self.samples if word == "ok" and sent > started), default=float("inf"))
-        return [sent for sent, word in self.samples
-                if word == "fail" and not stopped - REQUEST_MAX <= sent < back]
+        window = self.window()
+        return [sent for sent, word in self.samples if word == "fail" and
+                (window is None or not window[0] - REQUEST_MAX <= sent < window[1])]
 
     def outage(self) -> float:
-        """Seconds from the old container told to stop to the new one's first answer."""
-        stopped = min((t for t, action in self.events if action in ("kill", "stop", "die")), default=0.0)
-        started = max((t for t, action in self.events if action == "start"), default=0.0)
-        return min((sent for sent, word in self.samples if word == "ok" and sent > started), default=0.0) - stopped
+        """Seconds from the old container told to stop to the new one's first answer (0 without a restart)."""
+        window = self.window()
+        return window[1] - window[0] if window else 0.0
