@@ -90,12 +90,13 @@ def one_case(kind: str, trial: int, host, inventory: Path, workdir: Path) -> dic
             "waited": sum(WAITED in output for _, output in runs), "rcs": [rc for rc, _ in runs],
             "wall_s": round(wall, 1), "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
             "cpu_busy": round(busy[0] / busy[1], 2) if busy[1] else None,
-            # when each run started and the samples were sent, in seconds from the old container told to stop
+            # when each run started, the samples were sent and the container's events came, in seconds from the old
+            # container told to stop
             "runs_at_s": [round(at[k] - stopped, 2) for k in ("first", "second") if k in at],
             "sample_period_in_outage_s": round((within[-1] - within[0]) / (len(within) - 1), 2)
             if len(within) > 1 else None,
             "samples": [[round(sent - stopped, 2), word] for sent, word in sampled.samples],
-            "events": [action for _, action in sampled.events]}
+            "events": [[round(t - stopped, 2), action] for t, action in sampled.events]}
 
 
 def per_restart(row: dict[str, Any]) -> float:
