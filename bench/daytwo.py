@@ -1,7 +1,7 @@
 """Two runs of one change meeting on one host, against one run alone (issue #60, "Done when", item 2): the requests
 failed while they meet, over several trials.
 
-    /work/e2e-slot .venv/bin/python bench/daytwo.py [--trials 6] [--out bench/results]
+    .venv/bin/python bench/daytwo.py [--trials 6] [--out bench/results]
 
 One real test host (the test harness's Debian trixie container, reached over SSH, removed at the end) serving the
 stand-in, converged once. Then, per trial, three cases, each a new config (its own marker in sglang_extra_env, so
