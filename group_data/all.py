@@ -272,8 +272,8 @@ sglang_extra_ca_bundle = None
 
 # ---------------------------------------------------------------- Validation gate
 
-# When the gate runs: 'on-change' after any change to compose.yaml, .env, the image or the scripts; 'always' on every
-# run.
+# When the gate runs: 'on-change' after any change to compose.yaml, .env, the image or the values the scripts judge
+# with (not the checks' program they carry: a tool upgrade gates nothing); 'always' on every run.
 sglang_validate = "on-change"
 
 # Seconds to wait for /health and then a first completion after a (re)start; SGLang's own tests allow 600 s.

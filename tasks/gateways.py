@@ -8,7 +8,10 @@ of this run has been gated (or rolled back), and the worker set is decided
 from each worker's snapshot as it is then. A change of that set is applied
 through the gateway's /workers API, without a restart; the gateway's own gate
 (the same checks, through the gateway) follows it and any change of its
-config, with a rollback to its last good config.
+config, with a rollback to its last good config. A gateway's restart and its
+gate are one program on the host, run apart from the run's connection
+(operations/gate.py validated): a run lost after the restart leaves no
+ungated gateway.
 """
 
 from pyinfra import host
@@ -16,9 +19,8 @@ from pyinfra import host
 from sglang_infra.hostside import names
 from sglang_infra.operations.docker import image_present
 from sglang_infra.operations.files import compose_file, scripts_in_place, secret_file
-from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.gate import not_failed_before, stamp_migrated, validated
 from sglang_infra.operations.gateway import fleet_barrier, gateway_workers
-from sglang_infra.operations.stack import stack_up
 from sglang_infra.run.gateway_turns import GatewayTurn
 from sglang_infra.run.preflight import plan_of
 
@@ -51,6 +53,11 @@ if front_door is not None:
 for gateway in front_door.gateways if front_door is not None else ():
     where = gateway.dir
     compose_sha = gateway.compose_sha
+    stamp_migrated(
+        name=f"Ensure the {gateway.key} gateway's gate stamp is this version's (an earlier version's pass kept)",
+        home=plan.paths.home,
+        gateway=gateway.slug,
+    )
     scripts_in_place(where, dict(sorted(gateway.scripts.items())), plan.account.name)
     not_failed_before(
         name=f"Ensure the {gateway.key} gateway's compose.yaml is not one that already failed its gate here",
@@ -69,25 +76,22 @@ for gateway in front_door.gateways if front_door is not None else ():
         workers=gateway.workers,
         key_file=plan.paths.control_plane_config,
     )
-    stack_up(
-        name=f"Ensure the {gateway.key} gateway runs its current compose.yaml (no restart when nothing changed)",
-        project_dir=where,
-        image=front_door.image,
-        model=None,
-        compose_sha=compose_sha,
-        recreate_if=lambda: secrets.did_change() or control.did_change(),
-        sole_front=gateway.sole_front,
-        gateway=gateway.slug,
-        turn=GatewayTurn(model=gateway.key, slug=gateway.slug, directory=where, url=gateway.gate.url,
-                         key_file=plan.paths.control_plane_config,
-                         ready_within=front_door.settings.worker_startup_timeout),
-    )
+    # restarted when it does not run its current compose.yaml, and gated, as one program on the host; a running
+    # gateway another gateway host also fronts does so in its model's turn
     validated(
-        name=f"Ensure the {gateway.key} gateway passed test_tool_calling.sh and benchmark.sh (rolled back if not)",
+        name=f"Ensure the {gateway.key} gateway runs its current compose.yaml and passed test_tool_calling.sh and "
+             "benchmark.sh (rolled back if not; restarted in its model's turn, and not when nothing changed)",
         home=plan.paths.home,
         image=front_door.image,
         gate=f"{where}/{names.GATE_SCRIPT}",
         files=gateway.gate.files,
         always=gateway.gate.always,
         gateway=gateway.slug,
+        project_dir=where,
+        compose_sha=compose_sha,
+        recreate_if=lambda: secrets.did_change() or control.did_change(),
+        sole_front=gateway.sole_front,
+        turn=GatewayTurn(model=gateway.key, slug=gateway.slug, directory=where, url=gateway.gate.url,
+                         key_file=plan.paths.control_plane_config,
+                         ready_within=front_door.settings.worker_startup_timeout),
     )

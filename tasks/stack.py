@@ -16,6 +16,12 @@ the server's private config, written here, changed. A multi-node group
 (sglang_node_group) restarts, gates and rolls back as one unit, from rank 0
 (operations/group.py); behind a gateway that is rank 0's turn in its pool.
 
+What triggers a gate is a change of what serves (compose.yaml, .env, the
+image, the container) or of the values the scripts judge with, never the
+programs the scripts carry: a tool upgrade gates nothing. A stamp an earlier
+version wrote of the host as it is is rewritten in this version's form first,
+before the new scripts land (operations/gate.py stamp_migrated).
+
     --data sglang_validate=always    runs the gate without a change
 """
 
@@ -23,7 +29,7 @@ from pyinfra import host
 
 from sglang_infra.hostside import names
 from sglang_infra.operations.files import account_env_file, compose_file, scripts_in_place, secret_file
-from sglang_infra.operations.gate import not_failed_before, validated
+from sglang_infra.operations.gate import not_failed_before, stamp_migrated, validated
 from sglang_infra.operations.group import group_up
 from sglang_infra.operations.roll import rolled
 from sglang_infra.run.preflight import plan_of
@@ -31,6 +37,11 @@ from sglang_infra.run.preflight import plan_of
 plan = plan_of(host)
 docker_dir, home = plan.paths.docker, plan.paths.home
 compose_sha = plan.compose_sha
+
+stamp_migrated(
+    name="Ensure the gate's stamp is this version's (a pass an earlier version stamped kept as a pass)",
+    home=home,
+)
 
 not_failed_before(
     name="Ensure this compose.yaml is not one that already failed its gate here (unless sglang_retry_failed)",

@@ -10,14 +10,15 @@ imported relatively (the folders below import this folder's modules, never the
 other way).
 The control side ships them with sglang_infra/run/ship.py, which bundles a
 program and the modules it imports into one self-contained source. A program
-the hosts keep (the gate's scripts and the modules they carry) is part of what
-a worker's stamp covers: a change of its text re-gates the worker.
+the gate's scripts carry is no part of what a worker's stamp covers (their
+command lines are, gate/stamp.py): a change of its text re-gates nothing.
 
 Laid out by what a change costs the hosts. This folder's top holds only the
 modules a change of which re-gates every worker, recreates a gateway or
 rebuilds the toolchain image: the checks and the modules they carry (the
-validation scripts carry them, and their text is in every worker's gate
-stamp), the gateway's launcher and the toolchain image's check
+validation scripts carry them, and their text was in every worker's gate
+stamp until issue 60; they are kept here as they were), the gateway's
+launcher and the toolchain image's check
 (ship.COSTLY; tests/unit/test_tree_shape.py computes the set from ship.py, so
 nothing else may lie here). Moving one would change its text or its bundle's
 on every converged host. Every other program, kept as a file or run inline per

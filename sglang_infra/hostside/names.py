@@ -9,6 +9,7 @@ Standard library only: shipped with the host programs (ship.py).
 """
 
 import hashlib
+import re
 
 # Below the home: the gateways' directory, one router/<slug>/ per fronted model.
 GATEWAY_DIR = "router"
@@ -68,6 +69,7 @@ TOOLCHAIN_INPUTS_LABEL = TOOLCHAIN_LABEL_PREFIX + ".inputs"
 # The validation scripts in the home (a gateway's: in its directory), and the gate that runs them.
 VALIDATION_SCRIPTS = ("test_tool_calling.sh", "benchmark.sh")
 GATE_SCRIPT = "gate.sh"
+GATE_SCRIPTS = (*VALIDATION_SCRIPTS, GATE_SCRIPT)
 # The node exporter's textfile collector: the gate's metrics (gate_metrics.py) are one file there, which the
 # deploy's node exporter drop-in names as its collector directory. It is the directory Debian's
 # prometheus-node-exporter reads by default, so other collectors' files already there keep being read.
@@ -99,6 +101,31 @@ def failed(name):
 def text_digest(text):
     """The sha256 hex digest of a rendered file's text, as the deploy and the gate compare files."""
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+# A line ending in a quoted here-document (<<'PYTHON'): a program follows, to that word.
+_HEREDOC = re.compile(r"<<-?\s*'([A-Za-z_][A-Za-z0-9_]*)'\s*$")
+
+
+def judged_text(text):
+    """A gate script's command lines (the values rendered into them), without its comments and the bodies of its
+    quoted here-documents (the programs it carries, the tool's own code: no change of what a gate judges)."""
+    kept, end = [], None
+    for line in (text.decode(errors="replace") if isinstance(text, bytes) else text).splitlines():
+        if end is not None:
+            end = None if line == end else end
+            continue
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        kept.append(line)
+        opened = _HEREDOC.search(line)
+        end = opened.group(1) if opened else None
+    return "\n".join(kept) + "\n"
+
+
+def judged_digest(text):
+    """text_digest of judged_text(): a gate script as the gate's decision counts it."""
+    return text_digest(judged_text(text))
 
 
 def stamp_current(stamp, digest):

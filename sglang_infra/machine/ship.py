@@ -38,7 +38,8 @@ PACKAGE = "sglang_infra.hostside"
 INSTALLED = ("checks", "gate.gate", "gpu.gpu_kernel_check", "gate.gate_metrics", "gpu.gpu_metrics", "gateway_launch",
              "toolchain_check", "pull.hfpull")
 # The installed programs whose text, or that of a module they carry, a converged host holds to more than a file:
-# the validation scripts carry checks' (it is in every worker's gate stamp: a change re-gates every worker), the
+# the validation scripts carry checks' (it was in every worker's gate stamp, a change re-gated every worker; the stamp
+# now counts the scripts by their command lines, names.judged_text, so the top is kept as it is for now), the
 # gateway's container runs gateway_launch's (a change recreates it), the toolchain image bakes toolchain_check's in
 # (a change rebuilds it). A change of any other installed program rewrites its file and nothing more.
 COSTLY = ("checks", "gateway_launch", "toolchain_check")

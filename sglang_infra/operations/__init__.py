@@ -7,7 +7,7 @@ otherwise it calls host.noop. Callers import from the domain's module:
     account   service_account, layout
     files     checked_file, account_env_file, secret_file
     docker    docker_service, nvidia_runtime, image_present, toolchain_image
-    stack     stack_up, host_settled (a settled host's one operation)
+    stack     host_settled (a settled host's one operation); restart, the stack's decision
     models    pull_tools, model_pulled, models_pruned
     gate      not_failed_before, validated
     gateway   fleet_barrier, gateway_workers

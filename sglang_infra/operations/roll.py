@@ -56,9 +56,9 @@ from ..hostside.names import COMPOSE_COMMAND, MODEL_LABEL
 from ..hostside.stack import QUICK_STOP_SECONDS
 from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
-from ..run import factcache, interrupt, reboot
+from ..run import factcache, reboot
 from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
-from ..run.operation import connector_arguments, detached, q, restarted_then_gated, run_on, snapshot_operation
+from ..run.operation import connector_arguments, gate_reason, gated, q, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from .gpu_driver import running_driver
@@ -144,7 +144,7 @@ def rolled(project_dir: str, image: str, model: str, compose_sha: str, script: s
            recreate_if=None, group: NodeGroup | None = None, api_key: bytes | None = None):
     """
     Ensure the stack runs the current compose.yaml and that it passed its
-    gate (stack_up then validated, as one), restarting this worker only in
+    gate (the restart then its gate, as one), restarting this worker only in
     its pool's turn, out of its gateways and drained (the module's
     docstring). Yields nothing when the container runs the current config
     and its gate's stamp matches: no gateway is touched.
@@ -314,11 +314,6 @@ def serving_validated(this) -> bool:
     return worker_validated(factcache.current(this, Snapshot))
 
 
-def gate_reason(output) -> str:
-    failed = [line.split("FAILED: ", 1)[1] for line in output.stderr_lines + output.stdout_lines if "FAILED: " in line]
-    return failed[-1] if failed else "its gate failed"
-
-
 def roll_worker(state, host, roll: Roll, up: Up | None, gate: str | None, why: str, metrics_url: str,
                 key_file: str | None, turn_seconds: int, project_dir: str, leaving=(), stamped: bool = True,
                 group: NodeGroup | None = None, phase: str = "config",
@@ -454,10 +449,9 @@ def restart_and_gate(host, up: str | Reboot | None, gate: str | None, state=None
         return None
     if group is not None:
         return group_restart_and_gate(state, host, group, up is not None, f"group {group.name}'s turn")
-    with interrupt.gate_going(host.name):
-        # the restart and its gate one program apart from this run's connection: an interrupt or a cut connection
-        # leaves them to end on the host, never a restarted container without its gate
-        status, output = run_on(host, detached(gate) if up is None else restarted_then_gated(up, gate))
+    # the restart and its gate one program apart from this run's connection: an interrupt or a cut connection
+    # leaves them to end on the host, never a restarted container without its gate
+    status, output = gated(host, gate, up)
     return None if status else gate_reason(output)
 
 

@@ -1,19 +1,20 @@
 """The compose stack of the server or of a gateway: its section of the
 snapshot, and `docker compose up` only when what runs is not the current
-config; and the one operation of a settled host (run/settled.py), whose stack
-and all else are as its last settled run left them."""
+config (restart: the operations that restart it gate it in the same program,
+gate.validated and roll.rolled); and the one operation of a settled host
+(run/settled.py), whose stack and all else are as its last settled run left
+them."""
 
 from __future__ import annotations
 
-from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, operation
+from pyinfra import host
+from pyinfra.api import operation
 
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
 from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
 from ..machine import ship
 from ..run.facts import current
-from ..run.gateway_turns import GatewayTurn, gateway_turn
-from ..run.operation import file_entry, q, snapshot_operation
+from ..run.operation import file_entry, q
 from .docker import image_id
 
 
@@ -24,45 +25,18 @@ def stack_section(gateway: str | None) -> dict:
         return {"stack": snapshot["stack"], **snapshot["gate"]}
     found = snapshot.get("routers", {}).get(gateway) or {}
     return {"stack": found.get("stack") or {"container": None, "record": None, "current": False},
-            "stamp": found.get("stamp"), "digest": found.get("digest"), "workers": found.get("workers")}
-
-
-@snapshot_operation
-def stack_up(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
-             gateway: str | None = None, sole_front: bool = False, turn: GatewayTurn | None = None):
-    """
-    Ensure the stack runs the current compose.yaml (``compose_sha``) from
-    ``image``: `docker compose up -d` only when the service has no running
-    container, or its container is not the one the last `up` recorded for
-    the files as they are (hostside/stack.py), or it runs another image. A
-    model switch recreates (--force-recreate), and so does ``recreate_if()``
-    being true when it runs (the server's private config changed: compose
-    cannot see a file's content). Otherwise nothing is restarted.
-
-    + gateway: the slug of a gateway's stack (router/<slug>/, its own compose project) instead of the server's
-    + sole_front: that gateway is the only one in front of its model: a restart of a running one is said aloud
-    + turn: another gateway host fronts its model too: a running one restarts in the model's turn, one gateway
-      host at a time (run/gateway_turns.py)
-    """
-    reasons, command = restart(project_dir, image, model, compose_sha, recreate_if, gateway)
-    if not reasons:
-        host.noop("the stack already runs the current compose.yaml")
-        return
-    running = stack_section(gateway)["stack"]["container"]
-    serving = running is not None and running["state"] == "running"
-    if sole_front and serving and host.state.is_executing:
-        logger.warning(f"[{host.name}] the gateway {gateway} restarts ({'; '.join(reasons)}) and no other gateway "
-                       "host fronts its model: its clients see errors until it is back (with two gateway hosts "
-                       "behind the site's load balancer, the run restarts them one at a time)")
-    if turn is not None and not sole_front and serving:
-        yield FunctionCommand(gateway_turn, (turn, command, "; ".join(reasons)), {})
-        return
-    yield command
+            "stamp": found.get("stamp"), "digest": found.get("digest"), "legacy": found.get("legacy"),
+            "judged": found.get("judged") or {}, "workers": found.get("workers")}
 
 
 def restart(project_dir: str, image: str, model: str | None, compose_sha: str, recreate_if=None,
             gateway: str | None = None) -> tuple[list[str], str]:
-    """stack_up's decision: why the stack must be (re)started (none: it runs the current config), and the command."""
+    """Why the stack must be (re)started (none: it runs the current config), and the command: `docker compose up
+    -d` only when the service has no running container, or its container is not the one the last `up` recorded for
+    the files as they are (hostside/stack.py), or it runs another image. A model switch recreates
+    (--force-recreate), and so does ``recreate_if()`` being true when it runs (the server's private config changed:
+    compose cannot see a file's content). gate.validated and roll.rolled restart with it, the gate following in
+    the same program."""
     stack = stack_section(gateway)["stack"]
     found = stack["container"]
     on_disk = (file_entry(f"{project_dir}/{COMPOSE_FILE}") or {}).get("sha256")

@@ -26,10 +26,14 @@ SERVER_CONFIG_IN_CONTAINER = f"{SECRETS_IN_CONTAINER}/{names.SERVER_CONFIG}"
 GATEWAY_SECRETS_IN_CONTAINER = "/etc/sglang-gateway-secrets"
 
 def gate_files(scripts_dir: str, scripts: Mapping[str, str], compose_dir: str, compose: str) -> dict[str, str]:
-    """What a gate validates, by path: its scripts (in their order), then compose.yaml, each by its sha256."""
-    written = {f"{scripts_dir}/{name}": text for name, text in scripts.items()}
-    written[f"{compose_dir}/{names.COMPOSE_FILE}"] = compose
-    return {path: names.text_digest(text) for path, text in written.items()}
+    """What a gate judges, by path: its scripts (in their order), the gate scripts by what they judge with
+    (names.judged_digest: their command lines, not the programs they carry: the tool's own code is no trigger of a
+    gate) and any other (a gateway's launcher, which its container runs) by its sha256, then compose.yaml, the
+    config judged, by its sha256."""
+    files = {f"{scripts_dir}/{name}": (names.judged_digest if name in names.GATE_SCRIPTS else names.text_digest)(text)
+             for name, text in scripts.items()}
+    files[f"{compose_dir}/{names.COMPOSE_FILE}"] = names.text_digest(compose)
+    return files
 
 
 # (data key, SGLang flag), in the runbook's order. A None or False value
@@ -55,7 +59,7 @@ _ENTRY_REASONS = {
 }
 
 # The files under sglang_home rendered from templates/<name>.j2.
-SCRIPTS = (*names.VALIDATION_SCRIPTS, names.GATE_SCRIPT)
+SCRIPTS = names.GATE_SCRIPTS
 
 
 def final_values(data: Mapping[str, Any], derived: Mapping[str, Derived]) -> dict[str, Any]:

@@ -128,7 +128,8 @@ class Gate:
     retry_failed: bool
     metrics_url: str | None = None    # a worker's own /metrics (its requests in flight, for the drain); not a gateway's
     turn_seconds: int = 0             # the longest one gate may take: its readiness wait and its checks
-    files: Mapping[str, str] = field(default_factory=dict, repr=False)   # what it validates: path -> sha256
+    # what it judges: path -> digest (render.gate_files: the gate scripts' judged digests, compose.yaml's sha256)
+    files: Mapping[str, str] = field(default_factory=dict, repr=False)
     # the toolchain image's pinned nvcc: the gate compiles and runs a CUDA kernel with it on every GPU
     kernel_check_nvcc: str | None = None
     # the served entry's speculative recipe: the benchmark records the server's average accept length, and fails

@@ -1,17 +1,20 @@
 """Gateways of one model restarted one gateway host at a time (docs/front-door.md, "Rolling, drained restarts").
 
-pyinfra runs stack_up on every gateway host at once. A gateway whose container
+pyinfra runs validated on every gateway host at once. A gateway whose container
 runs and must be recreated, on a model that another gateway host fronts too
 (the site's balancer sends its clients to either), takes the model's turn (a
 gevent lock shared by that model's gateways in this run): it asks itself
-which workers it lists healthy, `docker compose up`, and gives the turn back
-only once the new gateway answers /health and lists those workers healthy
-again (hostside/roll/gateway_workers.py, bounded by
+which workers it lists healthy, then `docker compose up` and its gate (with
+its rollback and record) run as one program on the host, apart from the run's
+connection (run/operation.py gated), and it gives the turn back only once the
+gate passed and the new gateway answers /health and lists those workers
+healthy again (hostside/roll/gateway_workers.py, bounded by
 sglang_router_worker_startup_timeout), so the other gateway host serves
-meanwhile. A failed turn stops the model's later turns: those gateways are
-not restarted and keep serving their old config, and fail naming the gateway
-that failed (the next run tries again). A new gateway (no running
-container) or the sole front of its model takes no turn.
+meanwhile. A failed turn (its restart, its gate, or its readiness) stops the
+model's later turns: those gateways are not restarted and keep serving their
+old config, and fail naming the gateway that failed (the next run tries
+again). A new gateway (no running container) or the sole front of its model
+takes no turn.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pyinfra import logger
 
 from ..machine import ship
 from .facts import MAX_ANSWER_BYTES, bounded_json
-from .operation import q, run_on
+from .operation import gate_reason, gated, q, run_on
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,10 @@ def on_own_gateway(host, turn: GatewayTurn, change: dict) -> tuple[bool, str]:
     return status, (output.stdout_lines + output.stderr_lines or ["no output"])[-1]
 
 
-def gateway_turn(state, host, turn: GatewayTurn, command: str, why: str) -> bool:
-    """This gateway's turn among its model's gateways (the module's docstring); False fails this host. pyinfra
-    passes ``state`` and ``host`` only to a function whose parameters have these very names (FunctionCommand)."""
+def gateway_turn(state, host, turn: GatewayTurn, up: str, gate: str, why: str) -> bool:
+    """This gateway's turn among its model's gateways (the module's docstring): the restart ``up`` and the gate
+    ``gate`` one detached program; False fails this host. pyinfra passes ``state`` and ``host`` only to a function
+    whose parameters have these very names (FunctionCommand)."""
     def say(line, log=logger.info):
         host.log_styled(f"gateway turn: {line}", log_func=log)
 
@@ -89,9 +93,11 @@ def gateway_turn(state, host, turn: GatewayTurn, command: str, why: str) -> bool
             except (ValueError, KeyError, TypeError):
                 healthy = []
             say(f"{why}: {turn.slug} restarts now; the other gateway hosts of {turn.model} keep serving")
-            status, output = run_on(host, command)
+            # the restart and its gate one program apart from this run's connection: a run lost in the turn
+            # leaves the host to gate (and roll back) the new gateway by itself
+            status, output = gated(host, gate, up)
             if not status:
-                failure = f"docker compose up failed ({(output.stderr_lines or ['no output'])[-1]})"
+                failure = gate_reason(output)
             else:
                 ok, said = on_own_gateway(host, turn, {"ready_within": turn.ready_within, "healthy": healthy})
                 failure = None if ok else said
@@ -102,5 +108,6 @@ def gateway_turn(state, host, turn: GatewayTurn, command: str, why: str) -> bool
                     "stop here", logger.error)
     if failure is not None:
         return False
-    say(f"{turn.slug} is back and lists its {len(healthy)} healthy worker(s) again; the next gateway may go")
+    say(f"{turn.slug} passed its gate, is back and lists its {len(healthy)} healthy worker(s) again; the next "
+        "gateway may go")
     return True

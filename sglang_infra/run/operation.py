@@ -98,7 +98,7 @@ def detached(command: str) -> str:
     return f"{ship.command('roll.detach')} -- sh -c {q(command)}"
 
 
-# The restart failed: said by restarted_then_gated's program, nothing gated (roll.gate_reason reads FAILED lines).
+# The restart failed: said by restarted_then_gated's program, nothing gated (gate_reason reads FAILED lines).
 UP_FAILED = "FAILED: docker compose up failed; nothing was gated"
 
 
@@ -114,8 +114,19 @@ def restarted_then_gated(up: str, gate: str) -> str:
     return detached(restart_then_gate(up, gate))
 
 
-def run_gate(state, host, command: str, up: str | None = None) -> bool:
-    """The gate ``command`` (after the restart ``up``, in the same detached program), run detached and streamed;
-    while it runs, an interrupt names the host (run/interrupt.py)."""
+def gated(host, command: str, up: str | None = None):
+    """(status, output) of the gate ``command`` (after the restart ``up``, in the same detached program), run
+    detached and streamed; while it runs, an interrupt names the host (run/interrupt.py)."""
     with interrupt.gate_going(host.name):
-        return run_on(host, detached(command) if up is None else restarted_then_gated(up, command))[0]
+        return run_on(host, detached(command) if up is None else restarted_then_gated(up, command))
+
+
+def gate_reason(output) -> str:
+    """Why a gated program failed: its last FAILED line (the gate's verdict, or UP_FAILED)."""
+    failed = [line.split("FAILED: ", 1)[1] for line in output.stderr_lines + output.stdout_lines if "FAILED: " in line]
+    return failed[-1] if failed else "its gate failed"
+
+
+def run_gate(state, host, command: str, up: str | None = None) -> bool:
+    """gated, as a FunctionCommand: False fails the host."""
+    return gated(host, command, up)[0]

@@ -13,11 +13,14 @@ import subprocess
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import pytest
 
 import harness
 from harness import PROJECT_DIR, run_deploy, run_host_checks
+from sglang_infra.hostside.write import hold
+from sglang_infra.machine import ship
 from testbed.hosts import ADMIN_KEY
 
 W1, W2, W3, GW = "sg-rt-w1", "sg-rt-w2", "sg-rt-w3", "sg-rt-gw"
@@ -241,3 +244,56 @@ def test_bad_input_is_refused_before_any_change(fleet, workdir, case, line):
     assert "refused before any change on any host" in result.output and line in result.output, result.why(3000)
     assert result.statuses == {}
     assert (started(hosts[GW]), hosts[GW].exec(f"sha256sum {GATEWAY_DIR}/compose.yaml").stdout) == before
+
+
+def gateway_gate(host) -> dict:
+    """The gateway's last gate record (router/<slug>/.last-gate, hostside/gate/gate.py), {} when none."""
+    return json.loads(host.exec(f"cat {GATEWAY_DIR}/.last-gate", check=False).stdout or "{}")
+
+
+def gateway_container(host) -> str:
+    """The running gateway container's id (a restart makes a new one), read at once: "" while none runs."""
+    return host.exec("docker ps -q --no-trunc --filter label=com.docker.compose.project=sglang-router-"
+                     f"{GATEWAY_DIR.rsplit('/', 1)[1]}", check=False).stdout.strip()
+
+
+def test_a_run_killed_right_after_the_gateways_restart_leaves_its_gate_to_end_on_the_host(fleet, workdir):
+    """#60: SIGKILL the moment the gateway's new container runs. Before, the run was then between the gateway's
+    restart and its gate (two operations, two commands), and the new gateway served ungated, with no record,
+    until a next run. The gateway's restart and its gate are one program on its host (operations/gate.py validated,
+    inside hostside/roll/detach.py): the host gates the new gateway and records it by itself, status.sh names the
+    host `changing` meanwhile (the host's own holder report, which it reads), and the next run reads how it ended
+    and changes nothing."""
+    hosts, _, good, _ = fleet
+    gw = hosts[GW]
+    before, record = gateway_container(gw), gateway_gate(gw)
+    assert before
+    log = workdir / "gateway-killed.log"
+    policy = ("--data", "sglang_router_policy=round_robin")   # the gateway's compose.yaml changes; its gate passes
+    run = harness.start_deploy(good, log, *policy)
+    try:
+        assert harness.wait_for(lambda: gateway_container(gw) not in ("", before), 300, every=0.1), \
+            log.read_text()[-3000:]
+    finally:
+        run.kill()
+    run.wait(timeout=30)
+    killed = time.time()
+    # what status.sh reads from the host (its "changing"): the gate of a run that has ended goes on by itself
+    assert json.loads(gw.exec(f"{ship.command('write.hold')} show").stdout) == {"said": hold.GATE_GOING}
+    assert harness.wait_for(lambda: gw.exec("flock -n /run/sglang/gate.lock true", check=False).returncode == 0,
+                            120), "the gateway's gate did not end"
+    ended = datetime.fromisoformat(gateway_gate(gw)["time"].replace("Z", "+00:00")).timestamp()
+    print(f"the gateway's gate ended by itself {ended - killed:.0f} s after its run was killed")
+    status = subprocess.run(["bash", "scripts/status.sh", str(good), "--json"], cwd=PROJECT_DIR,
+                            env=dict(os.environ, PYTHONPATH=str(PROJECT_DIR)), capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL)
+    row = {r["host"]: r for r in json.loads(status.stdout)["hosts"]}[GW]
+    assert row["changing"] is None and row["verdict"] == "ok", row["problems"]   # how it ended: nothing goes on
+    # the host's own gate judged the new gateway by itself: a record of its own, of the container the run started
+    now = gateway_container(gw)
+    assert gateway_gate(gw) != record and gateway_gate(gw)["passed"] is True, gateway_gate(gw)
+    assert gateway_gate(gw)["container"]["id"] == now != before
+    assert "round_robin" in gw.exec(f"cat {GATEWAY_DIR}/compose.yaml").stdout
+    again = run_deploy(good, *policy)
+    assert again.returncode == 0, again.why(3000)
+    assert again.changed(GW) == [] and gateway_container(gw) == now   # its gate's stamp: nothing left to do

@@ -23,6 +23,7 @@ from sglang_infra.plan.refusals import check_data
 from sglang_infra.plan.resolve import resolve
 from sglang_infra.plan.types import Worker
 from sglang_infra.run import factcache
+from sglang_infra.run.operation import UP_FAILED
 
 DEFAULTS = pinned_defaults()
 PROD, QUALITY = "qwen3.6-35b-a3b-awq", "qwen3.6-27b-awq-int4"
@@ -530,71 +531,95 @@ def test_a_gateway_is_the_sole_front_only_when_no_other_gateway_host_fronts_its_
     assert [g.sole_front for g in gateways_of(2)] == [False]
 
 
-def sole_front_run(running: bool, sole: bool):
-    from sglang_infra.operations import stack as stack_ops
+GATEWAY_FILES = {"/opt/sglang/router/m/compose.yaml": "new", "/opt/sglang/router/m/gate.sh": "g1"}
 
-    container = {"state": "running", "labels": {}, "image_id": "x"} if running else None
+
+def gateway_validated(running: bool, sole: bool, turn=None, compose_sha: str = "new", stamped: bool = False):
+    """validated's commands for gateway m (on disk: compose.yaml ``old``; its stamp ``stamped`` or not) and the
+    warnings it logged."""
+    from sglang_infra.operations import gate as gate_ops
+
+    container = {"state": "running", "labels": {}, "image_id": "sha256:i"} if running else None
+    files = {"/opt/sglang/router/m": {"compose.yaml": {"sha256": "old"}, "gate.sh": {"sha256": "g1"}}}
     fake = FakeHost({"Snapshot": {"routers": {"m": {"stack": {"container": container, "record": None,
-                                                              "current": False}}},
-                                  "files": {}, "docker": {"images": {}}}})
+                                                              "current": True},
+                                                    "stamp": "d" if stamped else None, "digest": "d"}},
+                                  "files": files, "docker": {"images": {"i": {"id": "sha256:i", "labels": {}}}}}})
     try:
-        with on_host(fake), mock.patch.object(stack_ops.logger, "warning") as warned:
+        with on_host(fake), mock.patch.object(gate_ops.logger, "warning") as warned:
             fake.state.is_executing = True
-            commands = list(stack_ops.stack_up._inner(project_dir="/opt/sglang/router/m", image="i", model=None,
-                                                      compose_sha="new", gateway="m", sole_front=sole))
+            commands = list(gate_ops.validated._inner(
+                home="/opt/sglang", image="i", gate="/opt/sglang/router/m/gate.sh",
+                files={**GATEWAY_FILES, "/opt/sglang/router/m/compose.yaml": compose_sha}, gateway="m",
+                project_dir="/opt/sglang/router/m", compose_sha=compose_sha, sole_front=sole, turn=turn))
     finally:
         factcache.invalidate(fake)
     return commands, [call.args[0] for call in warned.call_args_list]
 
 
 def test_the_run_says_clients_see_a_sole_gateways_restart():
-    commands, said = sole_front_run(running=True, sole=True)
+    commands, said = gateway_validated(running=True, sole=True)
     assert commands and len(said) == 1
     assert "the gateway m restarts (compose.yaml changes) and no other gateway host fronts its model: its clients " \
         "see errors until it is back" in said[0]
-    assert sole_front_run(running=True, sole=False)[1] == []    # another gateway host serves meanwhile
-    assert sole_front_run(running=False, sole=True)[1] == []    # nothing serves yet: no one sees a restart
+    assert gateway_validated(running=True, sole=False)[1] == []    # another gateway host serves meanwhile
+    assert gateway_validated(running=False, sole=True)[1] == []    # nothing serves yet: no one sees a restart
 
 
-def turn_run(running: bool, sole: bool):
-    """stack_up's commands for gateway m (compose.yaml changes) with a turn among its model's gateways."""
-    from sglang_infra.operations import stack as stack_ops
+def a_turn():
     from sglang_infra.run.gateway_turns import GatewayTurn
 
-    container = {"state": "running", "labels": {}, "image_id": "x"} if running else None
-    fake = FakeHost({"Snapshot": {"routers": {"m": {"stack": {"container": container, "record": None,
-                                                              "current": False}}},
-                                  "files": {}, "docker": {"images": {}}}})
-    turn = GatewayTurn(model="m-key", slug="m", directory="/opt/sglang/router/m", url="http://127.0.0.1:30080",
+    return GatewayTurn(model="m-key", slug="m", directory="/opt/sglang/router/m", url="http://127.0.0.1:30080",
                        key_file=None, ready_within=120)
-    try:
-        with on_host(fake), mock.patch.object(stack_ops.logger, "warning"):
-            fake.state.is_executing = True
-            return list(stack_ops.stack_up._inner(project_dir="/opt/sglang/router/m", image="i", model=None,
-                                                  compose_sha="new", gateway="m", sole_front=sole, turn=turn))
-    finally:
-        factcache.invalidate(fake)
 
 
-def test_a_running_gateway_another_host_also_fronts_restarts_in_its_models_turn():
+def test_a_gateways_restart_and_its_gate_are_one_detached_program():
+    """#60: a gateway's restart and its gate are one command (before: a restart operation's `up`, then validated's
+    gate, two commands: a run lost between them left a restarted gateway ungated)."""
+    from pyinfra.api import FunctionCommand
+
+    from sglang_infra.run.operation import restarted_then_gated, run_gate
+
+    [command] = gateway_validated(running=True, sole=True, turn=a_turn())[0]
+    assert isinstance(command, FunctionCommand) and command.function is run_gate
+    gate, up = command.args
+    assert gate == "bash /opt/sglang/router/m/gate.sh --config-sha new"   # judges only the config it rendered
+    assert up.startswith("cd /opt/sglang/router/m && docker compose -f compose.yaml up -d --remove-orphans && ")
+    assert "sglang-router-m" in up   # the gateway's own stack record (its compose project), not the server's
+    program = restarted_then_gated(up, gate)
+    assert "hostside/roll/detach.py" in program and program.index("up -d") < program.index("gate.sh")
+    # a new gateway: the same one program, no turn
+    [new] = gateway_validated(running=False, sole=False, turn=a_turn())[0]
+    assert new.function is run_gate and new.args == command.args
+
+
+def test_a_gateway_that_runs_its_config_is_gated_alone_or_left_alone():
+    from sglang_infra.run.operation import run_gate
+
+    # its worker set changed (its stamp no longer matches): the gate alone, detached, no restart, no turn
+    [command] = gateway_validated(running=True, sole=False, turn=a_turn(), compose_sha="old")[0]
+    assert command.function is run_gate and command.args == ("bash /opt/sglang/router/m/gate.sh --config-sha old",)
+    assert gateway_validated(running=True, sole=False, turn=a_turn(), compose_sha="old", stamped=True)[0] == []
+
+
+def test_a_running_gateway_another_host_also_fronts_restarts_and_is_gated_in_its_models_turn():
     from pyinfra.api import FunctionCommand
 
     from sglang_infra.run.gateway_turns import gateway_turn
 
-    [command] = turn_run(running=True, sole=False)
+    [command] = gateway_validated(running=True, sole=False, turn=a_turn())[0]
     assert isinstance(command, FunctionCommand) and command.function is gateway_turn
-    assert command.args[0].model == "m-key" and "up -d" in command.args[1]
-    # a new gateway (nothing serves yet) and a sole front (no other to serve meanwhile) take no turn
-    for running, sole in ((False, False), (True, True)):
-        [plain] = turn_run(running=running, sole=sole)
-        assert not isinstance(plain, FunctionCommand) and "up -d" in command_text(plain)
+    turn, up, gate, why = command.args
+    assert turn.model == "m-key" and "up -d" in up and why == "compose.yaml changes"
+    assert gate == "bash /opt/sglang/router/m/gate.sh --config-sha new"
 
 
 class TurnHost:
     """A gateway host: records (host, step) in the shared log and yields to the other greenlets on each command."""
 
-    def __init__(self, name, log, up_fails=False, not_ready=False):
+    def __init__(self, name, log, up_fails=False, not_ready=False, gate_fails=False):
         self.name, self.log, self.up_fails, self.not_ready = name, log, up_fails, not_ready
+        self.gate_fails = gate_fails
         self.current_op_global_arguments, self.messages = {}, []
 
     def log_styled(self, message, log_func=None, **_):
@@ -609,6 +634,15 @@ class TurnHost:
 
         text = str(command)
         gevent.sleep(0.02)
+        if "hostside/roll/detach.py" in text:   # the restart and its gate, one detached program
+            assert "( up ) ||" in text and text.index("( up )") < text.index("gate.sh"), text
+            self.log.append((self.name, "up"))
+            if self.up_fails:
+                return False, Output(err=["compose: no such image", UP_FAILED])
+            self.log.append((self.name, "gate"))
+            if self.gate_fails:
+                return False, Output(err=["FAILED: tool calling: no tool call; rolled back to the last good config"])
+            return True, Output(["gate: passed"])
         if "hostside/roll/gateway_workers.py" in text:   # ship.command: the program packed, its path in clear
             change = json.loads(_stdin)
             if change.get("view"):
@@ -621,9 +655,7 @@ class TurnHost:
                 return False, Output(err=["gateway_workers: the gateway at x is not ready after 120 s: it does not "
                                           "list w1 healthy"])
             return True, Output(["gateway_workers: ready"])
-        assert text == "up", text
-        self.log.append((self.name, "up"))
-        return (not self.up_fails), Output(err=["compose: no such image"])
+        raise AssertionError(text)
 
 
 def turns(hosts, models=None):
@@ -637,7 +669,8 @@ def turns(hosts, models=None):
     try:
         jobs = [gevent.spawn(gateway_turns.gateway_turn, state, each, GatewayTurn(
             model=model, slug="m", directory="/opt/sglang/router/m", url="http://127.0.0.1:30080", key_file=None,
-            ready_within=120), "up", "compose.yaml changes") for each, model in zip(hosts, models)]
+            ready_within=120), "up", "bash /opt/sglang/router/m/gate.sh --config-sha c1", "compose.yaml changes")
+            for each, model in zip(hosts, models)]
         gevent.joinall(jobs, raise_error=True)
         return [job.value for job in jobs]
     finally:
@@ -649,9 +682,10 @@ def test_two_gateways_of_one_model_are_never_recreated_at_the_same_time():
     assert turns([TurnHost("gw-1", log), TurnHost("gw-2", log)]) == [True, True]
     first = log[0][0]
     second = "gw-2" if first == "gw-1" else "gw-1"
-    # the second one's turn starts only once the first one answers and lists its workers healthy again
-    assert log == [(first, "view"), (first, "up"), (first, "ready"), (second, "view"), (second, "up"),
-                   (second, "ready")]
+    # the second one's turn starts only once the first one passed its gate, answers and lists its workers healthy
+    # again
+    assert log == [(first, "view"), (first, "up"), (first, "gate"), (first, "ready"), (second, "view"),
+                   (second, "up"), (second, "gate"), (second, "ready")]
 
 
 def test_gateways_of_other_models_restart_in_parallel():
@@ -660,12 +694,16 @@ def test_gateways_of_other_models_restart_in_parallel():
     assert [step for _, step in log[:2]] == ["view", "view"]
 
 
-@pytest.mark.parametrize("failing", [{"up_fails": True}, {"not_ready": True}])
-def test_a_failed_turn_stops_the_models_later_turns_and_names_the_gateway(failing):
+@pytest.mark.parametrize("failing,why", [
+    ({"up_fails": True}, "docker compose up failed; nothing was gated"),
+    ({"gate_fails": True}, "tool calling: no tool call; rolled back to the last good config"),
+    ({"not_ready": True}, "not ready after 120 s"),
+])
+def test_a_failed_turn_stops_the_models_later_turns_and_names_the_gateway(failing, why):
     log: list = []
     bad, good = TurnHost("gw-1", log, **failing), TurnHost("gw-2", log)
     assert turns([bad, good]) == [False, False]
     assert [name for name, _ in log] == ["gw-1"] * len(log)   # gw-2's gateway was never touched
-    assert any("gw-1/m failed" in line for line in bad.messages)
+    assert any("gw-1/m failed" in line and why in line for line in bad.messages), bad.messages
     assert any("not restarted" in line and "stopped at gw-1/m: " in line and "keeps serving its old config" in line
                for line in good.messages), good.messages

@@ -11,7 +11,7 @@ from conftest import FakeHost, command_text, load_cases, on_host
 from pyinfra.api import OperationError
 
 from sglang_infra import operations
-from sglang_infra.operations import account, files, stack
+from sglang_infra.operations import account, files, gate
 from sglang_infra.run import factcache
 from sglang_infra.run import operation as base
 
@@ -245,14 +245,15 @@ def test_diff_shows_the_file_diff_and_each_drifted_path(monkeypatch):
 
 def test_a_changed_private_config_recreates_the_stack():
     """compose cannot see the API key file's content: when it changed, the stack is recreated."""
-    name, case = next(c for c in CASES if c[0] == "stack_up.noop")
+    name, case = next(c for c in CASES if c[0] == "validated.noop_with_the_stack")
     fake = FakeHost(case["facts"], executing=True)
     with on_host(fake):
-        commands = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: True)]
-        unchanged = [command_text(c) for c in stack.stack_up._inner(**case["args"], recreate_if=lambda: False)]
+        commands = [command_text(c) for c in gate.validated._inner(**case["args"], recreate_if=lambda: True)]
+        unchanged = [command_text(c) for c in gate.validated._inner(**case["args"], recreate_if=lambda: False)]
     factcache.invalidate(fake)
-    assert commands == ["cd /opt/sglang/docker && docker compose -f compose.yaml up -d --remove-orphans "
-                        "--force-recreate && python3 -I -c <hostside/stack.py> /opt/sglang/docker"]
+    assert commands == ["function run_gate('bash /opt/sglang/gate.sh --config-sha c1', 'cd /opt/sglang/docker && "
+                        "docker compose -f compose.yaml up -d --remove-orphans --force-recreate && python3 -I -c "
+                        "<hostside/stack.py> /opt/sglang/docker')"]
     assert unchanged == []
 
 

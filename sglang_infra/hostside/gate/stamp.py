@@ -19,6 +19,10 @@ A worker's digest also covers the driver it runs on (running_driver): after a bo
 A gateway (router/<slug>/) keeps its compose.yaml, scripts and stamp in its
 own directory, and its digest also covers the worker set it was validated
 with (workers.json) and its launcher: a change of either runs its gate again.
+
+The validation scripts count by their command lines (names.judged_text), not the programs they carry: a new
+version of the checks judges the same config by the same values. An earlier version's stamp (LEGACY, up to stop
+61) of the host as it is still counts (compare()); write/restamp.py rewrites it in this form.
 """
 
 import hashlib
@@ -46,6 +50,11 @@ GATEWAY_FILES = (names.WORKERS_FILE, names.LAUNCHER)
 DRIVER_VERSION = "/proc/driver/nvidia/version"
 FABRIC_MANAGER = "nv-fabricmanager"
 FABRIC_MANAGER_SECONDS = 10
+# The form of this version's stamp, one of its digest's parts; an earlier version's stamp has no such part (LEGACY).
+FORM = "form=2"
+LEGACY = "legacy"
+# The most of a validation script read for its judged digest: the scripts carry the checks' program (about 100 KiB).
+MAX_SCRIPT = 4 << 20
 _RELEASE = re.compile(r"\b\d+\.\d+(?:\.\d+)?\b")
 
 
@@ -70,13 +79,27 @@ def running_driver():
     return parts
 
 
-def digest(home, container, docker_dir=None, extra=()):
+def judged(path):
+    """names.judged_digest of the script at ``path``, or None (absent, a link, over MAX_SCRIPT)."""
+    raw = safefs.read_regular(path, MAX_SCRIPT + 1)
+    return None if raw is None or len(raw) > MAX_SCRIPT else names.judged_digest(raw)
+
+
+def scripts_judged(scripts_dir):
+    """Each gate script in ``scripts_dir`` by path: judged(), as plan/render.py gate_files counts it."""
+    return {os.path.join(scripts_dir, name): judged(os.path.join(scripts_dir, name))
+            for name in names.GATE_SCRIPTS}
+
+
+def digest(home, container, docker_dir=None, extra=(), form=FORM):
     """
     The digest of the config as it is now, served by ``container``
     (stack.container()): compose.yaml and .env in ``docker_dir`` (default
-    home/docker), the scripts in ``home``, and the ``extra`` files of
-    ``docker_dir``. A gateway passes its own directory as both; a worker's
-    (no ``extra``) covers its running_driver() too.
+    home/docker), the validation scripts in ``home`` by what they judge
+    with (judged()), and the ``extra`` files of ``docker_dir``. A gateway
+    passes its own directory as both; a worker's (no ``extra``) covers its
+    running_driver() too. ``form`` LEGACY: an earlier version's digest of the
+    same, each script by its whole sha256 (compare()).
     """
     docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
     container = container or {}
@@ -84,10 +107,15 @@ def digest(home, container, docker_dir=None, extra=()):
              f"env={safefs.sha256_regular(os.path.join(docker_dir, names.ENV_FILE))}",
              f"image={container.get('image_id') or ''}",
              f"container={container.get('id') or ''}@{container.get('started_at') or ''}"]
-    parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
+    if form == LEGACY:
+        parts += [f"{name}={safefs.sha256_regular(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
+    else:
+        parts += [f"{name}={judged(os.path.join(home, name))}" for name in names.VALIDATION_SCRIPTS]
     parts += [f"{name}={safefs.sha256_regular(os.path.join(docker_dir, name))}" for name in extra]
     if not extra:
         parts += running_driver()
+    if form != LEGACY:
+        parts.append(form)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -126,7 +154,7 @@ def as_gated(container, record, boot=None):
 def restart_count(container):
     """Docker's RestartCount of ``container``: restarts by its policy since the daemon or a client last started it
     (the daemon's start at boot resets it); None when the engine does not say. Read here, not by stack.container(),
-    whose module the validation scripts carry: their text is part of the stamp."""
+    whose module the validation scripts carry."""
     if "restart_count" in container:
         return container["restart_count"]
     try:
@@ -137,13 +165,28 @@ def restart_count(container):
     return count if isinstance(count, int) else None
 
 
+def compare(home, container, docker_dir=None, extra=()):
+    """(digest, legacy) of the host as it is now: digest() of ``container`` as_gated() by the last gate's record
+    in ``docker_dir`` (default home/docker); where the stamp is an earlier version's of the host as it is now,
+    that digest (LEGACY form) and True."""
+    docker_dir = docker_dir or os.path.join(home, names.DOCKER_DIR)
+    gated = as_gated(container, last_record(docker_dir))
+    now = digest(home, gated, docker_dir, extra)
+    found = read(home, docker_dir)
+    if found and found != now:
+        earlier = digest(home, gated, docker_dir, extra, LEGACY)
+        if found == earlier:
+            return earlier, True
+    return now, False
+
+
 def current(home, container, docker_dir=None, extra=()):
-    """The digest of the host as it is now, for comparing with the stamp (snapshot.py, gate_metrics.py): digest(),
-    of ``container`` as_gated() by the last gate's record in ``docker_dir`` (default home/docker)."""
-    record = last_record(docker_dir or os.path.join(home, names.DOCKER_DIR))
-    return digest(home, as_gated(container, record), docker_dir, extra)
+    """The digest of the host as it is now, for comparing with the stamp (snapshot.py, gate_metrics.py):
+    compare()'s."""
+    return compare(home, container, docker_dir, extra)[0]
 
 
 def read(home, docker_dir=None):
+    """The stamp in ``docker_dir`` (default home/docker), or None."""
     raw = safefs.read_regular(os.path.join(docker_dir or os.path.join(home, names.DOCKER_DIR), STAMP), 512)
     return raw.decode(errors="replace").strip() if raw else None

@@ -495,9 +495,9 @@ def routers(home, engine_api):
             workers = json.loads(raw) if raw else None
         except ValueError:
             workers = None
-        out[slug] = {"stack": running, "stamp": stamp.read(home, directory),
-                     "digest": stamp.current(directory, running["container"], directory, stamp.GATEWAY_FILES),
-                     "workers": workers}
+        digest, legacy = stamp.compare(directory, running["container"], directory, stamp.GATEWAY_FILES)
+        out[slug] = {"stack": running, "stamp": stamp.read(home, directory), "digest": digest, "legacy": legacy,
+                     "judged": stamp.scripts_judged(directory), "workers": workers}
     return out
 
 
@@ -533,6 +533,15 @@ def reach(target):
     except (OSError, ValueError) as error:
         return {"ok": False, "said": f"port {port} refused, and port {answering} did not answer either "
                                      f"({str(error) or type(error).__name__}): no host answers there"}
+def gate_state(home, container):
+    """The server's gate as the deploy decides on it (operations/gate.py): its stamp, the digest of the host as
+    it is now and whether the stamp is an earlier version's that names it (stamp.compare), each gate script's
+    judged digest, and when the container it stamped started."""
+    digest, legacy = stamp.compare(home, container)
+    return {"stamp": stamp.read(home), "digest": digest, "legacy": legacy, "judged": stamp.scripts_judged(home),
+            "started_at": report.gated_start(home)}
+
+
 def layout_dirs(spec, home, gateways):
     """The directories whose owner and mode the layout reads: the spec's, and on a gateway host router/, its
     router/.secrets/ (the control-plane key) and each gateway's router/<slug>/, which the plan's layout names too."""
@@ -578,9 +587,7 @@ def read(spec):
         "models": models(home, spec["user"]),
         "tools": tools(tools_dir),
         "stack": running,
-        "gate": {"stamp": stamp.read(home),
-                 "digest": stamp.current(home, container),
-                 "started_at": report.gated_start(home)},
+        "gate": gate_state(home, container),
         "routers": routers(home, engine["api"]),
         "reach": reach(spec.get("reach")),
         "settled": settled.read(),

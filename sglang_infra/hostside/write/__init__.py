@@ -9,4 +9,5 @@ Every module, a line each (tests/unit/test_hostside_index.py keeps the list whol
     acl.py      one named user's entry in a directory's POSIX access ACL (the peer door's nginx workers)
     repair.py   drift repair below the home, through safefs's walk that never follows a symlink
     keyring.py  a vendor's apt keyring made anew from its key URL, holding exactly the pinned key, else removed
+    restamp.py  an earlier version's gate stamp of the host as it is, rewritten in this version's form
 """
