@@ -230,13 +230,16 @@ def power_cycle(host) -> None:
     """The host loses power and boots again, as a container host can: every process killed at once (`docker restart
     -t 0`: SIGKILL, no shutdown), /run (a tmpfs) empty, systemd boots, sshd and the Docker engine start and the
     serving container is restarted by its policy. Its disk is kept (SSH host keys included); its address may change,
-    so it is read again."""
+    so it is read again and its host key pinned there."""
     from testbed.hosts import NETWORK
 
     subprocess.run(["docker", "restart", "-t", "0", host.container], check=True, capture_output=True, timeout=120)
     info = json.loads(subprocess.run(["docker", "inspect", host.container], check=True, capture_output=True,
                                      text=True, timeout=60).stdout)[0]
     host.address = info["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+    # the same host keys (its disk is kept), pinned at the address it came back on
+    pinned = [line.split(None, 1)[1] for line in host.known_hosts.read_text().splitlines() if line.strip()]
+    host.known_hosts.write_text("".join(f"{host.address} {key}\n" for key in pinned))
     assert wait_for(lambda: host.exec("systemctl is-active ssh docker", check=False).returncode == 0, 120), \
         "the host did not come back with sshd and Docker"
 
