@@ -9,9 +9,13 @@ one read of each host (sglang_infra/run/preflight.py).
 
 from pyinfra import host, inventory, local, state
 
-from sglang_infra.run import factcache, failedhosts, interrupt, settled
-from sglang_infra.run import workarounds as compat
-from sglang_infra.run.preflight import plan_of, plans, preflight, snapshots
+from sglang_infra.machine.pycache import keep_bytecode
+
+keep_bytecode()               # our modules' bytecode kept in the operator's own cache (pyinfra turns writing it off)
+
+from sglang_infra.run import factcache, failedhosts, interrupt, settled  # noqa: E402 (after keep_bytecode)
+from sglang_infra.run import workarounds as compat  # noqa: E402 (after keep_bytecode)
+from sglang_infra.run.preflight import plan_of, plans, preflight, snapshots  # noqa: E402 (after keep_bytecode)
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 interrupt.install()           # Ctrl-C or SIGTERM ends the run at once, non-zero, naming the hosts whose gate was going

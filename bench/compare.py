@@ -176,19 +176,21 @@ def inventory_for(checkout: Path, inventory: Path) -> Path:
     return older
 
 
-# With --keep-bytecode, each checkout's Python keeps its modules' bytecode as an operator's does (in a folder of the
-# bench's, so no checkout gets a __pycache__); without it, the caller's environment decides (this machine's shell
-# sets PYTHONDONTWRITEBYTECODE=1: every run then compiles the project's modules from source).
-BYTECODE_DIR: Path | None = None
+# With --as-operator, each checkout's pyinfra runs as in an operator's shell: PYTHONDONTWRITEBYTECODE (which this
+# machine's shell sets) and PYTHONPYCACHEPREFIX dropped, so the installed packages' bytecode is read from their own
+# __pycache__ as pip wrote it, and the project's modules are compiled or kept as that checkout's deploy.py decides
+# (pyinfra's CLI turns bytecode writing off; machine/pycache.py keeps ours in the operator's ~/.cache). Without it,
+# the caller's environment decides (here: every run compiles the project's modules from source).
+AS_OPERATOR = False
 
 
 def timed_deploy(inventory: Path, *args: str, checkout: Path = ROOT) -> dict:
     """One `pyinfra -y INVENTORY deploy.py` of ``checkout``, run from it and importing from it, with this venv's
     pyinfra."""
     env = _env({"PYTHONPATH": str(checkout)})
-    if BYTECODE_DIR is not None:
+    if AS_OPERATOR:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(BYTECODE_DIR / checkout.name)
+        env.pop("PYTHONPYCACHEPREFIX", None)
     return timed([*PYINFRA, "-y", str(inventory), "deploy.py", *args], cwd=checkout, env=env)
 
 
@@ -260,7 +262,9 @@ def one_round(count: int, rep: int, state_dir: Path, image: str, base: dict,
         inventory = write_inventory(state_dir / f"compare_{count}_{rep}.py",
                                     {"production": [(host, {}) for host in fleet]}, base=base)
         sample = {"hosts": count, "rep": rep}
-        for label, checkout in checkouts:
+        # Every other repetition the checkouts take the other order, so that a load rising or falling on a shared
+        # machine weighs on each side alike.
+        for label, checkout in (checkouts if rep % 2 == 0 else checkouts[::-1]):
             sample.update(_pyinfra(label, checkout, inventory_for(checkout, inventory), names, log_dir, reruns))
         ansible_inventory = write_ansible_inventory(state_dir / f"compare_{count}_{rep}.ansible.yml", fleet)
         sample.update(_ansible(playbook, ansible_inventory, state_dir / "ansible", names, log_dir))
@@ -363,7 +367,8 @@ def report(summary: dict, counts: list[int], reps: int, names: dict[str, str]) -
     lines.append("")
     lines.append(f"Wall seconds of the whole process, median [min-max] over {reps} repetition(s); ratios are of "
                  f"medians. Each round: fresh hosts, converged by this project; "
-                 f"then each tool in turn: one converging run, one counting run (-vv/-vvv), one timed re-run.")
+                 f"then each tool in turn: one converging run, one counting run (-vv/-vvv), one timed re-run "
+                 f"(the checkouts in the other order every other repetition).")
     lines.append("")
     lines.append("Targets (issue #10):")
     lines.append("")
@@ -385,18 +390,18 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per fleet size (default 3)")
     parser.add_argument("--reruns", type=int, default=1,
                         help="timed no-change re-runs per repetition and checkout, the median kept (default 1)")
-    parser.add_argument("--keep-bytecode", action="store_true",
-                        help="let each checkout's Python keep its bytecode, as an operator's does (a bench folder)")
+    parser.add_argument("--as-operator", action="store_true",
+                        help="run each checkout's pyinfra as in an operator's shell (no PYTHONDONTWRITEBYTECODE)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where compare.{md,json} go")
     args = parser.parse_args()
-    global BYTECODE_DIR
+    global AS_OPERATOR
     counts = [int(c) for c in args.hosts.split(",")]
     if args.reps < 1 or not counts or min(counts) < 1:
         parser.error("--hosts and --reps must be positive")
     out = Path(args.out).resolve()
     state_dir = out / "compare-state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    BYTECODE_DIR = state_dir / "pycache" if args.keep_bytecode else None
+    AS_OPERATOR = args.as_operator
 
     started = time.monotonic()
     worktrees: list[Worktree] = []

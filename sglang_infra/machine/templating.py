@@ -19,19 +19,13 @@ from typing import Any
 import jinja2
 
 from ..hostside.printable import printable
+from .pycache import cache_home
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
 # Where the templates' compiled code is kept between runs: compiling the templates a settled host's fingerprint
 # renders was about 0.03 s of every run (docs/benchmarks.md). The operator's own folder, never a shared one (/tmp):
 # the deploy runs the code it finds there.
-def _cache_home() -> Path | None:
-    try:
-        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    except (RuntimeError, KeyError):   # no home to be found: the templates are compiled on each run
-        return None
-
-
-BYTECODE_DIR = (_cache_home() or Path("/nonexistent")) / "sglang-infra" / "templates"
+BYTECODE_DIR = (cache_home() or Path("/nonexistent")) / "sglang-infra" / "templates"
 
 
 @lru_cache(maxsize=1)

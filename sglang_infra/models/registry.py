@@ -71,16 +71,19 @@ class Model:
         return f"{self.repo_id}@{self.revision}"
 
 
-def _hub_accepts(repo_id: str) -> bool:
-    """huggingface_hub's own rule for repo ids (no '--' or '..', length, edges), so a pull never crashes on one."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+# huggingface_hub's own rule for repo ids (utils/_validators.py, validate_repo_id, at the pinned release), so a pull
+# never crashes on one: each part 1 to 96 of [A-Za-z0-9_.-], starting and ending with a word character, no '--' or
+# '..', no '.git' at the end. Written out rather than imported: importing it loads the library's HTTP client (httpx),
+# about 0.02 s of every run, a settled one too (docs/benchmarks.md); tests/unit/test_registry.py holds it equal to
+# the installed library's over generated ids.
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_HUB_REPO_ID_RE = re.compile(rf"(?:{_HUB_PART}/)?{_HUB_PART}")
 
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError:
-        return False
-    return True
+
+def hub_accepts(repo_id: str) -> bool:
+    """Whether huggingface_hub's validate_repo_id accepts ``repo_id`` (its rule above)."""
+    return (_HUB_REPO_ID_RE.fullmatch(repo_id) is not None and "--" not in repo_id and ".." not in repo_id
+            and not repo_id.endswith(".git"))
 
 
 def is_commit(value: Any) -> bool:
@@ -163,7 +166,7 @@ def _entry_problems(key: str, raw: Any, registry: Any, derived: frozenset[str] |
             else:
                 out.append((f"entry {key!r} lacks {name!r} ({kind})", f"add {name!r}: {example}"))
     value = raw.get("repo_id")
-    if value is not None and not (isinstance(value, str) and _REPO_ID_RE.fullmatch(value) and _hub_accepts(value)):
+    if value is not None and not (isinstance(value, str) and _REPO_ID_RE.fullmatch(value) and hub_accepts(value)):
         out.append((f"entry {key!r}: repo_id {value!r} is not {FIELDS['repo_id'][1]}", "use e.g. 'org/name'"))
     value = raw.get("revision")
     if value is not None and not is_commit(value):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shlex
 import signal
 import subprocess
 import tarfile
@@ -17,6 +16,7 @@ import time
 
 import pytest
 
+from day_two import DOCKER, Sampler, both, cat, data, results, serving
 from harness import (
     PROJECT_DIR,
     PYINFRA,
@@ -30,45 +30,17 @@ from harness import (
 )
 
 CANARY, OTHER = "sg-day2-1", "sg-day2-2"
-DOCKER = "/opt/sglang/docker"
 # The tree the fleet was converged by before this change (the last landing, stop 61): the upgrade's start.
 UPGRADE_FROM = "cef8e10"
 # Keys of the stand-in profile that tree does not know (none: it knows every one of today's).
 NEW_KEYS: tuple[str, ...] = ()
 GATE_OP = "Ensure the running config passed test_tool_calling.sh and benchmark.sh (rolled back if not)"
 GATE_STARTS = f"--> Starting operation: tasks/stack.py | {GATE_OP}"   # the run's line as its gate begins
-# On the host: a chat completion every 0.5 s, bounded, one line each (when it was sent, ok / fail), into SAMPLES.
-SAMPLES = "/root/samples"
-SAMPLER = (f": > {SAMPLES}; m=$(curl -s -m 2 http://127.0.0.1:30000/v1/models | python3 -c "
-           "'import json,sys; print(json.load(sys.stdin)[\"data\"][0][\"id\"])'); "
-           "for i in $(seq 400); do [ -e /root/sampler.stop ] && break; t=$(date +%s.%N); "
-           "curl -sf -m 3 -o /dev/null -H 'Content-Type: application/json' "
-           "-d '{\"model\":\"'$m'\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}' "
-           f"http://127.0.0.1:30000/v1/chat/completions && echo $t ok >> {SAMPLES} || echo $t fail >> {SAMPLES}; "
-           "sleep 0.5; done")
-REQUEST_MAX = 3   # seconds: curl -m 3, the longest a sample's request can last
-# The serving container's life on the host, from the engine's own records: (seconds, action) each.
-EVENTS = ("docker events --since {since} --until {until} --filter type=container "
-          "--filter label=com.docker.compose.service=sglang --format '{{{{.TimeNano}}}} {{{{.Action}}}}'")
-
-
-def data(marker: str, **env: str) -> list[str]:
-    """A new config: the stand-in's environment with a marker of its own (compose.yaml changes, the server
-    restarts and the gate runs)."""
-    return ["--data", f"sglang_extra_env={json.dumps({'STANDIN_LOAD_SECONDS': '2', 'DAY2': marker, **env})}"]
 
 
 def started_at(host) -> str:
     return host.exec(f"docker inspect -f '{{{{.State.StartedAt}}}}' $(cd {DOCKER} && docker compose ps -q sglang)"
                      ).stdout.strip()
-
-
-def results(host) -> int:
-    return int(host.exec("ls /opt/sglang/results | wc -l").stdout)
-
-
-def cat(host, path) -> str:
-    return host.exec(f"cat {path}", check=False).stdout
 
 
 def last_gate(host) -> dict:
@@ -78,54 +50,6 @@ def last_gate(host) -> dict:
 def gate_ended(host) -> bool:
     """No gate holds the host's gate lock (a gate run apart from its run, hostside/roll/detach.py)."""
     return host.exec("flock -n /run/sglang/gate.lock true", check=False).returncode == 0
-
-
-class Sampler:
-    """The host's own client: requests sent and failed while the block runs, each with the time it was sent, and
-    the serving container's events meanwhile (docker events: its starts, stops, execs)."""
-
-    def __init__(self, host):
-        self.host = host
-
-    def __enter__(self):
-        self.since = self.host.exec("date +%s.%N").stdout.strip()
-        self.host.exec(f"rm -f /root/sampler.stop; nohup bash -c {shlex.quote(SAMPLER)} >/dev/null 2>&1 &")
-        assert wait_for(lambda: cat(self.host, SAMPLES).count("ok") >= 2, 20), "the sampler never got an answer"
-        return self
-
-    def __exit__(self, *_):
-        time.sleep(1)
-        self.host.exec("touch /root/sampler.stop; sleep 4")
-        until = self.host.exec("date +%s.%N").stdout.strip()
-        self.samples = [(float(sent), word) for sent, word in
-                        (line.split() for line in cat(self.host, SAMPLES).splitlines() if line.strip())]
-        self.sent, self.failed = len(self.samples), sum(word == "fail" for _, word in self.samples)
-        self.events = [(int(ns) / 1e9, action.split(":")[0]) for ns, action in
-                       (line.split(" ", 1) for line in
-                        self.host.exec(EVENTS.format(since=self.since, until=until)).stdout.splitlines()
-                        if line.strip())]
-
-    def starts(self) -> int:
-        """How many times the serving container started."""
-        return sum(action == "start" for _, action in self.events)
-
-    def outside_the_restart(self) -> list[float]:
-        """The failed requests not explained by the container's one restart: sent before its old container was
-        told to stop (less REQUEST_MAX, a request in flight then), or after the new one first answered. Where
-        the samples fall within the outage changes how many fail (one more or less), never this list."""
-        stopped = min((t for t, action in self.events if action in ("kill", "stop", "die")), default=None)
-        started = max((t for t, action in self.events if action == "start"), default=None)
-        if stopped is None or started is None:
-            return [sent for sent, word in self.samples if word == "fail"]
-        back = min((sent for sent, word in self.samples if word == "ok" and sent > started), default=float("inf"))
-        return [sent for sent, word in self.samples
-                if word == "fail" and not stopped - REQUEST_MAX <= sent < back]
-
-    def outage(self) -> float:
-        """Seconds from the old container told to stop to the new one's first answer."""
-        stopped = min((t for t, action in self.events if action in ("kill", "stop", "die")), default=0.0)
-        started = max((t for t, action in self.events if action == "start"), default=0.0)
-        return min((sent for sent, word in self.samples if word == "ok" and sent > started), default=0.0) - stopped
 
 
 def old_tree(workdir):
@@ -187,15 +111,6 @@ def scripts(host) -> str:
     return host.exec("sha256sum /opt/sglang/test_tool_calling.sh /opt/sglang/benchmark.sh").stdout
 
 
-def both(inventory, workdir, first: list[str], second: list[str], apart: float = 0.0):
-    """Two runs on the canary, the second started ``apart`` seconds after the first: (rc, output) each."""
-    logs = [workdir / "first.log", workdir / "second.log"]
-    runs = [start_deploy(inventory, logs[0], "--limit", CANARY, *first)]
-    time.sleep(apart)
-    runs.append(start_deploy(inventory, logs[1], "--limit", CANARY, *second))
-    return [(run.wait(timeout=600), log.read_text()) for run, log in zip(runs, logs)]
-
-
 def test_two_runs_of_one_change_at_once_take_turns_and_fail_no_more_requests_than_one(fleet, workdir, measure):
     hosts, inventory = fleet
     host = hosts[CANARY]
@@ -204,7 +119,7 @@ def test_two_runs_of_one_change_at_once_take_turns_and_fail_no_more_requests_tha
     assert result.returncode == 0, result.why()
     count = results(host)
     with Sampler(host) as met:
-        runs = both(inventory, workdir, data("met"), data("met"))
+        runs = both(inventory, workdir, CANARY, data("met"), data("met"))
     assert [rc for rc, _ in runs] == [0, 0], runs[0][1][-3000:] + runs[1][1][-3000:]
     assert any(f"[{CANARY}] another run is changing this host" in output for _, output in runs)
     assert results(host) == count + 1   # one gate: the second run found the change made
@@ -224,7 +139,7 @@ def test_two_runs_of_one_change_at_once_take_turns_and_fail_no_more_requests_tha
 def test_two_runs_with_different_data_each_gate_their_own_config(fleet, workdir):
     hosts, inventory = fleet
     host = hosts[CANARY]
-    (rc1, out1), (rc2, out2) = both(inventory, workdir, data("one"), data("two"), apart=1)
+    (rc1, out1), (rc2, out2) = both(inventory, workdir, CANARY, data("one"), data("two"), apart=1)
     assert (rc1, rc2) == (0, 0), out1[-3000:] + out2[-3000:]
     for output in (out1, out2):
         assert f"gate[{CANARY}]: passed; this config is now the last known-good one" in output
@@ -279,11 +194,6 @@ def test_rollout_stops_at_once_on_an_interrupted_canary(fleet, workdir):
     assert '"rollout"' in cat(canary, f"{DOCKER}/compose.yaml.failed")
 
 
-def serving(host) -> str:
-    """The serving container's id while it runs (a restart makes a new one), read at once."""
-    return host.exec("docker ps -q --no-trunc --filter label=com.docker.compose.service=sglang").stdout.strip()
-
-
 def test_a_run_killed_right_after_the_restart_leaves_its_gate_to_roll_back_and_status_names_the_host(fleet, workdir):
     """#53 item 4, #60: SIGKILL the moment the new container runs (before, the run was then between its restart
     and its gate, two commands). The restart and its gate are one program on the host (operations/gate.py
@@ -320,13 +230,16 @@ def power_cycle(host) -> None:
     """The host loses power and boots again, as a container host can: every process killed at once (`docker restart
     -t 0`: SIGKILL, no shutdown), /run (a tmpfs) empty, systemd boots, sshd and the Docker engine start and the
     serving container is restarted by its policy. Its disk is kept (SSH host keys included); its address may change,
-    so it is read again."""
+    so it is read again and its host key pinned there."""
     from testbed.hosts import NETWORK
 
     subprocess.run(["docker", "restart", "-t", "0", host.container], check=True, capture_output=True, timeout=120)
     info = json.loads(subprocess.run(["docker", "inspect", host.container], check=True, capture_output=True,
                                      text=True, timeout=60).stdout)[0]
     host.address = info["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+    # the same host keys (its disk is kept), pinned at the address it came back on
+    pinned = [line.split(None, 1)[1] for line in host.known_hosts.read_text().splitlines() if line.strip()]
+    host.known_hosts.write_text("".join(f"{host.address} {key}\n" for key in pinned))
     assert wait_for(lambda: host.exec("systemctl is-active ssh docker", check=False).returncode == 0, 120), \
         "the host did not come back with sshd and Docker"
 

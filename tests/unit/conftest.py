@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -148,6 +149,17 @@ def promtool(*args: str, cwd):
         pytest.fail("promtool is not installed: scripts/setup-machine.sh installs it (Debian's package prometheus)",
                     pytrace=False)
     return subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _umask_restored():
+    """A pull run in-process (hfpull.main) sets the shared cache's umask 002 for the whole process, as its own
+    process on a host should; the tests after it get the umask they started with (a folder a later test makes
+    would otherwise come out group-writable, and be refused, rightly)."""
+    kept = os.umask(0o022)
+    os.umask(kept)
+    yield
+    os.umask(kept)
 
 
 @pytest.fixture(autouse=True)

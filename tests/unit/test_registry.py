@@ -117,3 +117,57 @@ def test_a_repo_id_huggingface_hub_rejects_is_refused_up_front(repo_id):
     registry["qwen3.6-35b-a3b-awq"] = {**registry["qwen3.6-35b-a3b-awq"], "repo_id": repo_id}
     errors = errors_for(sglang_models=registry)
     assert any("repo_id" in e for e in errors), errors
+
+
+def _generated_repo_ids():
+    """Ids around every edge of huggingface_hub's rule: the characters at each end, '--', '..', '.git', lengths near
+    96, one part or two, several slashes, non-ASCII word characters, whitespace."""
+    import random
+
+    rng = random.Random(56)
+    alphabet = "aZ09_-./é \n"
+    ids = ["a", "a/b", "_/_", "-a", "a-", "a.", ".a", "a/b.git", "a.git/b", "a--b", "a..b", "a-.b", "a.-b", "a/-b",
+           "a/b-", "a//b", "/a", "a/", "a/b/c", "", "a" * 96, "a" * 97, "a" * 96 + "/" + "b" * 96,
+           "a" * 96 + "/" + "b" * 97, "café/x", "org/文件"]
+    for _ in range(4000):
+        ids.append("".join(rng.choice(alphabet) for _ in range(rng.choice((1, 2, 3, 5, 8, 95, 96, 97)))))
+        part = lambda: "".join(rng.choice("ab0_-.") for _ in range(rng.randint(1, 98)))  # noqa: E731
+        ids.append(f"{part()}/{part()}")
+    return ids
+
+
+def test_the_repo_id_rule_is_huggingface_hubs_own():
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from sglang_infra.models.registry import hub_accepts
+
+    def theirs(repo_id):
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError:
+            return False
+        return True
+
+    differ = [repo_id for repo_id in _generated_repo_ids() if hub_accepts(repo_id) != theirs(repo_id)]
+    assert differ == []
+
+
+def test_judging_the_models_loads_no_http_client():
+    """A settled run judges every host's models too: the repo-id rule must not import huggingface_hub (and with it
+    httpx), about 0.02 s of every run."""
+    import json
+    import subprocess
+    import sys
+
+    program = ("import json, sys\n"
+               "from sglang_infra.models import registry\n"
+               "data = json.loads(sys.stdin.read())\n"
+               "print(registry.problems(data))\n"
+               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('huggingface_hub', 'httpx', 'httpx2')))\n")
+    models = registry_with(PROD, repo_id="a--b/model")
+    data = {**DEFAULTS, "sglang_models": models}
+    out = subprocess.run([sys.executable, "-c", program], input=json.dumps(data, default=list), capture_output=True,
+                         text=True, timeout=60, check=True).stdout.splitlines()
+    assert "repo_id 'a--b/model' is not" in out[0]     # the rule was applied
+    assert out[1] == "[]"
