@@ -213,7 +213,9 @@ def read_programs(checkout: Path) -> dict[str, str]:
     if found is None:
         raise SystemExit(f"fleet: {checkout}'s snapshot program does not end in the code cache's run(...) call")
     runner = text[:found.start()]
-    unpack = f"\nmodules = json.loads(zlib.decompress(binascii.a2b_base64(\"{found['blob']}\")))\n"
+    # the runner's own unpack(), or, for a checkout from before it (--before), the JSON it sent the modules in
+    unpack = (f"\nmodules = unpack(\"{found['blob']}\") if \"unpack\" in globals() else "
+              f"json.loads(zlib.decompress(binascii.a2b_base64(\"{found['blob']}\")))\n")
     return {"decompress": runner + unpack, "load": runner + unpack + "codes_for(modules, DIRECTORY)\n",
             "read": text}
 

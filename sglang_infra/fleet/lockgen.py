@@ -26,9 +26,11 @@ import argparse
 import base64
 import hashlib
 import html.parser
+import http.client
 import json
 import os
 import re
+import socket
 import sys
 import time
 import urllib.parse
@@ -181,6 +183,20 @@ def _registry_auth(reference: str, socket_path: str) -> str | None:
     return base64.urlsafe_b64encode(payload.encode()).decode()
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 to the engine on its unix socket: the registry's answer comes through the engine, with the auth
+    header (hostside/dockerapi.py asks the engine plain GETs only)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=HTTP_TIMEOUT)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
 def resolve_image(reference: str) -> str:
     """The manifest digest (sha256:...) the registry serves for ``reference`` now, read by the Docker engine."""
 
@@ -189,8 +205,7 @@ def resolve_image(reference: str) -> str:
     auth = _registry_auth(reference, socket_path)
     if auth:
         headers["X-Registry-Auth"] = auth
-    connection = dockerapi.UnixConnection(socket_path)
-    connection.timeout = HTTP_TIMEOUT
+    connection = _UnixConnection(socket_path)
     try:
         connection.request("GET", f"/distribution/{urllib.parse.quote(reference, safe='/:@')}/json",
                            headers=headers)

@@ -1,47 +1,67 @@
 """Docker's Engine API over its unix socket: the state of images and
 containers without starting the docker CLI (a Go binary whose start-up alone
-costs more CPU than the whole read of a converged host)."""
+costs more CPU than the whole read of a converged host). One HTTP/1.0 GET per
+connection, read to the close (the engine sends no chunks to HTTP/1.0): no
+http.client, whose email package was a tenth of a read's CPU (docs/benchmarks.md)."""
 
-import http.client
 import json
 import socket
 import urllib.parse
 
 SOCKET = "/var/run/docker.sock"
 TIMEOUT = 10  # seconds; a local daemon answers in milliseconds
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("localhost", timeout=TIMEOUT)
-        self._path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(TIMEOUT)
-        self.sock.connect(self._path)
+LIMIT = 64 << 20  # bytes of one answer: the largest, /images/json of a host with thousands of images, is a few MB
 
 
 class Unavailable(Exception):
     """No engine answers on the socket."""
 
 
+def _answer(raw, path):
+    """(status, body) of the HTTP answer ``raw``; Unavailable when it is not one, or cut short."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    code = rest[:3]
+    if not sep or not version.startswith("HTTP/1.") or not (code.isascii() and code.isdigit()):
+        raise Unavailable(f"GET {path}: not an HTTP answer")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "identity").lower() != "identity":
+        raise Unavailable(f"GET {path}: an answer in {headers['transfer-encoding']} encoding, to HTTP/1.0")
+    length = headers.get("content-length")
+    if length is not None:
+        if not (length.isascii() and length.isdigit()) or len(body) < int(length):
+            raise Unavailable(f"GET {path}: the answer was cut short")
+        body = body[:int(length)]
+    return int(code), body
+
+
 def get(path, query=None, socket_path=SOCKET):
     """The decoded JSON of GET ``path``; None on 404; Unavailable when the engine does not answer."""
     url = path + ("?" + urllib.parse.urlencode(query) if query else "")
-    connection = UnixConnection(socket_path)
+    if not url.isascii() or any(c <= " " or c == "\x7f" for c in url):
+        raise ValueError(f"not a URL path to ask the engine: {url!r}")
+    received, size = [], 0
     try:
-        connection.request("GET", url)
-        reply = connection.getresponse()
-        body = reply.read()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(TIMEOUT)
+            connection.connect(socket_path)
+            connection.sendall(f"GET {url} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode("ascii"))
+            while chunk := connection.recv(1 << 16):
+                size += len(chunk)
+                if size > LIMIT:
+                    raise Unavailable(f"GET {path}: an answer over {LIMIT} bytes")
+                received.append(chunk)
     except OSError as error:
         raise Unavailable(str(error)) from error
-    finally:
-        connection.close()
-    if reply.status == 404:
+    status, body = _answer(b"".join(received), path)
+    if status == 404:
         return None
-    if reply.status != 200:
-        raise Unavailable(f"GET {path}: HTTP {reply.status}")
+    if status != 200:
+        raise Unavailable(f"GET {path}: HTTP {status}")
     return json.loads(body)
 
 

@@ -236,8 +236,28 @@ CODECACHE = "read.codecache"
 # The standard-library modules a program run through the code cache loads only when it first uses them
 # (codecache.run): a read of a converged host imports them through modules it carries, never uses them, and they
 # were a third of its imports' CPU (docs/benchmarks.md): TLS (the door's certificate, HTTPS), urllib.request (the
-# gateways' and the reach checks'), the XML of `nvidia-smi -q -x`, addresses (the peer door's).
-LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress")
+# gateways' and the reach checks'), the XML of `nvidia-smi -q -x`, addresses (the peer door's), and the compressors
+# shutil imports for its archives (bz2, lzma: two C libraries loaded, about 1 ms, for shutil.which alone), and
+# subprocess, which the gate's modules import and a read never uses (snapshot._run starts its programs itself).
+LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress", "bz2", "lzma", "subprocess")
+
+
+# A line that holds a comment alone, and a comment after code (with no quote in it): sent_source() blanks them.
+_COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*$", re.M)
+_TRAILING_COMMENT = re.compile(r"[ \t]+#[^\n\"']*$", re.M)
+
+
+def sent_source(name: str) -> str:
+    """hostside/<name>.py as cached_program() sends it, its comments left out (each line kept, so a traceback's
+    line numbers still match the file): the same program, and 7% fewer bytes in the command, which one argument of
+    128 KiB must hold (tests/unit/test_ship.py holds each module's syntax tree equal to its file's)."""
+    return _TRAILING_COMMENT.sub("", _COMMENT_LINE.sub("", _source(name)))
+
+
+# The inline program's first line: hashlib's OpenSSL backend (_hashlib) is not loaded, so hashlib's own sha256 (the
+# same digests) serves the read: loading libcrypto was about 3 ms of a read's CPU, and a read hashes only small files
+# (safefs.MAX_HASHED_BYTES; the stamp's, the config's, the code cache's entry).
+NO_OPENSSL = 'import sys\nsys.modules.setdefault("_hashlib", None)\n'
 
 
 @lru_cache(maxsize=None)
@@ -249,11 +269,11 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this one, where one argument may
     hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
     names = [*carried(entry), entry]
-    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), _source(name)] for name in names]
-    blob = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode("ascii")
+    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), sent_source(name)] for name in names]
+    blob = base64.b64encode(zlib.compress("\0".join(sum(modules, [])).encode(), 9)).decode("ascii")
     where = "DIRECTORY" if directory is None else json.dumps(directory)
-    runner = base64.b64encode(zlib.compress(_source(CODECACHE).encode(), 9)).decode("ascii")
-    return (f"import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
+    runner = base64.b64encode(zlib.compress(sent_source(CODECACHE).encode(), 9)).decode("ascii")
+    return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
             f"\"{_path(CODECACHE)}\", \"exec\"))\n"
             f"run({json.dumps(_packages(names))}, \"{blob}\", {where}, {json.dumps(LAZY)})\n")
 

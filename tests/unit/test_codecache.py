@@ -5,6 +5,7 @@ never executed: the sources the command carries are compiled instead (and kept, 
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import os
 import pwd
@@ -218,7 +219,7 @@ def test_the_snapshot_fact_runs_through_roots_cache():
     command = Snapshot().command(spec="{}")
     assert f"exec python3 -I -S -c {shlex.quote(ship.cached_program('read.snapshot'))} " in command
     runner = ship.cached_program("read.snapshot").split('a2b_base64("', 1)[1].split('"', 1)[0]
-    assert zlib.decompress(binascii.a2b_base64(runner)).decode() == ship.path_of("read.codecache").read_text()
+    assert zlib.decompress(binascii.a2b_base64(runner)).decode() == ship.sent_source("read.codecache")
 
 
 def test_the_snapshot_command_leaves_room_in_one_argument():
@@ -251,7 +252,7 @@ def test_a_candidate_left_by_a_killed_read_goes_and_one_being_written_stays(cach
 def bundled(modules, cache, lazy=()) -> str:
     """A program as ship.cached_program builds one, of ``modules`` ((name, source), the entry last, all in pkg)."""
     rows = [[f"pkg.{name}", "pkg", f"hostside/{name}.py", source] for name, source in modules]
-    blob = binascii.b2a_base64(zlib.compress(json.dumps(rows).encode()), newline=False).decode()
+    blob = binascii.b2a_base64(zlib.compress("\0".join(sum(rows, [])).encode()), newline=False).decode()
     return f"{ship.path_of('read.codecache').read_text()}\nrun([\"pkg\"], \"{blob}\", {str(cache)!r}, {list(lazy)!r})\n"
 
 
@@ -279,11 +280,41 @@ def test_a_lazy_standard_module_loads_when_first_used(cache):
     assert ran(bundled([entry], cache)) == "True\nTrue\n"
 
 
+def test_a_lazy_standard_module_imported_by_two_modules_still_waits_for_its_first_use(cache):
+    """The gate's stamp.py and report.py both import subprocess, which a read never uses: the second import (which
+    reads the module's __spec__) must not run it, as importlib.util.LazyLoader's modules do."""
+    first = ("first", "import ssl\nVALUE = 1\n")
+    entry = ("entry", "import sys\nfrom pkg import first\nfirst.VALUE\nimport ssl\nprint('_ssl' in sys.modules)\n"
+                      "print(ssl.PROTOCOL_TLS_CLIENT.name, '_ssl' in sys.modules)\n")
+    assert ran(bundled([first, entry], cache, lazy=["ssl"])) == "False\nPROTOCOL_TLS_CLIENT True\n"
+
+
+def test_threads_that_first_use_a_lazy_standard_module_at_once_each_get_it_whole(cache):
+    """reach.py's threads use urllib.request at once: none may see it half run (a name missing, or one defined
+    before the names it needs), so the others wait while the first runs it."""
+    entry = ("entry", "import threading, urllib.request\nout = []\n"
+                      "def use():\n    out.append(callable(urllib.request.build_opener) and urllib.request.Request('http://x')"
+                      ".full_url)\n"
+                      "threads = [threading.Thread(target=use) for _ in range(16)]\n"
+                      "[t.start() for t in threads]\n[t.join() for t in threads]\nprint(out.count('http://x'))\n")
+    for _ in range(5):
+        assert ran(bundled([entry], cache, lazy=["urllib.request"])) == "16\n"
+
+
+def test_a_lazy_name_that_is_not_a_source_module_loads_as_usual(cache):
+    entry = ("entry", "import sys, _json\nprint(type(sys.modules['_json']).__name__, _json.__name__)\n")
+    assert ran(bundled([entry], cache, lazy=["_json"])) == "module _json\n"
+
+
 def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
-    """What a read that needs none of them never imports: TLS (ssl, through http.client), the XML of nvidia-smi,
-    urllib.request's (through bounded.py and report.py); python3 -X importtime lists every module a run loads."""
+    """What a read that needs none of them never imports: TLS (ssl), the XML of nvidia-smi, urllib.request's
+    (through bounded.py and report.py), an HTTP library and its email package (dockerapi.py speaks HTTP/1.0 itself),
+    the compressors shutil imports (bz2, lzma), subprocess with threading and locale (snapshot._run spawns its
+    programs itself); python3 -X importtime lists every module a run loads."""
     spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "compose.yaml").write_bytes(b"services: {}\n" * 1000)
     path = tmp_path / "program.py"
     path.write_text(ship.cached_program("read.snapshot"))
     out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(path), json.dumps(spec)],
@@ -291,4 +322,10 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     assert out.returncode == 0, out.stderr
     loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "json" in loaded
-    assert not loaded & {"_ssl", "_elementtree", "pyexpat", "urllib.response"}
+    # hashlib's own sha256 (_sha2, _sha256 before Python 3.12), which it imports only without OpenSSL's (_hashlib:
+    # libcrypto, ~3 ms a read): the same digest
+    assert loaded & {"_sha2", "_sha256"}
+    assert json.loads(out.stdout)["files"][str(tmp_path / "home")]["compose.yaml"]["sha256"] \
+        == hashlib.sha256(b"services: {}\n" * 1000).hexdigest()
+    assert not loaded & {"_ssl", "_elementtree", "pyexpat", "urllib.response", "http.client", "email.parser",
+                         "_bz2", "_lzma", "_posixsubprocess", "threading", "locale"}

@@ -179,3 +179,15 @@ def test_the_relative_imports_read_are_those_of_the_whole_module(name):
 
     source = ship.path_of(name).read_text(encoding="utf-8")
     assert imports(ship.relative_imports(source)) == imports(source)
+
+
+def test_the_source_sent_inline_is_each_modules_own_program_with_its_comment_lines_blank():
+    """cached_program() sends each module with its comment-only lines emptied (the command must fit one argument):
+    the same syntax tree, docstrings and strings included, on the same line numbers, for every module of
+    hostside/."""
+    for name in ship.programs():
+        source, sent = ship._source(name), ship.sent_source(name)
+        assert ast.dump(ast.parse(sent)) == ast.dump(ast.parse(source)), name
+        assert sent.count("\n") == source.count("\n"), name
+        assert not any(line.lstrip().startswith("#") for line in sent.splitlines()), name
+    assert len(ship.sent_source("read.snapshot")) < len(ship._source("read.snapshot"))

@@ -9,6 +9,7 @@ import os
 import pwd
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -471,3 +472,121 @@ def test_systemd_is_asked_once_for_the_engine_and_the_units(tree, tmp_path, monk
     assert (found["docker"]["active"], found["docker"]["enabled"]) == ("active", "enabled")
     assert found["services"] == {"nginx.service": {"loaded": True, "active": "failed", "enabled": "disabled",
                                                    "reload_needed": True}}
+
+
+def on_a_host(code: str) -> list:
+    """What ``code`` prints (a JSON value), run as the hosts run the snapshot: a fresh python3, not this process,
+    whose threading, select and os.waitpid pyinfra's command line has patched with gevent (tests/unit/conftest.py)."""
+    root = str(Path(hostsnapshot.__file__).resolve().parents[3])
+    preamble = "import json\nfrom sglang_infra.hostside.read import snapshot\n"
+    out = subprocess.run([sys.executable, "-c", preamble + code],
+                         capture_output=True, text=True, timeout=60, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_program_the_read_starts_gives_its_stdout_as_text_and_nothing_else():
+    """snapshot._run starts its programs with os.posix_spawnp (not the subprocess module: its imports were a tenth
+    of a read's own CPU): stdout whatever the exit status, newlines made "\\n" as text=True makes them, stderr
+    dropped; "" for a program not found."""
+    found = on_a_host("""import subprocess
+argv = [("sh", "-c", "printf 'a\\r\\nb\\rc\\n'; echo err >&2; exit 3"), ("no-such-program-anywhere",),
+        ("sh", "-c", "printf 'caf\\303\\251'")]
+print(json.dumps([snapshot._run(*argv[0]), snapshot._run(*argv[1]), snapshot._run(*argv[2]),
+                  subprocess.run(argv[2], capture_output=True, text=True).stdout]))""")
+    assert found[:2] == ["a\nb\nc\n", ""]
+    assert found[2] == found[3]   # decoded as subprocess.run(text=True) decodes, in this locale
+
+
+def test_a_program_the_read_starts_is_bounded_in_time_and_output():
+    found = on_a_host("""import time
+snapshot.COMMAND_TIMEOUT = 0.5
+began = time.monotonic()
+out = [snapshot._run("sh", "-c", "echo partial; exec sleep 30"),
+       snapshot._run("sh", "-c", "exec 1>&-; exec sleep 30")]    # closed its stdout, still runs
+out.append(time.monotonic() - began < 5)
+snapshot.COMMAND_TIMEOUT, snapshot.MAX_OUTPUT = 30, 1000
+out += [snapshot._run("sh", "-c", "head -c 5000 /dev/zero"), snapshot._run("sh", "-c", "head -c 900 /dev/zero")]
+print(json.dumps(out))""")
+    assert found == ["", "", True, "", "\0" * 900]
+
+
+DPKG_STATUS = """\
+Package: nginx
+Status: install ok installed
+Architecture: amd64
+Version: 1.26.3-3
+Description: small, powerful, scalable web/proxy server
+ Version: 9.9 (a continuation line, not the field)
+
+Package: nginx-common
+Status: install ok installed
+Version: 1.26.3-3
+
+Package: prometheus
+Status: deinstall ok config-files
+Version: 2.53.3+ds1-2
+
+Package: openssl
+Status: hold ok installed
+Version: 3.5.9-1
+
+Package: libfoo
+Status: install ok installed
+Architecture: amd64
+Version: 1:2.0-1
+
+Package: libfoo
+Status: install ok half-configured
+Architecture: i386
+Version: 1:2.0-1
+"""
+
+
+@pytest.fixture
+def dpkg(tmp_path):
+    admindir = tmp_path / "dpkg"
+    (admindir / "updates").mkdir(parents=True)
+    (admindir / "status").write_text(DPKG_STATUS)
+    return admindir
+
+
+def test_installed_packages_are_read_from_dpkgs_status_as_dpkg_query_reads_them(dpkg):
+    """ii only (wanted install, installed): not a held package (hi), not one left as config files (rc) or half
+    configured; a name is the whole name (nginx, not nginx-common); a continuation line is not a field."""
+    from sglang_infra.hostside.read import snapshot as hostside_snapshot
+
+    wanted = ["nginx", "prometheus", "openssl", "libfoo", "absent"]
+    assert hostside_snapshot.dpkg_status(wanted, str(dpkg)) == {
+        "nginx": "1.26.3-3", "prometheus": None, "openssl": None, "libfoo": "1:2.0-1", "absent": None}
+
+
+def test_dpkg_query_answers_when_the_status_file_may_not_be_the_whole_truth(dpkg, monkeypatch):
+    from sglang_infra.hostside.read import snapshot as hostside_snapshot
+
+    (dpkg / "updates" / "tmp.i").write_text("")   # dpkg's scratch file: not a journal entry
+    assert hostside_snapshot.dpkg_status(["nginx"], str(dpkg)) == {"nginx": "1.26.3-3"}
+    (dpkg / "updates" / "0001").write_text("Package: nginx\nStatus: install ok half-installed\n")
+    assert hostside_snapshot.dpkg_status(["nginx"], str(dpkg)) is None   # a run cut short: its journal
+    (dpkg / "updates" / "0001").unlink()
+    monkeypatch.setattr(hostside_snapshot, "DPKG_STATUS_LIMIT", 100)
+    assert hostside_snapshot.dpkg_status(["nginx"], str(dpkg)) is None
+    monkeypatch.setattr(hostside_snapshot, "DPKG_STATUS_LIMIT", 1 << 20)
+    monkeypatch.setenv("DPKG_ADMINDIR", str(dpkg))
+    assert hostside_snapshot.dpkg_status(["nginx"], str(dpkg)) is None
+    monkeypatch.delenv("DPKG_ADMINDIR")
+    assert hostside_snapshot.dpkg_status(["nginx"], str(dpkg / "absent")) is None
+
+
+def test_packages_come_from_the_status_file_and_dpkg_query_only_without_it(dpkg, monkeypatch):
+    from sglang_infra.hostside.read import snapshot as hostside_snapshot
+
+    monkeypatch.setattr(hostside_snapshot.shutil, "which", lambda name: "/usr/bin/dpkg-query")
+    started = []
+    monkeypatch.setattr(hostside_snapshot, "_run", lambda *argv: started.append(argv) or "nginx\tii \t1.0\n")
+    monkeypatch.setattr(hostside_snapshot, "DPKG_ADMINDIR", str(dpkg))
+    assert hostside_snapshot.packages(["nginx"]) == {"nginx": "1.26.3-3"}
+    assert started == []
+    (dpkg / "updates" / "0001").write_text("")
+    assert hostside_snapshot.packages(["nginx"]) == {"nginx": "1.0"}
+    assert started[0][0] == "dpkg-query"

@@ -11,4 +11,5 @@ imports them, so they move and change without touching a converged host. Every m
     doorcheck.py    whether the peer door's address and port are held by the door's own nginx, and its cert
     openpgp.py      a vendor apt keyring's primary keys (full fingerprints), type, owner and mode, as apt trusts it
     reach.py        whether each source the plan will fetch from answers, asked from the host (run/sources.py)
+    unitstate.py    systemd units' state asked of PID 1 on its private D-Bus socket (used by snapshot.py)
 """

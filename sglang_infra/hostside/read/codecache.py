@@ -13,15 +13,14 @@ never executed. Writing the entry changes nothing the deploy reads or reports: t
 DIRECTORY. This text travels compressed, in base64, as the modules do (ship.cached_program).
 
 A bundled module runs when the program first uses one of its names, not at the start (_Deferred), and the
-standard-library modules the command names (ship.LAZY) load when first used too (importlib.util.LazyLoader): a
+standard-library modules the command names (ship.LAZY) load when first used too (_LazyFinder): a
 read of a converged host never uses the HTTP helpers of the gateways (bounded.py, urllib.request), TLS (ssl), the
 XML of nvidia-smi or the checks of the door, and importing them was about half of its imports (docs/benchmarks.md).
 """
+import _thread
 import binascii
 import hashlib
 import importlib.machinery
-import importlib.util
-import json
 import marshal
 import os
 import stat
@@ -189,8 +188,40 @@ class _Deferred(types.ModuleType):
 _PENDING: dict = {}   # a deferred module's name: its code, until it runs
 
 
+class _LazyStandard(types.ModuleType):
+    """A standard-library module not yet run: it runs when first asked for a name (not a __dunder__: a second
+    `import` reads only __spec__, which ran importlib.util.LazyLoader's). Threads that ask while it runs wait for
+    it (reach.py's do at once); the lock is _thread's, LazyLoader's imports threading."""
+
+    def __getattribute__(self, attribute):
+        if attribute.startswith("__"):
+            return object.__getattribute__(self, attribute)
+        with _LAZY_LOCK:
+            loader = _PENDING_LOADERS.pop(object.__getattribute__(self, "__name__"), None)
+            if loader is not None:
+                self.__spec__.loader = self.__loader__ = loader
+                loader.exec_module(self)
+                self.__class__ = types.ModuleType
+        return object.__getattribute__(self, attribute)
+
+
+_LAZY_LOCK = _thread.RLock()
+_PENDING_LOADERS: dict = {}   # a lazy standard module's name: its own loader, until it runs
+
+
+class _LazyLoader:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return _LazyStandard(spec.name)
+
+    def exec_module(self, module):
+        _PENDING_LOADERS[module.__name__] = self.loader
+
+
 class _LazyFinder:
-    """Finds each standard-library module of ``names`` where Python would, and loads it when first used."""
+    """Finds each standard-library module of ``names`` where Python would, and runs it when first used."""
 
     def __init__(self, names):
         self.names = frozenset(names)
@@ -199,18 +230,24 @@ class _LazyFinder:
         if name not in self.names:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or not hasattr(spec.loader, "exec_module"):
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             return spec
-        spec.loader = importlib.util.LazyLoader(spec.loader)
+        spec.loader = _LazyLoader(spec.loader)
         return spec
 
 
+def unpack(blob):
+    """The modules of ``blob``: base64 of the zlib of each one's name, package, path and source, all joined by NUL
+    (no source holds one; plain text compresses better than JSON's escaped, ship.cached_program)."""
+    fields = zlib.decompress(binascii.a2b_base64(blob)).decode().split("\0")
+    return [fields[at:at + 4] for at in range(0, len(fields), 4)]
+
+
 def run(packages, blob, directory=DIRECTORY, lazy=()):
-    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (base64 of the zlib
-    of a JSON list of [name, package, path, source], the entry last, run as __main__) registered, run when first
-    used (_Deferred), as the bundle of run/ship.py runs them in order; the standard-library modules ``lazy``
-    load when first used."""
-    modules = json.loads(zlib.decompress(binascii.a2b_base64(blob)))
+    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (unpack(), the entry
+    last, run as __main__) registered, run when first used (_Deferred), as the bundle of run/ship.py runs them in
+    order; the standard-library modules ``lazy`` load when first used."""
+    modules = unpack(blob)
     codes = codes_for(modules, directory)
     if lazy:
         sys.meta_path.insert(0, _LazyFinder(lazy))
