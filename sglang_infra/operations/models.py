@@ -40,12 +40,16 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
         changed = True
         yield f"install -d -o {q(group)} -g {q(group)} -m 700 {t}/secret"
     # A venv without its pip was cut mid-way (a run killed, its connection lost): made again, from scratch, beside
-    # it. The cut run's ensurepip may still be writing into it (measured: `venv --clear` in place then failed with
-    # "Directory not empty"), so it is first renamed out of the way, then removed.
+    # it. The cut run's `venv` and its ensurepip may still be running (a cut connection leaves them orphaned, not
+    # killed): they name the venv by its path, so after a rename they would write into the new one (measured: an
+    # ensurepip still upgrading pip removed the new venv's bin/pip; the re-run failed "venv/bin/pip: not found").
+    # They are stopped first (only they run the venv's python while it has no pip: no pull can), then the old one
+    # is renamed out of the way and removed.
     fresh = not state["venv_python"] or not state["venv_pip"]
     if fresh and state["venv_python"]:
         changed = True
-        yield (f"mv -T {t}/venv {t}/venv.cut.$$ && {ship.PYTHON} -m venv {t}/venv && "
+        yield (f"{{ {cut_writers_stopped(tools_dir)}; }} && "
+               f"mv -T {t}/venv {t}/venv.cut.$$ && {ship.PYTHON} -m venv {t}/venv && "
                f"{{ rm -rf {t}/venv.cut.$$ || true; }}")
     elif fresh:
         changed = True
@@ -58,6 +62,14 @@ def pull_tools(tools_dir: str, hub_version: str, script: str, group: str, index_
     if not changed:
         host.noop(f"{tools_dir}/venv already has huggingface_hub {hub_version}")
     yield from swap_in(f"{tools_dir}/hfpull.py", script.encode(), "root", group, "644", None)
+
+
+def cut_writers_stopped(tools_dir: str) -> str:
+    """The command that kills what a cut run left making ``tools_dir``/venv: its `python3 -m venv` and the venv's
+    own python (ensurepip), each matched from the start of its command line (never the shell running this)."""
+    venv = f"{tools_dir}/venv"
+    patterns = (f"^{ship.PYTHON} -m venv {venv}$", f"^{venv}/bin/python")
+    return "; ".join(f"pkill -KILL -f {q(pattern)}" for pattern in patterns) + "; sleep 0.2; true"
 
 
 def pull_command(pull: Pull, paths: Paths, model: Model, locked: bool = False,
