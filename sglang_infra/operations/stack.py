@@ -11,7 +11,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from ..hostside.names import COMPOSE_COMMAND, COMPOSE_FILE, MODEL_LABEL
-from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE
+from ..hostside.stack import GATEWAY_PROJECT, GATEWAY_SERVICE, PROJECT, SERVICE
 from ..machine import ship
 from ..run.facts import current
 from ..run.operation import file_entry, q
@@ -56,9 +56,23 @@ def restart(project_dir: str, image: str, model: str | None, compose_sha: str, r
         reasons.append("the server's private config changed")
     switched = found is not None and found["labels"].get(MODEL_LABEL) not in (None, model)
     force = " --force-recreate" if switched or forced else ""
-    record = f" {q(GATEWAY_PROJECT.format(slug=gateway))} {GATEWAY_SERVICE}" if gateway else ""
-    return reasons, (f"cd {q(project_dir)} && {' '.join(COMPOSE_COMMAND)} up -d --remove-orphans{force} && "
+    project, service = (GATEWAY_PROJECT.format(slug=gateway), GATEWAY_SERVICE) if gateway else (PROJECT, SERVICE)
+    record = f" {q(project)} {service}" if gateway else ""
+    return reasons, (f"cd {q(project_dir)} && {leftovers_removed(project, service)} && "
+                     f"{' '.join(COMPOSE_COMMAND)} up -d --remove-orphans{force} && "
                      f"{ship.command('stack')} {q(project_dir)}{record}")
+
+
+def leftovers_removed(project: str, service: str) -> str:
+    """The command that removes every container of ``project``'s ``service`` but the one compose names
+    <project>-<service>-1: what a recreate cut short leaves (compose makes the new container under a temporary
+    name, stops and removes the old one, then renames the new: a host that lost power between those steps boots
+    the old one by its restart policy beside the new one, and `up` then failed "port is already allocated").
+    A container is disposable: the config, the model and the last good config are files."""
+    labels = f"--filter label=com.docker.compose.project={project} --filter label=com.docker.compose.service={service}"
+    keep = f"{project}-{service}-1"
+    return (f"{{ docker ps -a {labels} --format '{{{{.Names}}}}' | awk -v keep={q(keep)} '$0 != keep' | "
+            "xargs -r docker rm -f >/dev/null; }")
 
 
 @operation()

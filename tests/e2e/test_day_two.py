@@ -303,3 +303,40 @@ def test_a_good_config_that_fails_after_a_restart_is_not_filed_as_failed(fleet, 
     again = run_deploy(inventory, *data("rebooted", STANDIN_LOAD_SECONDS="8"))
     assert again.returncode == 0, again.why()
     assert f"gate[{CANARY}]: passed; this config is now the last known-good one" in again.output, again.why()
+
+
+# The serving service's containers on the host, by name (compose's own labels).
+SERVICE_CONTAINERS = ("docker ps -a --filter label=com.docker.compose.project=sglang "
+                      "--filter label=com.docker.compose.service=sglang --format '{{.Names}}'")
+
+
+def test_a_host_that_lost_power_mid_recreate_converges_with_one_container(fleet, testbed, workdir):
+    """Compose recreates a container by making the new one under a temporary name (<id>_sglang-sglang-1), then
+    stopping and removing the old one and renaming the new. Power lost between those steps boots the host with both
+    (the old one started again by its restart policy); the next run's `up` then failed "port is already allocated"
+    (seen in a whole-suite run). The host loses power the moment the new container is made: the next run converges
+    and gates, and the service has its one container under compose's own name."""
+    hosts, _ = fleet
+    host = hosts[CANARY]
+    inventory = testbed.inventory(workdir / "mid-recreate.py", {"production": [(host, {})]})
+    since = host.exec("date +%s.%N").stdout.strip()
+
+    def cut_when_made():
+        # the engine's own record of the new container's creation (replayed from before the run: no race)
+        made = host.exec(f"timeout 120 docker events --since {since} --filter type=container --filter event=create "
+                         "--format '{{.Actor.Attributes.name}}' > /root/made & p=$!; for i in $(seq 1200); do "
+                         "grep -q '_sglang-sglang-1$' /root/made && break; sleep 0.1; done; kill $p; "
+                         "grep -q '_sglang-sglang-1$' /root/made", check=False)
+        power_cycle(host)
+        return made.returncode == 0
+
+    run = deploy_with_fault(inventory, workdir / "mid-recreate.log", GATE_STARTS, cut_when_made,
+                            *data("mid-recreate"), timeout=300)
+    assert run.reached and run.fault, run.output[-3000:]
+    assert run.returncode != 0, run.output[-3000:]
+    inventory = testbed.inventory(workdir / "mid-recreate.py", {"production": [(host, {})]})   # its address now
+    again = run_deploy(inventory, *data("mid-recreate"))
+    assert again.returncode == 0, again.why()
+    assert f"gate[{CANARY}]: passed; this config is now the last known-good one" in again.output, again.why()
+    assert host.exec(SERVICE_CONTAINERS).stdout.split() == ["sglang-sglang-1"]
+    assert '"mid-recreate"' in cat(host, f"{DOCKER}/compose.yaml") and last_gate(host)["passed"] is True

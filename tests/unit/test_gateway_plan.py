@@ -578,13 +578,16 @@ def test_a_gateways_restart_and_its_gate_are_one_detached_program():
     gate, two commands: a run lost between them left a restarted gateway ungated)."""
     from pyinfra.api import FunctionCommand
 
+    from sglang_infra.hostside.stack import GATEWAY_SERVICE
+    from sglang_infra.operations.stack import leftovers_removed
     from sglang_infra.run.operation import restarted_then_gated, run_gate
 
     [command] = gateway_validated(running=True, sole=True, turn=a_turn())[0]
     assert isinstance(command, FunctionCommand) and command.function is run_gate
     gate, up = command.args
     assert gate == "bash /opt/sglang/router/m/gate.sh --config-sha new"   # judges only the config it rendered
-    assert up.startswith("cd /opt/sglang/router/m && docker compose -f compose.yaml up -d --remove-orphans && ")
+    assert up.startswith(f"cd /opt/sglang/router/m && {leftovers_removed('sglang-router-m', GATEWAY_SERVICE)} && "
+                         "docker compose -f compose.yaml up -d --remove-orphans && ")
     assert "sglang-router-m" in up   # the gateway's own stack record (its compose project), not the server's
     program = restarted_then_gated(up, gate)
     assert "hostside/roll/detach.py" in program and program.index("up -d") < program.index("gate.sh")

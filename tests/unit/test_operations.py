@@ -12,6 +12,7 @@ from pyinfra.api import OperationError
 
 from sglang_infra import operations
 from sglang_infra.operations import account, files, gate
+from sglang_infra.operations import stack as stack_ops
 from sglang_infra.run import factcache
 from sglang_infra.run import operation as base
 
@@ -251,9 +252,10 @@ def test_a_changed_private_config_recreates_the_stack():
         commands = [command_text(c) for c in gate.validated._inner(**case["args"], recreate_if=lambda: True)]
         unchanged = [command_text(c) for c in gate.validated._inner(**case["args"], recreate_if=lambda: False)]
     factcache.invalidate(fake)
-    assert commands == ["function run_gate('bash /opt/sglang/gate.sh --config-sha c1', 'cd /opt/sglang/docker && "
-                        "docker compose -f compose.yaml up -d --remove-orphans --force-recreate && python3 -I -c "
-                        "<hostside/stack.py> /opt/sglang/docker')"]
+    up = (f"cd /opt/sglang/docker && {stack_ops.leftovers_removed('sglang', 'sglang')} && docker compose -f "
+          "compose.yaml up -d --remove-orphans --force-recreate && python3 -I -c <hostside/stack.py> "
+          "/opt/sglang/docker")
+    assert commands == [f"function run_gate('bash /opt/sglang/gate.sh --config-sha c1', {up!r})"]
     assert unchanged == []
 
 
