@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 from conftest import FakeHost, command_text, on_host, pinned_defaults, plan_for
 
+from gate_home import gated_home
 from sglang_infra.hostside import names, safefs
 from sglang_infra.hostside.gate import stamp
 from sglang_infra.hostside.write import restamp
@@ -53,12 +54,7 @@ def stamp_of_cef8e10(home, container):
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A worker's home whose gate passed with GATED serving; no NVIDIA driver, no reboot since."""
-    home = tmp_path / "home"
-    (home / "docker").mkdir(parents=True)
-    (home / "docker" / names.COMPOSE_FILE).write_text("services: {sglang: {image: x}}\n")
-    (home / "docker" / names.ENV_FILE).write_text("SGLANG_UID=999\n")
-    write_scripts(home)
-    (home / "docker" / stamp.STAMP).write_text(stamp.digest(str(home), GATED) + "\n")
+    home = gated_home(tmp_path, GATED, write_scripts)
     monkeypatch.setattr(stamp, "running_driver", lambda: [])
     monkeypatch.setattr(stamp, "boot_id", lambda: "b" * 36)
     return home

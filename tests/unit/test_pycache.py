@@ -56,15 +56,22 @@ def test_the_operators_own_choice_is_kept(tmp_path):
     assert out[0] == str(theirs) and theirs in Path(out[1].split()[1]).parents
 
 
-@pytest.mark.parametrize("spoil", ["group-writable", "other-writable", "not ours", "a link", "parent group-writable",
-                                   "parent another's"])
-def test_a_folder_another_user_could_change_is_never_used(tmp_path, monkeypatch, spoil):
+def under_pyinfra(tmp_path: Path, monkeypatch) -> Path:
+    """This process as pyinfra's CLI leaves it (bytecode off, no -B of the operator's, no prefix), PYCACHE_DIR in a
+    fresh home whose .cache/sglang-infra exists; the folder keep_bytecode would use."""
     folder = tmp_path / "home" / ".cache" / "sglang-infra" / "pycache"
     monkeypatch.setattr(pycache, "PYCACHE_DIR", folder)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     monkeypatch.setattr(sys, "pycache_prefix", None)
     monkeypatch.setattr(sys, "flags", type("F", (), {"dont_write_bytecode": 0})())
     folder.parent.mkdir(parents=True)
+    return folder
+
+
+@pytest.mark.parametrize("spoil", ["group-writable", "other-writable", "not ours", "a link", "parent group-writable",
+                                   "parent another's"])
+def test_a_folder_another_user_could_change_is_never_used(tmp_path, monkeypatch, spoil):
+    folder = under_pyinfra(tmp_path, monkeypatch)
     if spoil == "a link":
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir(mode=0o700)
@@ -99,12 +106,7 @@ def test_the_folders_made_are_the_operators_alone_whatever_the_umask(tmp_path, m
 
 
 def test_a_sound_folder_is_used(tmp_path, monkeypatch):
-    folder = tmp_path / "home" / ".cache" / "sglang-infra" / "pycache"
-    monkeypatch.setattr(pycache, "PYCACHE_DIR", folder)
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    monkeypatch.setattr(sys, "pycache_prefix", None)
-    monkeypatch.setattr(sys, "flags", type("F", (), {"dont_write_bytecode": 0})())
-    folder.parent.mkdir(parents=True)
+    folder = under_pyinfra(tmp_path, monkeypatch)
     assert pycache.keep_bytecode() == str(folder)
     assert sys.dont_write_bytecode is False
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gate_home import gated_home
 from sglang_infra.hostside import names
 from sglang_infra.hostside.gate import stamp
 
@@ -21,13 +22,7 @@ GATE_BOOT, THIS_BOOT = "1" * 8 + "-aaaa-bbbb-cccc-" + "d" * 12, "2" * 8 + "-aaaa
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A worker's home whose gate passed with GATED serving, in boot GATE_BOOT; the kernel now says THIS_BOOT."""
-    home = tmp_path / "home"
-    (home / "docker").mkdir(parents=True)
-    (home / "docker" / names.COMPOSE_FILE).write_text("services: {sglang: {image: x}}\n")
-    (home / "docker" / names.ENV_FILE).write_text("SGLANG_UID=999\n")
-    for script in names.VALIDATION_SCRIPTS:
-        (home / script).write_text("#!/bin/bash\nexit 0\n")
-    (home / "docker" / stamp.STAMP).write_text(stamp.digest(str(home), GATED) + "\n")
+    home = gated_home(tmp_path, GATED)
     record(home, boot_id=GATE_BOOT)
     monkeypatch.setattr(stamp, "boot_id", lambda: THIS_BOOT)
     return home
