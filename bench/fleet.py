@@ -198,26 +198,33 @@ ROWS = (
 )
 
 
-_PROGRAM_OF = "from sglang_infra.machine import ship; print(ship.cached_program('read.snapshot'), end='')"
+_PROGRAM_OF = ("from sglang_infra.machine import ship; print(ship.cached_program('read.snapshot'), end='\\0'); "
+               "print(ship.cached_sources('read.snapshot') if hasattr(ship, 'cached_sources') else '', end='')")
 _RUN_CALL = re.compile(r'\nrun\((?P<packages>\[[^]]*\]), "(?P<blob>[A-Za-z0-9+/=]+)"[^\n]*\)\n$')
 
 
 def read_programs(checkout: Path) -> dict[str, str]:
     """The snapshot's program as ``checkout`` sends it (ship.cached_program: the code cache's runner, then its call
-    with the compressed modules), cut into the steps one read takes, each a whole program that stops there:
-    ``decompress`` (the runner's own text compiled and its imports, the modules unpacked), ``load`` (and their code
-    compiled, or loaded from root's cache), ``read`` (the whole read: the modules run, the host read)."""
-    text = subprocess.run([sys.executable, "-c", _PROGRAM_OF], cwd=checkout, check=True, capture_output=True,
-                          text=True, timeout=120, env=_env({"PYTHONPATH": str(checkout)})).stdout
+    with the sources' key, or for a checkout from before the key, --before, the compressed modules), cut into the
+    steps one read takes, each a whole program that stops there: ``decompress`` (the runner's own text compiled and
+    its imports, the modules unpacked when the command carries them), ``load`` (and their code loaded from root's
+    cache, or compiled), ``read`` (the whole read: the modules run, the host read); and ``sources``, what a miss is
+    sent on stdin (ship.cached_sources; empty for a checkout whose command carries them)."""
+    text, _, sources = subprocess.run(
+        [sys.executable, "-c", _PROGRAM_OF], cwd=checkout, check=True, capture_output=True, text=True, timeout=120,
+        env=_env({"PYTHONPATH": str(checkout)})).stdout.partition("\0")
     found = _RUN_CALL.search(text)
     if found is None:
         raise SystemExit(f"fleet: {checkout}'s snapshot program does not end in the code cache's run(...) call")
     runner = text[:found.start()]
+    if sources:   # the command carries the key: a hit loads the entry and unpacks nothing
+        return {"decompress": runner + "\n", "load": runner + f"\nload(DIRECTORY, entry_name(\"{found['blob']}\"))\n",
+                "read": text, "sources": sources}
     # the runner's own unpack(), or, for a checkout from before it (--before), the JSON it sent the modules in
     unpack = (f"\nmodules = unpack(\"{found['blob']}\") if \"unpack\" in globals() else "
               f"json.loads(zlib.decompress(binascii.a2b_base64(\"{found['blob']}\")))\n")
     return {"decompress": runner + unpack, "load": runner + unpack + "codes_for(modules, DIRECTORY)\n",
-            "read": text}
+            "read": text, "sources": ""}
 
 
 READ_STEPS = (("ssh_login_s", "the SSH login (sshd, the PAM session, the shell)"),
@@ -265,8 +272,11 @@ def read_breakdown(host: TestHost, base: dict, reps: int, checkouts: list[tuple[
     for label, _ in checkouts:
         for step in ("decompress", "load", "read"):
             program = f"/root/bench-{label}-{step}.py"
-            steps[f"{label}:{step}"] = (lambda p=program: host.exec(
-                f"python3 -I -S {p} {spec} >/dev/null; {loop(f'python3 -I -S {p} {spec}')}", timeout=600))
+            # the first run with the sources on stdin: root's cache then holds this checkout's entry (a miss is
+            # sent them so, factcache.read), and the runs counted are hits with nothing on stdin
+            steps[f"{label}:{step}"] = (lambda p=program, s=f"/root/bench-{label}-sources.py": host.exec(
+                f"python3 -I -S {p} {spec} <{s} >/dev/null; {loop(f'python3 -I -S {p} {spec} </dev/null')}",
+                timeout=600))
     samples: dict[str, list[float]] = {step: [] for step in steps if step != "idle"}
     idle_rates = []
     for _ in range(rounds):

@@ -24,6 +24,8 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
+from ..hostside.read import codecache
+
 HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # Every Python the deploy starts on a host runs isolated: -I keeps the current directory, the user's site
 # directory and PYTHON* variables off the import path, so a module planted where it runs (results/, hf-cache/,
@@ -260,22 +262,48 @@ def sent_source(name: str) -> str:
 NO_OPENSSL = 'import sys\nsys.modules.setdefault("_hashlib", None)\n'
 
 
+def _cached_modules(entry: str) -> list[list[str]]:
+    """The modules cached_program(entry) runs, each [name, package, path, source], the entry last."""
+    names = [*carried(entry), entry]
+    return [[f"{PACKAGE}.{name}", _package(name), _path(name), sent_source(name)] for name in names]
+
+
+@lru_cache(maxsize=None)
+def cached_key(entry: str) -> str:
+    """The digest of the sources cached_program(entry) runs (codecache.key): what a host keeps their code under."""
+    return codecache.key(_cached_modules(entry))
+
+
+@lru_cache(maxsize=None)
+def cached_sources(entry: str) -> str:
+    """The sources cached_program(entry) runs, as the host reads them on its stdin when its code cache holds no
+    entry for cached_key(entry) (codecache.run): base64 of the zlib of each module's name, package, path and source,
+    all joined by NUL (codecache.unpack), one line."""
+    joined = "\0".join(sum(_cached_modules(entry), []))
+    return base64.b64encode(zlib.compress(joined.encode(), 9)).decode("ascii")
+
+
 @lru_cache(maxsize=None)
 def cached_program(entry: str, directory: str | None = None) -> str:
-    """The source of hostside/<entry>.py with its neighbours, run through hostside/read/codecache.py: the same modules
-    as program(entry), compiled once per host and then read from root's own cache (``directory``,
-    codecache.DIRECTORY when None), each run when first used, the LAZY modules loaded when first used. The runner
-    and the modules travel compressed, in base64: a third of the bytes, and no quote for the shell to escape
-    (program(entry)'s text grows by a sixth quoted twice, pyinfra's sh -c around this one, where one argument may
-    hold 128 KiB, Linux's MAX_ARG_STRLEN)."""
+    """The program that runs hostside/<entry>.py with its neighbours through hostside/read/codecache.py: the same
+    modules as program(entry), compiled once per host and then read from root's own cache (``directory``,
+    codecache.DIRECTORY when None), each run when first used, the LAZY modules loaded when first used. It carries
+    the runner (compressed, in base64) and the sources' key, not the sources: a host whose cache holds no entry for
+    the key answers codecache.MISSING, and is sent the same command again with cached_sources(entry) on its stdin
+    (run/factcache.read). So the command is a few KB, whatever the programs grow to, where one argument of `sh -c`
+    holds 128 KiB (Linux's MAX_ARG_STRLEN) and pyinfra quotes it twice."""
     names = [*carried(entry), entry]
-    modules = [[f"{PACKAGE}.{name}", _package(name), _path(name), sent_source(name)] for name in names]
-    blob = base64.b64encode(zlib.compress("\0".join(sum(modules, [])).encode(), 9)).decode("ascii")
     where = "DIRECTORY" if directory is None else json.dumps(directory)
     runner = base64.b64encode(zlib.compress(sent_source(CODECACHE).encode(), 9)).decode("ascii")
     return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
             f"\"{_path(CODECACHE)}\", \"exec\"))\n"
-            f"run({json.dumps(_packages(names))}, \"{blob}\", {where}, {json.dumps(LAZY)})\n")
+            f"run({json.dumps(_packages(names))}, \"{cached_key(entry)}\", {where}, {json.dumps(LAZY)})\n")
+
+
+def missed(lines) -> bool:
+    """Whether a host answered cached_command's run with codecache.MISSING alone: its code cache holds no entry for
+    the program's key, and the command must be sent again with cached_sources() on its stdin."""
+    return [line.strip() for line in lines] == [codecache.MISSING]
 
 
 def cached_command(entry: str, directory: str | None = None) -> str:

@@ -58,7 +58,7 @@ from ..machine import ship
 from ..plan.types import Gate, NodeGroup, Roll
 from ..run import factcache, reboot
 from ..run.facts import MAX_ANSWER_BYTES, Snapshot, bounded_json
-from ..run.operation import connector_arguments, gate_reason, gated, q, run_on, snapshot_operation
+from ..run.operation import connector_arguments, gate_reason, gated, q, run_cached, run_on, snapshot_operation
 from .gate import gate_passed
 from .gateway import worker_validated
 from .gpu_driver import running_driver
@@ -339,8 +339,8 @@ def roll_worker(state, host, roll: Roll, up: Up | None, gate: str | None, why: s
     if waited is not None or pool.failed:
         pool.done.add(roll.url)
         # what runs stays what its last gate stamped: the new compose.yaml is not left on disk
-        # through the code cache, compressed: it carries the whole gate, past half of one argument's 128 KiB quoted
-        run_on(host, f"{ship.cached_command('roll.restore_good')} {q(project_dir)}", print_output=False)
+        # through the code cache: it carries the whole gate, past half of one argument's 128 KiB quoted
+        run_cached(host, "roll.restore_good", q(project_dir), print_output=False)
         say(f"not restarted: {waited or f'the roll of {roll.pool} stopped at {pool.failed}'}; it keeps serving "
             "its last good config", logger.error)
         return False

@@ -14,7 +14,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from pyinfra import logger
 from pyinfra.api import command as pyinfra_command
+
+from ..machine import ship
 
 _MARK = "_sglang_invalidates_fact_cache"
 _cache: dict[tuple[int, str], dict[Any, Any]] = {}
@@ -30,12 +33,31 @@ def _freeze(value):
     return value
 
 
+class Missed:
+    """What a fact that runs a host program through root's code cache (its ``program``, ship.cached_command) makes
+    of the host's answer codecache.MISSING (ship.missed): the host keeps no code for the program's sources yet."""
+
+
+def read(host, fact_cls, **kwargs):
+    """``host.get_fact(fact_cls, **kwargs)``, sent once more with the program's sources on stdin when the host's
+    code cache holds no entry for them (the first read after they changed, or on a host that keeps no entries):
+    only then do the sources travel (ship.cached_program)."""
+    found = host.get_fact(fact_cls, **kwargs)
+    if found is Missed:
+        found = host.get_fact(fact_cls, _stdin=ship.cached_sources(fact_cls.program), **kwargs)
+        if found is Missed:   # its sources were on its stdin: that program is not one ship.cached_program sends
+            logger.error(f"{host.name}: the {fact_cls.__name__} fact's program asked for its sources again with "
+                         "them on its stdin")
+            return None   # as pyinfra answers a fact it could not read: this host fails (facts.current)
+    return found
+
+
 def get(host, fact_cls, **kwargs):
     facts = _cache.setdefault((id(host.state), host.name), {})
     _arguments[(id(host.state), host.name, fact_cls)] = kwargs
     key = (fact_cls, _freeze(kwargs))
     if key not in facts:
-        facts[key] = host.get_fact(fact_cls, **kwargs)
+        facts[key] = read(host, fact_cls, **kwargs)
     return facts[key]
 
 

@@ -41,12 +41,17 @@ def bounded_json(text: str, limit: int, what: str) -> dict:
 
 
 class Snapshot(FactBase):
-    """Everything the deploy compares against, as one JSON document (see hostside/read/snapshot.py)."""
+    """Everything the deploy compares against, as one JSON document (see hostside/read/snapshot.py). Read through
+    factcache (its ``read``: the program's sources are sent only to a host whose code cache lacks them)."""
+
+    program = "read.snapshot"
 
     def command(self, spec: str):
-        return f"{_WITHOUT_PYTHON}; exec {ship.cached_command('read.snapshot')} {shlex.quote(spec)}"
+        return f"{_WITHOUT_PYTHON}; exec {ship.cached_command(self.program)} {shlex.quote(spec)}"
 
     def process(self, output):
+        if ship.missed(output):
+            return factcache.Missed
         try:
             return bounded_json("\n".join(output), MAX_SNAPSHOT_BYTES, "the host's snapshot")
         except ValueError as error:   # pyinfra fails this host alone, naming the fact, and the run goes on

@@ -83,6 +83,16 @@ def run_on(host, command: str, stdin: str | None = None, print_output: bool = Tr
     return host.run_shell_command(StringCommand(command), print_output=print_output, **arguments)
 
 
+def run_cached(host, program: str, arguments: str, print_output: bool = True):
+    """run_on of hostside/<program>.py through root's code cache (ship.cached_command) with ``arguments`` (quoted),
+    sent once more with its sources on stdin when the host's cache holds no entry for them (ship.missed)."""
+    command = f"{ship.cached_command(program)} {arguments}"
+    status, output = run_on(host, command, print_output=print_output)
+    if status and ship.missed(output.stdout_lines):
+        status, output = run_on(host, command, stdin=ship.cached_sources(program), print_output=print_output)
+    return status, output
+
+
 def connector_arguments(state, other) -> dict:
     """The connector arguments ``other`` (a host this operation does not run on) gets from its data and the
     config, as pyinfra works them out for its own operations."""

@@ -29,6 +29,7 @@ from ..hostside.names import TOOLCHAIN_INPUTS_LABEL
 from ..machine import ship
 from ..plan.problems import problem
 from ..plan.types import HostPlan
+from . import factcache
 
 TIMEOUT = 5   # seconds for each source's connection and first answer line (the whole check: about this long)
 
@@ -88,17 +89,21 @@ def fetched(plan: HostPlan, snapshot: Mapping[str, Any]) -> list[Source]:
 class SourcesAnswer(FactBase):
     """Each URL mapped to None (it answered) or why not, asked from the host (hostside/read/reach.py)."""
 
+    program = "read.reach"
+
     def command(self, spec: str):
-        return f"{ship.cached_command('read.reach')} {shlex.quote(spec)}"
+        return f"{ship.cached_command(self.program)} {shlex.quote(spec)}"
 
     def process(self, output):
+        if ship.missed(output):
+            return factcache.Missed
         return json.loads("\n".join(output))
 
 
 def ask(host, urls: list[str]) -> dict[str, str | None] | None:
     """Each of ``urls`` mapped to None (it answered from ``host``) or why not; None when the host did not run the
     check."""
-    return host.get_fact(SourcesAnswer, spec=json.dumps({"urls": urls, "timeout": TIMEOUT}, sort_keys=True))
+    return factcache.read(host, SourcesAnswer, spec=json.dumps({"urls": urls, "timeout": TIMEOUT}, sort_keys=True))
 
 
 def refusals(hosts, plans: Mapping[str, HostPlan | None], snapshots: Mapping[str, Any]) -> list[str]:

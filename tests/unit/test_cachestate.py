@@ -196,7 +196,7 @@ def test_the_snapshot_program_reads_the_cache_as_python_c_with_the_system_python
     # one argument's 128 KiB since the vendor keyrings' reader, hostside/read/openpgp.py, joined it)
     program = ship.cached_program("read.snapshot", str(tmp_path / "codecache"))
     out = subprocess.run([python, "-I", "-S", "-c", program, json.dumps(spec)], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+                         text=True, timeout=60, check=True, input=ship.cached_sources("read.snapshot")).stdout
     assert out.count("\n") == 1
     found = json.loads(out)["models"]
     assert found == {**scan(tmp_path / "hf-cache" / "hub", records=tmp_path / "verified"), "referenced": []}

@@ -1,6 +1,8 @@
-"""The snapshot's compiled-code cache (hostside/read/codecache.py): root's own entry, keyed by the sources' digest, is
-run on a hit; an entry that is absent, stale, changed, or not root's own 0600 file in root's own 0700 directory is
-never executed: the sources the command carries are compiled instead (and kept, by root only)."""
+"""The snapshot's compiled-code cache (hostside/read/codecache.py): root's own entry, keyed by the sources' digest
+(sent by the control side), is run on a hit, without the sources; an entry that is absent, stale, changed, another
+program's, or not root's own 0600 file in root's own 0700 directory is never executed: the host answers MISSING and
+is sent the sources on stdin (factcache.read), which are compiled (and kept, by root only) when their digest is the
+key."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ MODULES = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'compiled'\n"),
            ("pkg.entry", "pkg", "hostside/entry.py", "from pkg.helper import VALUE\n"))
 OTHER = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'older sources'\n"),
          MODULES[1])
+ROWS = codecache.rows_of(MODULES)
 PLANTED = (compile("VALUE = 'from the cache'\n", "hostside/helper.py", "exec"), compile("", "e", "exec"))
 
 
@@ -50,19 +53,28 @@ def cache(root_tree):
     return directory
 
 
+def name(modules) -> str:
+    """The entry ``modules`` are kept under by this Python."""
+    return codecache.entry_name(codecache.key(modules))
+
+
 def value_of(codes) -> str:
+    """VALUE as the first module of ``codes`` (or of load()'s (rows, codes)) sets it."""
+    if isinstance(codes[0], tuple):
+        assert codes[0] == ROWS
+        codes = codes[1]
     found: dict = {}
     exec(codes[0], found)
     return found["VALUE"]
 
 
 def entry(cache):
-    return cache / codecache.key(MODULES)
+    return cache / name(MODULES)
 
 
-def plant(cache, name=None):
-    """A sound entry under MODULES' key whose code differs from MODULES' sources: running it shows a hit."""
-    codecache.store(str(cache), name or codecache.key(MODULES), PLANTED)
+def plant(cache, under=None):
+    """A sound entry under MODULES' name whose code differs from MODULES' sources: running it shows a hit."""
+    codecache.store(str(cache), under or name(MODULES), (ROWS, PLANTED))
 
 
 def test_a_miss_compiles_and_keeps_a_root_only_entry(cache):
@@ -70,7 +82,7 @@ def test_a_miss_compiles_and_keeps_a_root_only_entry(cache):
     st = entry(cache).lstat()
     assert (st.st_uid, oct(st.st_mode & 0o777)) == (0, "0o600")
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
-    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"
+    assert value_of(codecache.load(str(cache), name(MODULES))) == "compiled"
 
 
 def test_a_hit_runs_the_kept_code(cache):
@@ -84,19 +96,19 @@ def test_an_entry_changed_after_it_was_written_is_never_run(cache):
     assert raw.count(b"from the cache") == 1
     entry(cache).write_bytes(raw.replace(b"from the cache", b"tampered cache"))   # still loads, runs elsewhere
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
-    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"   # replaced by a sound one
+    assert value_of(codecache.load(str(cache), name(MODULES))) == "compiled"   # replaced by a sound one
 
 
 def test_an_entry_of_other_sources_is_never_run_under_this_key(cache):
-    plant(cache, codecache.key(OTHER))
-    (cache / codecache.key(OTHER)).rename(entry(cache))   # its header still names OTHER's digest
+    plant(cache, name(OTHER))
+    (cache / name(OTHER)).rename(entry(cache))   # its header still names OTHER's digest
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
 
 
 def test_sources_changed_since_the_entry_was_kept_are_compiled_and_the_stale_entry_removed(cache):
-    plant(cache, codecache.key(OTHER))
+    plant(cache, name(OTHER))
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
-    assert sorted(os.listdir(cache)) == [codecache.key(MODULES)]
+    assert sorted(os.listdir(cache)) == [name(MODULES)]
 
 
 @pytest.mark.parametrize("change", [
@@ -110,7 +122,7 @@ def test_sources_changed_since_the_entry_was_kept_are_compiled_and_the_stale_ent
 def test_an_entry_not_kept_by_root_alone_is_never_run(cache, change):
     plant(cache)
     change(cache)
-    assert codecache.load(str(cache), codecache.key(MODULES)) is None
+    assert codecache.load(str(cache), name(MODULES)) is None
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
 
 
@@ -125,7 +137,7 @@ def test_an_entry_not_roots_alone_is_replaced_by_a_sound_one(cache, change):
     codecache.codes_for(MODULES, str(cache))
     st = entry(cache).lstat()
     assert (st.st_uid, stat.S_ISREG(st.st_mode), oct(st.st_mode & 0o777)) == (0, True, "0o600")
-    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"
+    assert value_of(codecache.load(str(cache), name(MODULES))) == "compiled"
 
 
 def test_an_entry_reached_through_a_link_is_never_run_and_is_replaced(cache, root_tree):
@@ -134,15 +146,15 @@ def test_an_entry_reached_through_a_link_is_never_run_and_is_replaced(cache, roo
     elsewhere.mkdir(mode=0o700)
     entry(cache).rename(elsewhere / "kept")
     entry(cache).symlink_to(elsewhere / "kept")
-    assert codecache.load(str(cache), codecache.key(MODULES)) is None
+    assert codecache.load(str(cache), name(MODULES)) is None
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
     assert not entry(cache).is_symlink()   # the link itself replaced; what it pointed at untouched
-    assert value_of(codecache.load(str(cache), codecache.key(MODULES))) == "compiled"
+    assert value_of(codecache.load(str(cache), name(MODULES))) == "compiled"
     assert (elsewhere / "kept").exists()
     linked = root_tree / "linked"
     linked.symlink_to(elsewhere)
-    (elsewhere / "kept").rename(elsewhere / codecache.key(MODULES))
-    assert codecache.load(str(linked), codecache.key(MODULES)) is None
+    (elsewhere / "kept").rename(elsewhere / name(MODULES))
+    assert codecache.load(str(linked), name(MODULES)) is None
 
 
 @pytest.mark.parametrize("change", [
@@ -158,7 +170,7 @@ def test_a_cache_below_a_folder_someone_else_may_write_is_neither_read_nor_writt
     (root_tree / "middle").chmod(0o755)
     plant(cache)
     change(root_tree)
-    assert codecache.load(str(cache), codecache.key(MODULES)) is None
+    assert codecache.load(str(cache), name(MODULES)) is None
     os.unlink(entry(cache))
     assert value_of(codecache.codes_for(MODULES, str(cache))) == "compiled"
     assert os.listdir(cache) == []
@@ -169,8 +181,8 @@ def test_a_cache_below_a_link_is_never_read(root_tree):
     (real / "cache").mkdir(mode=0o700, parents=True)
     (root_tree / "via").symlink_to(real)
     plant(real / "cache")
-    assert value_of(codecache.load(str(real / "cache"), codecache.key(MODULES))) == "from the cache"
-    assert codecache.load(str(root_tree / "via" / "cache"), codecache.key(MODULES)) is None
+    assert value_of(codecache.load(str(real / "cache"), name(MODULES))) == "from the cache"
+    assert codecache.load(str(root_tree / "via" / "cache"), name(MODULES)) is None
 
 
 def test_a_directory_someone_else_may_write_is_neither_read_nor_written(cache):
@@ -185,32 +197,84 @@ def test_only_root_keeps_entries(cache, monkeypatch):
     assert os.listdir(cache) == []
 
 
-def test_the_key_names_the_sources_and_this_python(monkeypatch):
+def test_the_key_names_the_sources_and_the_entry_this_python(monkeypatch):
     assert codecache.key(MODULES) != codecache.key(OTHER)
-    kept = codecache.key(MODULES)
+    assert name(MODULES) != name(OTHER)
+    sources_key, kept = codecache.key(MODULES), name(MODULES)
     monkeypatch.setattr(codecache.sys, "version", sys.version + " (another build)")
-    assert codecache.key(MODULES) != kept
+    assert (codecache.key(MODULES), name(MODULES) != kept) == (sources_key, True)
 
 
-def snapshot(tmp_path, program: str, *flags: str) -> dict:
-    """The snapshot of an empty home, minus what the engine says (other runs change its images meanwhile)."""
+def run_snapshot(tmp_path, program: str, *flags: str, stdin: str = ""):
     spec = {"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"), "admins": [],
             "groups": [], "uid": None, "gid": None, "dirs": []}
     # from a file: the plain bundle is past one argument's 128 KiB (the run sends the cached one, facts.py)
     path = tmp_path / "program.py"
     path.write_text(program)
-    out = subprocess.run([sys.executable, "-I", *flags, str(path), json.dumps(spec)], capture_output=True,
-                         text=True, timeout=60)
+    return subprocess.run([sys.executable, "-I", *flags, str(path), json.dumps(spec)], capture_output=True,
+                          text=True, timeout=60, input=stdin)
+
+
+def snapshot(tmp_path, program: str, *flags: str, stdin: str = "") -> dict:
+    """The snapshot of an empty home, minus what the engine says (other runs change its images meanwhile)."""
+    out = run_snapshot(tmp_path, program, *flags, stdin=stdin)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
     return {key: value for key, value in found.items() if key not in ("docker", "stack", "routers")}
 
 
 def test_the_snapshot_through_the_cache_reads_what_the_bundle_reads(tmp_path, cache):
+    """A miss answers MISSING alone and keeps nothing; sent again with the sources on stdin, it reads what the whole
+    bundle reads and keeps the entry; a hit reads the same with nothing on stdin."""
+    cached, sources = ship.cached_program("read.snapshot", str(cache)), ship.cached_sources("read.snapshot")
+    whole = snapshot(tmp_path, ship.packed("read.snapshot"))
+    missed = run_snapshot(tmp_path, cached, "-S")
+    assert (missed.returncode, missed.stdout, os.listdir(cache)) == (0, codecache.MISSING + "\n", [])
+    assert ship.missed(missed.stdout.splitlines())
+    assert snapshot(tmp_path, cached, "-S", stdin=sources + "\n") == whole   # the miss, its sources sent
+    assert os.listdir(cache) == [codecache.entry_name(ship.cached_key("read.snapshot"))]
+    assert snapshot(tmp_path, cached, "-S") == whole   # a hit: nothing on stdin
+
+
+def test_a_hit_never_reads_or_unpacks_the_sources(tmp_path, cache):
+    """On a hit stdin is left alone (what is there is not even read: not sources, it would fail), and neither zlib
+    nor base64 decodes anything but the runner: its work is the entry's."""
+    cached, sources = ship.cached_program("read.snapshot", str(cache)), ship.cached_sources("read.snapshot")
+    snapshot(tmp_path, cached, "-S", stdin=sources)
+    assert snapshot(tmp_path, cached, "-S", stdin="not the sources at all") == snapshot(tmp_path, cached, "-S")
+    traced = cached.replace("import binascii, zlib\n", "import binascii, zlib\n_decompress = zlib.decompress\n"
+                            "def _counted(data, *a):\n    _counted.n += 1\n    return _decompress(data, *a)\n"
+                            "_counted.n = 0\nzlib.decompress = _counted\nimport atexit\n"
+                            "atexit.register(lambda: __import__('sys').stderr.write(f'decompressed {_counted.n}'))"
+                            "\n", 1)
+    assert traced != cached
+    out = run_snapshot(tmp_path, traced, "-S")
+    assert out.returncode == 0 and json.loads(out.stdout)
+    assert out.stderr.endswith("decompressed 1")   # the runner's own text, and nothing else
+
+
+def test_sources_that_are_not_those_of_the_key_are_refused(tmp_path, cache):
+    """The key comes from the command, the sources from stdin: another program's sources (or any other text) are
+    neither run nor kept under this program's key."""
     cached = ship.cached_program("read.snapshot", str(cache))
-    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.packed("read.snapshot"))   # a miss
-    assert len(os.listdir(cache)) == 1
-    assert snapshot(tmp_path, cached, "-S") == snapshot(tmp_path, ship.packed("read.snapshot"))   # a hit
+    for wrong in (ship.cached_sources("read.reach"), "bm90IHNvdXJjZXM="):
+        out = run_snapshot(tmp_path, cached, "-S", stdin=wrong)
+        assert out.returncode != 0 and out.stdout == "", out.stderr
+        assert os.listdir(cache) == []
+
+
+def test_another_programs_entry_put_under_this_name_is_never_run(tmp_path, cache):
+    """A sound entry of another program (its header names its own name) moved to this program's name: refused, the
+    host answers MISSING, then runs the sources it is sent and replaces the entry."""
+    cached, sources = ship.cached_program("read.snapshot", str(cache)), ship.cached_sources("read.snapshot")
+    mine = codecache.entry_name(ship.cached_key("read.snapshot"))
+    foreign = codecache.entry_name(ship.cached_key("read.reach"))
+    codecache.store(str(cache), foreign, ((("x.entry", "x"),), (compile("print('foreign ran')", "f", "exec"),)))
+    (cache / foreign).rename(cache / mine)
+    out = run_snapshot(tmp_path, cached, "-S")
+    assert (out.returncode, out.stdout) == (0, codecache.MISSING + "\n")
+    assert json.loads(run_snapshot(tmp_path, cached, "-S", stdin=sources).stdout)
+    assert codecache.load(str(cache), mine)[0] == codecache.rows_of(ship._cached_modules("read.snapshot"))
 
 
 def test_the_snapshot_fact_runs_through_roots_cache():
@@ -224,12 +288,15 @@ def test_the_snapshot_fact_runs_through_roots_cache():
 
 def test_the_snapshot_command_leaves_room_in_one_argument():
     """pyinfra sends a fact's command as one argument of `sh -c`, quoted once more, and Linux takes at most 128 KiB
-    in one argument (MAX_ARG_STRLEN): the bundle's own text, quoted twice, was 125 KiB of it; compressed, the
-    command keeps at least half of it free for the host programs to grow."""
+    in one argument (MAX_ARG_STRLEN): the bundle's own text, quoted twice, was 125 KiB of it, compressed 64 KiB; the
+    command now carries the runner and the sources' key, not the sources (they go on stdin on a miss), so it stays
+    a few KB however the programs grow, and the sources are not in it at all."""
     from sglang_infra.run.facts import Snapshot
 
     sent = "sh -c " + shlex.quote(Snapshot().command(spec=json.dumps({"home": "/opt/sglang"})))
-    assert len(sent.encode()) <= 64 * 1024
+    assert len(sent.encode()) <= 12 * 1024
+    assert ship.cached_key("read.snapshot") in sent and ship.cached_sources("read.snapshot")[:200] not in sent
+    assert len(ship.cached_sources("read.snapshot")) > 32 * 1024   # what the command no longer carries
 
 
 def test_the_snapshot_runs_without_site_packages(tmp_path):
@@ -246,18 +313,22 @@ def test_a_candidate_left_by_a_killed_read_goes_and_one_being_written_stays(cach
         candidate.write_bytes(b"partial")
     os.utime(left, (0, 0))
     codecache.codes_for(MODULES, str(cache))
-    assert sorted(os.listdir(cache)) == sorted([codecache.key(MODULES), writing.name])
+    assert sorted(os.listdir(cache)) == sorted([name(MODULES), writing.name])
 
 
-def bundled(modules, cache, lazy=()) -> str:
-    """A program as ship.cached_program builds one, of ``modules`` ((name, source), the entry last, all in pkg)."""
+def bundled(modules, cache, lazy=()) -> tuple[str, str]:
+    """A program as ship.cached_program builds one, of ``modules`` ((name, source), the entry last, all in pkg), and
+    its sources as ship.cached_sources sends them."""
     rows = [[f"pkg.{name}", "pkg", f"hostside/{name}.py", source] for name, source in modules]
     blob = binascii.b2a_base64(zlib.compress("\0".join(sum(rows, [])).encode()), newline=False).decode()
-    return f"{ship.path_of('read.codecache').read_text()}\nrun([\"pkg\"], \"{blob}\", {str(cache)!r}, {list(lazy)!r})\n"
+    return (f"{ship.path_of('read.codecache').read_text()}\n"
+            f"run([\"pkg\"], \"{codecache.key(rows)}\", {str(cache)!r}, {list(lazy)!r})\n", blob)
 
 
-def ran(program: str) -> str:
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True, timeout=60)
+def ran(bundle: tuple[str, str]) -> str:
+    program, sources = bundle
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True, timeout=60,
+                         input=sources)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -318,7 +389,7 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     path = tmp_path / "program.py"
     path.write_text(ship.cached_program("read.snapshot"))
     out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(path), json.dumps(spec)],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, input=ship.cached_sources("read.snapshot"))
     assert out.returncode == 0, out.stderr
     loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "json" in loaded
@@ -329,3 +400,65 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
         == hashlib.sha256(b"services: {}\n" * 1000).hexdigest()
     assert not loaded & {"_ssl", "_elementtree", "pyexpat", "urllib.response", "http.client", "email.parser",
                          "_bz2", "_lzma", "_posixsubprocess", "threading", "locale"}
+
+
+class RecordingHost:
+    """A host whose get_fact runs the fact's command for real here (sh -c, stdin from _stdin as pyinfra's
+    connectors write it: the text and a newline), recording what each call sent."""
+
+    name = "cache-host"
+
+    def __init__(self):
+        self.sent: list[str | None] = []
+
+    def get_fact(self, fact_cls, _stdin=None, **kwargs):
+        self.sent.append(_stdin)
+        out = subprocess.run(["sh", "-c", fact_cls().command(**kwargs)], capture_output=True, text=True,
+                             timeout=60, input=f"{_stdin}\n" if _stdin else "")
+        assert out.returncode == 0, out.stderr
+        return fact_cls().process(out.stdout.splitlines())
+
+
+def test_the_sources_travel_only_to_a_host_whose_cache_lacks_them(tmp_path, cache, monkeypatch):
+    """factcache.read: the first read of a host sends the command alone; a host that answers MISSING is sent the same
+    command again with the sources on stdin; the next read, a hit, sends the command alone, one command."""
+    from sglang_infra.run import factcache
+    from sglang_infra.run.facts import Snapshot
+
+    monkeypatch.setattr(ship, "cached_command", lambda entry, directory=None, real=ship.cached_command:
+                        real(entry, str(cache)).replace(ship.PYTHON, f"{sys.executable} -I", 1))
+    spec = json.dumps({"user": "nobody", "home": str(tmp_path / "home"), "tools_dir": str(tmp_path / "tools"),
+                       "admins": [], "groups": [], "uid": None, "gid": None, "dirs": []})
+    host = RecordingHost()
+    first = factcache.read(host, Snapshot, spec=spec)
+    assert host.sent == [None, ship.cached_sources("read.snapshot")]
+    again = factcache.read(host, Snapshot, spec=spec)
+    assert host.sent[2:] == [None]
+    assert {k: v for k, v in first.items() if k != "docker"} == {k: v for k, v in again.items() if k != "docker"}
+
+
+def test_a_program_run_through_the_cache_by_an_operation_is_sent_its_sources_on_a_miss(cache, monkeypatch, tmp_path):
+    """run_cached (the rollback's restore_good): a miss answered MISSING is run again with the sources on stdin, so
+    the program runs (here it judges its argument); a hit takes one command."""
+    from sglang_infra.run import operation
+
+    monkeypatch.setattr(ship, "cached_command", lambda entry, directory=None, real=ship.cached_command:
+                        real(entry, str(cache)).replace(ship.PYTHON, f"{sys.executable} -I", 1))
+    sent = []
+
+    class Host:
+        current_op_global_arguments: dict = {}
+
+        def run_shell_command(self, command, print_output=False, _stdin=None, **_):
+            sent.append(_stdin)
+            out = subprocess.run(["sh", "-c", str(command)], capture_output=True, text=True, timeout=60,
+                                 input=f"{_stdin}\n" if _stdin else "")
+            return out.returncode == 0, type("Output", (), {"stdout_lines": out.stdout.splitlines(),
+                                                            "stderr_lines": out.stderr.splitlines()})()
+
+    missing = str(tmp_path / "no-docker-dir")
+    first = operation.run_cached(Host(), "roll.restore_good", missing, print_output=False)
+    assert sent == [None, ship.cached_sources("roll.restore_good")]
+    assert not ship.missed(first[1].stdout_lines) and first[1].stdout_lines + first[1].stderr_lines
+    again = operation.run_cached(Host(), "roll.restore_good", missing, print_output=False)
+    assert sent[2:] == [None] and (again[0], again[1].stdout_lines) == (first[0], first[1].stdout_lines)

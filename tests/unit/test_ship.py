@@ -130,8 +130,12 @@ def _sent() -> set[tuple[str, str]]:
     import re
 
     root = Path(__file__).resolve().parents[2]
-    return {(cached, name) for folder in ("sglang_infra", "tasks") for path in (root / folder).rglob("*.py")
-            for cached, name in re.findall(r"ship\.(cached_)?command\(['\"]([\w.]+)['\"]\)", path.read_text())}
+    sites = r"ship\.(cached_)?command\(['\"]([\w.]+)['\"]\)"
+    # a fact's program (its command is ship.cached_command(self.program)) and run_cached's: through the code cache
+    cached_sites = r"(?:^    program = |run_cached\(\w+, )['\"]([\w.]+)['\"]"
+    texts = [path.read_text() for folder in ("sglang_infra", "tasks") for path in (root / folder).rglob("*.py")]
+    return {found for text in texts for found in re.findall(sites, text)} | \
+        {("cached_", name) for text in texts for name in re.findall(cached_sites, text, re.M)}
 
 
 def test_every_program_sent_in_a_command_travels_compressed_with_room_to_double():

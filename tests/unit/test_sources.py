@@ -27,9 +27,10 @@ HUB = "http://hub.mirror.test"
 def reach(urls, timeout=1) -> tuple[dict, float]:
     """hostside/read/reach.py as the host runs it (its bundled source as python3 -c's argument)."""
     started = time.monotonic()
+    # no cache there: the sources on stdin, as factcache.read sends them after the host's first answer
     out = subprocess.run(["sh", "-c", f"{ship.cached_command('read.reach', '/nonexistent-cache')} "
                           f"'{json.dumps({'urls': urls, 'timeout': timeout})}'"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, input=ship.cached_sources("read.reach"))
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout), time.monotonic() - started
 

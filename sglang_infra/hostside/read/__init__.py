@@ -5,7 +5,7 @@ imports them, so they move and change without touching a converged host. Every m
 (tests/unit/test_hostside_index.py keeps the list whole):
 
     snapshot.py     the one read of a host: everything the deploy compares against, as one JSON document
-    codecache.py    the snapshot's compiled code kept by root, keyed by its sources' digest (sent ahead of them)
+    codecache.py    the snapshot's compiled code kept by root, keyed by its sources' digest (the sources on a miss)
     settled.py      the settled stamp: root's record of the last run that found the host as its plan wants it
     cachestate.py   the model cache, read without the Hub (used by snapshot.py)
     doorcheck.py    whether the peer door's address and port are held by the door's own nginx, and its cert

@@ -2,15 +2,22 @@
 sources: the snapshot is read on every run of every host, and compiling its bundle again each time was about a
 tenth of the host CPU of one read (docs/benchmarks.md).
 
-The command carries the sources every time; this module, sent ahead of them, computes their digest, and runs the
-code compiled from exactly those sources: from DIRECTORY when a cache entry is there and sound, else compiled here
-(and then kept, by root only, for the next read). An entry is used only when all of these hold, else it is ignored
-(and replaced): the directory belongs to root, is 0700 and no link, below folders (from /) only root writes, none a
-link; the entry is a regular file of root, 0600, no link, within LIMIT; its header names the digest of these very
-sources and of this Python (the marshal format changes with Python), and the sha256 of its payload, which the
-payload matches. So an entry for other sources (stale) or one changed after it was written (truncated, edited) is
-never executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in
-DIRECTORY. This text travels compressed, in base64, as the modules do (ship.cached_program).
+The command carries this module and the key of the sources (key(), worked out by the control side), not the
+sources: run() runs the code kept under the key (and this Python, entry_name()) in DIRECTORY when that entry is
+there and sound. When it is not, run() reads the sources from stdin, where the control side sends them only then:
+on the first read of a command with no stdin, run() prints MISSING alone and exits 0, and the control side sends the
+same command again with the sources on stdin (run/factcache.py; ship.cached_sources). Sources whose digest is not
+the key are refused. They are compiled, run, and kept (by root only) for the next read. So the command stays a few
+KB whatever the programs grow to (one argument of `sh -c` holds 128 KiB, pyinfra quotes it twice), and a read
+that finds its entry neither decompresses nor hashes the sources.
+
+An entry is used only when all of these hold, else it is ignored (and replaced on a miss): the directory belongs to
+root, is 0700 and no link, below folders (from /) only root writes, none a link; the entry is a regular file of
+root, 0600, no link, within LIMIT; its header names the entry's name (the digest of the sources and of this Python:
+the marshal format changes with Python), and the sha256 of its payload, which the payload matches. So an entry for
+other sources (stale, or another program's) or one changed after it was written (truncated, edited) is never
+executed. Writing the entry changes nothing the deploy reads or reports: the snapshot does not look in DIRECTORY.
+This text travels compressed, in base64 (ship.cached_program); the sources on a miss travel as unpack() reads them.
 
 A bundled module runs when the program first uses one of its names, not at the start (_Deferred), and the
 standard-library modules the command names (ship.LAZY) load when first used too (_LazyFinder): a
@@ -31,18 +38,28 @@ import zlib
 
 DIRECTORY = "/var/cache/sglang-infra"
 LIMIT = 16 << 20   # bytes: the compiled snapshot is a few hundred KB
-MAGIC = b"sglang-infra code cache 1\n"
+MAGIC = b"sglang-infra code cache 2\n"   # 2: the payload holds the modules' names with their code
+# What run() prints, alone, when root keeps no sound entry for the key and no sources came on stdin: the control
+# side then sends the same command again, the sources on its stdin (run/factcache.read).
+MISSING = "sglang-infra code cache: no entry for this program's key; send its sources on stdin"
 OWNER = 0
 CANDIDATE_SECONDS = 600   # a read writes its entry in well under a second
 
 
 def key(modules):
-    """The sha256 of ``modules`` (each (name, package, path, source), the entry last) and of this Python."""
-    digest = hashlib.sha256(sys.version.encode())
+    """The sha256 of ``modules`` (each (name, package, path, source), the entry last): the control side works it out
+    and sends it (ship.cached_program); a host works it out only for sources it was sent (run())."""
+    digest = hashlib.sha256()
     for module in modules:
         for part in module:
             digest.update(len(part.encode()).to_bytes(8, "big") + part.encode())
     return digest.hexdigest()
+
+
+def entry_name(sources_key):
+    """The name the code of the sources of ``sources_key`` is kept under by this Python (its marshal format and
+    bytecode change with the version)."""
+    return hashlib.sha256(f"{sys.version}\0{sources_key}".encode()).hexdigest()
 
 
 def _root_only(st, kind):
@@ -90,7 +107,8 @@ def _open_directory(directory, create):
 
 
 def load(directory, name):
-    """The code objects kept under ``name`` in ``directory``, or None (absent, or not sound: see above)."""
+    """What is kept under ``name`` in ``directory``: (the modules' (name, package) rows, their code objects), or None
+    (absent, or not sound: see above)."""
     fd = _open_directory(directory, create=False)
     if fd is None:
         return None
@@ -115,12 +133,16 @@ def load(directory, name):
     if raw[len(head) + 64:len(head) + 65] != b"\n" or hashlib.sha256(payload).hexdigest().encode() != digest:
         return None
     try:
-        codes = marshal.loads(payload)
+        kept = marshal.loads(payload)
     except (ValueError, EOFError, TypeError):
         return None
-    if not isinstance(codes, tuple) or not all(isinstance(code, types.CodeType) for code in codes):
+    if not isinstance(kept, tuple) or len(kept) != 2 or not all(isinstance(part, tuple) for part in kept):
         return None
-    return codes
+    rows, codes = kept
+    if not codes or len(rows) != len(codes) or not all(isinstance(code, types.CodeType) for code in codes) or \
+            not all(isinstance(row, tuple) and len(row) == 2 and all(isinstance(s, str) for s in row) for row in rows):
+        return None
+    return rows, codes
 
 
 def _writing(name, fd):
@@ -133,15 +155,16 @@ def _writing(name, fd):
     return name.startswith(".") and time.time() - made < CANDIDATE_SECONDS
 
 
-def store(directory, name, codes):
-    """Keep ``codes`` under ``name`` (root only; any other entry there removed). Never fails the program."""
+def store(directory, name, kept):
+    """Keep ``kept`` ((rows, codes), as load() returns it) under ``name`` (root only; any other entry there
+    removed). Never fails the program."""
     if os.geteuid() != OWNER:
         return
     fd = _open_directory(directory, create=True)
     if fd is None:
         return
     try:
-        payload = marshal.dumps(codes)
+        payload = marshal.dumps(kept)
         raw = MAGIC + name.encode() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
         candidate = f".{name}.{os.getpid()}"
         entry = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
@@ -161,14 +184,19 @@ def store(directory, name, codes):
         os.close(fd)
 
 
+def rows_of(modules):
+    return tuple((name, package) for name, package, _, _ in modules)
+
+
 def codes_for(modules, directory=DIRECTORY):
-    """The code objects of ``modules``: from the cache when sound, else compiled (and kept)."""
-    name = key(modules)
-    codes = load(directory, name)
-    if codes is None or len(codes) != len(modules):
-        codes = tuple(compile(source, path, "exec") for _, _, path, source in modules)
-        store(directory, name, codes)
-    return codes
+    """The code objects of ``modules`` (sources a host was sent): from the cache when sound, else compiled (and
+    kept)."""
+    name = entry_name(key(modules))
+    kept = load(directory, name)
+    if kept is None or kept[0] != rows_of(modules):
+        kept = rows_of(modules), tuple(compile(source, path, "exec") for _, _, path, source in modules)
+        store(directory, name, kept)
+    return kept[1]
 
 
 class _Deferred(types.ModuleType):
@@ -243,23 +271,53 @@ def unpack(blob):
     return [fields[at:at + 4] for at in range(0, len(fields), 4)]
 
 
-def run(packages, blob, directory=DIRECTORY, lazy=()):
-    """Run the bundle: each of ``packages`` registered empty, then each module of ``blob`` (unpack(), the entry
-    last, run as __main__) registered, run when first used (_Deferred), as the bundle of run/ship.py runs them in
-    order; the standard-library modules ``lazy`` load when first used."""
-    modules = unpack(blob)
-    codes = codes_for(modules, directory)
+def sent_sources():
+    """What came on stdin, at most LIMIT bytes, as text; "" when nothing did (a closed or empty stdin, a terminal)."""
+    try:
+        if os.isatty(0):
+            return ""
+        chunks, size = [], 0
+        while size <= LIMIT:
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return ""
+    if size > LIMIT:
+        raise SystemExit(f"sglang-infra code cache: the sources on stdin are over {LIMIT} bytes")
+    return b"".join(chunks).decode().strip()
+
+
+def run(packages, sources_key, directory=DIRECTORY, lazy=()):
+    """Run the bundle whose sources have the digest ``sources_key`` (key()): from root's entry when sound, else from
+    the sources on stdin (MISSING printed alone when none came). Each of ``packages`` registered empty, then each
+    module (the entry last, run as __main__) registered, run when first used (_Deferred), as the bundle of
+    run/ship.py runs them in order; the standard-library modules ``lazy`` load when first used."""
+    name = entry_name(sources_key)
+    kept = load(directory, name)
+    if kept is None:
+        blob = sent_sources()
+        if not blob:
+            print(MISSING)
+            return
+        modules = unpack(blob)
+        if key(modules) != sources_key:
+            raise SystemExit("sglang-infra code cache: the sources on stdin are not those of the command's key")
+        kept = rows_of(modules), codes_for(modules, directory)
+    rows, codes = kept
     if lazy:
         sys.meta_path.insert(0, _LazyFinder(lazy))
     for package in packages:
         sys.modules.setdefault(package, types.ModuleType(package)).__path__ = []
-    for (name, package, _, _), code in zip(modules[:-1], codes):
+    for (name, package), code in zip(rows[:-1], codes):
         module = _Deferred(name)
         module.__package__ = package
         _PENDING[name] = code
         sys.modules[name] = module
         setattr(sys.modules[package], name.rpartition(".")[2], module)
     main = types.ModuleType("__main__")
-    main.__package__ = modules[-1][1]
+    main.__package__ = rows[-1][1]
     sys.modules["__main__"] = main
     exec(codes[-1], main.__dict__)
