@@ -593,3 +593,25 @@ def test_packages_come_from_the_status_file_and_dpkg_query_only_without_it(dpkg,
     (dpkg / "updates" / "0001").write_text("")
     assert hostside_snapshot.packages(["nginx"]) == {"nginx": "1.0"}
     assert started[0][0] == "dpkg-query"
+
+
+def test_named_finds_what_glob_finds(tmp_path):
+    """snapshot._named(d, prefix, suffix) stands in for glob.glob(d/prefix*suffix) (glob is not imported on a read):
+    the same paths for files, folders, links (broken ones too), names that only begin or only end so, a name that is
+    the prefix and suffix overlapping, a folder whose own name holds glob's magic characters, and no folder."""
+    import glob
+
+    top = tmp_path / "a[b]*?"
+    top.mkdir()
+    for name in ("compose.yaml", "compose.yaml.bak", "compose.yamlx", "xcompose.yaml", ".compose.yaml",
+                 "huggingface_hub-0.1.dist-info", "huggingface_hub-.dist-info", "huggingface_hub-1.dist-infox",
+                 "huggingface_hub-dist-info"):
+        (top / name).write_text("")
+    (top / "compose.yaml.d").mkdir()
+    (top / "compose.yaml.link").symlink_to(top / "nowhere")
+    for prefix, suffix in (("compose.yaml", ""), ("huggingface_hub-", ".dist-info"), ("python3", "")):
+        expected = glob.glob(str(top).replace("[", "[[]").replace("*", "[*]").replace("?", "[?]") + "/"
+                             + prefix + "*" + suffix)
+        assert sorted(hostsnapshot._named(str(top), prefix, suffix)) == sorted(expected), (prefix, suffix)
+    assert hostsnapshot._named(str(top / "absent"), "compose.yaml") == []
+    assert hostsnapshot._named(str(top / "compose.yaml"), "x") == []   # a file, not a folder

@@ -20,9 +20,8 @@ who holds that address and port (doorcheck.py, as the run's door check reads it)
 spec also report (report.py), what scripts/status.sh shows beyond the deploy's needs.
 """
 
-import glob
 import grp
-import importlib.util
+import importlib.machinery
 import io
 import ipaddress
 import json
@@ -504,13 +503,25 @@ _MODEL_LABEL = re.compile(r'^\s*(?:' + re.escape(names.MODEL_LABEL) + '|' + re.e
                           + r'):\s*"?([^"\s]+)"?\s*$', re.M)
 
 
+def _named(directory, prefix, suffix=""):
+    """The paths in ``directory`` whose names begin with ``prefix`` and end with ``suffix`` (no dot first), in the
+    order it lists them; none when it cannot be listed: what glob.glob(directory/prefix*suffix) finds, without
+    importing glob (a read's imports are most of its CPU, docs/benchmarks.md)."""
+    try:
+        found = os.listdir(directory)
+    except OSError:
+        return []
+    return [os.path.join(directory, name) for name in found if name.startswith(prefix) and name.endswith(suffix)
+            and len(name) >= len(prefix) + len(suffix)]
+
+
 def models(home, user):
     """The cache as cachestate reads it, verified only by records the account (or root) keeps outside hf-cache,
     and the revisions the compose files reference."""
     records = manifest.Records(os.path.join(home, names.VERIFIED_DIR), manifest.owners(user))
     found = cachestate.scan(os.path.join(home, names.HUB_DIR), records)
     referenced = set()
-    for path in glob.glob(os.path.join(glob.escape(home), names.DOCKER_DIR, names.COMPOSE_FILE + "*")):
+    for path in _named(os.path.join(home, names.DOCKER_DIR), names.COMPOSE_FILE):
         text = safefs.read_regular(path, 1 << 20)
         referenced.update(m for m in _MODEL_LABEL.findall((text or b"").decode(errors="replace")) if "@" in m)
     found["referenced"] = sorted(referenced)
@@ -528,10 +539,12 @@ def tools(tools_dir):
         owner, group = _names(st)
         return {"owner": owner, "group": group, "mode": format(stat.S_IMODE(st.st_mode), "o")}
 
-    dists = glob.glob(os.path.join(glob.escape(tools_dir), "venv", "lib", "python3*", "site-packages",
-                                   "huggingface_hub-*.dist-info"))
+    lib = os.path.join(tools_dir, "venv", "lib")
+    dists = [dist for python in _named(lib, "python3")
+             for dist in _named(os.path.join(python, "site-packages"), "huggingface_hub-", ".dist-info")]
     return {
-        "venv_module": all(importlib.util.find_spec(m) is not None for m in ("ensurepip", "venv")),
+        # where `import ensurepip` would find it (no import: importlib.util's find_spec asks the same path finder)
+        "venv_module": all(importlib.machinery.PathFinder.find_spec(m) is not None for m in ("ensurepip", "venv")),
         "venv_python": os.access(os.path.join(tools_dir, "venv", "bin", "python"), os.X_OK),
         # a venv made but cut before ensurepip gave it pip (a run killed or its connection lost there)
         "venv_pip": os.access(os.path.join(tools_dir, "venv", "bin", "pip"), os.X_OK),
