@@ -218,7 +218,13 @@ def read_programs(checkout: Path) -> dict[str, str]:
         raise SystemExit(f"fleet: {checkout}'s snapshot program does not end in the code cache's run(...) call")
     runner = text[:found.start()]
     if sources:   # the command carries the key: a hit loads the entry and unpacks nothing
-        return {"decompress": runner + "\n", "load": runner + f"\nload(DIRECTORY, entry_name(\"{found['blob']}\"))\n",
+        program = re.search(r', "([\w.]+)"\)\n$', text)
+        if program is None:
+            raise SystemExit(f"fleet: {checkout}'s snapshot program does not name its program in its run(...) call")
+        return {"decompress": runner + "\n",
+                # the entry loaded; stored first when absent (the step's first run has the sources on stdin)
+                "load": runner + f"\nif load(DIRECTORY, entry_name(\"{program[1]}\", \"{found['blob']}\")) is None:\n"
+                                 "    codes_for(unpack(sent_sources()), DIRECTORY)\n",
                 "read": text, "sources": sources}
     # the runner's own unpack(), or, for a checkout from before it (--before), the JSON it sent the modules in
     unpack = (f"\nmodules = unpack(\"{found['blob']}\") if \"unpack\" in globals() else "

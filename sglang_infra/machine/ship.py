@@ -297,7 +297,8 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     runner = base64.b64encode(zlib.compress(sent_source(CODECACHE).encode(), 9)).decode("ascii")
     return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
             f"\"{_path(CODECACHE)}\", \"exec\"))\n"
-            f"run({json.dumps(_packages(names))}, \"{cached_key(entry)}\", {where}, {json.dumps(LAZY)})\n")
+            f"run({json.dumps(_packages(names))}, \"{cached_key(entry)}\", {where}, {json.dumps(LAZY)}, "
+            f"\"{PACKAGE}.{entry}\")\n")
 
 
 def missed(lines) -> bool:

@@ -32,6 +32,7 @@ MODULES = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'compiled'\n"),
 OTHER = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'older sources'\n"),
          MODULES[1])
 ROWS = codecache.rows_of(MODULES)
+SNAPSHOT = f"{ship.PACKAGE}.read.snapshot"
 PLANTED = (compile("VALUE = 'from the cache'\n", "hostside/helper.py", "exec"), compile("", "e", "exec"))
 
 
@@ -55,7 +56,7 @@ def cache(root_tree):
 
 def name(modules) -> str:
     """The entry ``modules`` are kept under by this Python."""
-    return codecache.entry_name(codecache.key(modules))
+    return codecache.entry_name(modules[-1][0], codecache.key(modules))
 
 
 def value_of(codes) -> str:
@@ -232,7 +233,7 @@ def test_the_snapshot_through_the_cache_reads_what_the_bundle_reads(tmp_path, ca
     assert (missed.returncode, missed.stdout, os.listdir(cache)) == (0, codecache.MISSING + "\n", [])
     assert ship.missed(missed.stdout.splitlines())
     assert snapshot(tmp_path, cached, "-S", stdin=sources + "\n") == whole   # the miss, its sources sent
-    assert os.listdir(cache) == [codecache.entry_name(ship.cached_key("read.snapshot"))]
+    assert os.listdir(cache) == [codecache.entry_name(SNAPSHOT, ship.cached_key("read.snapshot"))]
     assert snapshot(tmp_path, cached, "-S") == whole   # a hit: nothing on stdin
 
 
@@ -267,8 +268,8 @@ def test_another_programs_entry_put_under_this_name_is_never_run(tmp_path, cache
     """A sound entry of another program (its header names its own name) moved to this program's name: refused, the
     host answers MISSING, then runs the sources it is sent and replaces the entry."""
     cached, sources = ship.cached_program("read.snapshot", str(cache)), ship.cached_sources("read.snapshot")
-    mine = codecache.entry_name(ship.cached_key("read.snapshot"))
-    foreign = codecache.entry_name(ship.cached_key("read.reach"))
+    mine = codecache.entry_name(SNAPSHOT, ship.cached_key("read.snapshot"))
+    foreign = codecache.entry_name(SNAPSHOT, ship.cached_key("read.reach"))
     codecache.store(str(cache), foreign, ((("x.entry", "x"),), (compile("print('foreign ran')", "f", "exec"),)))
     (cache / foreign).rename(cache / mine)
     out = run_snapshot(tmp_path, cached, "-S")
@@ -322,7 +323,7 @@ def bundled(modules, cache, lazy=()) -> tuple[str, str]:
     rows = [[f"pkg.{name}", "pkg", f"hostside/{name}.py", source] for name, source in modules]
     blob = binascii.b2a_base64(zlib.compress("\0".join(sum(rows, [])).encode()), newline=False).decode()
     return (f"{ship.path_of('read.codecache').read_text()}\n"
-            f"run([\"pkg\"], \"{codecache.key(rows)}\", {str(cache)!r}, {list(lazy)!r})\n", blob)
+            f"run([\"pkg\"], \"{codecache.key(rows)}\", {str(cache)!r}, {list(lazy)!r}, \"{rows[-1][0]}\")\n", blob)
 
 
 def ran(bundle: tuple[str, str]) -> str:
@@ -465,3 +466,24 @@ def test_a_program_run_through_the_cache_by_an_operation_is_sent_its_sources_on_
     assert not ship.missed(first[1].stdout_lines) and first[1].stdout_lines + first[1].stderr_lines
     again = operation.run_cached(Host(), "roll.restore_good", missing, print_output=False)
     assert sent[2:] == [None] and (again[0], again[1].stdout_lines) == (first[0], first[1].stdout_lines)
+
+
+def test_each_program_keeps_its_own_entry(cache):
+    """The reach check's entry does not replace the snapshot's (a read after it would miss, and cost the host a
+    second command); an older entry of the same program, and a name no program's entry has (the form before the
+    program's name led it), go."""
+    other_program = (("pkg.helper", "pkg", "hostside/helper.py", "VALUE = 'compiled'\n"),
+                     ("pkg.other", "pkg", "hostside/other.py", ""))
+    legacy = cache / ("0" * 64)
+    legacy.write_bytes(b"an entry of the form before")
+    plant(cache, name(OTHER))   # this program's, older sources
+    codecache.codes_for(other_program, str(cache))
+    assert sorted(os.listdir(cache)) == sorted([name(OTHER), name(other_program)])
+    codecache.codes_for(MODULES, str(cache))
+    assert sorted(os.listdir(cache)) == sorted([name(MODULES), name(other_program)])
+
+
+@pytest.mark.parametrize("program", ["", "../etc/x", "a/b", ".hidden", "pkg entry", "pkg\nentry"])
+def test_a_program_name_that_is_no_module_name_is_refused(program):
+    with pytest.raises(SystemExit):
+        codecache.entry_name(program, "0" * 64)

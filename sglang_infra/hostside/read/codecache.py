@@ -56,10 +56,24 @@ def key(modules):
     return digest.hexdigest()
 
 
-def entry_name(sources_key):
-    """The name the code of the sources of ``sources_key`` is kept under by this Python (its marshal format and
-    bytecode change with the version)."""
-    return hashlib.sha256(f"{sys.version}\0{sources_key}".encode()).hexdigest()
+def entry_name(program, sources_key):
+    """The name the code of ``program`` (its entry module's dotted name) from the sources of ``sources_key`` is kept
+    under by this Python (its marshal format and bytecode change with the version): the program's name, a dash,
+    a sha256. Each program keeps its own entry (the snapshot's is not replaced by the reach check's)."""
+    if not program or program.startswith(".") or not all(c.isascii() and (c.isalnum() or c in "._") for c in program):
+        raise SystemExit(f"sglang-infra code cache: {program!r} is not a program's name")
+    return program + "-" + hashlib.sha256(f"{sys.version}\0{sources_key}".encode()).hexdigest()
+
+
+def _program_of(name):
+    """The program an entry's ``name`` (entry_name()) is of, or None for any other name."""
+    program, dash, digest = name.rpartition("-")
+    if not dash or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return None
+    try:
+        return program if entry_name(program, "") else None
+    except SystemExit:
+        return None
 
 
 def _root_only(st, kind):
@@ -156,8 +170,8 @@ def _writing(name, fd):
 
 
 def store(directory, name, kept):
-    """Keep ``kept`` ((rows, codes), as load() returns it) under ``name`` (root only; any other entry there
-    removed). Never fails the program."""
+    """Keep ``kept`` ((rows, codes), as load() returns it) under ``name`` (root only; any other entry of the same
+    program there removed, and anything that is no program's entry). Never fails the program."""
     if os.geteuid() != OWNER:
         return
     fd = _open_directory(directory, create=True)
@@ -175,8 +189,11 @@ def store(directory, name, kept):
         finally:
             os.close(entry)
         os.rename(candidate, name, src_dir_fd=fd, dst_dir_fd=fd)
+        program = _program_of(name)
         for other in os.listdir(fd):
-            if other != name and not _writing(other, fd):
+            if other == name or _writing(other, fd):
+                continue
+            if _program_of(other) in (program, None):
                 os.unlink(other, dir_fd=fd)
     except (OSError, ValueError):
         pass
@@ -191,7 +208,7 @@ def rows_of(modules):
 def codes_for(modules, directory=DIRECTORY):
     """The code objects of ``modules`` (sources a host was sent): from the cache when sound, else compiled (and
     kept)."""
-    name = entry_name(key(modules))
+    name = entry_name(modules[-1][0], key(modules))
     kept = load(directory, name)
     if kept is None or kept[0] != rows_of(modules):
         kept = rows_of(modules), tuple(compile(source, path, "exec") for _, _, path, source in modules)
@@ -290,12 +307,13 @@ def sent_sources():
     return b"".join(chunks).decode().strip()
 
 
-def run(packages, sources_key, directory=DIRECTORY, lazy=()):
-    """Run the bundle whose sources have the digest ``sources_key`` (key()): from root's entry when sound, else from
-    the sources on stdin (MISSING printed alone when none came). Each of ``packages`` registered empty, then each
-    module (the entry last, run as __main__) registered, run when first used (_Deferred), as the bundle of
-    run/ship.py runs them in order; the standard-library modules ``lazy`` load when first used."""
-    name = entry_name(sources_key)
+def run(packages, sources_key, directory, lazy, program):
+    """Run ``program`` (its entry module's dotted name), the bundle whose sources have the digest ``sources_key``
+    (key()): from root's entry when sound, else from the sources on stdin (MISSING printed alone when none came).
+    Each of ``packages`` registered empty, then each module (the entry last, run as __main__) registered, run when
+    first used (_Deferred), as the bundle of run/ship.py runs them in order; the standard-library modules ``lazy``
+    load when first used."""
+    name = entry_name(program, sources_key)
     kept = load(directory, name)
     if kept is None:
         blob = sent_sources()
@@ -303,7 +321,7 @@ def run(packages, sources_key, directory=DIRECTORY, lazy=()):
             print(MISSING)
             return
         modules = unpack(blob)
-        if key(modules) != sources_key:
+        if key(modules) != sources_key or modules[-1][0] != program:
             raise SystemExit("sglang-infra code cache: the sources on stdin are not those of the command's key")
         kept = rows_of(modules), codes_for(modules, directory)
     rows, codes = kept
