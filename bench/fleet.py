@@ -224,7 +224,7 @@ def read_programs(checkout: Path) -> dict[str, str]:
         return {"decompress": runner + "\n",
                 # the entry loaded; stored first when absent (the step's first run has the sources on stdin)
                 "load": runner + f"\nif load(DIRECTORY, entry_name(\"{program[1]}\", \"{found['blob']}\")) is None:\n"
-                                 "    codes_for(unpack(sent_sources()), DIRECTORY)\n",
+                                 "    modules = received()\n    codes_for(modules, DIRECTORY)\n",
                 "read": text, "sources": sources}
     # the runner's own unpack(), or, for a checkout from before it (--before), the JSON it sent the modules in
     unpack = (f"\nmodules = unpack(\"{found['blob']}\") if \"unpack\" in globals() else "

@@ -274,13 +274,22 @@ def cached_key(entry: str) -> str:
     return codecache.key(_cached_modules(entry))
 
 
+def _runner() -> tuple[str, str]:
+    """hostside/read/codecache.py as sent (sent_source), cut where its miss path begins (codecache._MISS_PATH): what
+    every command carries, and what only a miss is sent (its lines kept where they are, for a traceback's numbers)."""
+    text = sent_source(CODECACHE)
+    cut = text.index("\n_MISS_PATH = ") + 1
+    return text[:cut], "\n" * text[:cut].count("\n") + text[cut:]
+
+
 @lru_cache(maxsize=None)
 def cached_sources(entry: str) -> str:
-    """The sources cached_program(entry) runs, as the host reads them on its stdin when its code cache holds no
-    entry for cached_key(entry) (codecache.run): base64 of the zlib of each module's name, package, path and source,
-    all joined by NUL (codecache.unpack), one line."""
+    """What a host reads on its stdin when its code cache holds no entry for cached_key(entry) (codecache.received):
+    two lines, the code cache's miss path (_runner), then the sources cached_program(entry) runs, each base64 of its
+    zlib: the sources as each module's name, package, path and source, all joined by NUL (codecache.unpack)."""
     joined = "\0".join(sum(_cached_modules(entry), []))
-    return base64.b64encode(zlib.compress(joined.encode(), 9)).decode("ascii")
+    miss = base64.b64encode(zlib.compress(_runner()[1].encode(), 9)).decode("ascii")
+    return miss + "\n" + base64.b64encode(zlib.compress(joined.encode(), 9)).decode("ascii")
 
 
 @lru_cache(maxsize=None)
@@ -294,9 +303,9 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     holds 128 KiB (Linux's MAX_ARG_STRLEN) and pyinfra quotes it twice."""
     names = [*carried(entry), entry]
     where = "DIRECTORY" if directory is None else json.dumps(directory)
-    runner = base64.b64encode(zlib.compress(sent_source(CODECACHE).encode(), 9)).decode("ascii")
+    runner = base64.b64encode(zlib.compress(_runner()[0].encode(), 9)).decode("ascii")
     return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
-            f"\"{_path(CODECACHE)}\", \"exec\"))\n"
+            f"\"{codecache.PATH}\", \"exec\"))\n"
             f"run({json.dumps(_packages(names))}, \"{cached_key(entry)}\", {where}, {json.dumps(LAZY)}, "
             f"\"{PACKAGE}.{entry}\")\n")
 

@@ -302,7 +302,12 @@ def test_the_snapshot_fact_runs_through_roots_cache():
     command = Snapshot().command(spec="{}")
     assert f"exec python3 -I -S -c {shlex.quote(ship.cached_program('read.snapshot'))} " in command
     runner = ship.cached_program("read.snapshot").split('a2b_base64("', 1)[1].split('"', 1)[0]
-    assert zlib.decompress(binascii.a2b_base64(runner)).decode() == ship.sent_source("read.codecache")
+    carried = zlib.decompress(binascii.a2b_base64(runner)).decode()
+    # the runner up to its miss path, which travels on stdin on a miss only (its first line): together the module
+    miss = zlib.decompress(binascii.a2b_base64(ship.cached_sources("read.snapshot").split("\n")[0])).decode()
+    whole = ship.sent_source("read.codecache")
+    assert carried == whole[:len(carried)] and miss == "\n" * carried.count("\n") + whole[len(carried):]
+    assert "def load(" in carried and "def store(" not in carried and "def store(" in miss
 
 
 def test_the_snapshot_command_leaves_room_in_one_argument():
@@ -341,7 +346,8 @@ def bundled(modules, cache, lazy=()) -> tuple[str, str]:
     rows = [[f"pkg.{name}", "pkg", f"hostside/{name}.py", source] for name, source in modules]
     blob = binascii.b2a_base64(zlib.compress("\0".join(sum(rows, [])).encode()), newline=False).decode()
     return (f"{ship.path_of('read.codecache').read_text()}\n"
-            f"run([\"pkg\"], \"{codecache.key(rows)}\", {str(cache)!r}, {list(lazy)!r}, \"{rows[-1][0]}\")\n", blob)
+            f"run([\"pkg\"], \"{codecache.key(rows)}\", {str(cache)!r}, {list(lazy)!r}, \"{rows[-1][0]}\")\n",
+            "the miss path: this program carries the whole module\n" + blob)
 
 
 def ran(bundle: tuple[str, str]) -> str:
