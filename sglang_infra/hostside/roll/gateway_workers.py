@@ -39,6 +39,7 @@ control-plane key is asked again once with it, so that the move of a keyed
 fleet to SMG reads the old gateway's workers.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -53,6 +54,7 @@ UNKNOWN_MODEL = "unknown"   # SMG's model for a worker whose /v1/models it could
 SETTLE_SECONDS = 30   # the gateway applies queued additions and removals within milliseconds here
 MAX_WORKERS_FILE_BYTES = 1 << 20   # workers.json: a list of URLs
 TIMEOUT = 10          # seconds, for one call to the gateway, its reply read in full
+LOCK_WAIT = 30        # seconds another step may hold workers.json's directory: its read-change-write takes milliseconds
 
 
 # Set by main(): the key the gateway sends its workers (the gateway host's API key), and how to switch the worker
@@ -161,16 +163,19 @@ def one_worker(directory, base, change):
     url = change.get("remove") or change.get("add")
     adding = "add" in change
     listed = os.path.join(directory, names.WORKERS_FILE)
-    raw = safefs.read_regular(listed, MAX_WORKERS_FILE_BYTES)   # no link followed: the account can write here
-    if raw is not None:
-        try:
-            now = set(json.loads(raw))
-        except (ValueError, TypeError):
-            now = set()
-        wanted = now | {url} if adding else now - {url}
-        if wanted != now:
-            stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
-                                os.path.join(directory, names.COMPOSE_FILE))
+    # Workers of one pool roll several at a time (sglang_max_unavailable): each one's change to the list is read,
+    # made and written back in its turn, never over another's.
+    with safefs.dir_locked(directory, LOCK_WAIT) if os.path.isdir(directory) else contextlib.nullcontext():
+        raw = safefs.read_regular(listed, MAX_WORKERS_FILE_BYTES)   # no link followed: the account can write here
+        if raw is not None:
+            try:
+                now = set(json.loads(raw))
+            except (ValueError, TypeError):
+                now = set()
+            wanted = now | {url} if adding else now - {url}
+            if wanted != now:
+                stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
+                                    os.path.join(directory, names.COMPOSE_FILE))
     if apikey.loaded() and not apikey.auth_headers(base):
         print(f"gateway_workers: the gateway's container does not publish {base}, so the key is not sent there; "
               f"nothing to {'add' if adding else 'remove'}")
@@ -266,8 +271,9 @@ def main(argv=None):
         if "ready_within" in wanted:
             return ready(base, wanted)
         return one_worker(directory, base, wanted)
-    stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
-                        os.path.join(directory, names.COMPOSE_FILE))
+    with safefs.dir_locked(directory, LOCK_WAIT):
+        stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
+                            os.path.join(directory, names.COMPOSE_FILE))
     if apikey.loaded() and not apikey.auth_headers(base):
         print(f"gateway_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
               "running yet, or published elsewhere), so the key is not sent there; it reads the file when it starts")
