@@ -10,9 +10,7 @@ component at a time (open_dir), so no component is a link that someone other
 than root could have made; walks are bounded in entries and time (Budget).
 """
 
-import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import re
@@ -60,32 +58,6 @@ def open_dir(path):
         os.close(fd)
         raise
     return fd
-
-
-@contextlib.contextmanager
-def dir_locked(path, wait):
-    """
-    An exclusive flock on the directory ``path`` itself (opened as open_dir
-    opens it; no lock file to plant a link at), held for the ``with`` block:
-    two processes that read a file there, change it and write it back take
-    turns instead of losing one's change. Waits at most ``wait`` seconds
-    (whoever can open the directory can hold its lock), then raises an
-    OSError naming the directory.
-    """
-    fd = open_dir(path)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise OSError(errno.EWOULDBLOCK, f"{path} stayed locked by another process for {wait} s") from None
-                time.sleep(0.05)
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def _step(fd, part, walked, follow=False):

@@ -40,6 +40,8 @@ fleet to SMG reads the old gateway's workers.
 """
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import sys
@@ -158,6 +160,32 @@ def view(directory, base):
     return 0
 
 
+@contextlib.contextmanager
+def dir_locked(path, wait):
+    """
+    An exclusive flock on the directory ``path`` itself (opened as
+    safefs.open_dir opens it; no lock file to plant a link at), held for the ``with`` block:
+    two processes that read a file there, change it and write it back take
+    turns instead of losing one's change. Waits at most ``wait`` seconds
+    (whoever can open the directory can hold its lock), then raises an
+    OSError naming the directory.
+    """
+    fd = safefs.open_dir(path)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OSError(errno.EWOULDBLOCK, f"{path} stayed locked by another process for {wait} s") from None
+                time.sleep(0.05)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def one_worker(directory, base, change):
     """A rolling restart's step for one worker (see the module's docstring); exit code 0 when it holds."""
     url = change.get("remove") or change.get("add")
@@ -165,7 +193,7 @@ def one_worker(directory, base, change):
     listed = os.path.join(directory, names.WORKERS_FILE)
     # Workers of one pool roll several at a time (sglang_max_unavailable): each one's change to the list is read,
     # made and written back in its turn, never over another's.
-    with safefs.dir_locked(directory, LOCK_WAIT) if os.path.isdir(directory) else contextlib.nullcontext():
+    with dir_locked(directory, LOCK_WAIT) if os.path.isdir(directory) else contextlib.nullcontext():
         raw = safefs.read_regular(listed, MAX_WORKERS_FILE_BYTES)   # no link followed: the account can write here
         if raw is not None:
             try:
@@ -271,7 +299,7 @@ def main(argv=None):
         if "ready_within" in wanted:
             return ready(base, wanted)
         return one_worker(directory, base, wanted)
-    with safefs.dir_locked(directory, LOCK_WAIT):
+    with dir_locked(directory, LOCK_WAIT):
         stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
                             os.path.join(directory, names.COMPOSE_FILE))
     if apikey.loaded() and not apikey.auth_headers(base):
