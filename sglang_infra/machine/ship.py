@@ -24,8 +24,6 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
-from ..hostside.read import codecache
-
 HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # Every Python the deploy starts on a host runs isolated: -I keeps the current directory, the user's site
 # directory and PYTHON* variables off the import path, so a module planted where it runs (results/, hf-cache/,
@@ -271,6 +269,8 @@ def _cached_modules(entry: str) -> list[list[str]]:
 @lru_cache(maxsize=None)
 def cached_key(entry: str) -> str:
     """The digest of the sources cached_program(entry) runs (codecache.key): what a host keeps their code under."""
+    # imported here, not at the top: the run's chain of imports stays 8 deep (test_tree_shape)
+    from ..hostside.read import codecache
     return codecache.key(_cached_modules(entry))
 
 
@@ -305,7 +305,7 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     where = "DIRECTORY" if directory is None else json.dumps(directory)
     runner = base64.b64encode(zlib.compress(_runner()[0].encode(), 9)).decode("ascii")
     return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
-            f"\"{codecache.PATH}\", \"exec\"))\n"
+            f"\"{_path(CODECACHE)}\", \"exec\"))\n"
             f"run({json.dumps(_packages(names))}, \"{cached_key(entry)}\", {where}, {json.dumps(LAZY)}, "
             f"\"{PACKAGE}.{entry}\")\n")
 
@@ -313,6 +313,7 @@ def cached_program(entry: str, directory: str | None = None) -> str:
 def missed(lines) -> bool:
     """Whether a host answered cached_command's run with codecache.MISSING alone: its code cache holds no entry for
     the program's key, and the command must be sent again with cached_sources() on its stdin."""
+    from ..hostside.read import codecache
     return [line.strip() for line in lines] == [codecache.MISSING]
 
 

@@ -17,8 +17,6 @@ from typing import Any
 from pyinfra import logger
 from pyinfra.api import command as pyinfra_command
 
-from ..machine import ship
-
 _MARK = "_sglang_invalidates_fact_cache"
 _cache: dict[tuple[int, str], dict[Any, Any]] = {}
 # The arguments each fact was last read with on each host; they outlive the cache.
@@ -34,8 +32,9 @@ def _freeze(value):
 
 
 class Missed:
-    """What a fact that runs a host program through root's code cache (its ``program``, ship.cached_command) makes
-    of the host's answer codecache.MISSING (ship.missed): the host keeps no code for the program's sources yet."""
+    """What a fact that runs a host program through root's code cache (ship.cached_command) makes of the host's
+    answer codecache.MISSING (ship.missed): the host keeps no code for the program's sources yet, which the fact's
+    ``sources()`` gives (ship.cached_sources)."""
 
 
 def read(host, fact_cls, **kwargs):
@@ -44,7 +43,7 @@ def read(host, fact_cls, **kwargs):
     only then do the sources travel (ship.cached_program)."""
     found = host.get_fact(fact_cls, **kwargs)
     if found is Missed:
-        found = host.get_fact(fact_cls, _stdin=ship.cached_sources(fact_cls.program), **kwargs)
+        found = host.get_fact(fact_cls, _stdin=fact_cls.sources(), **kwargs)
         if found is Missed:   # its sources were on its stdin: that program is not one ship.cached_program sends
             logger.error(f"{host.name}: the {fact_cls.__name__} fact's program asked for its sources again with "
                          "them on its stdin")

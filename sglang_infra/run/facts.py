@@ -46,6 +46,11 @@ class Snapshot(FactBase):
 
     program = "read.snapshot"
 
+    @classmethod
+    def sources(cls) -> str:
+        """What the host is sent on stdin when its code cache lacks the program (factcache.read)."""
+        return ship.cached_sources(cls.program)
+
     def command(self, spec: str):
         return f"{_WITHOUT_PYTHON}; exec {ship.cached_command(self.program)} {shlex.quote(spec)}"
 

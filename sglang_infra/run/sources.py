@@ -91,6 +91,11 @@ class SourcesAnswer(FactBase):
 
     program = "read.reach"
 
+    @classmethod
+    def sources(cls) -> str:
+        """What the host is sent on stdin when its code cache lacks the program (factcache.read)."""
+        return ship.cached_sources(cls.program)
+
     def command(self, spec: str):
         return f"{ship.cached_command(self.program)} {shlex.quote(spec)}"
 
