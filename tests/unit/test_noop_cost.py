@@ -1,0 +1,70 @@
+"""What a no-op run of a settled host does once per run, not once per host or per call (issue 56, item 3): each
+of these was measured in the run's profile (docs/benchmarks.md, "Issue 56, item 3")."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import pinned_defaults
+from pyinfra.api import connectors
+from pyinfra_cli import cli as pyinfra_cli
+
+from sglang_infra.plan import inventoryfile, refusals
+
+
+def test_judging_hosts_scans_the_installed_distributions_once(monkeypatch):
+    """pyinfra's connectors are found by scanning every installed distribution's entry points (5 to 9 ms a scan):
+    judging a hundred names scanned a hundred times."""
+    scans = []
+    real = connectors.entry_points
+
+    def counted(*args, **kwargs):
+        scans.append(kwargs.get("group"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(connectors, "entry_points", counted)
+    getattr(refusals.pyinfra_keys, "cache_clear", lambda: None)()
+    data = pinned_defaults()
+    for name in ("gpu-01", "gpu-02", "gpu-03"):
+        assert refusals.judge(name, dict(data)).problems == []
+    assert scans == ["pyinfra.connectors"]
+
+
+def test_a_key_of_a_pyinfra_connector_is_still_known():
+    """The keys worked out once are still every connector's and pyinfra's global arguments: known, and offered for
+    a typo of one."""
+    getattr(refusals.pyinfra_keys, "cache_clear", lambda: None)()
+    assert {"ssh_user", "ssh_port", "_sudo"} <= refusals.pyinfra_keys()
+    assert refusals.judge("gpu-01", {**pinned_defaults(), "ssh_user": "ops"}).problems == []
+    [typo] = refusals.judge("gpu-01", {**pinned_defaults(), "ssh_usr": "ops"}).problems
+    assert "did you mean ssh_user?" in typo
+
+
+def test_the_command_line_is_parsed_once_per_run(monkeypatch):
+    """Every host's judging asks which inventory file this run has (the lock lives beside it): click's parse of
+    pyinfra's options, about 1 ms, once per host before."""
+    parses = []
+    real = pyinfra_cli.cli.make_context
+
+    def counted(*args, **kwargs):
+        parses.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pyinfra_cli.cli, "make_context", counted)
+    monkeypatch.setattr(inventoryfile, "_parsed", {}, raising=False)
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "inventory.py", "deploy.py", "--dry"])
+    first = inventoryfile.run_parameters()
+    first["dry"] = "changed by a caller"
+    for _ in range(3):
+        assert inventoryfile.run_parameters()["dry"] is True
+        assert inventoryfile.run_parameters()["inventory"] == "inventory.py"
+    assert len(parses) == 1
+
+
+def test_another_command_line_is_parsed_anew(monkeypatch):
+    monkeypatch.setattr(inventoryfile, "_parsed", {}, raising=False)
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "inventory.py", "deploy.py"])
+    assert not inventoryfile.run_parameters()["dry"]
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "other.py", "deploy.py", "--dry"])
+    assert inventoryfile.run_parameters()["dry"] is True
+    assert inventoryfile.run_parameters()["inventory"] == "other.py"
