@@ -60,9 +60,14 @@ class Unfingerprintable(TypeError):
     """A plan field of a type canonical() cannot write the same way in every run."""
 
 
+_PLAIN = frozenset((str, int, float, bool))   # exactly these types (a str or int enum is an enum: below)
+
+
 def canonical(value: Any) -> Any:
     """``value`` as plain JSON that is the same in every run for the same value: dataclasses and named tuples
     by field (every field, those left out of repr too), mappings by sorted key, sets sorted, bytes as hex."""
+    if value is None or type(value) in _PLAIN:   # most of a plan's values: returned before the costlier checks
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"@": type(value).__name__,
                 **{f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}}

@@ -3,6 +3,8 @@ of these was measured in the run's profile (docs/benchmarks.md, "Issue 56, item 
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import sys
 
 from conftest import pinned_defaults
@@ -10,6 +12,7 @@ from pyinfra.api import connectors
 from pyinfra_cli import cli as pyinfra_cli
 
 from sglang_infra.plan import inventoryfile, refusals
+from sglang_infra.run import settled
 
 
 def test_judging_hosts_scans_the_installed_distributions_once(monkeypatch):
@@ -68,3 +71,28 @@ def test_another_command_line_is_parsed_anew(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["pyinfra", "-y", "other.py", "deploy.py", "--dry"])
     assert inventoryfile.run_parameters()["dry"] is True
     assert inventoryfile.run_parameters()["inventory"] == "other.py"
+
+
+def test_a_plans_plain_values_skip_the_costlier_checks(monkeypatch):
+    """Most of a plan's values are plain strings and numbers; each went through the dataclass, named-tuple,
+    mapping (an ABC check) and set checks before it was returned as it is (a third of the fingerprint's time)."""
+    asked = []
+    real = dataclasses.is_dataclass
+    monkeypatch.setattr(dataclasses, "is_dataclass", lambda value: asked.append(value) or real(value))
+    assert settled.canonical(["a", 1, 2.5, True, None, {"b": "c"}]) == [
+        "a", 1, 2.5, True, None, {"@map": [["b", "c"]]}]
+    assert all(type(value) in (list, dict) for value in asked), asked
+
+
+class _Colour(str, enum.Enum):
+    RED = "red"
+
+
+class _Size(enum.IntEnum):
+    BIG = 2
+
+
+def test_an_enum_that_is_a_string_or_a_number_stays_an_enum():
+    """The plain values' shortcut takes exactly str, int, float and bool: their enums and subclasses are written
+    as before."""
+    assert settled.canonical([_Colour.RED, _Size.BIG]) == [{"@enum": "_Colour.RED"}, {"@enum": "_Size.BIG"}]
