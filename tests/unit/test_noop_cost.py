@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import sys
+from pathlib import Path
 
 from conftest import pinned_defaults
 from pyinfra.api import connectors
@@ -96,3 +98,49 @@ def test_an_enum_that_is_a_string_or_a_number_stays_an_enum():
     """The plain values' shortcut takes exactly str, int, float and bool: their enums and subclasses are written
     as before."""
     assert settled.canonical([_Colour.RED, _Size.BIG]) == [{"@enum": "_Colour.RED"}, {"@enum": "_Size.BIG"}]
+
+
+def _rglob_digest(root):
+    """The code digest as pathlib's rglob walked it (what code_digest() must still equal)."""
+    digest = hashlib.sha256(f"pyinfra {settled.PYINFRA_VERSION}\n".encode())
+    for top in settled.CODE:
+        path = root / top
+        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*"))
+                       if p.is_file() and "__pycache__" not in p.parts)
+        for each in files:
+            digest.update(f"{each.relative_to(root)}\n".encode())
+            digest.update(hashlib.sha256(each.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def test_the_code_digest_is_the_checkouts_files_walked_without_pathlib(monkeypatch):
+    """The digest of this checkout as pathlib's rglob walked it, made without rglob (a Path per entry: a third of
+    the digest's time, every run)."""
+    expected = _rglob_digest(settled.ROOT)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the code digest walked the tree with pathlib")
+
+    monkeypatch.setattr(Path, "rglob", refused)
+    assert settled.code_digest.__wrapped__(settled.ROOT) == expected
+
+
+def test_the_code_digest_walks_as_rglob_did(tmp_path):
+    """Order by path parts (a-b after a/), dotfiles, __pycache__ left out wherever it is, a link to a file read
+    through, a linked folder and a dangling link left out."""
+    (tmp_path / "deploy.py").write_text("deploy\n")
+    for name in ("sglang_infra/a/b.py", "sglang_infra/a-b.py", "sglang_infra/a/.hidden", "sglang_infra/z.py",
+                 "sglang_infra/__pycache__/x.pyc", "sglang_infra/a/__pycache__/y.pyc", "tasks/t.py",
+                 "templates/x/y/z.j2", "group_data/all.py", "elsewhere/f.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    (tmp_path / "tasks" / "linked.py").symlink_to(tmp_path / "elsewhere" / "f.py")
+    (tmp_path / "tasks" / "folder").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "tasks" / "dangling").symlink_to(tmp_path / "missing")
+    first = settled.code_digest.__wrapped__(tmp_path)
+    assert first == _rglob_digest(tmp_path)
+    (tmp_path / "sglang_infra" / "a" / "__pycache__" / "y.pyc").write_text("changed")
+    assert settled.code_digest.__wrapped__(tmp_path) == first
+    (tmp_path / "elsewhere" / "f.py").write_text("changed")
+    assert settled.code_digest.__wrapped__(tmp_path) != first
+    assert settled.code_digest.__wrapped__(tmp_path) == _rglob_digest(tmp_path)
