@@ -286,10 +286,10 @@ def packed(entry: str) -> str:
     return _PACKED.format(blob=blob, path=_path(entry))
 
 
-def command(entry: str) -> str:
+def command(entry: str, site: bool = True) -> str:
     """The shell command that runs ``entry`` on a host: isolated (PYTHON), its bundled source, compressed
-    (packed()), as -c's argument."""
-    return f"{PYTHON} -c {shlex.quote(packed(entry))}"
+    (packed()), as -c's argument; without the site module (-S, as cached_command()) when ``site`` is False."""
+    return f"{PYTHON}{'' if site else ' -S'} -c {shlex.quote(packed(entry))}"
 
 
 CODECACHE = "read.codecache"
