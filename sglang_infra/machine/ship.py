@@ -307,11 +307,18 @@ _COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*$", re.M)
 _TRAILING_COMMENT = re.compile(r"[ \t]+#[^\n\"']*$", re.M)
 
 
+@lru_cache(maxsize=None)
 def sent_source(name: str) -> str:
     """hostside/<name>.py as cached_program() sends it, its comments left out (each line kept, so a traceback's
     line numbers still match the file): the same program, and 7% fewer bytes in the command, which one argument of
-    128 KiB must hold (tests/unit/test_ship.py holds each module's syntax tree equal to its file's)."""
-    return _TRAILING_COMMENT.sub("", _COMMENT_LINE.sub("", _source(name)))
+    128 KiB must hold (tests/unit/test_ship.py holds each module's syntax tree equal to its file's). The patterns
+    run on the lines that hold a '#' alone: the same text as over the whole source, a fifth of the time (the
+    trailing comment's pattern tried every blank of every indented line, 3 ms of the snapshot's command a run)."""
+    lines = _source(name).split("\n")
+    for number, line in enumerate(lines):
+        if "#" in line:
+            lines[number] = _TRAILING_COMMENT.sub("", _COMMENT_LINE.sub("", line))
+    return "\n".join(lines)
 
 
 # The inline program's first line: hashlib's OpenSSL backend (_hashlib) is not loaded, so hashlib's own sha256 (the

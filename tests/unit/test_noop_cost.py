@@ -261,3 +261,22 @@ def test_the_hold_program_imports_no_socket_module():
     assert found.returncode == 0, found.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in found.stderr.splitlines() if "|" in line}
     assert "json" in imported and not {"socket", "_socket", "site"} & imported
+
+
+def test_the_sent_sources_are_the_whole_sources_patterns_applied():
+    """sent_source() blanks comments line by line where a '#' is: the same text as the two patterns applied to
+    each whole module of hostside/."""
+    names = [path.relative_to(ship.HOSTSIDE).with_suffix("").as_posix().replace("/", ".")
+             for path in ship.HOSTSIDE.rglob("*.py") if "__pycache__" not in path.parts]
+    assert len(names) > 40
+    for name in names:
+        whole = ship._source(name)
+        assert ship.sent_source(name) == ship._TRAILING_COMMENT.sub("", ship._COMMENT_LINE.sub("", whole)), name
+
+
+def test_each_sent_source_is_worked_out_once_per_process():
+    """The snapshot's command, built once per run, and the fingerprint's programs ask for the same modules."""
+    ship.sent_source.cache_clear()
+    ship.sent_source("read.snapshot")
+    ship.sent_source("read.snapshot")
+    assert ship.sent_source.cache_info().hits == 1
