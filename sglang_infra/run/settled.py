@@ -111,7 +111,7 @@ def _code_files(root: Path, top: str) -> list[str]:
     path = os.path.join(root, top)
     if os.path.isfile(path):
         return [top]
-    found = []
+    found: list[str] = []
     for folder, folders, names in os.walk(path):
         folders[:] = [name for name in folders if name != "__pycache__"]
         base = os.path.relpath(folder, root)
