@@ -77,6 +77,37 @@ def test_a_worker_leaves_and_comes_back(tmp_path, gateway):
     assert json.loads((tmp_path / "workers.json").read_text()) == [A, B]
 
 
+def test_two_workers_leaving_at_once_both_leave_workers_json(tmp_path, gateway, monkeypatch):
+    """A roll of half the pool (sglang_max_unavailable): two workers' steps run at once on the gateway host. Each
+    reads workers.json, drops itself and writes it back; both reading before either wrote lost one's change (or
+    failed, the second rename replacing the first's file). Here both reach the read together when they can: with the
+    directory locked, the second waits for the first's write and reads it."""
+    base, listed = gateway
+    (tmp_path / "compose.yaml").write_text("x")
+    (tmp_path / "workers.json").write_text(json.dumps([A, B]))
+    both_read = threading.Barrier(2, timeout=1)
+    read = gateway_workers.safefs.read_regular
+
+    def read_together(*args, **kwargs):
+        found = read(*args, **kwargs)
+        try:
+            both_read.wait()
+        except threading.BrokenBarrierError:
+            pass   # the other step waits for the lock this one holds
+        return found
+
+    monkeypatch.setattr(gateway_workers.safefs, "read_regular", read_together)
+    codes = []
+    steps = [threading.Thread(target=lambda url=url: codes.append(step(tmp_path, base, {"remove": url})[0]))
+             for url in (A, B)]
+    for thread in steps:
+        thread.start()
+    for thread in steps:
+        thread.join(10)
+    assert codes == [0, 0]
+    assert json.loads((tmp_path / "workers.json").read_text()) == []
+
+
 def test_a_gateway_not_set_up_yet_is_left_alone(tmp_path):
     code, said = step(tmp_path, "http://127.0.0.1:9", {"remove": A})
     assert code == 0 and "does not answer" in said

@@ -39,6 +39,9 @@ control-plane key is asked again once with it, so that the move of a keyed
 fleet to SMG reads the old gateway's workers.
 """
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import sys
@@ -53,6 +56,7 @@ UNKNOWN_MODEL = "unknown"   # SMG's model for a worker whose /v1/models it could
 SETTLE_SECONDS = 30   # the gateway applies queued additions and removals within milliseconds here
 MAX_WORKERS_FILE_BYTES = 1 << 20   # workers.json: a list of URLs
 TIMEOUT = 10          # seconds, for one call to the gateway, its reply read in full
+LOCK_WAIT = 30        # seconds another step may hold workers.json's directory: its read-change-write takes milliseconds
 
 
 # Set by main(): the key the gateway sends its workers (the gateway host's API key), and how to switch the worker
@@ -156,21 +160,50 @@ def view(directory, base):
     return 0
 
 
+@contextlib.contextmanager
+def dir_locked(path, wait):
+    """
+    An exclusive flock on the directory ``path`` itself (opened as
+    safefs.open_dir opens it; no lock file to plant a link at), held for the ``with`` block:
+    two processes that read a file there, change it and write it back take
+    turns instead of losing one's change. Waits at most ``wait`` seconds
+    (whoever can open the directory can hold its lock), then raises an
+    OSError naming the directory.
+    """
+    fd = safefs.open_dir(path)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OSError(errno.EWOULDBLOCK, f"{path} stayed locked by another process for {wait} s") from None
+                time.sleep(0.05)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def one_worker(directory, base, change):
     """A rolling restart's step for one worker (see the module's docstring); exit code 0 when it holds."""
     url = change.get("remove") or change.get("add")
     adding = "add" in change
     listed = os.path.join(directory, names.WORKERS_FILE)
-    raw = safefs.read_regular(listed, MAX_WORKERS_FILE_BYTES)   # no link followed: the account can write here
-    if raw is not None:
-        try:
-            now = set(json.loads(raw))
-        except (ValueError, TypeError):
-            now = set()
-        wanted = now | {url} if adding else now - {url}
-        if wanted != now:
-            stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
-                                os.path.join(directory, names.COMPOSE_FILE))
+    # Workers of one pool roll several at a time (sglang_max_unavailable): each one's change to the list is read,
+    # made and written back in its turn, never over another's.
+    with dir_locked(directory, LOCK_WAIT) if os.path.isdir(directory) else contextlib.nullcontext():
+        raw = safefs.read_regular(listed, MAX_WORKERS_FILE_BYTES)   # no link followed: the account can write here
+        if raw is not None:
+            try:
+                now = set(json.loads(raw))
+            except (ValueError, TypeError):
+                now = set()
+            wanted = now | {url} if adding else now - {url}
+            if wanted != now:
+                stack.write_private(listed, json.dumps(sorted(wanted), indent=1) + "\n",
+                                    os.path.join(directory, names.COMPOSE_FILE))
     if apikey.loaded() and not apikey.auth_headers(base):
         print(f"gateway_workers: the gateway's container does not publish {base}, so the key is not sent there; "
               f"nothing to {'add' if adding else 'remove'}")
@@ -266,8 +299,9 @@ def main(argv=None):
         if "ready_within" in wanted:
             return ready(base, wanted)
         return one_worker(directory, base, wanted)
-    stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
-                        os.path.join(directory, names.COMPOSE_FILE))
+    with dir_locked(directory, LOCK_WAIT):
+        stack.write_private(os.path.join(directory, names.WORKERS_FILE), json.dumps(sorted(wanted), indent=1) + "\n",
+                            os.path.join(directory, names.COMPOSE_FILE))
     if apikey.loaded() and not apikey.auth_headers(base):
         print(f"gateway_workers: {names.WORKERS_FILE} written; the gateway's container does not publish {base} (not "
               "running yet, or published elsewhere), so the key is not sent there; it reads the file when it starts")
