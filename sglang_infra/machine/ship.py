@@ -26,8 +26,6 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
-from .pycache import cache_home, own_dir
-
 HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # Every Python the deploy starts on a host runs isolated: -I keeps the current directory, the user's site
 # directory and PYTHON* variables off the import path, so a module planted where it runs (results/, hf-cache/,
@@ -226,13 +224,18 @@ _PACKED = 'import base64,zlib;exec(compile(zlib.decompress(base64.b64decode("{bl
 # by the sha256 of the text: compressing the snapshot's 146 KB of sources at level 9 was 11 ms of every run's CPU,
 # 18 ms with the rest of its command. A kept entry is used only when it decompresses to exactly that text, so
 # whatever the folder holds, a host runs the program as bundled now; at most KEPT_COMMANDS entries stay.
-COMPRESSED_DIR = (cache_home() or Path("/nonexistent")) / "sglang-infra" / "compressed"
+COMPRESSED_DIR: Path | None = None   # None: ~/.cache/sglang-infra/compressed ($XDG_CACHE_HOME when set)
 KEPT_COMMANDS = 64
 
 
 @lru_cache(maxsize=1)
 def _compressed_dir() -> Path | None:
-    return own_dir(COMPRESSED_DIR)
+    # pycache.py, a leaf of machine/ beside this one, imported when first needed: ship.py stays the bottom of the
+    # operations' import chain (tests/unit/test_tree_shape.py's depth)
+    from .pycache import cache_home, own_dir
+
+    folder = COMPRESSED_DIR or (cache_home() or Path("/nonexistent")) / "sglang-infra" / "compressed"
+    return own_dir(folder)
 
 
 def _kept_is(kept: bytes, text: bytes) -> bool:
