@@ -18,6 +18,7 @@ from sglang_infra.run import workarounds as compat  # noqa: E402 (after keep_byt
 from sglang_infra.run.preflight import plan_of, plans, preflight, snapshots  # noqa: E402 (after keep_bytecode)
 
 compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
+compat.no_delay(inventory)    # each host's SSH connection sends at once (Nagle's wait: up to 40 ms a command)
 interrupt.install()           # Ctrl-C or SIGTERM ends the run at once, non-zero, naming the hosts whose gate was going
 compat.install_fast_call_locations()  # operation call sites without reading source lines
 failedhosts.install(state)    # the run ends by naming every failed host

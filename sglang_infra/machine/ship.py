@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import json
+import os
 import re
 import shlex
 import zlib
@@ -218,18 +220,79 @@ def _nested(entry: str, neighbours: list[str]) -> str:
 # `sh -c` around it); compressed it is 44 KiB, and base64 holds no quote for the shell to escape.
 _PACKED = 'import base64,zlib;exec(compile(zlib.decompress(base64.b64decode("{blob}")),"{path}","exec"))'
 
+# The programs' compressed text kept between runs, in the operator's own cache folder (machine/pycache.py's rules),
+# by the sha256 of the text: compressing the snapshot's 146 KB of sources at level 9 was 11 ms of every run's CPU,
+# 18 ms with the rest of its command. A kept entry is used only when it decompresses to exactly that text, so
+# whatever the folder holds, a host runs the program as bundled now; at most KEPT_COMMANDS entries stay.
+COMPRESSED_DIR: Path | None = None   # None: ~/.cache/sglang-infra/compressed ($XDG_CACHE_HOME when set)
+KEPT_COMMANDS = 64
+
+
+@lru_cache(maxsize=1)
+def _compressed_dir() -> Path | None:
+    # pycache.py, a leaf of machine/ beside this one, imported when first needed: ship.py stays the bottom of the
+    # operations' import chain (tests/unit/test_tree_shape.py's depth)
+    from .pycache import cache_home, own_dir
+
+    folder = COMPRESSED_DIR or (cache_home() or Path("/nonexistent")) / "sglang-infra" / "compressed"
+    return own_dir(folder)
+
+
+def _kept_is(kept: bytes, text: bytes) -> bool:
+    """Whether ``kept`` is one whole zlib stream of ``text`` and nothing more (read at most one byte past it)."""
+    unpacker = zlib.decompressobj()
+    try:
+        found = unpacker.decompress(kept, len(text) + 1)
+    except zlib.error:
+        return False
+    return found == text and unpacker.eof and not unpacker.unused_data and not unpacker.unconsumed_tail
+
+
+def compressed(text: bytes) -> bytes:
+    """zlib.compress(text, 9), read from the operator's cache when a run compressed the same text before."""
+    folder = _compressed_dir()
+    if folder is None:
+        return zlib.compress(text, 9)
+    path = folder / hashlib.sha256(text).hexdigest()
+    try:
+        with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as file:
+            kept = file.read(len(text) + len(text) // 100 + 1024)   # zlib's output is never that much larger
+        if _kept_is(kept, text):
+            return kept
+    except OSError:
+        pass
+    packed = zlib.compress(text, 9)
+    try:
+        _keep(folder, path, packed)
+    except OSError:   # a full disk, a folder gone: compressed on every run, as before
+        pass
+    return packed
+
+
+def _keep(folder: Path, path: Path, packed: bytes) -> None:
+    """``packed`` written as ``path`` (a new file, renamed into place), then the oldest entries beyond
+    KEPT_COMMANDS removed."""
+    temporary = folder / f".{path.name}.{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(packed)
+    os.replace(temporary, path)
+    entries = sorted(os.scandir(folder), key=lambda entry: entry.stat(follow_symlinks=False).st_mtime_ns)
+    for entry in entries[:max(0, len(entries) - KEPT_COMMANDS)]:
+        os.unlink(entry.path)
+
 
 @lru_cache(maxsize=None)
 def packed(entry: str) -> str:
     """program(entry) as the one line -c runs (_PACKED): the same program, about a third of the bytes."""
-    blob = base64.b64encode(zlib.compress(program(entry).encode(), 9)).decode("ascii")
+    blob = base64.b64encode(compressed(program(entry).encode())).decode("ascii")
     return _PACKED.format(blob=blob, path=_path(entry))
 
 
-def command(entry: str) -> str:
+def command(entry: str, site: bool = True) -> str:
     """The shell command that runs ``entry`` on a host: isolated (PYTHON), its bundled source, compressed
-    (packed()), as -c's argument."""
-    return f"{PYTHON} -c {shlex.quote(packed(entry))}"
+    (packed()), as -c's argument; without the site module (-S, as cached_command()) when ``site`` is False."""
+    return f"{PYTHON}{'' if site else ' -S'} -c {shlex.quote(packed(entry))}"
 
 
 CODECACHE = "read.codecache"
@@ -247,11 +310,18 @@ _COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*$", re.M)
 _TRAILING_COMMENT = re.compile(r"[ \t]+#[^\n\"']*$", re.M)
 
 
+@lru_cache(maxsize=None)
 def sent_source(name: str) -> str:
     """hostside/<name>.py as cached_program() sends it, its comments left out (each line kept, so a traceback's
     line numbers still match the file): the same program, and 7% fewer bytes in the command, which one argument of
-    128 KiB must hold (tests/unit/test_ship.py holds each module's syntax tree equal to its file's)."""
-    return _TRAILING_COMMENT.sub("", _COMMENT_LINE.sub("", _source(name)))
+    128 KiB must hold (tests/unit/test_ship.py holds each module's syntax tree equal to its file's). The patterns
+    run on the lines that hold a '#' alone: the same text as over the whole source, a fifth of the time (the
+    trailing comment's pattern tried every blank of every indented line, 3 ms of the snapshot's command a run)."""
+    lines = _source(name).split("\n")
+    for number, line in enumerate(lines):
+        if "#" in line:
+            lines[number] = _TRAILING_COMMENT.sub("", _COMMENT_LINE.sub("", line))
+    return "\n".join(lines)
 
 
 # The inline program's first line: hashlib's OpenSSL backend (_hashlib) is not loaded, so hashlib's own sha256 (the
@@ -288,8 +358,8 @@ def cached_sources(entry: str) -> str:
     two lines, the code cache's miss path (_runner), then the sources cached_program(entry) runs, each base64 of its
     zlib: the sources as each module's name, package, path and source, all joined by NUL (codecache.unpack)."""
     joined = "\0".join(sum(_cached_modules(entry), []))
-    miss = base64.b64encode(zlib.compress(_runner()[1].encode(), 9)).decode("ascii")
-    return miss + "\n" + base64.b64encode(zlib.compress(joined.encode(), 9)).decode("ascii")
+    miss = base64.b64encode(compressed(_runner()[1].encode())).decode("ascii")
+    return miss + "\n" + base64.b64encode(compressed(joined.encode())).decode("ascii")
 
 
 @lru_cache(maxsize=None)
@@ -303,7 +373,7 @@ def cached_program(entry: str, directory: str | None = None) -> str:
     holds 128 KiB (Linux's MAX_ARG_STRLEN) and pyinfra quotes it twice."""
     names = [*carried(entry), entry]
     where = "DIRECTORY" if directory is None else json.dumps(directory)
-    runner = base64.b64encode(zlib.compress(_runner()[0].encode(), 9)).decode("ascii")
+    runner = base64.b64encode(compressed(_runner()[0].encode())).decode("ascii")
     return (f"{NO_OPENSSL}import binascii, zlib\nexec(compile(zlib.decompress(binascii.a2b_base64(\"{runner}\")), "
             f"\"{_path(CODECACHE)}\", \"exec\"))\n"
             f"run({json.dumps(_packages(names))}, \"{cached_key(entry)}\", {where}, {json.dumps(LAZY)}, "

@@ -42,17 +42,24 @@ def inventory_dir() -> str | None:
     return os.path.dirname(os.path.abspath(inventory)) if inventory else None
 
 
+_parsed: dict[tuple[str, ...], dict] = {}   # run_parameters() by command line: parsed once, not once per host
+
+
 def run_parameters() -> dict:
     """This pyinfra run's command-line parameters ({} when this is not pyinfra's command line), read with pyinfra's
-    own parser: deploy files are loaded in a greenlet, where click's context of the run is not visible."""
+    own parser: deploy files are loaded in a greenlet, where click's context of the run is not visible. Parsed once
+    per command line (click's parse of pyinfra's 40 options is about 1 ms, and every host's judging asks)."""
     if "pyinfra_cli.cli" not in sys.modules:
         return {}   # not pyinfra's command line (importing it would patch threading for the whole process)
-    from pyinfra_cli.cli import cli
+    argv = tuple(sys.argv[1:])
+    if argv not in _parsed:
+        from pyinfra_cli.cli import cli
 
-    try:
-        return dict(cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True).params)
-    except Exception:  # not pyinfra's command line
-        return {}
+        try:
+            _parsed[argv] = dict(cli.make_context("pyinfra", list(argv), resilient_parsing=True).params)
+        except Exception:  # not pyinfra's command line
+            _parsed[argv] = {}
+    return dict(_parsed[argv])
 
 
 def inventory_file() -> str | None:

@@ -55,7 +55,8 @@ def take(state, host, wait: float) -> str | None:
     client = getattr(getattr(host, "connector", None), "client", None)
     if client is None:   # not an SSH host (the local connector, the unit tests' hosts): no other run reaches it
         return None
-    command = StringCommand(f"{ship.command('write.hold')} take {int(wait)}")
+    # without the site module: the hold waits for no package, and every run waits for the hold before its read
+    command = StringCommand(f"{ship.command('write.hold', site=False)} take {int(wait)}")
     # what pyinfra's SSH connector takes for itself before it makes the command (connectors/ssh.py)
     arguments = {key: value for key, value in connector_arguments(state, host).items()
                  if key not in ("_get_pty", "_timeout", "_stdin", "_success_exit_codes")}

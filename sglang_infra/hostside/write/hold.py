@@ -24,7 +24,6 @@ import fcntl
 import json
 import os
 import select
-import socket
 import stat
 import sys
 import time
@@ -171,7 +170,7 @@ def take(wait):
     if reason:
         _say(refused=reason, waited=wait)
         return 3
-    holder.update(host=socket.gethostname(), pid=str(os.getpid()),
+    holder.update(host=os.uname().nodename, pid=str(os.getpid()),   # gethostname()'s answer, without socket's import
                   since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     tmp = f"{HOLDER}.{os.getpid()}"
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
