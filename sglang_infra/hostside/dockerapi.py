@@ -4,9 +4,9 @@ costs more CPU than the whole read of a converged host). One HTTP/1.0 GET per
 connection, read to the close (the engine sends no chunks to HTTP/1.0): no
 http.client, whose email package was a tenth of a read's CPU (docs/benchmarks.md)."""
 
-import json
-import socket
-import urllib.parse
+import _socket
+
+from .formats import jsonio
 
 SOCKET = "/var/run/docker.sock"
 TIMEOUT = 10  # seconds; a local daemon answers in milliseconds
@@ -39,14 +39,28 @@ def _answer(raw, path):
     return int(code), body
 
 
+# What urllib.parse.quote_plus leaves as it is (its _ALWAYS_SAFE); every other character goes as %XX of its UTF-8.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def _quoted(value):
+    return "".join(c if c in _PLAIN else "+" if c == " " else "".join(f"%{b:02X}" for b in c.encode()) for c in value)
+
+
+def urlencode(query):
+    """urllib.parse.urlencode(query) of a {str: str} (urllib.parse's import is a read's CPU: docs/benchmarks.md)."""
+    return "&".join(f"{_quoted(str(key))}={_quoted(str(value))}" for key, value in query.items())
+
+
 def get(path, query=None, socket_path=SOCKET):
     """The decoded JSON of GET ``path``; None on 404; Unavailable when the engine does not answer."""
-    url = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    url = path + ("?" + urlencode(query) if query else "")
     if not url.isascii() or any(c <= " " or c == "\x7f" for c in url):
         raise ValueError(f"not a URL path to ask the engine: {url!r}")
     received, size = [], 0
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
             connection.settimeout(TIMEOUT)
             connection.connect(socket_path)
             connection.sendall(f"GET {url} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode("ascii"))
@@ -55,6 +69,8 @@ def get(path, query=None, socket_path=SOCKET):
                 if size > LIMIT:
                     raise Unavailable(f"GET {path}: an answer over {LIMIT} bytes")
                 received.append(chunk)
+        finally:
+            connection.close()
     except OSError as error:
         raise Unavailable(str(error)) from error
     status, body = _answer(b"".join(received), path)
@@ -62,7 +78,7 @@ def get(path, query=None, socket_path=SOCKET):
         return None
     if status != 200:
         raise Unavailable(f"GET {path}: HTTP {status}")
-    return json.loads(body)
+    return jsonio.loads(body)
 
 
 def images(socket_path=SOCKET):
@@ -76,7 +92,7 @@ def images(socket_path=SOCKET):
 
 def containers(labels, socket_path=SOCKET):
     """Every container (running or not) carrying all of ``labels`` ("key=value")."""
-    query = {"all": "1", "filters": json.dumps({"label": list(labels)})}
+    query = {"all": "1", "filters": jsonio.dumps({"label": list(labels)})}
     out = []
     for found in get("/containers/json", query, socket_path=socket_path) or []:
         out.append({
@@ -88,7 +104,7 @@ def containers(labels, socket_path=SOCKET):
             "labels": found.get("Labels") or {},
             # [{"IP", "PrivatePort", "PublicPort", "Type"}] it publishes, sorted: the engine lists them in no fixed
             # order, and the snapshot's digest must not move with it (a gateway's two ports: issue 56)
-            "ports": sorted(found.get("Ports") or [], key=lambda port: json.dumps(port, sort_keys=True)),
+            "ports": sorted(found.get("Ports") or [], key=lambda port: jsonio.dumps(port, sort_keys=True)),
         })
     return out
 

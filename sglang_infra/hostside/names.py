@@ -9,7 +9,6 @@ Standard library only: shipped with the host programs (ship.py).
 """
 
 import hashlib
-import re
 
 # Below the home: the gateways' directory, one router/<slug>/ per fronted model.
 GATEWAY_DIR = "router"
@@ -104,7 +103,24 @@ def text_digest(text):
 
 
 # A line ending in a quoted here-document (<<'PYTHON'): a program follows, to that word.
-_HEREDOC = re.compile(r"<<-?\s*'([A-Za-z_][A-Za-z0-9_]*)'\s*$")
+_WORD_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_WORD = _WORD_START | frozenset("0123456789")
+
+
+def heredoc_end(line):
+    """The word a line opens a quoted here-document with (`<<'EOF'`, `<<-'EOF'`, blanks allowed, at the line's
+    end), else None: re.search(r"<<-?\\s*'([A-Za-z_][A-Za-z0-9_]*)'\\s*$", line).group(1), without importing re
+    (a read's CPU, docs/benchmarks.md; tests/unit/test_read_imports.py holds the two equal)."""
+    at = line.find("<<")
+    while at >= 0:
+        rest = line[at + 2:]
+        rest = (rest[1:] if rest.startswith("-") else rest).lstrip()
+        word, quote, after = rest[1:].partition("'")
+        if rest.startswith("'") and quote and word and word[0] in _WORD_START and all(c in _WORD for c in word) \
+                and (not after or after.isspace()):
+            return word
+        at = line.find("<<", at + 1)
+    return None
 
 
 def judged_text(text):
@@ -118,8 +134,7 @@ def judged_text(text):
         if line.lstrip().startswith("#") or not line.strip():
             continue
         kept.append(line)
-        opened = _HEREDOC.search(line)
-        end = opened.group(1) if opened else None
+        end = heredoc_end(line)
     return "\n".join(kept) + "\n"
 
 

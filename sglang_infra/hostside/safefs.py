@@ -13,7 +13,6 @@ than root could have made; walks are bounded in entries and time (Budget).
 import errno
 import hashlib
 import os
-import re
 import stat
 import time
 
@@ -22,7 +21,19 @@ _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | _CLOEXEC
 
 
-_HELD = re.compile(r"/proc/self/fd/([0-9]+)(/.*)?")
+_HELD = "/proc/self/fd/"
+
+
+def held(path):
+    """(descriptor, rest) of a path in a folder this process holds open, /proc/self/fd/N[/...], else None: what
+    re.fullmatch(r"/proc/self/fd/([0-9]+)(/.*)?", path) groups (rest "" for none), without importing re (a read's
+    CPU, docs/benchmarks.md; tests/unit/test_read_imports.py holds the two equal)."""
+    if not path.startswith(_HELD):
+        return None
+    fd, slash, rest = path[len(_HELD):].partition("/")
+    if not fd or not fd.isascii() or not fd.isdigit() or "\n" in rest:
+        return None
+    return fd, slash + rest
 
 
 class Refused(OSError):
@@ -43,10 +54,10 @@ def open_dir(path):
     naming the path) and never followed.
     """
     path = os.path.abspath(path)
-    held = _HELD.fullmatch(path)
-    if held:  # a directory this process holds open (fd_path): itself, never its name again
-        fd = os.open(f"/proc/self/fd/{held.group(1)}", DIR_FLAGS & ~os.O_NOFOLLOW)
-        walked, path = f"/proc/self/fd/{held.group(1)}", held.group(2) or ""
+    found = held(path)
+    if found:  # a directory this process holds open (fd_path): itself, never its name again
+        fd = os.open(f"/proc/self/fd/{found[0]}", DIR_FLAGS & ~os.O_NOFOLLOW)
+        walked, path = f"/proc/self/fd/{found[0]}", found[1]
     else:
         fd = os.open("/", DIR_FLAGS)
         walked = ""
@@ -423,3 +434,31 @@ def create_if_absent(path, data, mode=0o664):
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     return True
+
+
+def which(command):
+    """shutil.which(command) on POSIX, without importing shutil (it imports fnmatch and re: a read's CPU,
+    docs/benchmarks.md): ``command`` itself when it names a folder, else the first folder of PATH (os.confstr's
+    CS_PATH, or os.defpath, when PATH is unset; none when empty) holding an executable of that name that is not a
+    folder. tests/unit/test_read_imports.py holds the two equal."""
+    def runnable(name):
+        return os.path.exists(name) and os.access(name, os.F_OK | os.X_OK) and not os.path.isdir(name)
+
+    if os.path.dirname(command):
+        return command if runnable(command) else None
+    path = os.environ.get("PATH", None)
+    if path is None:
+        try:
+            path = os.confstr("CS_PATH")
+        except (AttributeError, ValueError):
+            path = os.defpath
+    if not path:
+        return None
+    seen = set()
+    for folder in os.fsdecode(path).split(os.pathsep):
+        if folder not in seen:
+            seen.add(folder)
+            name = os.path.join(folder, command)
+            if runnable(name):
+                return name
+    return None

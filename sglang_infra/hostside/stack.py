@@ -10,12 +10,12 @@ that container still exists and is running, and the files still match.
     python3 stack.py DOCKER_DIR [PROJECT SERVICE]    write the record after an `up`
 """
 
-import json
 import os
 import sys
 import urllib.parse
 
 from . import dockerapi, names, safefs
+from .formats import jsonio
 
 PROJECT = "sglang"   # compose.yaml's `name:`
 SERVICE = "sglang"   # its one service
@@ -100,7 +100,7 @@ def write_private(path, text, like):
 
 def record(docker_dir, project=PROJECT, service=SERVICE):
     found = container(project, service)
-    text = json.dumps({"container": found and found["id"], **file_digests(docker_dir)}, sort_keys=True)
+    text = jsonio.dumps({"container": found and found["id"], **file_digests(docker_dir)}, sort_keys=True)
     write_private(os.path.join(docker_dir, RECORD), text + "\n", os.path.join(docker_dir, names.COMPOSE_FILE))
 
 
@@ -109,7 +109,7 @@ def state(docker_dir, project=PROJECT, service=SERVICE):
     found = container(project, service)
     raw = safefs.read_regular(os.path.join(docker_dir, RECORD), 4096)
     try:
-        recorded = json.loads(raw) if raw else None
+        recorded = jsonio.loads(raw) if raw else None
     except ValueError:
         recorded = None
     current = bool(found and recorded and recorded.get("container") == found["id"]

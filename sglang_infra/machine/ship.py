@@ -301,8 +301,12 @@ CODECACHE = "read.codecache"
 # were a third of its imports' CPU (docs/benchmarks.md): TLS (the door's certificate, HTTPS), urllib.request (the
 # gateways' and the reach checks'), the XML of `nvidia-smi -q -x`, addresses (the peer door's), and the compressors
 # shutil imports for its archives (bz2, lzma: two C libraries loaded, about 1 ms, for shutil.which alone), and
-# subprocess, which the gate's modules import and a read never uses (snapshot._run starts its programs itself).
-LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress", "bz2", "lzma", "subprocess")
+# subprocess, which the gate's modules import and a read never uses (snapshot._run starts its programs itself);
+# re (with enum, functools), socket (its enum conversions), shutil (fnmatch, re), urllib.parse and contextlib, which
+# a plain host's read no longer uses (formats/jsonio.py, dockerapi.py and unitstate.py on _socket, safefs.which,
+# dockerapi.urlencode, plain string checks for the patterns it ran: issue 56, docs/benchmarks.md).
+LAZY = ("ssl", "urllib.request", "xml.etree.ElementTree", "ipaddress", "bz2", "lzma", "subprocess", "re", "socket",
+        "shutil", "urllib.parse", "contextlib")
 
 
 # A line that holds a comment alone, and a comment after code (with no quote in it): sent_source() blanks them.

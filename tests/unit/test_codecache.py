@@ -402,7 +402,7 @@ def test_a_lazy_name_that_is_not_a_source_module_loads_as_usual(cache):
     assert ran(bundled([entry], cache, lazy=["_json"])) == "module _json\n"
 
 
-def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
+def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_url_opener_json_re_or_socket(tmp_path):
     """What a read that needs none of them never imports: TLS (ssl), the XML of nvidia-smi, urllib.request's
     (through bounded.py and report.py), an HTTP library and its email package (dockerapi.py speaks HTTP/1.0 itself),
     the compressors shutil imports (bz2, lzma), subprocess with threading and locale (snapshot._run spawns its
@@ -411,13 +411,14 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
             "groups": [], "uid": None, "gid": None, "dirs": []}
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "compose.yaml").write_bytes(b"services: {}\n" * 1000)
+    (tmp_path / "home" / "docker").mkdir()
+    (tmp_path / "home" / "docker" / "compose.yaml").write_text('    labels:\n      sglang.model: "org/m@0123abcd"\n')
     path = tmp_path / "program.py"
     path.write_text(ship.cached_program("read.snapshot"))
     out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(path), json.dumps(spec)],
                          capture_output=True, text=True, timeout=60, input=ship.cached_sources("read.snapshot"))
     assert out.returncode == 0, out.stderr
     loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
-    assert "json" in loaded
     # hashlib's own sha256 (_sha2, _sha256 before Python 3.12), which it imports only without OpenSSL's (_hashlib:
     # libcrypto, ~3 ms a read): the same digest
     assert loaded & {"_sha2", "_sha256"}
@@ -428,6 +429,14 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_or_url_opener(tmp_path):
     # the compose files and the hub's dist-info found by listing their folder (snapshot._named), the venv's modules
     # by the path finder itself (issue 56: a read's imports are most of its CPU)
     assert not loaded & {"glob", "importlib.util"}
+    # the JSON read and written with _json alone (formats/jsonio.py), no re (with enum and functools: json's decoder,
+    # safefs's, names' and the compose files' patterns), no socket module (dockerapi and unitstate on _socket),
+    # shutil (safefs.which), urllib.parse (dockerapi.urlencode) or contextlib (manifest.Held) run: ship.LAZY names
+    # them, and what they import is what shows whether they ran (issue 56)
+    assert "_json" in loaded
+    assert not loaded & {"json", "json.decoder", "json.scanner", "_sre", "re._compiler", "enum", "functools",
+                         "collections", "operator", "fnmatch", "selectors", "array", "copyreg", "keyword", "reprlib"}
+    assert json.loads(out.stdout)["models"]["referenced"] == ["org/m@0123abcd"]
 
 
 class RecordingHost:

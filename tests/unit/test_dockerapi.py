@@ -6,10 +6,10 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+from conftest import OsThread
 
 from sglang_infra.hostside import dockerapi
 
@@ -18,7 +18,7 @@ from sglang_infra.hostside import dockerapi
 def engine(tmp_path):
     """A unix socket that answers each connection with the next of ``answers`` (bytes) and records each request."""
     path = str(tmp_path / "docker.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = OsThread.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(4)
     state = {"answers": [], "requests": []}
@@ -40,10 +40,9 @@ def engine(tmp_path):
                 if state["answers"]:
                     connection.sendall(state["answers"].pop(0))
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    thread = OsThread(serve)
     yield path, state
-    server.close()
+    OsThread.stop(server)
     thread.join(timeout=5)
 
 

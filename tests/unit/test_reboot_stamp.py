@@ -121,7 +121,7 @@ def on_driver(tmp_path, monkeypatch):
     tool = bin_dir / "nv-fabricmanager"
     tool.write_text("#!/bin/sh\necho \"$SAID\"\n")
     tool.chmod(0o755)
-    monkeypatch.setattr(stamp.shutil, "which", lambda name: str(tool) if fabric_manager["said"] else None)
+    monkeypatch.setattr(stamp.safefs, "which", lambda name: str(tool) if fabric_manager["said"] else None)
     monkeypatch.setenv("SAID", "")
 
     def swap(line=None, fm=None):
@@ -146,7 +146,7 @@ def test_the_recorded_module_line_names_its_release(on_driver):
 def test_a_host_without_nvidias_driver_digests_as_before(home, monkeypatch, tmp_path):
     """No module, no Fabric Manager: the digest is what it was before the driver counted (no stamp goes stale)."""
     monkeypatch.setattr(stamp, "DRIVER_VERSION", str(tmp_path / "absent"))
-    monkeypatch.setattr(stamp.shutil, "which", lambda name: None)
+    monkeypatch.setattr(stamp.safefs, "which", lambda name: None)
     assert stamp.running_driver() == []
     restamp(home)
     assert holds(home, GATED)

@@ -584,7 +584,7 @@ def test_dpkg_query_answers_when_the_status_file_may_not_be_the_whole_truth(dpkg
 def test_packages_come_from_the_status_file_and_dpkg_query_only_without_it(dpkg, monkeypatch):
     from sglang_infra.hostside.read import snapshot as hostside_snapshot
 
-    monkeypatch.setattr(hostside_snapshot.shutil, "which", lambda name: "/usr/bin/dpkg-query")
+    monkeypatch.setattr(hostside_snapshot.safefs, "which", lambda name: "/usr/bin/dpkg-query")
     started = []
     monkeypatch.setattr(hostside_snapshot, "_run", lambda *argv: started.append(argv) or "nginx\tii \t1.0\n")
     monkeypatch.setattr(hostside_snapshot, "DPKG_ADMINDIR", str(dpkg))

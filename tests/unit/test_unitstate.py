@@ -5,9 +5,9 @@ asked, and its answers, in either byte order, come back as systemctl's."""
 
 import socket
 import struct
-import threading
 
 import pytest
+from conftest import OsThread
 
 from sglang_infra.hostside.read import snapshot as hostside_snapshot
 from sglang_infra.hostside.read import unitstate
@@ -91,7 +91,7 @@ def whole(data: bytes) -> bool:
 def pid1(tmp_path, monkeypatch):
     """A fake PID 1 on a private socket; ``behaviour`` sets how it answers; ``asked`` records each request."""
     path = str(tmp_path / "private")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = OsThread.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
     state = {"order": "<", "asked": [], "auth": [], "error_for": None, "signal_first": False}
@@ -130,12 +130,11 @@ def pid1(tmp_path, monkeypatch):
                 connection.sendall(reply(serial, props[strings[1]], state["order"], kind=kind, reply_serial=serial))
                 answered += 1
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    thread = OsThread(serve)
     monkeypatch.setattr(unitstate, "PRIVATE", path)
     monkeypatch.setattr(unitstate.os, "geteuid", lambda: 0)
     yield state
-    server.close()
+    OsThread.stop(server)
     thread.join(timeout=5)
 
 

@@ -13,7 +13,6 @@ gate (the last gate's record, stamp.LAST, written by gate.py), gateways
 the gateway's own GET /workers reports them).
 """
 
-import json
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ import time
 import urllib.request
 
 from .. import apikey, bounded, dockerapi, names, safefs, stack
+from ..formats import jsonio
 from . import stamp
 
 GATEWAY_TIMEOUT = 5   # seconds, for one gateway's /workers, its reply read in full
@@ -106,7 +106,7 @@ def last_gate(home):
     """The last gate's record, without the API key (a record written before the gate redacted may hold it)."""
     raw = safefs.read_regular(os.path.join(home, names.DOCKER_DIR, stamp.LAST), 65536)
     try:
-        found = json.loads(apikey.redact(raw.decode(errors="replace"))) if raw else None
+        found = jsonio.loads(apikey.redact(raw.decode(errors="replace"))) if raw else None
     except ValueError:
         return {"unreadable": True}
     return found if isinstance(found, dict) else None
@@ -154,7 +154,7 @@ def gateways(home):
             url = f"http://[{address}]:{found['port']}" if ":" in address else f"http://{address}:{found['port']}"
             started = time.monotonic()
             with bounded.open_url(urllib.request.Request(url + "/workers"), GATEWAY_TIMEOUT) as reply:
-                listed = json.loads(bounded.read_bounded(reply, started + GATEWAY_TIMEOUT,
+                listed = jsonio.loads(bounded.read_bounded(reply, started + GATEWAY_TIMEOUT,
                                                          bounded.MAX_GATEWAY_BYTES)).get("workers", [])
             found["workers"] = [{"url": w.get("url"), "healthy": bool(w.get("is_healthy"))} for w in listed]
         except (OSError, ValueError) as error:

@@ -26,13 +26,12 @@ version of the checks judges the same config by the same values. An earlier vers
 """
 
 import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
 
 from .. import dockerapi, names, safefs
+from ..formats import jsonio
 
 STAMP = ".validated"
 # The last gate's outcome, whatever it was (gate.py writes it, report.py reads it for scripts/status.sh):
@@ -55,7 +54,7 @@ FORM = "form=2"
 LEGACY = "legacy"
 # The most of a validation script read for its judged digest: the scripts carry the checks' program (about 100 KiB).
 MAX_SCRIPT = 4 << 20
-_RELEASE = re.compile(r"\b\d+\.\d+(?:\.\d+)?\b")
+_RELEASE = r"\b\d+\.\d+(?:\.\d+)?\b"   # compiled on first use (re's cache): re is ship.LAZY
 
 
 def running_driver():
@@ -65,16 +64,16 @@ def running_driver():
     raw = safefs.read_regular(DRIVER_VERSION, 4096)
     if raw is not None:
         line = raw.decode(errors="replace").split("\n", 1)[0]
-        found = _RELEASE.findall(line.partition("Kernel Module")[2] or line)
+        found = re.findall(_RELEASE, line.partition("Kernel Module")[2] or line)
         parts.append(f"driver={found[0] if found else 'unknown'}")
-    tool = shutil.which(FABRIC_MANAGER)
+    tool = safefs.which(FABRIC_MANAGER)
     if tool:
         try:
             said = subprocess.run([tool, "--version"], capture_output=True, timeout=FABRIC_MANAGER_SECONDS,
                                   check=False).stdout[:4096].decode(errors="replace")
         except (OSError, subprocess.SubprocessError):
             said = ""
-        found = _RELEASE.findall(said)
+        found = re.findall(_RELEASE, said)
         parts.append(f"fabric_manager={found[-1] if found else 'unknown'}")
     return parts
 
@@ -129,7 +128,7 @@ def last_record(docker_dir):
     """The last gate's record (LAST) in ``docker_dir`` as the gate wrote it, or None: unreadable, a link or absent."""
     raw = safefs.read_regular(os.path.join(docker_dir, LAST), 65536)
     try:
-        found = json.loads(raw) if raw else None
+        found = jsonio.loads(raw) if raw else None
     except ValueError:
         return None
     return found if isinstance(found, dict) else None

@@ -7,19 +7,20 @@ Newer drivers name the clock reasons clocks_event_reasons, older ones clocks_thr
 give the slowdown temperature as a margin to T.Limit, older ones as an absolute threshold: both are read.
 """
 
-import json
 import os
 import re
 import xml.etree.ElementTree as ElementTree
 
 from .. import safefs
+from ..formats import jsonio
 
 NVSWITCH_DEVICES = "/proc/driver/nvidia-nvswitch/devices"
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 DRIVER_UNITS = (FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+# compiled on first use (re's cache): re is ship.LAZY, and a host without GPUs never needs them
+_NUMBER = r"-?\d+(?:\.\d+)?"
+_XID = r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)"
 KMSG_MAX_RECORDS = 100000   # bounds the kernel-log read: the ring buffer holds far fewer
 # The GPUs a worker's last good config passed its gate on (index, bus id, uuid), kept by the gate beside
 # compose.yaml.good in docker/: a host that lists fewer later lost one (an XID 79, fallen off the bus), and a
@@ -38,7 +39,7 @@ def _text(node, path):
 def _number(node, path):
     """'36 C', '122.95 W', '143771 MiB', '0 %' -> the number; None when not reported."""
     text = _text(node, path)
-    match = _NUMBER.match(text) if text else None
+    match = re.match(_NUMBER, text) if text else None
     if not match:
         return None
     value = float(match.group())
@@ -148,7 +149,7 @@ def parse(xml_text):
 
 def gated(parsed):
     """GATED_FILE's text for the GPUs of ``parsed`` (parse()'s reading): each one's index, bus id and uuid."""
-    return json.dumps([{key: gpu.get(key) for key in GATED_KEYS} for gpu in parsed["gpus"]], sort_keys=True) + "\n"
+    return jsonio.dumps([{key: gpu.get(key) for key in GATED_KEYS} for gpu in parsed["gpus"]], sort_keys=True) + "\n"
 
 
 def read_gated(docker_dir):
@@ -156,7 +157,7 @@ def read_gated(docker_dir):
     (no gate passed since the record began, no GPU, or a file that is not the gate's: a link, too large, not JSON)."""
     raw = safefs.read_regular(os.path.join(docker_dir, GATED_FILE), GATED_MAX_BYTES)
     try:
-        found = json.loads(raw) if raw is not None else None
+        found = jsonio.loads(raw) if raw is not None else None
     except ValueError:
         return None
     if not isinstance(found, list) or not all(isinstance(g, dict) for g in found):
@@ -186,7 +187,7 @@ def xids(lines):
     """{(pci address, xid): count} from kernel-log lines (NVRM's 'Xid (PCI:0000:00:06): 79, ...')."""
     found = {}
     for line in lines:
-        match = _XID.search(line)
+        match = re.search(_XID, line)
         if match:
             key = (match.group(1).lower(), int(match.group(2)))
             found[key] = found.get(key, 0) + 1

@@ -23,13 +23,13 @@ is read through directory descriptors (safefs), never following a link.
 
 import contextlib
 import hashlib
-import json
 import os
 import posixpath
 import pwd
 import stat
 
 from .. import safefs
+from ..formats import jsonio
 
 MAX_BYTES = 64 << 20  # far above any real repo's file list
 SUFFIX = ".json"
@@ -86,9 +86,9 @@ class Records:
             return None
         return fd
 
-    @contextlib.contextmanager
     def folder(self, folder):
-        """A descriptor of the repo's records folder, or None: none there, a bad name, or one not to trust."""
+        """A descriptor of the repo's records folder, or None: none there, a bad name, or one not to trust (Held:
+        closed at the with block's end)."""
         top = self._top()
         fd = None
         if top is not None:
@@ -96,11 +96,7 @@ class Records:
                 fd = self._sub(top, folder)
             finally:
                 os.close(top)
-        try:
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
+        return Held(fd)
 
     def load_in(self, fd, commit, part=False):
         """The record of ``commit`` in the folder open as ``fd`` (from folder()), or None when there is none or it
@@ -177,6 +173,7 @@ class Records:
             self._own(fd, here)
             name = commit + (PARTIAL if part else "") + SUFFIX
             tmp = f"{name}.{os.getpid()}.tmp"
+            import json  # here: a read, which never writes a record, imports no json (docs/benchmarks.md)
             st = safefs.create_new(fd, tmp, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
             safefs.rename_new(fd, tmp, name, st)
             if not part:
@@ -213,7 +210,7 @@ class Records:
 
 def _parse(text, commit):
     try:
-        data = json.loads(text)
+        data = jsonio.loads(text)
     except ValueError:
         return None
     if not isinstance(data, dict) or data.get("commit") != commit or not isinstance(data.get("files"), list):
@@ -249,18 +246,25 @@ def still_trusted(trusted, st, size):
         trusted["size"], trusted["ino"], trusted["ctime_ns"]) == vouched(st)
 
 
-@contextlib.contextmanager
+class Held:
+    """A descriptor for a with block, closed at its end unless ``owned`` is false (None: nothing): what a
+    contextlib.contextmanager did here, without importing contextlib on a read (docs/benchmarks.md)."""
+
+    def __init__(self, fd, owned=True):
+        self.fd, self.owned = fd, owned
+
+    def __enter__(self):
+        return self.fd
+
+    def __exit__(self, *raised):
+        if self.fd is not None and self.owned:
+            os.close(self.fd)
+
+
 def repo_fd(repo):
     """A descriptor of the repo folder: ``repo`` itself when it is one, else the path opened with
     safefs.open_dir (closed at the end)."""
-    if isinstance(repo, int):
-        yield repo
-        return
-    fd = safefs.open_dir(repo)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+    return Held(repo, owned=False) if isinstance(repo, int) else Held(safefs.open_dir(repo))
 
 
 class _Dirs:

@@ -11,7 +11,6 @@ through. The scan is bounded in entries and time; when it stops early,
 ``stopped_early`` says why (the deploy prints it) and what was not read is
 reported as not verified.
 """
-import contextlib
 import os
 import posixpath
 import stat
@@ -182,7 +181,7 @@ def scan(cache_dir, records=None, budget=None):
 
 
 def _repo(repo_fd, folder, records, budget):
-    with records.folder(folder) if records is not None else contextlib.nullcontext() as rdir:
+    with records.folder(folder) if records is not None else manifest.Held(None) as rdir:
         return _repo_with(repo_fd, folder, records, rdir, budget)
 
 

@@ -16,27 +16,46 @@ import base64
 import binascii
 import hashlib
 import os
-import re
 import stat
 
 MAX_BYTES = 1 << 20         # a vendor's public key is a few KiB; a larger keyring is not one the deploy wrote
 PUBLIC_KEY, PUBLIC_SUBKEY = 6, 14
 # Packets a public keyring holds besides its keys: signatures, trust, user IDs and attributes, padding.
 KEY_PARTS = {2, 12, 13, 17, 21}
-_ARMOR = re.compile(rb"-----BEGIN PGP PUBLIC KEY BLOCK-----\r?\n(.*?)-----END PGP PUBLIC KEY BLOCK-----", re.S)
+_BEGIN, _END = b"-----BEGIN PGP PUBLIC KEY BLOCK-----", b"-----END PGP PUBLIC KEY BLOCK-----"
+
+
+def armored(data):
+    """(the blocks' data, the text outside them) of ``data``: the groups of
+    re.finditer(rb"-----BEGIN PGP PUBLIC KEY BLOCK-----\\r?\\n(.*?)-----END PGP PUBLIC KEY BLOCK-----", data, re.S)
+    and what its sub(b"", data) leaves, without importing re (a read's CPU, docs/benchmarks.md;
+    tests/unit/test_read_imports.py holds the two equal)."""
+    blocks, outside, at, kept = [], [], 0, 0
+    while (start := data.find(_BEGIN, at)) >= 0:
+        body = start + len(_BEGIN)
+        body += 2 if data.startswith(b"\r\n", body) else 1 if data.startswith(b"\n", body) else 0
+        if body == start + len(_BEGIN):
+            at = start + 1
+            continue
+        end = data.find(_END, body)
+        if end < 0:
+            break
+        blocks.append(data[body:end])
+        outside.append(data[kept:start])
+        at = kept = end + len(_END)
+    return blocks, b"".join(outside) + data[kept:]
 
 
 def _dearmor(data):
     """The binary packets of an armored keyring: every public key block, and nothing but blanks around them."""
-    blocks = list(_ARMOR.finditer(data))
+    blocks, outside = armored(data)
     if not blocks:
         raise ValueError("no armored public key block")
-    outside = _ARMOR.sub(b"", data)
     if outside.strip():
         raise ValueError("text outside the armored public key blocks")
     binary = b""
     for block in blocks:
-        lines = block.group(1).replace(b"\r", b"").split(b"\n")
+        lines = block.replace(b"\r", b"").split(b"\n")
         if b"" not in lines:
             raise ValueError("an armored block without the blank line before its data")
         body = lines[lines.index(b"") + 1:]

@@ -6,11 +6,11 @@ the deploy's own code and templates) and the digest of the snapshot as that run 
 (0600 in /var/lib, which only root writes), never followed through a link; anything else reads as no stamp.
 """
 
-import json
 import os
 import stat
 
 from .. import safefs
+from ..formats import jsonio
 
 PATH = "/var/lib/sglang-settled.json"
 LIMIT = 4096   # bytes: two digests and their keys
@@ -28,7 +28,7 @@ def read(path=PATH):
         return None
     raw = safefs.read_regular(path, LIMIT)
     try:
-        found = json.loads(raw or b"")
+        found = jsonio.loads(raw or b"")
     except ValueError:
         return None
     if not isinstance(found, dict) or set(found) != set(KEYS):

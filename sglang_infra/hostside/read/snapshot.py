@@ -24,18 +24,17 @@ import grp
 import importlib.machinery
 import io
 import ipaddress
-import json
 import os
 import pwd
 import re
 import select
-import shutil
 import socket
 import stat
 import sys
 import time
 
 from .. import dockerapi, names, safefs, stack
+from ..formats import jsonio
 from ..gate import report, stamp
 from ..gpu import nvsmi
 from ..pull import manifest
@@ -181,7 +180,7 @@ def configured_runtimes():
     them."""
     raw = safefs.read_regular(DAEMON_JSON, 1 << 20)
     try:
-        found = json.loads(raw).get("runtimes") if raw else None
+        found = jsonio.loads(raw).get("runtimes") if raw else None
     except (ValueError, AttributeError):
         return []
     return sorted(name for name in found if isinstance(name, str)) if isinstance(found, dict) else []
@@ -193,7 +192,7 @@ def docker(unit):
     unit (not masked), so a stopped engine can be started; an engine that does not answer reports the runtimes
     its daemon.json names."""
     out = {
-        "cli": shutil.which("docker"),
+        "cli": safefs.which("docker"),
         "socket": stat.S_ISSOCK(os.stat(dockerapi.SOCKET).st_mode) if os.path.exists(dockerapi.SOCKET) else False,
         "compose_plugin": next((f"{d}/docker-compose" for d in plugin_dirs()
                                 if os.access(f"{d}/docker-compose", os.X_OK)), None),
@@ -289,7 +288,7 @@ def packages(wanted):
     """The installed version of each of ``wanted`` (Debian packages), None when it is not installed: from dpkg's
     status file (dpkg_status), else as dpkg-query prints it."""
     out = {name: None for name in wanted}
-    if wanted and shutil.which("dpkg-query"):
+    if wanted and safefs.which("dpkg-query"):
         found = dpkg_status(wanted)
         if found is not None:
             return found
@@ -306,14 +305,14 @@ def gpus():
     """nvidia-smi's query and topology as printed; the driver's facts (nvsmi.parse of `nvidia-smi -q -x`: driver,
     the CUDA it supports, each GPU's persistence mode and fabric state); the NVSwitch devices the driver found;
     the Fabric Manager's version (its binary's own word) and the units that keep the driver ready."""
-    if not shutil.which("nvidia-smi"):
+    if not safefs.which("nvidia-smi"):
         return None
     query = _run("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits")
     try:
         driver = nvsmi.parse(_run("nvidia-smi", "-q", "-x"))
     except ValueError as error:
         driver = {"error": str(error)}
-    manager = _run("nv-fabricmanager", "--version") if shutil.which("nv-fabricmanager") else ""
+    manager = _run("nv-fabricmanager", "--version") if safefs.which("nv-fabricmanager") else ""
     version = re.findall(r"\d+\.\d+(?:\.\d+)?", manager)
     return {"query": query.splitlines(), "topo": _run("nvidia-smi", "topo", "-m").splitlines(), "driver": driver,
             "nvswitches": nvsmi.nvswitches(), "fabric_manager": version[-1] if version else None,
@@ -499,8 +498,43 @@ def files(directory):
     return out
 
 
-_MODEL_LABEL = re.compile(r'^\s*(?:' + re.escape(names.MODEL_LABEL) + '|' + re.escape(names.DRAFTER_LABEL)
-                          + r'):\s*"?([^"\s]+)"?\s*$', re.M)
+def labelled(text, labels=(names.MODEL_LABEL, names.DRAFTER_LABEL)):
+    """The values of ``labels`` in a compose file's text, as
+    re.findall(r'^\\s*(?:LABEL|LABEL):\\s*"?([^"\\s]+)"?\\s*$', text, re.M) finds them (a value may follow its label on
+    the next line, as the pattern's blanks take newlines), without importing re (a read's CPU, docs/benchmarks.md;
+    tests/unit/test_read_imports.py holds the two equal)."""
+    found, at, size = [], 0, len(text)
+    while at <= size:   # at: where a line starts; each turn moves it on
+        i = at
+        while i < size and text[i].isspace():
+            i += 1
+        end = None
+        label = next((label for label in labels if text.startswith(label + ":", i)), None)
+        if label is not None:
+            j = i + len(label) + 1
+            while j < size and text[j].isspace():
+                j += 1
+            j += j < size and text[j] == '"'
+            k = j
+            while k < size and text[k] != '"' and not text[k].isspace():
+                k += 1
+            if k > j:
+                value, k = text[j:k], k + (k < size and text[k] == '"')
+                m = k
+                while m < size and text[m].isspace():
+                    m += 1
+                end = size if m == size else text.rfind("\n", k, m)   # `$`: the end, or before a newline
+        if end is not None and end >= 0:
+            found.append(value)
+            at = end if end == size or text[end - 1] == "\n" else end + 1
+            if end == size:
+                break
+        else:
+            newline = text.find("\n", at)
+            if newline < 0:
+                break
+            at = newline + 1
+    return found
 
 
 def _named(directory, prefix, suffix=""):
@@ -523,7 +557,7 @@ def models(home, user):
     referenced = set()
     for path in _named(os.path.join(home, names.DOCKER_DIR), names.COMPOSE_FILE):
         text = safefs.read_regular(path, 1 << 20)
-        referenced.update(m for m in _MODEL_LABEL.findall((text or b"").decode(errors="replace")) if "@" in m)
+        referenced.update(m for m in labelled((text or b"").decode(errors="replace")) if "@" in m)
     found["referenced"] = sorted(referenced)
     return found
 
@@ -590,7 +624,7 @@ def routers(home, engine_api):
                 pass
         raw = safefs.read_regular(os.path.join(directory, names.WORKERS_FILE), 1 << 20)
         try:
-            workers = json.loads(raw) if raw else None
+            workers = jsonio.loads(raw) if raw else None
         except ValueError:
             workers = None
         digest, legacy = stamp.compare(directory, running["container"], directory, stamp.GATEWAY_FILES)
@@ -705,4 +739,4 @@ def read(spec):
 
 
 if __name__ == "__main__":
-    print(json.dumps(read(json.loads(sys.argv[1])), sort_keys=True))
+    print(jsonio.dumps(read(jsonio.loads(sys.argv[1])), sort_keys=True))

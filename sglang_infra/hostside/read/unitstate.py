@@ -4,8 +4,8 @@ every interface of each unit and started a process: 0.019 s of a host's CPU per 
 (docs/benchmarks.md). None when PID 1 cannot be asked so (not root, no systemd, any error): the caller runs
 systemctl then."""
 
+import _socket
 import os
-import socket
 import struct
 import time
 
@@ -114,7 +114,8 @@ def states(units, timeout, path=None):
             out += call(serial, unit_path(unit), "Get", "ss", UNIT, prop)
     found = {}
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
             connection.settimeout(timeout)
             connection.connect(path)
             connection.sendall(b"\0AUTH EXTERNAL " + str(os.geteuid()).encode().hex().encode() + b"\r\n")
@@ -130,6 +131,8 @@ def states(units, timeout, path=None):
                     found.setdefault(unit, {})[prop] = value
                 if not asked:
                     return found
+        finally:
+            connection.close()
     except (OSError, ValueError, KeyError, IndexError, struct.error):
         return None
     return None
