@@ -298,6 +298,12 @@ def read_breakdown(host: TestHost, base: dict, reps: int, checkouts: list[tuple[
                 samples[step].append((cpu - idle_rate * wall) / reps)
     per = {step: statistics.median(found) for step, found in samples.items()}
     out: dict = {"reps": reps, "rounds": rounds, "idle_cpu_per_s": statistics.median(idle_rates), "samples": samples}
+    # each checkout's snapshot of this host, the checkouts in turn twice (a container's status moves with the
+    # clock): the same bytes when some pair side by side is
+    said = [(label, host.exec(f"python3 -I -S /root/bench-{label}-read.py {spec} </root/bench-{label}-sources.py",
+                              timeout=120).stdout) for _ in range(2) for label, _ in checkouts]
+    out["outputs"] = {label: text for label, text in said}
+    out["outputs_identical"] = len(checkouts) < 2 or any(a[1] == b[1] for a, b in zip(said, said[1:]))
     for label, _ in checkouts:
         out[label] = {"ssh_login_s": per["ssh_login"], "python_start_s": per["python_start"],
                       "decompress_s": per[f"{label}:decompress"] - per["python_start"],
@@ -314,9 +320,12 @@ def breakdown_markdown(breakdown: dict, names: dict[str, str]) -> str:
              "|---|" + "---|" * len(labels)]
     for key, text in READ_STEPS:
         lines.append(f"| {text} | " + " | ".join(f"{breakdown[label][key]:.4f}" for label in labels) + " |")
+    same = {True: "the same bytes", False: "**different bytes**", None: "not compared"}[
+        breakdown.get("outputs_identical")]
     return "\n".join(lines + ["", f"{breakdown['reps']} of each step on one converged host, {breakdown['rounds']} "
                                    "rounds, the median; its container's cgroup CPU less its idle rate "
-                                   "(bench/fleet.py --read-breakdown)."])
+                                   f"(bench/fleet.py --read-breakdown). The snapshot's output of the checkouts: "
+                                   f"{same}."])
 
 
 def _cell(fmt: str, value) -> str:
