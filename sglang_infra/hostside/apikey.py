@@ -11,10 +11,10 @@ redact() (or clip(), which redacts before it cuts) before it prints or stores it
 shipped with the host programs (ship.py), without the checks' tool-call and benchmark code.
 """
 
-import json
 import urllib.parse
 
 from . import safefs
+from .formats import jsonio
 
 KEY_FIELD = "api-key"
 REDACTED = "<redacted>"
@@ -28,7 +28,7 @@ _HOLDS = [lambda url: False]   # the port check: whether the key may go to a URL
 
 def file_text(key):
     """The server's config file holding ``key``: one line `api-key: "KEY"` (a JSON string is a YAML scalar)."""
-    return f"{KEY_FIELD}: {json.dumps(key)}\n".encode()
+    return f"{KEY_FIELD}: {jsonio.dumps(key)}\n".encode()
 
 
 def read_key(path):
@@ -40,7 +40,7 @@ def read_key(path):
     for line in safefs.read_small(path, MAX_KEY_FILE_BYTES).decode("utf-8").splitlines():
         field, sep, value = line.partition(":")
         if sep and field.strip() == KEY_FIELD:
-            found = json.loads(value.strip())
+            found = jsonio.loads(value.strip())
     return found
 
 

@@ -413,6 +413,7 @@ def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_url_opener_json_re_or_soc
     (tmp_path / "home" / "compose.yaml").write_bytes(b"services: {}\n" * 1000)
     (tmp_path / "home" / "docker").mkdir()
     (tmp_path / "home" / "docker" / "compose.yaml").write_text('    labels:\n      sglang.model: "org/m@0123abcd"\n')
+    (tmp_path / "home" / "docker" / ".last-gate").write_text('{"container": {"started_at": "2026-12-06T16:00:00Z"}}')
     path = tmp_path / "program.py"
     path.write_text(ship.cached_program("read.snapshot"))
     out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(path), json.dumps(spec)],

@@ -65,7 +65,8 @@ def test_the_programs_that_read_the_key_or_a_server_ship_without_the_checks(name
 
 
 def test_the_gateways_launcher_reads_the_key_with_the_one_reader():
-    assert ship.carried("gateway_launch") == ["safefs", "apikey", "names"]   # read_key opens as safefs does
+    # read_key opens as safefs does (and reads the key's JSON string as the read does, formats/jsonio.py)
+    assert ship.carried("gateway_launch") == ["safefs", "formats.jsonio", "apikey", "names"]
 
 
 
