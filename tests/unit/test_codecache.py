@@ -402,6 +402,20 @@ def test_a_lazy_name_that_is_not_a_source_module_loads_as_usual(cache):
     assert ran(bundled([entry], cache, lazy=["_json"])) == "module _json\n"
 
 
+def test_every_lazy_standard_module_works_when_a_program_uses_it(cache):
+    """ship.LAZY's modules (re, socket, shutil, urllib.parse, contextlib since issue 56) run whole on first use,
+    json's decoder importing a lazy re included, and a JSON error reaches the caller as json's."""
+    entry = ("entry", "import contextlib, re, shutil, socket, sys, urllib.parse\n"
+                      "from pkg import jsonio\n"
+                      "print('_sre' in sys.modules, 'enum' in sys.modules)\n"
+                      "try:\n    jsonio.loads('[1,')\nexcept ValueError as error:\n    print(type(error).__name__)\n"
+                      "print(re.fullmatch(r'a+', 'aa') is not None, socket.AF_UNIX > 0, shutil.which('sh') is not None,"
+                      " urllib.parse.quote(' /'), callable(contextlib.suppress), '_sre' in sys.modules)\n")
+    jsonio_source = ship.path_of("formats.jsonio").read_text()
+    assert ran(bundled([("jsonio", jsonio_source), entry], cache, lazy=ship.LAZY)) \
+        == "False False\nJSONDecodeError\nTrue True True %20/ True True\n"
+
+
 def test_the_snapshot_of_a_plain_host_loads_no_tls_xml_url_opener_json_re_or_socket(tmp_path):
     """What a read that needs none of them never imports: TLS (ssl), the XML of nvidia-smi, urllib.request's
     (through bounded.py and report.py), an HTTP library and its email package (dockerapi.py speaks HTTP/1.0 itself),
