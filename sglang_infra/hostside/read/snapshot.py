@@ -21,6 +21,7 @@ spec also report (report.py), what scripts/status.sh shows beyond the deploy's n
 """
 
 import grp
+import hashlib
 import importlib.machinery
 import io
 import ipaddress
@@ -179,12 +180,131 @@ def plugin_dirs():
 def configured_runtimes():
     """The runtimes daemon.json names (sorted), read when the engine does not answer: a stopped engine starts with
     them."""
-    raw = safefs.read_regular(DAEMON_JSON, 1 << 20)
+    return sorted(_named_runtimes(safefs.read_regular(DAEMON_JSON, 1 << 20)) or ())
+
+
+def _named_runtimes(raw):
+    """The runtime names in daemon.json's text ``raw`` (an empty set when it names none or is absent), or None
+    when it cannot be read as the engine would."""
     try:
-        found = json.loads(raw).get("runtimes") if raw else None
+        found = json.loads(raw).get("runtimes", {}) if raw else {}
     except (ValueError, AttributeError):
-        return []
-    return sorted(name for name in found if isinstance(name, str)) if isinstance(found, dict) else []
+        return None
+    return {name for name in found if isinstance(name, str)} if isinstance(found, dict) else None
+
+
+# The engine's runtimes, kept between reads (GET /info makes dockerd and containerd probe every runtime: about
+# 6 ms of a host's CPU and 10 ms of the read's time, on every run; docs/benchmarks.md). Kept in root's own code
+# cache directory (read/codecache.py's DIRECTORY), used only while it is root's and 0700, reached without a link below
+# any folder another user may write (safefs.open_dir), the entry root's own 0600 regular file; for as long as
+# everything they follow from is unchanged: the running dockerd (its PID file's process, its start time and whole
+# command line) and daemon.json's inode, size, modification and change times. And kept only when the engine's
+# answer is what that daemon.json makes (every runtime it names, nothing beyond dockerd's own built-in ones), so an
+# edit the engine has not loaded yet is never kept: reloading (SIGHUP) that same unchanged file gives the same
+# runtimes, and any edit, restart or other command line asks the engine again.
+ENGINE_PIDFILE = "/var/run/docker.pid"
+PROC = "/proc"
+CACHE_DIRECTORY = "/var/cache/sglang-infra"
+KEPT_RUNTIMES = "engine-runtimes"
+KEPT_MAGIC = b"sglang-infra engine runtimes 1\n"
+BUILT_IN_RUNTIMES = frozenset({"runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux"})
+MAX_KEPT = 4096   # bytes: a few runtime names
+
+
+def _engine_key():
+    """(the digest of what the engine's runtimes follow from, daemon.json's stat) or None when they cannot be kept:
+    no PID file, its process not dockerd, a command line naming another config file or runtimes of its own."""
+    raw = safefs.read_regular(ENGINE_PIDFILE, 32)
+    if not raw or not raw.strip().isdigit():
+        return None
+    pid = int(raw)
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as f:
+            status = f.read(4096)
+        with open(f"{PROC}/{pid}/cmdline", "rb") as f:
+            command = f.read(MAX_KEPT * 16 + 1)
+    except OSError:
+        return None
+    head, _, tail = status.rpartition(b")")
+    fields = tail.split()
+    if not head.endswith(b" (dockerd") or len(fields) < 20 or len(command) > MAX_KEPT * 16 or \
+            b"--config-file" in command or b"--add-runtime" in command:
+        return None
+    try:
+        st = os.stat(DAEMON_JSON)
+        config = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except FileNotFoundError:
+        config = None
+    except OSError:
+        return None
+    # field 22 of /proc/PID/stat, the process's start time (fields[0] is field 3)
+    return hashlib.sha256(repr((pid, fields[19], command, config)).encode()).hexdigest(), config
+
+
+def _cache_dir():
+    """A descriptor of root's code cache directory when it is sound (root's, 0700), else None."""
+    try:
+        fd = safefs.open_dir(CACHE_DIRECTORY)
+    except (OSError, safefs.Refused):
+        return None
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077 and os.geteuid() == 0:
+        return fd
+    os.close(fd)
+    return None
+
+
+def _kept_runtimes(fd, key):
+    """The runtimes kept under ``key``, or None (none kept, another key, or an entry not root's own 0600 file)."""
+    found = safefs.read_regular_with_stat(KEPT_RUNTIMES, MAX_KEPT, fd)
+    if found is None or found[1].st_uid != 0 or found[1].st_mode & 0o077:
+        return None
+    lines = found[0].split(b"\n")
+    if found[0][:len(KEPT_MAGIC)] != KEPT_MAGIC or len(lines) < 3 or lines[1] != key.encode() or lines[-1]:
+        return None
+    names = lines[2:-1]
+    if not all(name and name.isascii() and name.decode().isprintable() and b" " not in name for name in names):
+        return None
+    return sorted(name.decode() for name in names)
+
+
+def _keep_runtimes(fd, key, runtimes):
+    """Keep ``runtimes`` under ``key`` (root's 0600 file, written anew and renamed over); a failure keeps nothing."""
+    if not all(name and name.isascii() and name.isprintable() and " " not in name for name in runtimes):
+        return
+    tmp = f".{KEPT_RUNTIMES}.{os.getpid()}"
+    data = KEPT_MAGIC + key.encode() + b"\n" + b"".join(name.encode() + b"\n" for name in runtimes)
+    try:
+        safefs.rename_own(fd, tmp, KEPT_RUNTIMES, safefs.create_new(fd, tmp, data, 0o600))
+    except (OSError, safefs.Refused):
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except OSError:
+            pass
+
+
+def engine_runtimes():
+    """The engine's runtimes (sorted): kept ones while their key holds (above), else GET /info's (and kept when the
+    engine runs daemon.json as it is)."""
+    key = _engine_key()
+    fd = _cache_dir() if key else None
+    try:
+        if fd is not None:
+            kept = _kept_runtimes(fd, key[0])
+            if kept is not None:
+                return kept
+        found = dockerapi.runtimes()
+        if fd is not None:
+            raw = safefs.read_regular(DAEMON_JSON, 1 << 20)
+            named = _named_runtimes(raw)
+            again = _engine_key()
+            if named is not None and again == key and named <= set(found) and \
+                    set(found) - named <= BUILT_IN_RUNTIMES and (raw is None) == (key[1] is None):
+                _keep_runtimes(fd, key[0], found)
+        return found
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def docker(unit):
@@ -205,7 +325,7 @@ def docker(unit):
     if out["socket"]:
         try:
             out["images"] = dockerapi.images()
-            out["runtimes"] = dockerapi.runtimes()
+            out["runtimes"] = engine_runtimes()
             out["api"] = True
         except dockerapi.Unavailable:
             pass
