@@ -64,18 +64,34 @@ def _run(*argv):
     """What ``argv`` (found on PATH) prints on stdout, whatever its exit status, decoded as subprocess.run(text=True)
     decodes; "" when it cannot start, prints over MAX_OUTPUT or runs past COMMAND_TIMEOUT (killed). Its stderr is
     dropped. Not the subprocess module: its imports were a tenth of a read's own CPU (docs/benchmarks.md)."""
+    return _output(_start(*argv))
+
+
+def _start(*argv):
+    """``argv`` started as _run() runs it: (its pid, the read end of its stdout), or None when it cannot start.
+    Several started before the first is read run at once (gpus(): each nvidia-smi initialises the driver's
+    library on its own)."""
     try:
         out, into = os.pipe()
     except OSError:
-        return ""
+        return None
     try:
-        try:
-            pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
-                (os.POSIX_SPAWN_DUP2, into, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-        except OSError:
-            return ""
-        finally:
-            os.close(into)
+        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
+            (os.POSIX_SPAWN_DUP2, into, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]), out
+    except OSError:
+        os.close(out)
+        return None
+    finally:
+        os.close(into)
+
+
+def _output(started):
+    """What the program _start() started prints (see _run()), COMMAND_TIMEOUT counted from now: a program started
+    with others waits on a full pipe until its turn to be read."""
+    if started is None:
+        return ""
+    pid, out = started
+    try:
         deadline, received, size, ended = time.monotonic() + COMMAND_TIMEOUT, [], 0, False
         poller = select.poll()
         poller.register(out, select.POLLIN)
@@ -428,14 +444,18 @@ def gpus():
     the Fabric Manager's version (its binary's own word) and the units that keep the driver ready."""
     if not shutil.which("nvidia-smi"):
         return None
-    query = _run("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits")
+    # started at once: each nvidia-smi initialises the driver's library alone, about 0.17 s one after the other
+    # and 0.11 s together on an H100 host (docs/benchmarks.md)
+    started = [_start("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"),
+               _start("nvidia-smi", "-q", "-x"), _start("nvidia-smi", "topo", "-m")]
+    query, described, topo = (_output(each) for each in started)
     try:
-        driver = nvsmi.parse(_run("nvidia-smi", "-q", "-x"))
+        driver = nvsmi.parse(described)
     except ValueError as error:
         driver = {"error": str(error)}
     manager = _run("nv-fabricmanager", "--version") if shutil.which("nv-fabricmanager") else ""
     version = re.findall(r"\d+\.\d+(?:\.\d+)?", manager)
-    return {"query": query.splitlines(), "topo": _run("nvidia-smi", "topo", "-m").splitlines(), "driver": driver,
+    return {"query": query.splitlines(), "topo": topo.splitlines(), "driver": driver,
             "nvswitches": nvsmi.nvswitches(), "fabric_manager": version[-1] if version else None,
             "units": services(list(nvsmi.DRIVER_UNITS))}
 
