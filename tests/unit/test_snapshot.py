@@ -615,3 +615,34 @@ def test_named_finds_what_glob_finds(tmp_path):
         assert sorted(hostsnapshot._named(str(top), prefix, suffix)) == sorted(expected), (prefix, suffix)
     assert hostsnapshot._named(str(top / "absent"), "compose.yaml") == []
     assert hostsnapshot._named(str(top / "compose.yaml"), "x") == []   # a file, not a folder
+
+
+def test_nvidia_smis_three_readings_run_at_once(tmp_path):
+    """gpus() starts nvidia-smi's query, its XML and its topology together (each initialises the driver's library
+    on its own: 0.17 s one after the other, 0.11 s together on an H100 host), and each output lands in its place."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    starts = tmp_path / "starts"
+    (fake / "nvidia-smi").write_text(f"""#!/bin/sh
+date +%s.%N >> {starts}
+sleep 1
+case "$1" in
+  --query-gpu=*) echo "0, NVIDIA H100 80GB HBM3, 9.0, 81559" ;;
+  -q) echo "<nvidia_smi_log><driver_version>580.159.04</driver_version>"
+      echo "<cuda_version>13.0</cuda_version></nvidia_smi_log>" ;;
+  topo) printf '\\tGPU0\\nGPU0\\t X \\n' ;;
+esac
+""")
+    (fake / "nvidia-smi").chmod(0o755)
+    found = on_a_host(f"""import os, time
+os.environ["PATH"] = "{fake}:" + os.environ["PATH"]
+began = time.monotonic()
+gpus = snapshot.gpus()
+print(json.dumps([time.monotonic() - began, gpus["query"], gpus["topo"], gpus["driver"]]))""")
+    took, query, topo, driver = found
+    assert query == ["0, NVIDIA H100 80GB HBM3, 9.0, 81559"]
+    assert topo == ["\tGPU0", "GPU0\t X "]
+    assert (driver["driver"], driver["cuda"]) == ("580.159.04", "13.0")
+    began = sorted(float(line) for line in starts.read_text().split())
+    assert len(began) == 3 and began[-1] - began[0] < 0.9   # one after the other, 1 s apart at least
+    assert took < 2.5

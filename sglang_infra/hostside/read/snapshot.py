@@ -21,6 +21,7 @@ spec also report (report.py), what scripts/status.sh shows beyond the deploy's n
 """
 
 import grp
+import hashlib
 import importlib.machinery
 import io
 import ipaddress
@@ -62,18 +63,34 @@ def _run(*argv):
     """What ``argv`` (found on PATH) prints on stdout, whatever its exit status, decoded as subprocess.run(text=True)
     decodes; "" when it cannot start, prints over MAX_OUTPUT or runs past COMMAND_TIMEOUT (killed). Its stderr is
     dropped. Not the subprocess module: its imports were a tenth of a read's own CPU (docs/benchmarks.md)."""
+    return _output(_start(*argv))
+
+
+def _start(*argv):
+    """``argv`` started as _run() runs it: (its pid, the read end of its stdout), or None when it cannot start.
+    Several started before the first is read run at once (gpus(): each nvidia-smi initialises the driver's
+    library on its own)."""
     try:
         out, into = os.pipe()
     except OSError:
-        return ""
+        return None
     try:
-        try:
-            pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
-                (os.POSIX_SPAWN_DUP2, into, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-        except OSError:
-            return ""
-        finally:
-            os.close(into)
+        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
+            (os.POSIX_SPAWN_DUP2, into, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]), out
+    except OSError:
+        os.close(out)
+        return None
+    finally:
+        os.close(into)
+
+
+def _output(started):
+    """What the program _start() started prints (see _run()), COMMAND_TIMEOUT counted from now: a program started
+    with others waits on a full pipe until its turn to be read."""
+    if started is None:
+        return ""
+    pid, out = started
+    try:
         deadline, received, size, ended = time.monotonic() + COMMAND_TIMEOUT, [], 0, False
         poller = select.poll()
         poller.register(out, select.POLLIN)
@@ -178,12 +195,131 @@ def plugin_dirs():
 def configured_runtimes():
     """The runtimes daemon.json names (sorted), read when the engine does not answer: a stopped engine starts with
     them."""
-    raw = safefs.read_regular(DAEMON_JSON, 1 << 20)
+    return sorted(_named_runtimes(safefs.read_regular(DAEMON_JSON, 1 << 20)) or ())
+
+
+def _named_runtimes(raw):
+    """The runtime names in daemon.json's text ``raw`` (an empty set when it names none or is absent), or None
+    when it cannot be read as the engine would."""
     try:
-        found = jsonio.loads(raw).get("runtimes") if raw else None
+        found = jsonio.loads(raw).get("runtimes", {}) if raw else {}
     except (ValueError, AttributeError):
-        return []
-    return sorted(name for name in found if isinstance(name, str)) if isinstance(found, dict) else []
+        return None
+    return {name for name in found if isinstance(name, str)} if isinstance(found, dict) else None
+
+
+# The engine's runtimes, kept between reads (GET /info makes dockerd and containerd probe every runtime: about
+# 6 ms of a host's CPU and 10 ms of the read's time, on every run; docs/benchmarks.md). Kept in root's own code
+# cache directory (read/codecache.py's DIRECTORY), used only while it is root's and 0700, reached without a link below
+# any folder another user may write (safefs.open_dir), the entry root's own 0600 regular file; for as long as
+# everything they follow from is unchanged: the running dockerd (its PID file's process, its start time and whole
+# command line) and daemon.json's inode, size, modification and change times. And kept only when the engine's
+# answer is what that daemon.json makes (every runtime it names, nothing beyond dockerd's own built-in ones), so an
+# edit the engine has not loaded yet is never kept: reloading (SIGHUP) that same unchanged file gives the same
+# runtimes, and any edit, restart or other command line asks the engine again.
+ENGINE_PIDFILE = "/var/run/docker.pid"
+PROC = "/proc"
+CACHE_DIRECTORY = "/var/cache/sglang-infra"
+KEPT_RUNTIMES = "engine-runtimes"
+KEPT_MAGIC = b"sglang-infra engine runtimes 1\n"
+BUILT_IN_RUNTIMES = frozenset({"runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux"})
+MAX_KEPT = 4096   # bytes: a few runtime names
+
+
+def _engine_key():
+    """(the digest of what the engine's runtimes follow from, daemon.json's stat) or None when they cannot be kept:
+    no PID file, its process not dockerd, a command line naming another config file or runtimes of its own."""
+    raw = safefs.read_regular(ENGINE_PIDFILE, 32)
+    if not raw or not raw.strip().isdigit():
+        return None
+    pid = int(raw)
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as f:
+            status = f.read(4096)
+        with open(f"{PROC}/{pid}/cmdline", "rb") as f:
+            command = f.read(MAX_KEPT * 16 + 1)
+    except OSError:
+        return None
+    head, _, tail = status.rpartition(b")")
+    fields = tail.split()
+    if not head.endswith(b" (dockerd") or len(fields) < 20 or len(command) > MAX_KEPT * 16 or \
+            b"--config-file" in command or b"--add-runtime" in command:
+        return None
+    try:
+        st = os.stat(DAEMON_JSON)
+        config = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except FileNotFoundError:
+        config = None
+    except OSError:
+        return None
+    # field 22 of /proc/PID/stat, the process's start time (fields[0] is field 3)
+    return hashlib.sha256(repr((pid, fields[19], command, config)).encode()).hexdigest(), config
+
+
+def _cache_dir():
+    """A descriptor of root's code cache directory when it is sound (root's, 0700), else None."""
+    try:
+        fd = safefs.open_dir(CACHE_DIRECTORY)
+    except (OSError, safefs.Refused):
+        return None
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077 and os.geteuid() == 0:
+        return fd
+    os.close(fd)
+    return None
+
+
+def _kept_runtimes(fd, key):
+    """The runtimes kept under ``key``, or None (none kept, another key, or an entry not root's own 0600 file)."""
+    found = safefs.read_regular_with_stat(KEPT_RUNTIMES, MAX_KEPT, fd)
+    if found is None or found[1].st_uid != 0 or found[1].st_mode & 0o077:
+        return None
+    lines = found[0].split(b"\n")
+    if found[0][:len(KEPT_MAGIC)] != KEPT_MAGIC or len(lines) < 3 or lines[1] != key.encode() or lines[-1]:
+        return None
+    names = lines[2:-1]
+    if not all(name and name.isascii() and name.decode().isprintable() and b" " not in name for name in names):
+        return None
+    return sorted(name.decode() for name in names)
+
+
+def _keep_runtimes(fd, key, runtimes):
+    """Keep ``runtimes`` under ``key`` (root's 0600 file, written anew and renamed over); a failure keeps nothing."""
+    if not all(name and name.isascii() and name.isprintable() and " " not in name for name in runtimes):
+        return
+    tmp = f".{KEPT_RUNTIMES}.{os.getpid()}"
+    data = KEPT_MAGIC + key.encode() + b"\n" + b"".join(name.encode() + b"\n" for name in runtimes)
+    try:
+        safefs.rename_own(fd, tmp, KEPT_RUNTIMES, safefs.create_new(fd, tmp, data, 0o600))
+    except (OSError, safefs.Refused):
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except OSError:
+            pass
+
+
+def engine_runtimes():
+    """The engine's runtimes (sorted): kept ones while their key holds (above), else GET /info's (and kept when the
+    engine runs daemon.json as it is)."""
+    key = _engine_key()
+    fd = _cache_dir() if key else None
+    try:
+        if fd is not None:
+            kept = _kept_runtimes(fd, key[0])
+            if kept is not None:
+                return kept
+        found = dockerapi.runtimes()
+        if fd is not None:
+            raw = safefs.read_regular(DAEMON_JSON, 1 << 20)
+            named = _named_runtimes(raw)
+            again = _engine_key()
+            if named is not None and again == key and named <= set(found) and \
+                    set(found) - named <= BUILT_IN_RUNTIMES and (raw is None) == (key[1] is None):
+                _keep_runtimes(fd, key[0], found)
+        return found
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def docker(unit):
@@ -204,7 +340,7 @@ def docker(unit):
     if out["socket"]:
         try:
             out["images"] = dockerapi.images()
-            out["runtimes"] = dockerapi.runtimes()
+            out["runtimes"] = engine_runtimes()
             out["api"] = True
         except dockerapi.Unavailable:
             pass
@@ -307,14 +443,18 @@ def gpus():
     the Fabric Manager's version (its binary's own word) and the units that keep the driver ready."""
     if not safefs.which("nvidia-smi"):
         return None
-    query = _run("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits")
+    # started at once: each nvidia-smi initialises the driver's library alone, about 0.17 s one after the other
+    # and 0.11 s together on an H100 host (docs/benchmarks.md)
+    started = [_start("nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"),
+               _start("nvidia-smi", "-q", "-x"), _start("nvidia-smi", "topo", "-m")]
+    query, described, topo = (_output(each) for each in started)
     try:
-        driver = nvsmi.parse(_run("nvidia-smi", "-q", "-x"))
+        driver = nvsmi.parse(described)
     except ValueError as error:
         driver = {"error": str(error)}
     manager = _run("nv-fabricmanager", "--version") if safefs.which("nv-fabricmanager") else ""
     version = re.findall(r"\d+\.\d+(?:\.\d+)?", manager)
-    return {"query": query.splitlines(), "topo": _run("nvidia-smi", "topo", "-m").splitlines(), "driver": driver,
+    return {"query": query.splitlines(), "topo": topo.splitlines(), "driver": driver,
             "nvswitches": nvsmi.nvswitches(), "fabric_manager": version[-1] if version else None,
             "units": services(list(nvsmi.DRIVER_UNITS))}
 
