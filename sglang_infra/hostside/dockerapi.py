@@ -2,7 +2,9 @@
 containers without starting the docker CLI (a Go binary whose start-up alone
 costs more CPU than the whole read of a converged host). One HTTP/1.0 GET per
 connection, read to the close (the engine sends no chunks to HTTP/1.0): no
-http.client, whose email package was a tenth of a read's CPU (docs/benchmarks.md)."""
+http.client, whose email package was a tenth of a read's CPU (docs/benchmarks.md);
+on _socket, not socket (its import converts four enums: issue 56), and the
+JSON through formats/jsonio.py (json imports re and enum)."""
 
 import _socket
 
