@@ -32,7 +32,7 @@ Every module and folder, a line each; each folder's __init__.py lists its own mo
     roll/                the rolling change, run per command: drain, worker sets, the last good back, the detached gate
     gate/                the gate (kept as files): its program, its stamp, its metrics, the status report's section
     gpu/                 the GPUs: nvidia-smi read, their health as metrics, the kernel check the gate runs
-    formats/             the forms host programs and the control side share: host:port, sizes
+    formats/             the forms host programs and the control side share: host:port, sizes, JSON on _json
     pull/                the pull, in the pull's venv, and the verified-pull record
 
     checks.py            readiness, the tool-calling check and the benchmark
