@@ -216,7 +216,6 @@ def test_the_gate_records_the_accept_length_and_holds_the_recipes_floor():
 
 
 def test_a_config_names_its_drafter_so_a_prune_keeps_it_while_a_config_on_disk_needs_it(tmp_path):
-    import re
 
     from sglang_infra.hostside.read import snapshot
 
@@ -226,7 +225,7 @@ def test_a_config_names_its_drafter_so_a_prune_keeps_it_while_a_config_on_disk_n
     assert f'      sglang.drafter: "{drafter}"\n' in plan.compose
     # The snapshot reads the labels of every compose file on disk (the running config, its rollback): the prune
     # keeps whatever they name.
-    assert set(re.findall(snapshot._MODEL_LABEL, plan.compose)) == {plan.served.pinned, drafter}
+    assert set(snapshot.labelled(plan.compose)) == {plan.served.pinned, drafter}
 
 
 def test_a_prune_never_removes_the_drafter_an_entry_references():

@@ -301,7 +301,7 @@ def test_the_snapshot_counts_only_installed_packages(monkeypatch, tmp_path):
     from sglang_infra.hostside.read import snapshot
 
     monkeypatch.setattr(snapshot, "DPKG_ADMINDIR", str(tmp_path / "no-dpkg"))   # dpkg-query answers
-    monkeypatch.setattr(snapshot.shutil, "which", lambda name: "/usr/bin/dpkg-query")
+    monkeypatch.setattr(snapshot.safefs, "which", lambda name: "/usr/bin/dpkg-query")
     monkeypatch.setattr(snapshot, "_run", lambda *argv: "prometheus\tii \t2.53.3+ds1-2\n"
                                                         "prometheus-node-exporter\trc \t1.9.0-1\n")
     assert snapshot.packages(["prometheus", "prometheus-node-exporter"]) == {
