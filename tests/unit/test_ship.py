@@ -196,3 +196,19 @@ def test_the_source_sent_inline_is_each_modules_own_program_with_its_comment_lin
         assert sent.count("\n") == source.count("\n"), name
         assert not any(line.lstrip().startswith("#") for line in sent.splitlines()), name
     assert len(ship.sent_source("read.snapshot")) < len(ship._source("read.snapshot"))
+
+
+def test_a_program_run_per_command_is_unpacked_without_importing_re(tmp_path):
+    """The one line a packed program travels in decodes its base64 with binascii: base64 imports re (and enum) on
+    newer Pythons, several ms of every such command (the hold's, which every run waits for) before the program."""
+    import base64
+    import zlib
+
+    probe = "import sys\nprint(sorted(name for name in ('re', 'enum', 'base64') if name in sys.modules))\n"
+    line = ship._PACKED.format(blob=base64.b64encode(zlib.compress(probe.encode())).decode(), path="probe.py")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", line], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.replace("'", '"')) == []
+    hold = subprocess.run(["sh", "-c", ship.command("write.hold", site=False) + " show"], capture_output=True,
+                          text=True, timeout=60)
+    assert hold.returncode == 0, hold.stderr

@@ -21,12 +21,13 @@ is held).
 """
 
 import fcntl
-import json
 import os
 import select
 import stat
 import sys
 import time
+
+from ..formats import jsonio  # json's answers without importing json (and re, enum): every run waits for the hold
 
 HOLD_DIR = "/run/sglang"
 LOCK = os.path.join(HOLD_DIR, "deploy.lock")
@@ -58,7 +59,7 @@ def _read_holder():
     except OSError:
         return {"said": "another run (it left no description)"}
     try:
-        found = json.loads(os.read(fd, MAX_HOLDER) or b"null")
+        found = jsonio.loads(os.read(fd, MAX_HOLDER) or b"null")
     except ValueError:
         found = None
     finally:
@@ -119,7 +120,7 @@ def _gate_done(deadline):
 
 
 def _say(**what):
-    print(json.dumps(what, sort_keys=True), flush=True)
+    print(jsonio.dumps(what, sort_keys=True), flush=True)
 
 
 def _holder_line():
@@ -131,7 +132,7 @@ def _holder_line():
             break
         line += chunk
     try:
-        found = json.loads(line or b"{}")
+        found = jsonio.loads(line or b"{}")
     except ValueError:
         found = {}
     return {key: str(value)[:200] for key, value in found.items()} if isinstance(found, dict) else {}
@@ -174,7 +175,7 @@ def take(wait):
                   since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     tmp = f"{HOLDER}.{os.getpid()}"
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    os.write(out, json.dumps(holder, sort_keys=True).encode()[:MAX_HOLDER])
+    os.write(out, jsonio.dumps(holder, sort_keys=True).encode()[:MAX_HOLDER])
     os.close(out)
     os.rename(tmp, HOLDER)
     _say(held=holder)
@@ -198,7 +199,7 @@ def _kept():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["show"]:
-        print(json.dumps(show()))
+        print(jsonio.dumps(show()))
         return 0
     if argv[:1] == ["take"] and len(argv) == 2:
         try:
