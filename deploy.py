@@ -21,6 +21,7 @@ compat.install()              # a host lost mid-run fails alone (pyinfra#1220)
 compat.no_delay(inventory)    # each host's SSH connection sends at once (Nagle's wait: up to 40 ms a command)
 interrupt.install()           # Ctrl-C or SIGTERM ends the run at once, non-zero, naming the hosts whose gate was going
 compat.install_fast_call_locations()  # operation call sites without reading source lines
+compat.exit_without_collecting()  # the process ends without a last collection over every object
 failedhosts.install(state)    # the run ends by naming every failed host
 factcache.install()           # the snapshot is read once per host until a command changes it
 settled.install(state)        # a host that changed nothing is stamped at the end of the run

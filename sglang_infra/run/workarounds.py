@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import inspect
 import socket
 
@@ -86,3 +88,26 @@ def no_delay(inventory) -> None:
                 setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:   # the connection is already gone: the run finds that out itself
                 pass
+
+
+_frozen_at_exit: list[bool] = []
+
+
+def exit_without_collecting() -> None:
+    """
+    The run's process ends without the interpreter's last garbage
+    collections walking every object pyinfra, paramiko, gevent and the
+    deploy loaded: when pyinfra exits, those objects are frozen
+    (gc.freeze(), the permanent generation), so the collections that
+    Python's shutdown makes skip them. That walk was 55 to 90 ms of every
+    run, a tenth of a settled host's no-op run (docs/benchmarks.md, issue 56).
+    Nothing else changes: every exit handler still runs (this one runs
+    before those registered earlier, and what they allocate is collected
+    as usual), every module is still torn down and every object freed by
+    its reference count, and stdout and stderr are flushed; only objects
+    in reference cycles the run left behind are not collected before the
+    process ends. Once per process.
+    """
+    if not _frozen_at_exit:
+        _frozen_at_exit.append(True)
+        atexit.register(gc.freeze)
