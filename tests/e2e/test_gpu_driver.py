@@ -239,16 +239,20 @@ def test_the_h200s_gpu_metrics_scraped_by_prometheus_feed_every_gpu_panel_and_fi
                                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline, alerts = time.monotonic() + PROMETHEUS_WAIT, []
+        deadline, alerts, scraped = time.monotonic() + PROMETHEUS_WAIT, [], set()
         while time.monotonic() < deadline:
             try:
+                # Both targets scraped (each has its own offset in the interval, so gpu-02's alerts can fire before
+                # gpu-01's first scrape), then gpu-02's immediate alerts fired.
+                scraped = {series["metric"]["host"] for series in _api(port, "query", query="up == 1")["result"]}
                 alerts = _api(port, "alerts")["alerts"]
-                if {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"} >= {
+                if scraped == set(servers) and {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"} >= {
                         "SGLangGpuEccUncorrectable", "SGLangGpuRowRemapPending", "SGLangGpuXidError"}:
                     break
             except OSError:
                 pass
             time.sleep(1)
+        assert scraped == set(servers), f"Prometheus scraped only {sorted(scraped)} in {PROMETHEUS_WAIT} s"
         states = {(a["labels"]["host"], a["labels"]["alertname"]): a["state"] for a in alerts}
         assert states == {("gpu-02", "SGLangGpuEccUncorrectable"): "firing",
                           ("gpu-02", "SGLangGpuRowRemapPending"): "firing",
